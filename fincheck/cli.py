@@ -1,0 +1,72 @@
+"""`fincheck` console command: one subcommand per stage.
+
+Each stage owns a small `commands.py` with `register(subparsers)`; heavy imports (torch,
+transformers) happen inside the handlers so `fincheck --help` stays instant. A `FincheckError`
+prints as one clean line (what happened, what to do); `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fincheck import __version__
+from fincheck.errors import FincheckError
+
+# Stage modules that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES = (
+    "fincheck.data_prep.commands",
+    "fincheck.train.commands",
+    "fincheck.eval.commands",
+    "fincheck.detect_commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fincheck",
+        description=(
+            "Train and evaluate compact hallucination detectors.\n\n"
+            "Pipeline: fincheck prepare -> fincheck train -> fincheck eval -> fincheck score\n"
+            "Run `fincheck <command> --help` for the options of each step."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fincheck {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # stage not built yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if extra and not getattr(args, "accepts_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
+    try:
+        return int(args.func(args) or 0)
+    except FincheckError as e:
+        if args.debug:
+            raise
+        print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"fincheck {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""The one exception type the CLI turns into a clean message (no traceback unless --debug)."""
+
+from __future__ import annotations
+
+
+class FincheckError(Exception):
+    """A problem the user can fix: the message says what happened and what to do."""
+
+
+class InvalidRecordError(FincheckError):
+    """A raw data record that fails validation, located as `file:line: field: problem`."""
+
+    def __init__(self, path: str, line: int, field: str, problem: str) -> None:
+        self.path, self.line, self.field, self.problem = path, line, field, problem
+        super().__init__(f"{path}:{line}: {field}: {problem}")
