@@ -19,7 +19,7 @@ COMMAND_MODULES = (
     "fincheck.data_prep.commands",
     "fincheck.train.commands",
     "fincheck.eval.commands",
-    "fincheck.detect_commands",
+    "fincheck.serve.commands",
 )
 
 
