@@ -167,3 +167,23 @@ def test_unknown_recipe_key_fails_with_suggestion(tmp_path, data_dir, capsys):
     config.write_text("seed: thirteen\n")
     assert main(["prepare", "--out", str(tmp_path), "--config", str(config)]) == 1
     assert "seed: expected an integer" in capsys.readouterr().err
+
+
+def test_final_release_dev_items_stay_out_of_test(tmp_path, data_dir):
+    records = [
+        {**GOOD, "id": "d1", "split": "dev"},
+        {**GOOD, "id": "t1", "split": "test"},
+        {**GOOD, "id": "t2"},
+    ]
+    final = write_final_file(tmp_path / "final.jsonl", [json.dumps(r) for r in records])
+    manifest = prepare_final(tmp_path, data_dir, final)
+    test_ids = [
+        json.loads(x)["id"]
+        for x in (tmp_path / "out" / "final" / "test.jsonl").read_text().splitlines()
+    ]
+    dev_ids = [
+        json.loads(x)["id"]
+        for x in (tmp_path / "out" / "final" / "dev.jsonl").read_text().splitlines()
+    ]
+    assert test_ids == ["t1", "t2"] and "d1" in dev_ids
+    assert manifest["counts"]["final"]["dev"]["pairs"] == 486 + 1
