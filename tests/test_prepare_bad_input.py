@@ -171,7 +171,7 @@ def test_unknown_recipe_key_fails_with_suggestion(tmp_path, data_dir, capsys):
 
 def test_final_release_dev_items_stay_out_of_test(tmp_path, data_dir):
     records = [
-        {**GOOD, "id": "d1", "split": "dev"},
+        {**GOOD, "id": "d1", "split": "dev", "text": "Another document entirely."},
         {**GOOD, "id": "t1", "split": "test"},
         {**GOOD, "id": "t2"},
     ]
