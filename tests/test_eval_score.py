@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from fake_judge_server import FakeJudgeServer
@@ -23,7 +24,7 @@ class EchoJudge:
     """An injected ChatClient: a detector description matches the reference description with the
     same text (so a repeated description matches the same reference item twice)."""
 
-    identity = {"backend": "echo"}
+    identity: ClassVar[dict] = {"backend": "echo"}
 
     def __init__(self) -> None:
         self.calls = 0
@@ -98,7 +99,7 @@ def scored_run(prepared_dir, tmp_path):
 
 def test_figures_match_an_independent_computation(scored_run):
     sklearn = pytest.importorskip("sklearn.metrics")
-    results, errors, gold, run_dir, _ = scored_run
+    _, errors, gold, run_dir, _ = scored_run
     assert errors == 0
     on_disk = json.loads((run_dir / "results.json").read_text())
     assert on_disk["tasks"]["qasem"]["overall"]["n"] == N_PER_TASK
@@ -139,9 +140,13 @@ def test_figures_match_an_independent_computation(scored_run):
     # FINAL: TP = distinct gold descriptions reproduced verbatim; repeats add predictions only
     tp = n_pred = n_gold = 0
     for pair, record in zip(gold["final"], preds["final"], strict=True):
-        gold_items = [] if pair.target == "None" else [l[3:] for l in pair.target.splitlines()]
+        gold_items = (
+            [] if pair.target == "None" else [line[3:] for line in pair.target.splitlines()]
+        )
         pred_items = (
-            [] if record["output"] == "None" else [l[3:] for l in record["output"].splitlines()]
+            []
+            if record["output"] == "None"
+            else [line[3:] for line in record["output"].splitlines()]
         )
         tp += len(set(gold_items) & set(pred_items))
         n_pred += len(pred_items)
