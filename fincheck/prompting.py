@@ -1,0 +1,96 @@
+"""Task prompts: stored as files in `fincheck/prompts/<task>.txt`, rendered the same way for
+training, evaluation and detection.
+
+A prompt file has a `[system]` and a `[user]` section; `#` lines are comments. Placeholders are
+`{name}`; only the names a task declares are substituted, so braces elsewhere (the JSON answer
+format of fhsumbench) are left alone. The prompt's hash is over the file's bytes: editing the
+wording changes the hash recorded in every manifest, recipe run and model card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from fincheck.errors import FincheckError
+
+PROMPT_DIR = Path(__file__).parent / "prompts"
+GROUNDING_FIELD = "text"  # the placeholder holding the grounding text in every task
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    task: str
+    system: str
+    user: str
+    hash: str
+    path: Path
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_PLACEHOLDER.findall(self.user)))
+
+    def render(self, **values: str) -> tuple[str, str, tuple[int, int]]:
+        """Fill the user template. Returns (system, user, grounding span in user)."""
+        missing = [name for name in self.fields if name not in values]
+        if missing:
+            raise FincheckError(f"prompt {self.task}: missing values for {missing}")
+        parts: list[str] = []
+        span = (0, 0)
+        pos = 0
+        length = 0
+        for match in _PLACEHOLDER.finditer(self.user):
+            literal = self.user[pos : match.start()]
+            parts.append(literal)
+            length += len(literal)
+            value = values[match.group(1)]
+            if match.group(1) == GROUNDING_FIELD:
+                span = (length, length + len(value))
+            parts.append(value)
+            length += len(value)
+            pos = match.end()
+        parts.append(self.user[pos:])
+        return self.system, "".join(parts), span
+
+    def messages(self, **values: str) -> tuple[list[dict[str, str]], tuple[int, int]]:
+        """Chat messages (system, user) for these values, and the grounding span."""
+        system, user, span = self.render(**values)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}], span
+
+
+def parse_prompt_file(path: Path, task: str) -> Prompt:
+    raw = path.read_bytes()
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in raw.decode("utf-8").splitlines():
+        if line.startswith("#"):
+            continue
+        header = re.fullmatch(r"\[(system|user)\]\s*", line)
+        if header:
+            current = header.group(1)
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    if set(sections) != {"system", "user"}:
+        raise FincheckError(f"{path}: a prompt file needs a [system] and a [user] section")
+    system, user = ("\n".join(sections[k]).strip() for k in ("system", "user"))
+    if "{" + GROUNDING_FIELD + "}" not in user:
+        raise FincheckError(f"{path}: the [user] section must contain {{{GROUNDING_FIELD}}}")
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return Prompt(task=task, system=system, user=user, hash=digest, path=path)
+
+
+@cache
+def load_prompt(task: str, prompt_dir: Path = PROMPT_DIR) -> Prompt:
+    path = Path(prompt_dir) / f"{task}.txt"
+    if not path.is_file():
+        raise FincheckError(f"no prompt file for task {task!r}: expected {path}")
+    return parse_prompt_file(path, task)
+
+
+def prompt_hashes(tasks: tuple[str, ...] | list[str], prompt_dir: Path = PROMPT_DIR) -> dict[str, str]:
+    return {task: load_prompt(task, prompt_dir).hash for task in tasks}
