@@ -161,8 +161,9 @@ def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) ->
     """P(spelling | prompt) for each spelling, summed: a (batch,) tensor.
 
     Single-token spellings read `first_logits` (the first generated position); longer ones are
-    teacher-forced: the prompt plus the spelling's tokens in one forward pass, with position ids
-    that skip the left padding.
+    teacher-forced: the prompt plus the spelling's tokens in one forward pass. Position ids skip
+    the left padding (RoPE models would not notice a constant shift; absolute-position models
+    would).
     """
     import torch
 
