@@ -213,5 +213,5 @@ def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepar
 
 
 def test_missing_adapter_is_a_clear_error(tmp_path):
-    with pytest.raises(FincheckError, match="adapter_config.json"):
+    with pytest.raises(FincheckError, match=r"adapter_config\.json"):
         generate.resolve_base_model(None, str(tmp_path))
