@@ -215,3 +215,18 @@ def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepar
 def test_missing_adapter_is_a_clear_error(tmp_path):
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
         generate.resolve_base_model(None, str(tmp_path))
+
+
+def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
+    from fincheck.eval.judge import JudgeCache, MatchingJudge
+    from fincheck.eval.judge_backends import TransformersChatClient
+
+    client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
+    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    result = judge.match("A summary.", ["a wrong date"], ["the date"])
+    # a random-init model cannot answer in JSON: one re-ask, then parse_failed with the raw text
+    assert result.status == "parse_failed" and len(result.raw) == 2 and result.calls == 2
+    again = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl")).match(
+        "A summary.", ["a wrong date"], ["the date"]
+    )
+    assert again.calls == 0 and again.raw == result.raw

@@ -145,6 +145,16 @@ def test_rerun_hits_the_cache_and_makes_zero_calls(server, make_judge):
     assert first[2].status == "skipped" and first[2].matching == {}
 
 
+def test_concurrency_limit_is_respected(server, make_judge):
+    requests = []
+    for i in range(6):
+        server.script[f"S-par-{i}"] = [("sleep", 0.2, '{"A": "A"}')]
+        requests.append((f"S-par-{i}", ["p"], ["g"]))
+    results = make_judge().match_many(requests, concurrency=2, progress=False)
+    assert all(r.status == "ok" for r in results)
+    assert server.max_in_flight == 2
+
+
 def test_cache_key_covers_model_prompt_and_sampling():
     messages = [{"role": "user", "content": "x"}]
     base = JudgeCache.key({"model": "m"}, "v1", messages, {"temperature": 0})
