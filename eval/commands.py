@@ -108,6 +108,7 @@ def register(subparsers) -> None:
         choices=("auto", "float32", "bfloat16", "float16"),
         help="weights dtype (default: bf16 on a GPU that has it, else fp32)",
     )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
 
     s = subparsers.add_parser(
@@ -177,6 +178,7 @@ def register(subparsers) -> None:
         help="also log results and the report to wandb (WANDB_MODE=offline works)",
     )
     s.add_argument("--wandb-project", default="fincheck", help="wandb project (default: fincheck)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars")
     s.set_defaults(func=score_command)
 
 
@@ -196,7 +198,7 @@ def eval_command(args) -> int:
         max_input_tokens=args.max_input_tokens,
         device=args.device,
         dtype=args.dtype,
-        progress=sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
     summary = run_eval(opts)
     for task, counts in summary.items():
@@ -249,7 +251,7 @@ def score_command(args) -> int:
         judge_concurrency=args.judge_concurrency,
         bootstrap_resamples=args.bootstrap,
         seed=args.seed,
-        progress=sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
     results, judge_errors = run_score(opts)
     for task, figures in results["tasks"].items():

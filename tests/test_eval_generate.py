@@ -230,3 +230,19 @@ def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, t
         "A summary.", ["a wrong date"], ["the date"]
     )
     assert again.calls == 0 and again.raw == result.raw
+
+
+def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
+    _, tokenizer = _load(tiny_base)
+    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    full = generate.render_prompt(tokenizer, pair)
+    n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
+    text, trimmed = generate.fit_prompt(tokenizer, pair, n_full // 2)
+    assert trimmed and len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= n_full // 2
+    start, end = pair.meta["grounding_span"]
+    user = pair.user_content
+    assert user[end:] in text and user[:start] in text  # question, answer, instructions intact
+    assert text.startswith(
+        full[: full.index(user[:start]) + start + 20]
+    )  # grounding kept from its start
+    assert generate.fit_prompt(tokenizer, pair, n_full) == (full, False)

@@ -170,6 +170,16 @@ def test_wrong_key_stops_the_run(server, make_judge):
         make_judge().match("S-auth", ["p"], ["g"])
 
 
+def test_wrong_key_cancels_the_queued_calls(server, make_judge):
+    requests = []
+    for i in range(20):
+        server.script[f"S-auth-{i}"] = [("status", 401, {})]
+        requests.append((f"S-auth-{i}", ["p"], ["g"]))
+    with pytest.raises(FincheckError, match="refused the API key"):
+        make_judge().match_many(requests, concurrency=2, progress=False)
+    assert len(server.requests) < 20
+
+
 def test_parse_matching_validation():
     assert parse_matching('{"a": "c", "B": "None"}', ["A", "B"], ["A", "B", "C"]) == {
         "A": "C",
