@@ -116,7 +116,7 @@ def register(subparsers) -> None:
         help="score predictions against the prepared gold: results.json, report.md, plots",
         description="Join predictions with the gold by id and compute the papers' figures "
         "(FINAL: judge matching, micro P/R/F1, binarized BAcc; QASem: BAcc/AUC per subset; "
-        "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95%% bootstrap CIs.",
+        "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95% bootstrap CIs.",
         epilog=SCORE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -180,6 +180,27 @@ def test_wrong_key_cancels_the_queued_calls(server, make_judge):
     assert len(server.requests) < 20
 
 
+def test_unreachable_endpoint_stops_the_run(monkeypatch, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("FINCHECK_TEST_JUDGE_KEY", "k")
+    client = OpenAIChatClient(
+        "m",
+        f"http://127.0.0.1:{port}/v1",
+        "FINCHECK_TEST_JUDGE_KEY",
+        timeout_s=1,
+        max_retries=0,
+        max_consecutive_unreachable=3,
+    )
+    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    assert judge.match("S", ["p"], ["g"]).status == "error"  # one failure is an error...
+    with pytest.raises(FincheckError, match="is unreachable"):  # ...several in a row stop the run
+        judge.match_many([("S", ["p"], ["g"])] * 10, concurrency=1, progress=False)
+
+
 def test_parse_matching_validation():
     assert parse_matching('{"a": "c", "B": "None"}', ["A", "B"], ["A", "B", "C"]) == {
         "A": "C",
