@@ -17,6 +17,7 @@ teacher-forced forward pass (product of the per-token probabilities).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -117,34 +118,43 @@ def render_prompt(tokenizer, pair: Pair) -> str:
 
 
 def fit_prompt(tokenizer, pair: Pair, max_tokens: int | None) -> tuple[str, bool]:
-    """The rendered prompt, with the grounding text shortened (never the instructions) until the
-    prompt fits in max_tokens. Returns (prompt, trimmed?)."""
+    """The rendered prompt, with the grounding text cut (never the instructions, summary or
+    question) until it fits in max_tokens. Returns (prompt, trimmed?).
+
+    The cut is data-prep's `trim_grounding` (word boundary + " [...]" marker), the one training
+    uses, re-measured on the real chat template and cut further while tokens merge across the
+    boundary. Unlike training, evaluation never drops an example: it trims and counts.
+    """
+    from fincheck.data_prep.trimming import pair_text, trim_grounding
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     text = render_prompt(tokenizer, pair)
-    if max_tokens is None:
+    if max_tokens is None or count(text) <= max_tokens:
         return text, False
-    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if n <= max_tokens:
-        return text, False
-    span = pair.meta.get("grounding_span")
-    if not span:
+    if "grounding_span" not in pair.meta:
         raise FincheckError(
-            f"{pair.task}/{pair.id}: prompt has {n} tokens > {max_tokens} and no grounding_span to trim"
+            f"{pair.task}/{pair.id}: prompt longer than {max_tokens} tokens and no grounding_span to trim"
         )
-    start, end = span
-    user = pair.user_content
-    keep = end - start
+    prompt_pair = dataclasses.replace(pair, messages=pair.prompt_messages)
+    overhead = count(text) - count(pair_text(prompt_pair))  # what the chat template adds
+    budget = max_tokens
     for _ in range(8):
-        keep = int(keep * max_tokens / n * 0.97)
-        trimmed_user = user[:start] + user[start : start + keep] + user[end:]
-        messages = [
-            {**m, "content": trimmed_user} if m["role"] == "user" else m
-            for m in pair.prompt_messages
-        ]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if n <= max_tokens:
+        trimmed, _ = trim_grounding(prompt_pair, budget, count, overhead)
+        if trimmed is None:
+            break
+        text = tokenizer.apply_chat_template(
+            trimmed.messages, tokenize=False, add_generation_prompt=True
+        )
+        excess = count(text) - max_tokens
+        if excess <= 0:
             return text, True
-    raise FincheckError(f"{pair.task}/{pair.id}: cannot fit the prompt in {max_tokens} tokens")
+        budget -= excess
+    raise FincheckError(
+        f"{pair.task}/{pair.id}: the prompt does not fit in {max_tokens} tokens even without its "
+        "grounding text; raise --max-input-tokens"
+    )
 
 
 def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
