@@ -139,8 +139,9 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert "final: 3 generated, 0 already done" in printed
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
-        gold_ids = [p.id for p in read_pairs(prepared_dir / task / "test.jsonl")][:3]
-        assert sorted(r["id"] for r in records) == sorted(gold_ids)
+        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
+        sample = generate.sample_pairs(gold_pairs, 3, seed=0)
+        assert sorted(r["id"] for r in records) == sorted(p.id for p in sample)
         assert all(r["task"] == task and isinstance(r["output"], str) for r in records)
         assert all(0.0 <= r["p_yes"] <= 1.0 for r in records) if task == "qasem" else True
 
@@ -198,6 +199,14 @@ def test_adapter_changes_outputs_and_its_base_is_found(
     tuned_p = {r["id"]: r["p_yes"] for r in _lines(adapter_out / "predictions" / "qasem.jsonl")}
     assert base_p.keys() == tuned_p.keys()
     assert any(abs(base_p[k] - tuned_p[k]) > 1e-6 for k in base_p)
+
+
+def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    sample = generate.sample_pairs(pairs, 60, seed=0)
+    assert [p.id for p in sample] == [p.id for p in generate.sample_pairs(pairs, 60, seed=0)]
+    assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
+    assert generate.sample_pairs(pairs, None, 0) == pairs
 
 
 def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepared_dir, tmp_path):
