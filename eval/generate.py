@@ -198,6 +198,24 @@ def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) ->
     return total
 
 
+def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool):
+    """Plain greedy decoding. A fresh config, not the model's generation_config: instruct models
+    ship sampling settings and a repetition penalty (Qwen2.5: 1.05) that would change the
+    outputs; only the stop tokens are taken from it."""
+    from transformers import GenerationConfig
+
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        return_dict_in_generate=True,
+        output_logits=want_logits,
+    )
+
+
 def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, want_p_yes: bool):
     """Greedy outputs for a batch of rendered prompts, and p_yes per prompt when asked."""
     import torch
@@ -207,15 +225,7 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     )
     with torch.no_grad():
         out = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=tokenizer.pad_token_id,
-            return_dict_in_generate=True,
-            output_logits=want_p_yes,
+            **enc, generation_config=greedy_config(model, tokenizer, max_new_tokens, want_p_yes)
         )
     new_tokens = out.sequences[:, enc["input_ids"].shape[1] :]
     texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]

@@ -255,3 +255,31 @@ def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared
         full[: full.index(user[:start]) + start + 20]
     )  # grounding kept from its start
     assert generate.fit_prompt(tokenizer, pair, n_full) == (full, False)
+
+
+def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
+    model, tokenizer = _load(tiny_base)
+    # an instruct model's shipped settings: sampling and a repetition penalty
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 5.0
+    model.generation_config.repetition_penalty = 3.0
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is the sky green? Reply Yes or No."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    texts, _ = generate.generate_batch(
+        model, tokenizer, [prompt], max_new_tokens=5, want_p_yes=False
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    for _ in range(5):  # argmax, token by token
+        with torch.no_grad():
+            next_id = model(input_ids=ids).logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+        if next_id.item() == tokenizer.eos_token_id:
+            break
+    n_prompt = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].shape[
+        1
+    ]
+    expected = tokenizer.decode(ids[0, n_prompt:], skip_special_tokens=True).strip()
+    assert texts == [expected]
