@@ -4,6 +4,7 @@ batching with left padding, resume after a crash, an adapter, and eval -> score 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,8 @@ def _eval_args(tiny_base, prepared_dir, out, limit, *extra):
         "2",
         "--max-new-tokens",
         SHORT,
+        "--max-input-tokens",  # keeps the tiny model fast; exercises trimming end to end
+        "512",
         *extra,
     ]
 
@@ -137,6 +140,9 @@ def test_eval_writes_predictions_resumes_and_scores(
     printed = capsys.readouterr().out
     assert "qasem: 1 generated, 2 already done" in printed
     assert "final: 3 generated, 0 already done" in printed
+    assert re.search(
+        r"qasem: 1 generated, 2 already done, 1 prompts trimmed", printed
+    )  # 512 < any QASem prompt
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
         gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
@@ -191,6 +197,8 @@ def test_adapter_changes_outputs_and_its_base_is_found(
         "qasem",
         "--max-new-tokens",
         SHORT,
+        "--max-input-tokens",
+        "512",
     ]
     assert main(args) == 0  # no --model: the base comes from adapter_config.json
     config = json.loads((adapter_out / "predictions" / "eval_config.json").read_text())
