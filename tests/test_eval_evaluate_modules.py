@@ -53,6 +53,15 @@ def test_fhsumbench_module_parses_raw_outputs():
     assert out["parse_failure_rate"] == pytest.approx(1 / 3)
 
 
+def test_module_paths_resolve_from_the_installed_package():
+    from fincheck.eval import EVALUATE_MODULES, evaluate_module_path
+
+    for name in EVALUATE_MODULES:
+        assert Path(evaluate_module_path(name), f"{name}.py").is_file()
+    with pytest.raises(ValueError):
+        evaluate_module_path("accuracy")
+
+
 def test_final_module_needs_matchings_only_when_both_lists_are_non_empty():
     metric = evaluate.load(str(MODULES / "fincheck_final"))
     out = metric.compute(

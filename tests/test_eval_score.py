@@ -310,3 +310,19 @@ def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch):
     assert code == 0
     offline_runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert offline_runs, "wandb wrote no offline run"
+
+
+def test_crosscheck_script_agrees(scored_run, prepared_dir):
+    import subprocess
+    import sys
+
+    run_dir = scored_run[3]
+    script = Path(__file__).resolve().parents[1] / "scripts" / "crosscheck_scores.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--data", str(prepared_dir), "--run", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DIFF" not in done.stdout and "figures agree" in done.stdout
