@@ -130,7 +130,8 @@ def _section_qasem(f: dict) -> list[str]:
     overall = f["overall"]
     out += [
         "",
-        "Figures in percent. Supported iff P(Yes)/(P(Yes)+P(No)) ≥ 0.5. "
+        "Figures in percent; verifiability is the paper's Generative Search column. "
+        "Supported iff P(Yes)/(P(Yes)+P(No)) ≥ 0.5. "
         f"{overall['n_scored_from_text']} predictions had no p_yes and were scored from their text; "
         f"{overall['n_parse_failed']} were neither Yes nor No (counted wrong).",
         "",
