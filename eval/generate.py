@@ -306,7 +306,21 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             "generated": len(todo),
             "trimmed": n_trimmed,
         }
+        _record_generation(opts.predictions_dir, task, summary[task])
     return summary
+
+
+def _record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) -> None:
+    """predictions/eval_summary.json: per task, how many prompts were trimmed (over all runs into
+    this directory), so the score report can say so."""
+    path = predictions_dir / "eval_summary.json"
+    record = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    previous = record.get(task, {"trimmed": 0})
+    record[task] = {
+        "n_predictions": counts["total"],
+        "trimmed": previous["trimmed"] + counts["trimmed"],
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:

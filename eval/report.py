@@ -42,6 +42,11 @@ def render_report(
     ):
         if run.get(key) is not None:
             lines.append(f"- **{key}**: `{run[key]}`")
+    if run.get("prompts_trimmed"):
+        trimmed = ", ".join(f"{t} {n}" for t, n in run["prompts_trimmed"].items())
+        lines.append(
+            f"- **prompts with a trimmed grounding text** (too long for the model): {trimmed}"
+        )
     if run.get("prompt_hashes"):
         hashes = ", ".join(f"{t} `{h}`" for t, h in run["prompt_hashes"].items())
         lines.append(f"- **prompt hashes**: {hashes}")

@@ -187,6 +187,10 @@ def _run_info(opts: ScoreOptions) -> dict:
         config = json.loads(eval_config.read_text(encoding="utf-8"))
         info["model"] = config.get("model")
         info["adapter"] = config.get("adapter")
+    eval_summary = opts.predictions_dir / "eval_summary.json"
+    if eval_summary.exists():
+        counts = json.loads(eval_summary.read_text(encoding="utf-8"))
+        info["prompts_trimmed"] = {task: c.get("trimmed", 0) for task, c in counts.items()}
     return info
 
 

@@ -174,6 +174,8 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert results["run"]["model"] == str(tiny_base)
     assert set(results["tasks"]) == {"final", "qasem", "fhsumbench"}
     assert results["tasks"]["qasem"]["overall"]["n_scored_from_text"] == 0  # p_yes was used
+    assert sum(results["run"]["prompts_trimmed"].values()) > 0
+    assert "prompts with a trimmed grounding text" in (out / "report.md").read_text()
 
 
 def test_adapter_changes_outputs_and_its_base_is_found(
