@@ -148,13 +148,16 @@ class JudgeCache:
         self._entries: dict[str, str] = {}
         self._lock = threading.Lock()
         if self.path and self.path.exists():
-            with self.path.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        record = json.loads(line)
-                        self._entries[record["key"]] = record["response"]
-                    except (json.JSONDecodeError, KeyError):
-                        continue  # a torn last line from a crash
+            text = self.path.read_text(encoding="utf-8")
+            for line in text.splitlines():
+                try:
+                    record = json.loads(line)
+                    self._entries[record["key"]] = record["response"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a torn last line from a crash
+            if text and not text.endswith("\n"):  # end the torn line so appends start clean
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write("\n")
         self.hits = 0
         self.misses = 0
 

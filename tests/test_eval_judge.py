@@ -155,6 +155,19 @@ def test_concurrency_limit_is_respected(server, make_judge):
     assert server.max_in_flight == 2
 
 
+def test_cache_survives_a_torn_last_line(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    first = JudgeCache(path)
+    first.put("k1", "answer one")
+    with path.open("a") as f:
+        f.write('{"key": "k2", "respo')  # killed mid-write
+    second = JudgeCache(path)
+    assert second.get("k1") == "answer one" and second.get("k2") is None
+    second.put("k3", "answer three")
+    third = JudgeCache(path)
+    assert third.get("k1") == "answer one" and third.get("k3") == "answer three"
+
+
 def test_cache_key_covers_model_prompt_and_sampling():
     messages = [{"role": "user", "content": "x"}]
     base = JudgeCache.key({"model": "m"}, "v1", messages, {"temperature": 0})
