@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,7 @@ class PredictionWriter:
             self._file.write(prediction.to_json() + "\n")
             self.done.add(prediction.id)
         self._file.flush()
+        os.fsync(self._file.fileno())  # on disk, not just in the OS cache: a batch costs minutes
 
     def close(self) -> None:
         self._file.close()
