@@ -167,6 +167,12 @@ def register(subparsers) -> None:
         help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 6)",
     )
     s.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        default=1024,
+        help="answer budget per judge call, reasoning included (default: 1024)",
+    )
+    s.add_argument(
         "--judge-cache", type=Path, help="judge answer cache (default: OUT/judge_cache.jsonl)"
     )
     s.add_argument(
@@ -241,7 +247,8 @@ def build_judge(args):
         client = TransformersChatClient(args.judge_model)
         args.judge_concurrency = 1
     cache_path = args.judge_cache or args.out / "judge_cache.jsonl"
-    return MatchingJudge(client, JudgeCache(cache_path))
+    sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
+    return MatchingJudge(client, JudgeCache(cache_path), sampling=sampling)
 
 
 def score_command(args) -> int:
