@@ -141,6 +141,12 @@ def _section_qasem(f: dict) -> list[str]:
         f"{overall['n_parse_failed']} were neither Yes nor No (counted wrong).",
         "",
     ]
+    if overall["n_scored_from_text"] == overall["n"]:
+        out += [
+            "No prediction carried p_yes: the AUC is that of hard 0/1 scores (it equals the BAcc) "
+            "and is not comparable with the paper's AUC column.",
+            "",
+        ]
     return out
 
 

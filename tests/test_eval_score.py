@@ -283,6 +283,25 @@ def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, m
     assert results["judge"]["errors"] == 1
 
 
+def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp_path):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))[:20]
+    _write(
+        tmp_path / "run" / "predictions" / "qasem.jsonl",
+        [
+            {"id": p.id, "task": "qasem", "output": "Yes" if i % 2 else "No."}
+            for i, p in enumerate(pairs)
+        ],
+    )
+    results, _ = run_score(
+        ScoreOptions(
+            prepared_dir, tmp_path / "run" / "predictions", tmp_path / "run", bootstrap_resamples=0
+        )
+    )
+    overall = results["tasks"]["qasem"]["overall"]
+    assert overall["n_scored_from_text"] == 20 and overall["auc"] == pytest.approx(overall["bacc"])
+    assert "not comparable with the paper's AUC" in (tmp_path / "run" / "report.md").read_text()
+
+
 def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
