@@ -1,0 +1,1 @@
+"""Using and sharing a trained detector: `fincheck detect`, `fincheck merge`, `fincheck publish`."""
