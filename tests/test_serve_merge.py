@@ -80,5 +80,5 @@ def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path
     (tmp_path / "busy" / "f").write_text("x")
     with pytest.raises(FincheckError, match="not empty"):
         merge_adapter(run_dir, tmp_path / "busy")
-    with pytest.raises(FincheckError, match="adapter_config.json"):
+    with pytest.raises(FincheckError, match=r"adapter_config\.json"):
         merge_adapter(tmp_path, tmp_path / "out")
