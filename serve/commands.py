@@ -68,7 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, default=4, help="inputs per forward pass (default 4)"
     )
     detect.add_argument(
-        "--max-new-tokens", type=int, default=256, help="generation budget per answer (default 256)"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens generated for the descriptions (default: as `fincheck eval`, 384)",
     )
     detect.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"
