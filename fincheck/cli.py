@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name == name:  # stage not built yet
+            if e.name and name.startswith(e.name):  # stage not built yet
                 continue
             raise
         module.register(subparsers)

@@ -26,7 +26,9 @@ def config_field(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with its help text (mutable defaults are copied per instance)."""
     if isinstance(default, (list, dict, tuple)):
         value = default
-        return dataclasses.field(default_factory=lambda: _copy(value), metadata={"help": help}, **kwargs)
+        return dataclasses.field(
+            default_factory=lambda: _copy(value), metadata={"help": help}, **kwargs
+        )
     return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
 
 
@@ -77,7 +79,9 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         try:
             return annotation(value)
         except ValueError:
-            raise FincheckError(f"{key}: {value!r} not in {[m.value for m in annotation]}") from None
+            raise FincheckError(
+                f"{key}: {value!r} not in {[m.value for m in annotation]}"
+            ) from None
     if annotation is bool:
         if isinstance(value, bool):
             return value
@@ -136,7 +140,9 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> T:
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> T:
     """Build `cls` from its defaults, then the YAML at `path`, then `overrides` (strings or values)."""
     types_ = field_types(cls)
     values: dict[str, Any] = {}
@@ -168,6 +174,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: dict[st
 
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready view of a config (tuples as lists, enums as values)."""
+
     def plain(v: Any) -> Any:
         if isinstance(v, enum.Enum):
             return v.value
@@ -178,6 +185,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
         if isinstance(v, Path):
             return str(v)
         return v
+
     return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
@@ -192,6 +200,10 @@ def describe_config(cls: type) -> str:
             default = f.default_factory()
         else:
             default = "required"
-        type_name = getattr(types_[f.name], "__name__", None) or str(types_[f.name]).replace("typing.", "")
-        lines.append(f"  --{f.name}  ({type_name}, default {default!r})\n      {f.metadata.get('help', '')}")
+        type_name = getattr(types_[f.name], "__name__", None) or str(types_[f.name]).replace(
+            "typing.", ""
+        )
+        lines.append(
+            f"  --{f.name}  ({type_name}, default {default!r})\n      {f.metadata.get('help', '')}"
+        )
     return "\n".join(lines)

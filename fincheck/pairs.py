@@ -91,11 +91,14 @@ def validate_pair_dict(record: Any, where: str, line: int) -> None:
         raise InvalidRecordError(where, line, "split", f"{record['split']!r} not in {SPLITS}")
     messages = record["messages"]
     if not messages or messages[-1].get("role") != "assistant":
-        raise InvalidRecordError(where, line, "messages", "the last message must be the assistant target")
+        raise InvalidRecordError(
+            where, line, "messages", "the last message must be the assistant target"
+        )
     for i, message in enumerate(messages):
         if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-            raise InvalidRecordError(where, line, f"messages[{i}]", "needs a role in "
-                                     f"{ROLES} and a string content")
+            raise InvalidRecordError(
+                where, line, f"messages[{i}]", f"needs a role in {ROLES} and a string content"
+            )
 
 
 def write_pairs(path: Path, pairs: Iterable[Pair]) -> int:

@@ -92,5 +92,7 @@ def load_prompt(task: str, prompt_dir: Path = PROMPT_DIR) -> Prompt:
     return parse_prompt_file(path, task)
 
 
-def prompt_hashes(tasks: tuple[str, ...] | list[str], prompt_dir: Path = PROMPT_DIR) -> dict[str, str]:
+def prompt_hashes(
+    tasks: tuple[str, ...] | list[str], prompt_dir: Path = PROMPT_DIR
+) -> dict[str, str]:
     return {task: load_prompt(task, prompt_dir).hash for task in tasks}

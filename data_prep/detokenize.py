@@ -1,0 +1,60 @@
+"""Turn QASem's token lists back into readable text ("year 's event ." -> "year's event.")."""
+
+from __future__ import annotations
+
+_NO_SPACE_BEFORE = {
+    ".",
+    ",",
+    ";",
+    ":",
+    "!",
+    "?",
+    ")",
+    "]",
+    "}",
+    "%",
+    "...",
+    "'s",
+    "'S",
+    "n't",
+    "N'T",
+    "'re",
+    "'ve",
+    "'ll",
+    "'d",
+    "'m",
+    "''",
+}
+_NO_SPACE_AFTER = {"(", "[", "{", "$", "``", "£", "#"}
+
+
+def detokenize(tokens: list[str]) -> str:
+    out: list[str] = []
+    quote_open = False  # straight double quotes alternate between opening and closing
+    glue_next = False
+    for i, token in enumerate(tokens):
+        space = bool(out) and not glue_next
+        if token in _NO_SPACE_BEFORE:
+            space = False
+        elif token == '"':
+            if quote_open:
+                space = False
+            quote_open = not quote_open
+        elif (
+            token == "-"
+            and 0 < i < len(tokens) - 1
+            and tokens[i - 1][-1:].isalnum()
+            and tokens[i + 1][:1].isalnum()
+        ):
+            space = False  # "24 - year - old" -> "24-year-old"
+        elif (
+            out
+            and out[-1] == "-"
+            and i >= 2
+            and tokens[i - 2][-1:].isalnum()
+            and token[:1].isalnum()
+        ):
+            space = False
+        out.append(" " + token if space else token)
+        glue_next = token in _NO_SPACE_AFTER or (token == '"' and quote_open)
+    return "".join(out)

@@ -1,0 +1,157 @@
+"""Reading raw benchmark files with a line number for every record.
+
+Readers never stop on a bad record themselves: they yield `RawRecord`s that carry either the
+decoded object or the `InvalidRecordError` that describes what is wrong, so the caller decides
+between stopping (the default) and `--skip-invalid`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError, InvalidRecordError
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    path: str
+    line: int
+    value: Any = None
+    error: InvalidRecordError | None = None
+
+
+def iter_jsonl(path: Path) -> Iterator[RawRecord]:
+    """One record per non-blank line; a line that is not a JSON object is an error record."""
+    n = 0
+    with Path(path).open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            n += 1
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                problem = f"not valid JSON ({e.msg} at column {e.colno}; truncated line?)"
+                yield RawRecord(
+                    str(path),
+                    line_no,
+                    error=InvalidRecordError(str(path), line_no, "<json>", problem),
+                )
+                continue
+            if not isinstance(value, dict):
+                yield RawRecord(
+                    str(path),
+                    line_no,
+                    error=InvalidRecordError(
+                        str(path),
+                        line_no,
+                        "<record>",
+                        f"expected a JSON object, got {type(value).__name__}",
+                    ),
+                )
+                continue
+            yield RawRecord(str(path), line_no, value)
+    if n == 0:
+        raise FincheckError(f"{path}: the file is empty (no records)")
+
+
+def iter_json_array(path: Path) -> Iterator[RawRecord]:
+    """Elements of a top-level JSON array (or of its `data` field), each with its start line."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.strip():
+        raise FincheckError(f"{path}: the file is empty (no records)")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRecordError(
+            str(path), e.lineno, "<json>", f"not valid JSON ({e.msg}; truncated file?)"
+        ) from None
+    if isinstance(document, dict) and isinstance(document.get("data"), list):
+        document = document["data"]
+    if not isinstance(document, list):
+        raise InvalidRecordError(str(path), 1, "<json>", "expected a JSON array of records")
+    if not document:
+        raise FincheckError(f"{path}: the file is empty (no records)")
+    lines = _element_lines(text, len(document))
+    for value, line_no in zip(document, lines, strict=True):
+        if not isinstance(value, dict):
+            yield RawRecord(
+                str(path),
+                line_no,
+                error=InvalidRecordError(
+                    str(path),
+                    line_no,
+                    "<record>",
+                    f"expected a JSON object, got {type(value).__name__}",
+                ),
+            )
+            continue
+        yield RawRecord(str(path), line_no, value)
+
+
+def _element_lines(text: str, count: int) -> list[int]:
+    """Start line of each top-level array element, found by decoding them one after another."""
+    decoder = json.JSONDecoder()
+    start = (
+        text.index("[") if text.lstrip().startswith("[") else text.index("[", text.index('"data"'))
+    )
+    pos = start + 1
+    lines: list[int] = []
+    line = text.count("\n", 0, pos) + 1
+    last = pos
+    for _ in range(count):
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        line += text.count("\n", last, pos)
+        lines.append(line)
+        _, end = decoder.raw_decode(text, pos)
+        line += text.count("\n", pos, end)
+        last = pos = end
+    return lines
+
+
+def iter_records(path: Path) -> Iterator[RawRecord]:
+    """JSONL or JSON array, by content: a file whose first character is '[' is a JSON array."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        head = f.read(4096).lstrip()
+    if head.startswith("[") or (head.startswith("{") and path.suffix == ".json"):
+        return iter_json_array(path)
+    return iter_jsonl(path)
+
+
+def require(
+    record: dict[str, Any],
+    field: str,
+    kind: type | tuple[type, ...],
+    where: RawRecord,
+    non_empty: bool = False,
+) -> Any:
+    """The value of `field`, or an `InvalidRecordError` naming file, line and field."""
+    if field not in record:
+        raise InvalidRecordError(where.path, where.line, field, "missing")
+    value = record[field]
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise InvalidRecordError(
+            where.path, where.line, field, f"expected {_kind_name(kind)}, got a boolean"
+        )
+    if not isinstance(value, kind):
+        raise InvalidRecordError(
+            where.path,
+            where.line,
+            field,
+            f"expected {_kind_name(kind)}, got {type(value).__name__}",
+        )
+    if non_empty and not (value.strip() if isinstance(value, str) else value):
+        raise InvalidRecordError(where.path, where.line, field, "is empty")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    if isinstance(kind, tuple):
+        return " or ".join(k.__name__ for k in kind)
+    return kind.__name__

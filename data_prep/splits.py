@@ -1,0 +1,44 @@
+"""Seeded splits that keep a group (a QASem response, an FHSumBench source document) together."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable
+
+from fincheck.pairs import Pair
+
+
+def group_order_key(group: str, seed: int) -> str:
+    """A seeded, platform-independent shuffle key (Python's hash() is salted per process)."""
+    return hashlib.sha256(f"{seed}:{group}".encode()).hexdigest()
+
+
+def split_by_group(
+    pairs: Iterable[Pair], fractions: dict[str, float], seed: int
+) -> dict[str, list[Pair]]:
+    """Assign whole groups to splits so each split gets about its fraction of the *pairs*.
+
+    Groups are shuffled by a seeded hash, then dealt in order: a group goes to the first split
+    whose pair quota (fraction x total) is not yet filled. The same seed and inputs always give
+    the same assignment, whatever the input order.
+    """
+    if abs(sum(fractions.values()) - 1.0) > 1e-6:
+        raise ValueError(f"split fractions must sum to 1, got {fractions}")
+    groups: dict[str, list[Pair]] = defaultdict(list)
+    for pair in pairs:
+        groups[pair.meta["group"]].append(pair)
+    total = sum(len(g) for g in groups.values())
+    quotas = {name: fraction * total for name, fraction in fractions.items()}
+    out: dict[str, list[Pair]] = {name: [] for name in fractions}
+    filled = dict.fromkeys(fractions, 0)
+    names = [name for name in fractions if fractions[name] > 0]
+    for group in sorted(groups, key=lambda g: group_order_key(g, seed)):
+        members = groups[group]
+        # the split furthest below its quota, relative to the quota, takes the group
+        target = min(names, key=lambda n: (filled[n] / quotas[n], names.index(n)))
+        for pair in members:
+            pair.split = target
+        out[target].extend(members)
+        filled[target] += len(members)
+    return out

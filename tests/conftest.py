@@ -1,0 +1,35 @@
+"""Shared fixtures: the real data directory and one prepared output per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def find_data_dir() -> Path:
+    env = os.environ.get("FINCHECK_DATA_DIR")
+    candidate = Path(env) if env else REPO.parent / "shared" / "data"
+    if not (candidate / "CHECKSUMS.sha256").is_file():
+        pytest.fail(
+            f"real data not found at {candidate}: set FINCHECK_DATA_DIR to a folder laid out like ../shared/data"
+        )
+    return candidate
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return find_data_dir()
+
+
+@pytest.fixture(scope="session")
+def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """`fincheck prepare` on the real files with the default config (read-only for tests)."""
+    from fincheck.data_prep.prepare import PrepareConfig, run_prepare
+
+    out = tmp_path_factory.mktemp("prepared")
+    run_prepare(PrepareConfig(), data_dir, out, progress=False, log=lambda _: None)
+    return out

@@ -1,0 +1,167 @@
+"""Unit behaviour of the data-prep building blocks."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from fincheck.data_prep.descriptions import explanation_to_descriptions, split_sentences
+from fincheck.data_prep.detokenize import detokenize
+from fincheck.data_prep.labels import final_target, letter, qasem_target
+from fincheck.data_prep.splits import split_by_group
+from fincheck.data_prep.trimming import (
+    TRIM_MARKER,
+    count_whitespace_tokens,
+    pair_text,
+    trim_grounding,
+)
+from fincheck.errors import FincheckError
+from fincheck.pairs import Pair
+from fincheck.prompting import load_prompt, parse_prompt_file
+
+
+def test_detokenize_readable():
+    tokens = [
+        "Muir",
+        "'s",
+        "24",
+        "-",
+        "year",
+        "-",
+        "old",
+        "rival",
+        "said",
+        '"',
+        "I",
+        "ca",
+        "n't",
+        "go",
+        '"',
+        "(",
+        "BBC",
+        ")",
+        ".",
+    ]
+    assert detokenize(tokens) == "Muir's 24-year-old rival said \"I can't go\" (BBC)."
+
+
+def test_qasem_majority_one_means_not_supported():
+    assert qasem_target([1, 1, 0]) == "No"
+    assert qasem_target([0, 0, 1]) == "Yes"
+    assert qasem_target([1, 1, 1]) == "No"
+
+
+def test_letters_and_final_target():
+    assert [letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+    assert final_target([]) == "None"
+    assert final_target(["x.", "y."]) == "A. x.\nB. y."
+
+
+def test_explanation_split_into_self_contained_descriptions():
+    text = (
+        "The summary claims the tunnel is in Cardiff, which is not supported. "
+        "Also it hallucinates that the car crashed into a wall."
+    )
+    descriptions, was_split = explanation_to_descriptions(text, n_instructions=2)
+    assert was_split
+    assert descriptions == [
+        "The summary claims the tunnel is in Cardiff, which is not supported.",
+        "The summary hallucinates that the car crashed into a wall.",
+    ]
+    # one edit instruction: kept whole, whatever the sentences
+    assert explanation_to_descriptions(text, n_instructions=1) == ([text], False)
+    # a sentence that only comments on the previous one stays with it
+    merged, _ = explanation_to_descriptions("It says he is 30. This is not in the source.", 2)
+    assert merged == ["It says he is 30. This is not in the source."]
+
+
+def test_sentence_split_keeps_abbreviations_and_quotes():
+    assert split_sentences('The U.S. team won. Mr. Smith said "It ended. Done." Then left.') == [
+        "The U.S. team won.",
+        'Mr. Smith said "It ended. Done."',
+        "Then left.",
+    ]
+
+
+def make_pair(i: int, group: str, document: str = "doc", target: str = "Yes") -> Pair:
+    messages, span = load_prompt("qasem").messages(
+        text=document, sentence="S.", question="who?", answer="he"
+    )
+    return Pair(
+        id=f"p{i}",
+        task="qasem",
+        split="train",
+        messages=[*messages, {"role": "assistant", "content": target}],
+        meta={"group": group, "grounding_span": list(span), "label": target},
+    )
+
+
+def test_split_by_group_is_grouped_seeded_and_order_free():
+    pairs = [make_pair(i, f"g{i % 40}") for i in range(400)]
+    first = split_by_group(pairs, {"train": 0.5, "dev": 0.1, "test": 0.4}, seed=1)
+    assignment = {p.id: p.split for p in pairs}
+    for name, members in first.items():
+        assert len(members) == pytest.approx({"train": 200, "dev": 40, "test": 160}[name], abs=10)
+    groups: dict[str, set[str]] = {}
+    for p in pairs:
+        groups.setdefault(p.meta["group"], set()).add(p.split)
+    assert all(len(s) == 1 for s in groups.values())
+    reversed_pairs = [make_pair(i, f"g{i % 40}") for i in reversed(range(400))]
+    split_by_group(reversed_pairs, {"train": 0.5, "dev": 0.1, "test": 0.4}, seed=1)
+    assert {p.id: p.split for p in reversed_pairs} == assignment
+    other = [make_pair(i, f"g{i % 40}") for i in range(400)]
+    split_by_group(other, {"train": 0.5, "dev": 0.1, "test": 0.4}, seed=2)
+    assert {p.id: p.split for p in other} != assignment
+
+
+def test_trim_cuts_only_the_document():
+    document = " ".join(f"w{i}" for i in range(500))
+    pair = make_pair(0, "g", document=document, target="No")
+    budget = count_whitespace_tokens(pair_text(pair)) - 400
+    trimmed, was_trimmed = trim_grounding(pair, budget, count_whitespace_tokens)
+    assert was_trimmed and trimmed is not None
+    assert count_whitespace_tokens(pair_text(trimmed)) <= budget
+    assert trimmed.target == "No"
+    assert trimmed.grounding.endswith(TRIM_MARKER) and document.startswith(
+        trimmed.grounding[: -len(TRIM_MARKER)]
+    )
+    assert trimmed.user_content.endswith(pair.user_content[pair.meta["grounding_span"][1] :])
+    assert trim_grounding(pair, 10_000, count_whitespace_tokens) == (pair, False)
+    assert trim_grounding(pair, 5, count_whitespace_tokens) == (None, False)  # cannot fit: dropped
+
+
+def test_prompt_hash_follows_the_file(tmp_path: Path):
+    original = load_prompt("final")
+    copy = tmp_path / "final.txt"
+    copy.write_bytes(original.path.read_bytes())
+    assert parse_prompt_file(copy, "final").hash == original.hash
+    copy.write_text(original.path.read_text() + "\nOne more line.\n")
+    assert parse_prompt_file(copy, "final").hash != original.hash
+    broken = tmp_path / "broken.txt"
+    broken.write_text("[system]\nno user section\n")
+    with pytest.raises(FincheckError, match="needs a \\[system\\] and a \\[user\\]"):
+        parse_prompt_file(broken, "x")
+
+
+def test_render_keeps_literal_braces_and_reports_span():
+    prompt = load_prompt("fhsumbench")
+    system, user, (start, end) = prompt.render(text="A {weird} doc", summary="S")
+    assert '{"Faithfulness": true, "Factuality": true}' in system
+    assert user[start:end] == "A {weird} doc"
+    with pytest.raises(FincheckError, match="missing values"):
+        prompt.render(text="x")
+
+
+def test_pair_roundtrip_and_schema_errors(tmp_path: Path):
+    from fincheck.pairs import read_pairs, write_pairs
+
+    pair = make_pair(0, "g")
+    write_pairs(tmp_path / "p.jsonl", [pair, dataclasses.replace(pair, id="p1")])
+    assert [p.id for p in read_pairs(tmp_path / "p.jsonl")] == ["p0", "p1"]
+    (tmp_path / "bad.jsonl").write_text(
+        '{"id": "a", "task": "nope", "split": "train", "messages": []}\n'
+    )
+    with pytest.raises(FincheckError, match=r"bad.jsonl:1: task: 'nope' not in"):
+        list(read_pairs(tmp_path / "bad.jsonl"))
