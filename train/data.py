@@ -1,0 +1,240 @@
+"""Prepared pairs -> the training mixture TRL consumes.
+
+Stages, each a small function:
+  1. `load_mixture_config`: which tasks, their weights, caps (configs/data/*.yaml).
+  2. `read_task_pairs`: `<dataset_dir>/<task>/<split>.jsonl`, validated by `fincheck.pairs`.
+  3. `fit_pair`: a pair longer than `max_length` tokens is trimmed on its grounding text
+     (`meta["grounding_span"]`), never on the instructions or the target; a pair that cannot fit
+     is dropped. Both are counted per task.
+  4. `mix_pairs`: weights (fractions of each task; > 1 repeats) and caps, shuffled with the seed.
+  5. `to_prompt_completion`: TRL's conversational prompt-completion form. TRL tokenizes
+     prompt (with the generation prompt) and prompt+completion with the model's chat template
+     and trains only on the completion: the target, the EOS that closes the turn, and what the
+     template puts after it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fincheck.config import config_field, load_config
+from fincheck.errors import FincheckError
+from fincheck.pairs import TASKS, Pair, read_pairs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DataMixture:
+    tasks: list[str] = config_field(list(TASKS), "tasks to train on (final, qasem, fhsumbench)")
+    weights: dict[str, float] = config_field(
+        {},
+        "task -> fraction of its pairs used per epoch (default 1.0; 2.0 repeats each pair twice)",
+    )
+    max_examples: dict[str, int] = config_field({}, "task -> cap on its pairs after weighting")
+    train_split: str = config_field("train", "split trained on")
+    eval_split: str = config_field("dev", "split evaluated on during training")
+    min_grounding_kept: float = config_field(
+        0.5,
+        "drop (instead of trimming) a pair when less than this fraction of its grounding text "
+        "would remain: a heavily cut document may no longer support the gold label",
+    )
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in [*self.tasks, *self.weights, *self.max_examples] if t not in TASKS]
+        if unknown:
+            raise FincheckError(f"data mixture: unknown task(s) {unknown}; tasks are {list(TASKS)}")
+        if any(w < 0 for w in self.weights.values()):
+            raise FincheckError("data mixture: weights must be >= 0")
+
+
+def load_mixture_config(path: str | Path) -> DataMixture:
+    return load_config(DataMixture, path)
+
+
+@dataclass
+class FitStats:
+    """Per-task counts of what `fit_pair` did."""
+
+    kept: Counter = field(default_factory=Counter)
+    trimmed: Counter = field(default_factory=Counter)
+    dropped: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        tasks = sorted(set(self.kept) | set(self.trimmed) | set(self.dropped))
+        return {
+            t: {"kept": self.kept[t], "trimmed": self.trimmed[t], "dropped": self.dropped[t]}
+            for t in tasks
+        }
+
+
+def chat_length(tokenizer: Any, messages: Sequence[dict[str, str]]) -> int:
+    """Tokens of `messages` rendered by the tokenizer's chat template (what TRL trains on)."""
+    out = tokenizer.apply_chat_template(list(messages), tokenize=True)
+    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+    return len(ids)
+
+
+def with_grounding(pair: Pair, keep_chars: int) -> Pair:
+    """A copy of `pair` whose grounding text keeps only its first `keep_chars` characters."""
+    start, end = pair.meta["grounding_span"]
+    messages = [dict(m) for m in pair.messages]
+    user_index = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    user = messages[user_index]["content"]
+    messages[user_index]["content"] = user[:start] + user[start : start + keep_chars] + user[end:]
+    meta = {**pair.meta, "grounding_span": [start, start + keep_chars]}
+    meta["grounding_trimmed_from"] = end - start
+    return Pair(id=pair.id, task=pair.task, split=pair.split, messages=messages, meta=meta)
+
+
+def fit_pair(
+    pair: Pair,
+    length_of: Callable[[Sequence[dict[str, str]]], int],
+    max_length: int,
+    min_grounding_kept: float = 0.0,
+) -> tuple[Pair | None, str]:
+    """Make `pair` fit `max_length` tokens by cutting the end of its grounding text.
+
+    Returns (pair, "kept" | "trimmed") or (None, "dropped"). Binary search over the number of
+    grounding characters kept (token count is monotone in it up to merge effects, and the final
+    length is checked), then backs off to a word boundary so no word is split.
+    """
+    if length_of(pair.messages) <= max_length:
+        return pair, "kept"
+    if "grounding_span" not in pair.meta:
+        return None, "dropped"
+    start, end = pair.meta["grounding_span"]
+    grounding = pair.user_content[start:end]
+    lo, hi = 0, len(grounding)  # invariant: keeping `lo` chars fits (checked below), `hi` does not
+    if length_of(with_grounding(pair, 0).messages) > max_length:
+        return None, "dropped"  # instructions + target alone are too long
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if length_of(with_grounding(pair, mid).messages) <= max_length:
+            lo = mid
+        else:
+            hi = mid
+    cut = grounding.rfind(" ", 0, lo + 1)
+    keep = cut if cut > lo * 0.8 else lo
+    if len(grounding) and keep / len(grounding) < min_grounding_kept:
+        return None, "dropped"
+    return with_grounding(pair, keep), "trimmed"
+
+
+def read_task_pairs(dataset_dir: Path, task: str, split: str) -> list[Pair]:
+    path = Path(dataset_dir) / task / f"{split}.jsonl"
+    if not path.is_file():
+        raise FincheckError(
+            f"no {split} pairs for task {task!r}: {path} is missing. Run `fincheck prepare` "
+            f"or remove {task!r} from the data mixture."
+        )
+    return list(read_pairs(path))
+
+
+def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -> list[Pair]:
+    """Weight and cap each task, then shuffle all of them together (deterministic in `seed`)."""
+    rng = random.Random(seed)
+    mixed: list[Pair] = []
+    for task in mixture.tasks:
+        pairs = list(by_task.get(task, []))
+        rng.shuffle(pairs)
+        weight = mixture.weights.get(task, 1.0)
+        whole, frac = divmod(weight, 1.0)
+        chosen = pairs * int(whole) + pairs[: round(frac * len(pairs))]
+        cap = mixture.max_examples.get(task)
+        mixed.extend(chosen[:cap] if cap is not None else chosen)
+    rng.shuffle(mixed)
+    return mixed
+
+
+def to_prompt_completion(pair: Pair) -> dict[str, Any]:
+    """TRL's conversational prompt-completion row (loss on the completion only)."""
+    return {
+        "id": pair.id,
+        "task": pair.task,
+        "prompt": pair.prompt_messages,
+        "completion": [pair.messages[-1]],
+    }
+
+
+def read_manifest(dataset_dir: Path) -> dict[str, Any]:
+    path = Path(dataset_dir) / "manifest.json"
+    if not path.is_file():
+        log.warning("%s not found: the run will not record the data fingerprint", path)
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@dataclass
+class PreparedData:
+    train_rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]]
+    stats: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+def build_training_data(
+    dataset_dir: str | Path,
+    mixture: DataMixture,
+    tokenizer: Any,
+    max_length: int,
+    seed: int,
+    eval_max_examples: int = 0,
+) -> PreparedData:
+    """Read, fit, mix: the rows for SFTTrainer plus counts for the log and the run metadata."""
+    dataset_dir = Path(dataset_dir)
+    if not dataset_dir.is_dir():
+        raise FincheckError(
+            f"dataset_dir {dataset_dir} does not exist: run `fincheck prepare` first"
+        )
+
+    def length_of(messages: Sequence[dict[str, str]]) -> int:
+        return chat_length(tokenizer, messages)
+
+    fit_stats = FitStats()
+    train_by_task: dict[str, list[Pair]] = {}
+    for task in mixture.tasks:
+        fitted = []
+        for pair in read_task_pairs(dataset_dir, task, mixture.train_split):
+            out, status = fit_pair(pair, length_of, max_length, mixture.min_grounding_kept)
+            getattr(fit_stats, status)[task] += 1
+            if out is not None:
+                fitted.append(out)
+        if not fitted:
+            raise FincheckError(
+                f"task {task!r}: no {mixture.train_split} pair fits max_length={max_length}"
+            )
+        train_by_task[task] = fitted
+    train = mix_pairs(train_by_task, mixture, seed)
+
+    eval_rows: list[dict[str, Any]] = []
+    if eval_max_examples > 0:
+        eval_pairs: list[Pair] = []
+        for task in mixture.tasks:
+            path = dataset_dir / task / f"{mixture.eval_split}.jsonl"
+            if path.is_file():
+                for pair in read_pairs(path):
+                    out, _ = fit_pair(pair, length_of, max_length, mixture.min_grounding_kept)
+                    if out is not None:
+                        eval_pairs.append(out)
+        random.Random(seed).shuffle(eval_pairs)
+        eval_rows = [to_prompt_completion(p) for p in eval_pairs[:eval_max_examples]]
+
+    stats = {
+        "fit": fit_stats.as_dict(),
+        "train_examples": dict(Counter(p.task for p in train)),
+        "eval_examples": len(eval_rows),
+    }
+    return PreparedData(
+        train_rows=[to_prompt_completion(p) for p in train],
+        eval_rows=eval_rows,
+        stats=stats,
+        manifest=read_manifest(dataset_dir),
+    )

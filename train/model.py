@@ -1,0 +1,136 @@
+"""Base model, tokenizer and LoRA config for a recipe."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
+
+log = logging.getLogger(__name__)
+
+# Reserved tokens that real chat models ship unused and that make a safe pad (never EOS).
+RESERVED_PAD_TOKENS = ("<|finetune_right_pad_id|>", "<|endoftext|>", "<pad>", "<|pad|>")
+
+
+def resolve_base_path(recipe: SFTRecipe, output_dir: Path) -> str:
+    """Where the base weights come from: the hub id / folder, or <output_dir>/base for tiny."""
+    if recipe.model_name_or_path == TINY_RANDOM:
+        return str((output_dir / "base").resolve())
+    return recipe.model_name_or_path
+
+
+def ensure_tiny_base(base_path: str) -> None:
+    """Write the tiny random-init base once (seeded, so every process would write the same)."""
+    from fincheck.train.tiny_model import save_tiny_base
+
+    if not (Path(base_path) / "config.json").is_file():
+        save_tiny_base(base_path)
+
+
+def load_tokenizer(recipe: SFTRecipe, base_path: str):
+    """The base's tokenizer with a pad token distinct from EOS, and the recipe's chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        recipe.tokenizer_name_or_path or base_path, trust_remote_code=recipe.trust_remote_code
+    )
+    if recipe.chat_template_path:
+        tokenizer.chat_template = Path(recipe.chat_template_path).read_text(encoding="utf-8")
+    if not tokenizer.chat_template:
+        raise FincheckError(
+            f"{base_path}: the tokenizer has no chat template; set chat_template_path "
+            "(e.g. train/assets/chatml.jinja)"
+        )
+    if tokenizer.eos_token is None:
+        raise FincheckError(f"{base_path}: the tokenizer has no EOS token")
+    pad = choose_pad_token(tokenizer, recipe.pad_token)
+    if pad not in tokenizer.get_vocab():
+        tokenizer.add_special_tokens({"pad_token": pad})
+        log.warning("added a new pad token %r: the embeddings are resized", pad)
+    tokenizer.pad_token = pad
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
+def choose_pad_token(tokenizer: Any, requested: str | None) -> str:
+    """A pad token that is not EOS: padding with EOS would mask EOS out of the loss."""
+    if requested:
+        if requested == tokenizer.eos_token:
+            raise FincheckError(f"pad_token {requested!r} is the EOS token; choose another")
+        return requested
+    if tokenizer.pad_token and tokenizer.pad_token != tokenizer.eos_token:
+        return tokenizer.pad_token
+    vocab = tokenizer.get_vocab()
+    for candidate in RESERVED_PAD_TOKENS:
+        if candidate in vocab and candidate != tokenizer.eos_token:
+            return candidate
+    return "<|pad|>"
+
+
+def torch_dtype_for(recipe: SFTRecipe, bf16: bool, fp16: bool):
+    import torch
+
+    if recipe.torch_dtype != "auto":
+        return getattr(torch, recipe.torch_dtype)
+    if bf16:
+        return torch.bfloat16
+    if fp16:
+        return torch.float16  # the LoRA weights stay fp32 (PEFT autocast_adapter_dtype)
+    return torch.float32
+
+
+def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any, bf16: bool, fp16: bool):
+    """The base causal LM (4-bit for QLoRA), embeddings resized if a pad token was added."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype_for(recipe, bf16, fp16),
+        "trust_remote_code": recipe.trust_remote_code,
+    }
+    if recipe.attn_implementation:
+        kwargs["attn_implementation"] = recipe.attn_implementation
+    if recipe.load_in_4bit:
+        kwargs["quantization_config"] = build_4bit_config(kwargs["dtype"])
+    model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def build_4bit_config(compute_dtype: Any):
+    import torch
+
+    if not torch.cuda.is_available():
+        raise FincheckError("load_in_4bit (QLoRA) needs a CUDA GPU; set load_in_4bit: false")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise FincheckError("load_in_4bit needs bitsandbytes: pip install bitsandbytes") from None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_quant_storage=compute_dtype,  # lets ZeRO-3 shard the 4-bit weights
+    )
+
+
+def build_lora_config(recipe: SFTRecipe):
+    from peft import LoraConfig
+
+    targets = recipe.lora_target_modules
+    return LoraConfig(
+        r=recipe.lora_r,
+        lora_alpha=recipe.lora_alpha,
+        lora_dropout=recipe.lora_dropout,
+        target_modules=targets[0] if targets == ["all-linear"] else list(targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )

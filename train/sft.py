@@ -1,0 +1,198 @@
+"""LoRA supervised fine-tuning of a hallucination detector on prepared pairs (TRL + PEFT + DeepSpeed).
+
+Launch forms (all read the same recipe; any recipe key can be overridden with --key=value):
+
+    deepspeed --num_gpus 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
+    torchrun --nproc_per_node 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
+    accelerate launch --num_processes 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
+    fincheck train --config configs/train/tiny-cpu.yaml --max_steps=20          # one process
+
+    # on a CPU-only machine, 2 processes (what the tests run):
+    deepspeed --num_gpus 2 train/sft.py --config configs/train/tiny-cpu.yaml
+
+Stages: recipe -> TrainingArguments for this machine -> base (tiny: built and saved under the
+run) -> resume point (checked against the recipe) -> tokenizer + data mixture (fitted to
+max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fincheck import __version__
+from fincheck.config import describe_config
+from fincheck.errors import FincheckError
+from fincheck.prompting import prompt_hashes
+from fincheck.train.recipe import (
+    SFTRecipe,
+    build_sft_config,
+    load_recipe,
+    recipe_differences,
+    recipe_fingerprint,
+    recipe_to_yaml,
+)
+
+log = logging.getLogger("fincheck.train")
+EXIT_PREEMPTED = 143  # 128 + SIGTERM: schedulers read it as "terminated", the checkpoint is saved
+
+
+@dataclass
+class Run:
+    """What `build_trainer` set up: the trainer plus what the end of the run writes."""
+
+    trainer: Any
+    recipe: SFTRecipe
+    output_dir: Path
+    base_path: str
+    resume_from: Path | None
+    metadata: dict[str, Any]
+    manifest: dict[str, Any]
+    sigterm: Any
+
+
+def build_trainer(recipe: SFTRecipe) -> Run:
+    from datasets import Dataset
+
+    from fincheck.train import callbacks, checkpoints, data, model
+
+    output_dir = recipe.resolved_output_dir()
+    mixture = data.load_mixture_config(recipe.data_config)
+    args = build_sft_config(recipe, output_dir)  # sets up torch.distributed when launched so
+
+    base_path = model.resolve_base_path(recipe, output_dir)
+    if recipe.model_name_or_path == "tiny-random":
+        with args.main_process_first(desc="tiny base"):
+            model.ensure_tiny_base(base_path)
+
+    base_fp = checkpoints.base_fingerprint(base_path)
+    resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
+    if resume_from is not None:
+        old = checkpoints.read_checkpoint_recipe(resume_from)
+        checkpoints.check_resume_compatible(resume_from, recipe_differences(old, recipe), base_fp)
+
+    tokenizer = model.load_tokenizer(recipe, base_path)
+    prepared = data.build_training_data(
+        recipe.dataset_dir,
+        mixture,
+        tokenizer,
+        recipe.max_length,
+        recipe.seed,
+        eval_max_examples=recipe.eval_max_examples if recipe.eval_steps else 0,
+    )
+    if args.process_index == 0:
+        log.info("data: %s", json.dumps(prepared.stats))
+
+    base = model.load_base_model(recipe, base_path, tokenizer, args.bf16, args.fp16)
+    trainer = callbacks.FincheckSFTTrainer(
+        model=base,
+        args=args,
+        train_dataset=Dataset.from_list(prepared.train_rows),
+        eval_dataset=Dataset.from_list(prepared.eval_rows) if prepared.eval_rows else None,
+        processing_class=tokenizer,
+        peft_config=model.build_lora_config(recipe),
+    )
+
+    manifest = prepared.manifest
+    metadata = {
+        "fincheck_version": __version__,
+        "base_model": checkpoints.relative_base(base_path, output_dir),
+        "base_fingerprint": base_fp,
+        "recipe_fingerprint": recipe_fingerprint(recipe),
+        "data_fingerprint": manifest.get("fingerprint"),
+        "prompt_hashes": manifest.get("prompt_hashes") or prompt_hashes(mixture.tasks),
+        "data": prepared.stats,
+        "world_size": args.world_size,
+    }
+    check_prompt_hashes(manifest, mixture.tasks)
+    recipe_yaml = recipe_to_yaml(recipe)
+    sigterm = callbacks.SigtermCallback()
+    trainer.add_callback(callbacks.StepLogCallback())
+    trainer.add_callback(callbacks.CompleteCheckpointCallback(metadata, recipe_yaml))
+    trainer.add_callback(sigterm)
+    trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
+    return Run(trainer, recipe, output_dir, base_path, resume_from, metadata, manifest, sigterm)
+
+
+def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
+    """Warn when the pairs were rendered with other prompt files than the ones installed now:
+    evaluation renders with the installed ones, so the model would be tested on other wording."""
+    recorded = manifest.get("prompt_hashes") or {}
+    current = prompt_hashes([t for t in tasks if t in recorded])
+    stale = [t for t in current if recorded[t] != current[t]]
+    if stale:
+        log.warning("prompts changed since `fincheck prepare` for %s: re-run prepare", stale)
+
+
+def run(recipe: SFTRecipe) -> int:
+    """Train, then write the final adapter and the run files. Returns the exit status."""
+    from fincheck.train import checkpoints
+
+    r = build_trainer(recipe)
+    trainer = r.trainer
+    if r.resume_from is not None and trainer.args.process_index == 0:
+        log.info("resuming from %s", r.resume_from)
+    trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
+    if r.sigterm.stopped_at is not None:
+        if trainer.args.process_index == 0:
+            print(
+                f"stopped by SIGTERM after step {r.sigterm.stopped_at}; checkpoint saved. Resume "
+                f"with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
+                file=sys.stderr,
+            )
+        return EXIT_PREEMPTED
+    trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
+    if trainer.args.process_index == 0:
+        checkpoints.write_run_files(r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata)
+        print(f"adapter saved to {r.output_dir}", file=sys.stderr)
+    return 0
+
+
+HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(HELP + describe_config(SFTRecipe))
+        return 0
+    # The `deepspeed` launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
+    argv = [a for a in argv if not a.startswith(("--local_rank", "--local-rank"))]
+    if "--config" not in argv and not any(a.startswith("--config=") for a in argv):
+        print(
+            "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)", file=sys.stderr
+        )
+        return 2
+    config, rest = split_config_arg(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        return run(load_recipe(config, rest))
+    except FincheckError as e:
+        print(f"train/sft.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+def split_config_arg(argv: list[str]) -> tuple[str, list[str]]:
+    rest, config = [], None
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--config":
+            config = argv[i + 1]
+            i += 2
+            continue
+        if argv[i].startswith("--config="):
+            config = argv[i].split("=", 1)[1]
+        else:
+            rest.append(argv[i])
+        i += 1
+    if config is None:
+        raise FincheckError("--config RECIPE.yaml is required")
+    return config, rest
+
+
+if __name__ == "__main__":
+    sys.exit(main())
