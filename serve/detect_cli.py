@@ -31,10 +31,14 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise InvalidRecordError(str(path), n, "<line>", f"not valid JSON: {e.msg}") from None
+                raise InvalidRecordError(
+                    str(path), n, "<line>", f"not valid JSON: {e.msg}"
+                ) from None
             if not isinstance(record, dict):
                 raise InvalidRecordError(str(path), n, "<line>", "expected a JSON object")
-            required = ["text", "sentence", *SUPPORT_KEYS] if _is_support(record) else ["text", "summary"]
+            required = (
+                ["text", "sentence", *SUPPORT_KEYS] if _is_support(record) else ["text", "summary"]
+            )
             if _is_support(record) and not isinstance(record.get("sentence"), str):
                 # A QA without its sentence is read against the whole answer text, if given.
                 record["sentence"] = record.get("summary") or record.get("response")
@@ -101,8 +105,11 @@ def run_detect(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).exists():
         raise FincheckError(f"{args.out} exists; pick a new --out file (nothing is overwritten)")
     detector = Detector.from_pretrained(
-        args.model, adapter=args.adapter, device=args.device,
-        trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
+        args.model,
+        adapter=args.adapter,
+        device=args.device,
+        trust_remote_code=args.trust_remote_code,
+        batch_size=args.batch_size,
         max_new_tokens={"final": args.max_new_tokens} if args.max_new_tokens else None,
     )
     results = detect_records(detector, records)

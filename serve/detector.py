@@ -121,7 +121,9 @@ class Detector:
     def describe_batch(self, items: Sequence[tuple[str, str]]) -> list[list[str]]:
         from fincheck.eval.final_metrics import parse_descriptions
 
-        outputs = self.generate("final", [dict(zip(TASK_FIELDS["final"], i, strict=True)) for i in items])
+        outputs = self.generate(
+            "final", [dict(zip(TASK_FIELDS["final"], i, strict=True)) for i in items]
+        )
         return [parse_descriptions(o.text) for o in outputs]
 
     def support(self, text: str, sentence: str, question: str, answer: str) -> float:
@@ -129,7 +131,9 @@ class Detector:
         return self.support_batch([(text, sentence, question, answer)])[0]
 
     def support_batch(self, items: Sequence[tuple[str, str, str, str]]) -> list[float]:
-        outputs = self.generate("qasem", [dict(zip(TASK_FIELDS["qasem"], i, strict=True)) for i in items])
+        outputs = self.generate(
+            "qasem", [dict(zip(TASK_FIELDS["qasem"], i, strict=True)) for i in items]
+        )
         return [float(o.p_yes) for o in outputs]  # type: ignore[arg-type]
 
     def classify(self, text: str, summary: str) -> str:
@@ -159,11 +163,11 @@ class Detector:
         outputs: list[RawOutput] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start : start + self.batch_size]
-            texts, p_yes = generate_batch(self.model, self.tokenizer, batch, budget, task == "qasem")
+            texts, p_yes = generate_batch(
+                self.model, self.tokenizer, batch, budget, task == "qasem"
+            )
             for i, text in enumerate(texts):
-                outputs.append(
-                    RawOutput(text, p_yes[i] if p_yes else None, trimmed[start + i])
-                )
+                outputs.append(RawOutput(text, p_yes[i] if p_yes else None, trimmed[start + i]))
         return outputs
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
@@ -176,10 +180,16 @@ class Detector:
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in TASK_FIELDS[task]})
-        pair = Pair(id=str(record.get("id", "")), task=task, split="test", messages=messages,
-                    meta={"grounding_span": list(span)})
+        pair = Pair(
+            id=str(record.get("id", "")),
+            task=task,
+            split="test",
+            messages=messages,
+            meta={"grounding_span": list(span)},
+        )
         was_trimmed = False
         if self.window is not None:
+
             def length_of(msgs: Sequence[dict[str, str]]) -> int:
                 return len(self._chat_ids(msgs)) + budget  # room for the answer
 
@@ -194,7 +204,11 @@ class Detector:
                 log.warning(
                     "%s: document trimmed from %d to %d characters to fit the model's window "
                     "(%d tokens incl. %d for the answer)",
-                    task, span[1] - span[0], kept, self.window, budget,
+                    task,
+                    span[1] - span[0],
+                    kept,
+                    self.window,
+                    budget,
                 )
                 was_trimmed = True
             pair = fitted

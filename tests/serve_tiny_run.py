@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+
 def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     """Write a run folder under `root` and return its path."""
     import torch

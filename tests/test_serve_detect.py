@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def test_default_base_is_the_runs_own_saved_base(detector, run_dir: Path):
 def test_prompt_is_built_from_the_prompt_file_and_chat_template(detector):
     prompt, trimmed = detector.render("final", {"text": TEXT, "summary": SUMMARY}, 24)
     messages, _ = load_prompt("final").messages(text=TEXT, summary=SUMMARY)
-    expected = detector.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    expected = detector.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
     assert prompt == expected and not trimmed
     assert load_prompt("final").system in prompt and TEXT in prompt
 
@@ -60,19 +63,25 @@ def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
     p = detector.support(TEXT, SENTENCE, "What did the council approve?", "5 million euros")
     prompt, _ = detector.render(
         "qasem",
-        {"text": TEXT, "sentence": SENTENCE, "question": "What did the council approve?",
-         "answer": "5 million euros"},
+        {
+            "text": TEXT,
+            "sentence": SENTENCE,
+            "question": "What did the council approve?",
+            "answer": "5 million euros",
+        },
         8,
     )
-    ids = detector.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    with torch.no_grad():
-        probs = torch.softmax(detector.model(input_ids=ids).logits[0, -1].float(), -1)
-    yes_ids = answer_spellings(detector.tokenizer, YES_SPELLINGS)
-    no_ids = answer_spellings(detector.tokenizer, NO_SPELLINGS)
-    # Every spelling must be a single token here, or this hand computation is incomplete.
-    assert all(len(s) == 1 for s in yes_ids + no_ids)
-    yes = sum(probs[s[0]].item() for s in yes_ids)
-    no = sum(probs[s[0]].item() for s in no_ids)
+    ids = detector.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def prob_of(seq: tuple[int, ...]) -> float:
+        """P(seq | prompt) = product of next-token probabilities, one unpadded forward pass."""
+        with torch.no_grad():
+            logits = detector.model(input_ids=torch.tensor([ids + list(seq)])).logits[0].float()
+        probs = torch.softmax(logits, -1)
+        return math.prod(probs[len(ids) - 1 + k, tok].item() for k, tok in enumerate(seq))
+
+    yes = sum(prob_of(s) for s in answer_spellings(detector.tokenizer, YES_SPELLINGS))
+    no = sum(prob_of(s) for s in answer_spellings(detector.tokenizer, NO_SPELLINGS))
     assert p == pytest.approx(yes / (yes + no), abs=1e-5)
     assert 0.0 < p < 1.0
 
@@ -88,9 +97,14 @@ def test_describe_and_classify_return_parsed_outputs(detector):
 
 
 def test_batched_equals_one_by_one(detector):
-    items = [(TEXT, SUMMARY), (TEXT + " It was a rainy day in the city.", "A library opens in 2026.")]
-    qas = [(TEXT, SENTENCE, "Who approved something?", "The council"),
-           (TEXT, SENTENCE, "How much was approved?", "5 million euros")]
+    items = [
+        (TEXT, SUMMARY),
+        (TEXT + " It was a rainy day in the city.", "A library opens in 2026."),
+    ]
+    qas = [
+        (TEXT, SENTENCE, "Who approved something?", "The council"),
+        (TEXT, SENTENCE, "How much was approved?", "5 million euros"),
+    ]
     assert detector.describe_batch(items) == [detector.describe(*i) for i in items]
     assert detector.classify_batch(items) == [detector.classify(*i) for i in items]
     batched = detector.support_batch(qas)
@@ -141,8 +155,21 @@ def test_pickle_only_adapter_is_refused(run_dir: Path, tmp_path: Path):
 def test_cli_single_pair_prints_json(run_dir: Path, tmp_path: Path, capsys):
     (tmp_path / "t.txt").write_text(TEXT)
     (tmp_path / "s.txt").write_text(SUMMARY)
-    code = main(["detect", "--adapter", str(run_dir), "--text", str(tmp_path / "t.txt"),
-                 "--summary", str(tmp_path / "s.txt"), "--max-new-tokens", "16", "--device", "cpu"])
+    code = main(
+        [
+            "detect",
+            "--adapter",
+            str(run_dir),
+            "--text",
+            str(tmp_path / "t.txt"),
+            "--summary",
+            str(tmp_path / "s.txt"),
+            "--max-new-tokens",
+            "16",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["label"] in LABELS
@@ -154,14 +181,36 @@ def test_cli_single_pair_prints_json(run_dir: Path, tmp_path: Path, capsys):
 def test_cli_jsonl_in_jsonl_out_in_input_order(run_dir: Path, tmp_path: Path):
     lines = [
         {"id": "a", "text": TEXT, "summary": SUMMARY},
-        {"id": "q1", "text": TEXT, "sentence": SENTENCE, "question": "Who approved?", "answer": "The council"},
+        {
+            "id": "q1",
+            "text": TEXT,
+            "sentence": SENTENCE,
+            "question": "Who approved?",
+            "answer": "The council",
+        },
         {"text": TEXT, "summary": "A library opens in 2026."},
     ]
     src = tmp_path / "pairs.jsonl"
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "results.jsonl"
-    assert main(["detect", "--adapter", str(run_dir), "--input", str(src), "--out", str(out),
-                 "--max-new-tokens", "8", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "detect",
+                "--adapter",
+                str(run_dir),
+                "--input",
+                str(src),
+                "--out",
+                str(out),
+                "--max-new-tokens",
+                "8",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     results = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["id"] for r in results] == ["a", "q1", "3"]
     assert results[0]["label"] in LABELS and isinstance(results[0]["descriptions"], list)
@@ -172,7 +221,9 @@ def test_cli_jsonl_in_jsonl_out_in_input_order(run_dir: Path, tmp_path: Path):
 
 def test_cli_bad_input_line_names_file_line_and_field(run_dir: Path, tmp_path: Path, capsys):
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps({"text": TEXT, "summary": SUMMARY}) + "\n" + json.dumps({"text": TEXT}) + "\n")
+    src.write_text(
+        json.dumps({"text": TEXT, "summary": SUMMARY}) + "\n" + json.dumps({"text": TEXT}) + "\n"
+    )
     assert main(["detect", "--adapter", str(run_dir), "--input", str(src)]) == 1
     assert f"{src}:2: summary: missing" in capsys.readouterr().err
 
