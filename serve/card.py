@@ -46,8 +46,13 @@ TASK_INFO: dict[str, dict[str, str]] = {
     },
 }
 DATASET_TAGS = ("microsoft/DeFacto", "ariecattan/qasem_consistency", "cece00/FHSumBench")
-# Keys of a results.json section that describe the run rather than hold a metric.
-NON_METRIC_KEYS = {"n", "count", "support", "split", "seed", "n_resamples"}
+# The figures of `fincheck score`'s results.json that go into the model-index and the table, per
+# task (counts, confusion matrices and judge bookkeeping stay in results.json, which is uploaded).
+CARD_METRICS: dict[str, tuple[str, ...]] = {
+    "final": ("f1", "precision", "recall", "binary_bacc"),
+    "qasem": ("bacc", "auc"),
+    "fhsumbench": ("f", "precision", "recall", "accuracy", "fh_acc", "nfh_acc", "noh_acc"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,15 @@ class MetricRow:
     subset: str | None
     metric: str
     value: float
+    ci95: tuple[float, float] | None = None
 
 
 def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
-    """Flatten results.json into rows: {task: {metric: x}} or {task: {subset: {metric: x}}}.
+    """The card's rows from results.json (`{"tasks": {task: figures}}`, as `fincheck score`
+    writes it; a bare `{task: figures}` is accepted too).
 
-    Confidence intervals (lists, or keys ending in `_ci`) and counts are not metrics. Tasks may
-    sit at the top level or under a "tasks" key; unknown top-level keys are ignored.
+    Figures are either flat (`{"f1": x, "ci95": {"f1": [lo, hi]}}`) or per subset
+    (`{"cliff": {"bacc": x, ...}, "overall": {...}}`, QASem). Undefined figures (null) are skipped.
     """
     root = results.get("tasks", results)
     rows: list[MetricRow] = []
@@ -70,26 +77,23 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
         section = root.get(task)
         if not isinstance(section, dict):
             continue
-        metrics = section.get("metrics", section)
-        for key, value in metrics.items():
-            if _is_metric(key, value):
-                rows.append(MetricRow(task, None, key, float(value)))
-            elif isinstance(value, dict) and key not in ("ci", "config", "meta"):
-                for inner_key, inner in value.items():
-                    if _is_metric(inner_key, inner):
-                        rows.append(MetricRow(task, key, inner_key, float(inner)))
+        rows += _rows(task, None, section)
+        for subset, inner in section.items():
+            if isinstance(inner, dict) and subset not in ("ci95", "confusion", "binary_confusion"):
+                rows += _rows(task, subset, inner)
     return rows
 
 
-def _is_metric(key: str, value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and key not in NON_METRIC_KEYS
-        and not key.startswith("n_")
-        and not key.endswith("_ci")
-    )
+def _rows(task: str, subset: str | None, figures: dict[str, Any]) -> list[MetricRow]:
+    cis = figures.get("ci95") if isinstance(figures.get("ci95"), dict) else {}
+    rows = []
+    for metric in CARD_METRICS[task]:
+        value = figures.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            ci = cis.get(metric)
+            ci95 = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
+            rows.append(MetricRow(task, subset, metric, float(value), ci95))
+    return rows
 
 
 def load_anchors(path: Path = ANCHORS_PATH) -> list[dict[str, Any]]:
@@ -107,7 +111,7 @@ def build_metadata(
 
     tasks = run.tasks or list(TASKS)
     tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *tasks]
-    split = str((results or {}).get("split", "test"))
+    split = str(((results or {}).get("run") or {}).get("split", "test"))
     eval_results = [
         EvalResult(
             task_type=TASK_INFO[row.task]["task_type"],
@@ -198,7 +202,8 @@ def _result_row(row: MetricRow, anchors: list[dict[str, Any]]) -> dict[str, str]
         "task": row.task,
         "subset": row.subset or "all",
         "metric": row.metric,
-        "value": f"{row.value:.3f}",
+        "value": f"{row.value:.3f}"
+        + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
         "anchors": _anchor_text(row.task, row.subset, row.metric, anchors),
     }
 

@@ -17,14 +17,48 @@ from fincheck.serve.card import metrics_from_results, render_card
 from fincheck.serve.publish import is_main_process, publish
 
 SENTINEL = "hf_SENTINELtoken0123456789abcdefSECRET"
+# The shape `fincheck score` writes (fincheck.eval.score): figures per task, CIs, counts.
 RESULTS = {
-    "split": "test",
-    "final": {"precision": 0.5, "recall": 0.25, "f1": 0.3333, "n": 12, "f1_ci": [0.2, 0.4]},
-    "qasem": {
-        "cliff": {"bacc": 0.61, "auc": 0.66, "n": 40},
-        "factscore": {"bacc": 0.7, "auc": 0.75, "n": 40},
+    "run": {"split": "test", "bootstrap_resamples": 1000},
+    "tasks": {
+        "final": {
+            "precision": 0.5,
+            "recall": 0.25,
+            "f1": 0.3333,
+            "binary_bacc": 0.6,
+            "n": 12,
+            "true_positives": 3,
+            "binary_confusion": {"labels": ["c", "i"], "counts": [[1, 2], [3, 4]]},
+            "ci95": {"f1": [0.2, 0.4], "precision": None},
+            "judge_errors": 0,
+        },
+        "qasem": {
+            "cliff": {
+                "bacc": 0.61,
+                "auc": 0.66,
+                "n": 40,
+                "n_supported": 20,
+                "ci95": {"bacc": [0.5, 0.7]},
+            },
+            "factscore": {"bacc": 0.7, "auc": None, "n": 40},
+            "overall": {"bacc": 0.65, "auc": 0.7, "n": 80},
+        },
+        "fhsumbench": {
+            "precision": 0.41,
+            "recall": 0.43,
+            "f": 0.42,
+            "accuracy": 0.5,
+            "fh_acc": 0.2,
+            "nfh_acc": 0.3,
+            "noh_acc": 0.9,
+            "n": 30,
+            "n_parse_failed": 2,
+            "parse_failure_rate": 0.07,
+            "confusion": {"labels": ["a"], "counts": [[1]]},
+            "ci95": {"f": [0.3, 0.5]},
+        },
     },
-    "fhsumbench": {"precision": 0.41, "recall": 0.43, "f": 0.42, "nfh_acc": 0.3},
+    "counts": {"final": {"n_gold": 12}},
 }
 
 
@@ -58,19 +92,24 @@ def _front_matter(card: str) -> dict:
 
 
 def test_metrics_flatten_results_json_exactly():
-    rows = {(r.task, r.subset, r.metric): r.value for r in metrics_from_results(RESULTS)}
+    rows = {(r.task, r.subset, r.metric): (r.value, r.ci95) for r in metrics_from_results(RESULTS)}
     assert rows == {
-        ("final", None, "precision"): 0.5,
-        ("final", None, "recall"): 0.25,
-        ("final", None, "f1"): 0.3333,
-        ("qasem", "cliff", "bacc"): 0.61,
-        ("qasem", "cliff", "auc"): 0.66,
-        ("qasem", "factscore", "bacc"): 0.7,
-        ("qasem", "factscore", "auc"): 0.75,
-        ("fhsumbench", None, "precision"): 0.41,
-        ("fhsumbench", None, "recall"): 0.43,
-        ("fhsumbench", None, "f"): 0.42,
-        ("fhsumbench", None, "nfh_acc"): 0.3,
+        ("final", None, "f1"): (0.3333, (0.2, 0.4)),
+        ("final", None, "precision"): (0.5, None),
+        ("final", None, "recall"): (0.25, None),
+        ("final", None, "binary_bacc"): (0.6, None),
+        ("qasem", "cliff", "bacc"): (0.61, (0.5, 0.7)),
+        ("qasem", "cliff", "auc"): (0.66, None),
+        ("qasem", "factscore", "bacc"): (0.7, None),  # auc null (undefined) is left out
+        ("qasem", "overall", "bacc"): (0.65, None),
+        ("qasem", "overall", "auc"): (0.7, None),
+        ("fhsumbench", None, "f"): (0.42, (0.3, 0.5)),
+        ("fhsumbench", None, "precision"): (0.41, None),
+        ("fhsumbench", None, "recall"): (0.43, None),
+        ("fhsumbench", None, "accuracy"): (0.5, None),
+        ("fhsumbench", None, "fh_acc"): (0.2, None),
+        ("fhsumbench", None, "nfh_acc"): (0.3, None),
+        ("fhsumbench", None, "noh_acc"): (0.9, None),
     }
 
 
@@ -99,7 +138,9 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     assert "sha256:" + "ab" * 32 in card
     for task, digest in load_run(run_dir).prompt_hashes.items():
         assert f"`{task}`: `{digest}`" in card
-    assert "| qasem | cliff | bacc | 0.610 | GPT-4o 0.757; MiniCheck-770M 0.704" in card
+    assert (
+        "| qasem | cliff | bacc | 0.610 [0.500, 0.700] | GPT-4o 0.757; MiniCheck-770M 0.704" in card
+    )
     assert "Detector.from_pretrained(" in card
 
 
