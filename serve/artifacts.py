@@ -1,8 +1,11 @@
 """What a training run leaves behind, read in one place.
 
-A finished run folder (`checkpoints/<run>/`) holds the adapter (`adapter_model.safetensors`,
-`adapter_config.json`), the tokenizer, the resolved recipe and the data manifest; a run on a
-random-init base (the tiny CPU recipe) also holds that base, since it exists nowhere else.
+A finished run folder (`checkpoints/<run>/`, written by `fincheck.train.sft`) holds the adapter
+(`adapter_model.safetensors`, `adapter_config.json`), the tokenizer, the resolved recipe
+(`recipe.yaml`), the data manifest (`data_manifest.json`) and the run metadata
+(`fincheck_run.json`: base, base/recipe/data fingerprints, prompt hashes). A run on a random-init
+base (the tiny CPU recipe) also holds that base (`base/`), since it exists nowhere else; the
+base is found the way training records it (`fincheck.train.checkpoints.resolve_adapter_base`).
 Detect, merge and publish all start from `load_run(path)`.
 """
 
@@ -20,11 +23,9 @@ from fincheck.errors import FincheckError
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
-# File names a run may use for its resolved recipe and its data manifest, first match wins.
-RECIPE_NAMES = ("recipe.yaml", "resolved_recipe.yaml", "config.yaml", "train_config.yaml")
-MANIFEST_NAMES = ("data_manifest.json", "manifest.json")
-# Sub-folders where a run keeps a base model it created (random init) rather than downloaded.
-LOCAL_BASE_NAMES = ("base_model", "base", "tiny_base")
+RECIPE_FILE = "recipe.yaml"
+MANIFEST_FILE = "data_manifest.json"
+RUN_METADATA = "fincheck_run.json"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -52,12 +53,21 @@ class RunArtifacts:
     recipe_path: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     manifest_path: Path | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # fincheck_run.json
     local_base: Path | None = None  # a base model saved inside the run (random-init tiny base)
 
     @property
     def base_name(self) -> str:
-        """The base the adapter was trained on, as recorded by PEFT."""
-        return str(self.adapter_config.get("base_model_name_or_path") or "")
+        """The base the adapter was trained on, as recorded by the run (or else by PEFT)."""
+        return str(
+            self.metadata.get("base_model")
+            or self.adapter_config.get("base_model_name_or_path")
+            or ""
+        )
+
+    @property
+    def data_fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint") or self.metadata.get("data_fingerprint")
 
     @property
     def hub_base_id(self) -> str | None:
@@ -72,7 +82,7 @@ class RunArtifacts:
 
     @property
     def prompt_hashes(self) -> dict[str, str]:
-        return dict(self.manifest.get("prompt_hashes") or self.recipe.get("prompt_hashes") or {})
+        return dict(self.manifest.get("prompt_hashes") or self.metadata.get("prompt_hashes") or {})
 
     @property
     def tasks(self) -> list[str]:
@@ -112,32 +122,27 @@ def load_run(path: str | Path) -> RunArtifacts:
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
     adapter_config = _read_json(config_path)
     run = RunArtifacts(path=path, adapter_config=adapter_config)
-    for name in RECIPE_NAMES:
-        if (path / name).is_file():
-            run.recipe_path = path / name
-            run.recipe = _read_yaml(path / name)
-            break
-    for name in MANIFEST_NAMES:
-        if (path / name).is_file():
-            run.manifest_path = path / name
-            run.manifest = _read_json(path / name)
-            break
-    run.local_base = _find_local_base(path, run.base_name)
+    if (path / RECIPE_FILE).is_file():
+        run.recipe_path = path / RECIPE_FILE
+        run.recipe = _read_yaml(run.recipe_path)
+    if (path / MANIFEST_FILE).is_file():
+        run.manifest_path = path / MANIFEST_FILE
+        run.manifest = _read_json(run.manifest_path)
+    if (path / RUN_METADATA).is_file():
+        run.metadata = _read_json(path / RUN_METADATA)
+    run.local_base = _find_local_base(path)
     return run
 
 
-def _find_local_base(path: Path, base_name: str) -> Path | None:
-    candidates = []
-    if base_name and not Path(base_name).is_absolute():
-        candidates.append(path / base_name)
-    if base_name:
-        candidates.append(Path(base_name))
-    candidates += [path / n for n in LOCAL_BASE_NAMES]
-    for candidate in candidates:
-        if (candidate / "config.json").is_file() and candidate.resolve().is_relative_to(
-            path.resolve()
-        ):
-            return candidate
+def _find_local_base(path: Path) -> Path | None:
+    """The base folder when it lives inside the run (a random-init base), else None."""
+    from fincheck.train.checkpoints import resolve_adapter_base
+
+    base = Path(resolve_adapter_base(path))
+    if not base.is_absolute():
+        base = path / base if (path / base).is_dir() else base
+    if (base / "config.json").is_file() and base.resolve().is_relative_to(path.resolve()):
+        return base
     return None
 
 

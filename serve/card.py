@@ -164,13 +164,19 @@ def render_card(
         "repo_id": repo_id,
         "base_description": f"[{base}](https://huggingface.co/{base})"
         if base
-        else "a small randomly initialised base model saved with the run (folder `base_model/`)",
+        else "a small randomly initialised base model shipped with the adapter (folder "
+        f"`{run.local_base.name if run.local_base is not None else 'base'}/`)",
         "base_comment": f"# base: {base} (pass base=... to use a local copy)\n"
         if base
-        else "# base: the repo's own base_model/ folder (random init, shipped with the adapter)\n",
+        else "# base: the random-init base shipped in this repo, found automatically\n",
         "tasks_text": ", ".join(run.tasks) if run.tasks else "not recorded",
         "lora_text": lora_text,
-        "fingerprint": run.manifest.get("fingerprint", "not recorded"),
+        "fingerprint": run.data_fingerprint or "not recorded",
+        "run_fingerprints": {
+            k: run.metadata[k]
+            for k in ("base_fingerprint", "recipe_fingerprint")
+            if run.metadata.get(k)
+        },
         "prompt_hashes": run.prompt_hashes,
         "recipe_yaml": yaml.safe_dump(run.recipe, sort_keys=False)
         if run.recipe

@@ -36,7 +36,7 @@ TASK_FIELDS: dict[str, tuple[str, ...]] = {
     "fhsumbench": ("text", "summary"),
 }
 # Files fetched when the adapter is a hub repo (weights only as safetensors).
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.yaml", "base_model/*"]
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.yaml", "base/*"]
 
 
 @dataclass

@@ -27,13 +27,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fincheck.errors import FincheckError
-from fincheck.serve.artifacts import ADAPTER_CONFIG, ADAPTER_WEIGHTS, RunArtifacts, load_run
+from fincheck.serve.artifacts import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    MANIFEST_FILE,
+    RUN_METADATA,
+    RunArtifacts,
+    load_run,
+)
 from fincheck.serve.card import read_results, render_card
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-BASE_FOLDER = "base_model"  # where a run's own random-init base goes in the uploaded repo
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 _sleep = time.sleep  # tests replace this to retry without waiting
 
@@ -71,17 +77,24 @@ def build_upload_folder(
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS)
     adapter_config = dict(run.adapter_config)
+    metadata = dict(run.metadata)
     if run.local_base is not None:
-        # The base exists only in this run: ship it and point the adapter at the shipped copy.
-        shutil.copytree(run.local_base, out_dir / BASE_FOLDER, ignore=_skip_pickles)
-        adapter_config["base_model_name_or_path"] = BASE_FOLDER
+        # The base exists only in this run: ship it (same relative folder, e.g. `base/`) and
+        # point the adapter at the shipped copy instead of a path on this machine.
+        folder = run.local_base.resolve().relative_to(run.path.resolve()).as_posix()
+        shutil.copytree(run.local_base, out_dir / folder, ignore=_skip_pickles)
+        adapter_config["base_model_name_or_path"] = folder
+        if metadata:
+            metadata["base_model"] = folder
     (out_dir / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
+    if metadata:
+        (out_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
     for path in run.tokenizer_files:
         shutil.copy2(path, out_dir / path.name)
     if run.recipe_path is not None:
         shutil.copy2(run.recipe_path, out_dir / run.recipe_path.name)
     if run.manifest_path is not None:
-        shutil.copy2(run.manifest_path, out_dir / "data_manifest.json")
+        shutil.copy2(run.manifest_path, out_dir / MANIFEST_FILE)
     if results is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "README.md").write_text(

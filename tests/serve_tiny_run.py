@@ -2,7 +2,7 @@
 
 Shape of what `fincheck train` leaves in `checkpoints/<run>/`: a LoRA adapter (safetensors),
 the tokenizer with its chat template, the resolved recipe, the data manifest, and the
-random-init base saved in `base_model/` (it exists nowhere else). The base and tokenizer are
+random-init base saved in `base/`, recorded in `fincheck_run.json` as `fincheck train` does (it exists nowhere else). The base and tokenizer are
 the project's tiny Qwen2 (`fincheck.train.tiny_model`); the adapter is untrained LoRA with
 random B matrices (fresh LoRA has B = 0, a no-op that would make merge tests vacuous).
 """
@@ -26,9 +26,9 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
 
     run = root / "tiny-run"
     run.mkdir(parents=True)
-    save_tiny_base(run / "base_model", seed=seed)
-    base = AutoModelForCausalLM.from_pretrained(run / "base_model")
-    tokenizer = AutoTokenizer.from_pretrained(run / "base_model")
+    save_tiny_base(run / "base", seed=seed)
+    base = AutoModelForCausalLM.from_pretrained(run / "base")
+    tokenizer = AutoTokenizer.from_pretrained(run / "base")
     torch.manual_seed(seed)
     lora = LoraConfig(
         r=4,
@@ -48,7 +48,7 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     tokenizer.save_pretrained(run)
     cfg_path = run / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["base_model_name_or_path"] = str(run / "base_model")
+    cfg["base_model_name_or_path"] = str(run / "base")  # PEFT records the absolute path
     cfg_path.write_text(json.dumps(cfg, indent=2))
     hashes = prompt_hashes(("final", "qasem", "fhsumbench"))
     recipe = {
@@ -62,4 +62,12 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     manifest = {"fingerprint": "sha256:" + "ab" * 32, "prompt_hashes": hashes, "counts": {}}
     (run / "data_manifest.json").write_text(json.dumps(manifest, indent=2))
+    metadata = {
+        "base_model": "base",
+        "base_fingerprint": "cd" * 8,
+        "recipe_fingerprint": "ef" * 8,
+        "data_fingerprint": manifest["fingerprint"],
+        "prompt_hashes": hashes,
+    }
+    (run / "fincheck_run.json").write_text(json.dumps(metadata, indent=2))
     return run

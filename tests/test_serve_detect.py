@@ -41,7 +41,7 @@ def detector(run_dir: Path):
 
 def test_default_base_is_the_runs_own_saved_base(detector, run_dir: Path):
     assert detector.run is not None
-    assert detector.run.resolve_base() == str(run_dir / "base_model")
+    assert detector.run.resolve_base() == str(run_dir / "base")
     assert detector.window == 1024  # the recipe's max_length, below the model's 4096 positions
 
 

@@ -136,6 +136,7 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     assert all(e.dataset_split == "test" for e in parsed)
     # Training facts and anchors appear in the prose.
     assert "sha256:" + "ab" * 32 in card
+    assert "Base fingerprint: `" + "cd" * 8 in card
     for task, digest in load_run(run_dir).prompt_hashes.items():
         assert f"`{task}`: `{digest}`" in card
     assert (
@@ -149,6 +150,7 @@ def test_card_uses_hub_base_id_when_the_base_is_on_the_hub(run_dir: Path):
 
     run = load_run(run_dir)
     run.local_base = None
+    run.metadata = {**run.metadata, "base_model": "Qwen/Qwen2.5-0.5B-Instruct"}
     run.adapter_config = {
         **run.adapter_config,
         "base_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
@@ -186,8 +188,9 @@ def test_dry_run_writes_the_exact_repo_folder(
         "recipe.yaml",
         "data_manifest.json",
         "results.json",
-        "base_model/config.json",
-        "base_model/model.safetensors",
+        "fincheck_run.json",
+        "base/config.json",
+        "base/model.safetensors",
     } <= set(files)
     assert not any(f.endswith((".bin", ".pt", ".pkl")) for f in files)
     # The printed list is the folder's list.
@@ -195,9 +198,9 @@ def test_dry_run_writes_the_exact_repo_folder(
     assert printed == files
     # The shipped adapter points at the shipped base, not at a path on this machine.
     assert (
-        json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
-        == "base_model"
+        json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "base"
     )
+    assert json.loads((out / "fincheck_run.json").read_text())["base_model"] == "base"
     assert json.loads((out / "results.json").read_text()) == RESULTS
 
 
