@@ -134,7 +134,7 @@ def build_metadata(
         language=["en"],
         pipeline_tag="text-generation",
         tags=tags,
-        model_name=repo_id.split("/")[-1],
+        model_name=repo_id.split("/")[-1] if eval_results else None,
         eval_results=eval_results or None,
     )
     return data.to_dict()

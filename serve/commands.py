@@ -71,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-new-tokens",
         type=int,
         default=None,
-        help="tokens generated for the descriptions (default: as `fincheck eval`, 384)",
+        help="tokens generated for the free-text answers (descriptions, judgement); "
+        "default as `fincheck eval`: 384 and 96",
     )
     detect.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"

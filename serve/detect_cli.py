@@ -110,7 +110,9 @@ def run_detect(args: argparse.Namespace) -> int:
         device=args.device,
         trust_remote_code=args.trust_remote_code,
         batch_size=args.batch_size,
-        max_new_tokens={"final": args.max_new_tokens} if args.max_new_tokens else None,
+        max_new_tokens={"final": args.max_new_tokens, "fhsumbench": args.max_new_tokens}
+        if args.max_new_tokens
+        else None,
     )
     results = detect_records(detector, records)
     if single:
