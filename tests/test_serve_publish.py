@@ -287,11 +287,16 @@ def test_only_rank_zero_publishes(run_dir: Path, hub: FakeHub, monkeypatch):
 
 
 def test_token_never_leaks(
-    run_dir: Path, results_file: Path, hub: FakeHub, tmp_path: Path, capsys, caplog
+    run_dir: Path, results_file: Path, hub: FakeHub, tmp_path: Path, capsys, caplog, monkeypatch
 ):
     """The sentinel token reaches the hub only as an Authorization header: never in printed
     output, logs, the dry-run folder or any uploaded file -- also on the failure paths."""
+    import huggingface_hub.constants
+
     out = tmp_path / "dry"
+    # Loudest logging there is: huggingface_hub at DEBUG with HF_DEBUG (it logs curl commands).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_DEBUG", True)
+    caplog.set_level(logging.DEBUG, logger="huggingface_hub")
     with caplog.at_level(logging.DEBUG):
         assert (
             main(
@@ -331,6 +336,7 @@ def test_token_never_leaks(
     captured = capsys.readouterr()
     assert SENTINEL not in captured.out + captured.err
     assert SENTINEL not in caplog.text
+    assert "Send: curl" in caplog.text  # the debug log really ran, with the token hidden
     for path in out.rglob("*"):
         if path.is_file():
             assert SENTINEL.encode() not in path.read_bytes(), path
