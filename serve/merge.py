@@ -48,14 +48,18 @@ def load_base_and_adapter(
         ) from None
     if getattr(model.config, "quantization_config", None):
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
-    if device:
-        model = model.to(device)
-    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
-    model.eval()
     tokenizer_dir = run.path if run.tokenizer_files else base_path
     tokenizer = AutoTokenizer.from_pretrained(
         str(tokenizer_dir), trust_remote_code=trust_remote_code
     )
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        # Training added tokens (e.g. a pad token): the same resize fincheck.train does before
+        # the adapter (which then carries the new embedding rows) is applied.
+        model.resize_token_embeddings(len(tokenizer))
+    if device:
+        model = model.to(device)
+    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+    model.eval()
     return model, tokenizer, run
 
 
