@@ -78,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"
     )
     detect.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        default=None,
+        help="weights dtype (default: bf16 on GPU, fp32 on CPU)",
+    )
+    detect.add_argument(
         "--trust-remote-code",
         action="store_true",
         help="allow the base model's own Python code to run (off by default)",

@@ -108,6 +108,7 @@ def run_detect(args: argparse.Namespace) -> int:
         args.model,
         adapter=args.adapter,
         device=args.device,
+        dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         batch_size=args.batch_size,
         max_new_tokens={"final": args.max_new_tokens, "fhsumbench": args.max_new_tokens}
