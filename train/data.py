@@ -19,12 +19,13 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fincheck.config import config_field, load_config
+from fincheck.data_prep.trimming import pair_text, trim_grounding
 from fincheck.errors import FincheckError
 from fincheck.pairs import TASKS, Pair, read_pairs
 
@@ -82,50 +83,40 @@ def chat_length(tokenizer: Any, messages: Sequence[dict[str, str]]) -> int:
     return len(ids)
 
 
-def with_grounding(pair: Pair, keep_chars: int) -> Pair:
-    """A copy of `pair` whose grounding text keeps only its first `keep_chars` characters."""
-    start, end = pair.meta["grounding_span"]
-    messages = [dict(m) for m in pair.messages]
-    user_index = next(i for i, m in enumerate(messages) if m["role"] == "user")
-    user = messages[user_index]["content"]
-    messages[user_index]["content"] = user[:start] + user[start : start + keep_chars] + user[end:]
-    meta = {**pair.meta, "grounding_span": [start, start + keep_chars]}
-    meta["grounding_trimmed_from"] = end - start
-    return Pair(id=pair.id, task=pair.task, split=pair.split, messages=messages, meta=meta)
-
-
 def fit_pair(
-    pair: Pair,
-    length_of: Callable[[Sequence[dict[str, str]]], int],
-    max_length: int,
-    min_grounding_kept: float = 0.0,
+    pair: Pair, tokenizer: Any, max_length: int, min_grounding_kept: float = 0.0
 ) -> tuple[Pair | None, str]:
-    """Make `pair` fit `max_length` tokens by cutting the end of its grounding text.
+    """Make `pair` fit `max_length` tokens of the chat template by cutting its grounding text.
 
-    Returns (pair, "kept" | "trimmed") or (None, "dropped"). Binary search over the number of
-    grounding characters kept (token count is monotone in it up to merge effects, and the final
-    length is checked), then backs off to a word boundary so no word is split.
+    Returns (pair, "kept" | "trimmed") or (None, "dropped"). The cut is data-prep's
+    `trim_grounding` (word boundary + " [...]" marker, the same one evaluation uses); the result
+    is re-measured with the real chat template and cut further until it fits, because tokens
+    can merge across message boundaries.
     """
-    if length_of(pair.messages) <= max_length:
+    length = chat_length(tokenizer, pair.messages)
+    if length <= max_length:
         return pair, "kept"
     if "grounding_span" not in pair.meta:
         return None, "dropped"
-    start, end = pair.meta["grounding_span"]
-    grounding = pair.user_content[start:end]
-    lo, hi = 0, len(grounding)  # invariant: keeping `lo` chars fits (checked below), `hi` does not
-    if length_of(with_grounding(pair, 0).messages) > max_length:
-        return None, "dropped"  # instructions + target alone are too long
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if length_of(with_grounding(pair, mid).messages) <= max_length:
-            lo = mid
-        else:
-            hi = mid
-    cut = grounding.rfind(" ", 0, lo + 1)
-    keep = cut if cut > lo * 0.8 else lo
-    if len(grounding) and keep / len(grounding) < min_grounding_kept:
-        return None, "dropped"
-    return with_grounding(pair, keep), "trimmed"
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    overhead = length - count(pair_text(pair))  # what the chat template adds around the text
+    budget = max_length
+    for _ in range(8):
+        out, _ = trim_grounding(pair, budget, count, overhead)
+        if out is None:
+            return None, "dropped"
+        excess = chat_length(tokenizer, out.messages) - max_length
+        if excess <= 0:
+            start, end = pair.meta["grounding_span"]
+            kept_start, kept_end = out.meta["grounding_span"]
+            if end > start and (kept_end - kept_start) / (end - start) < min_grounding_kept:
+                return None, "dropped"
+            return out, "trimmed"
+        budget -= excess
+    return None, "dropped"
 
 
 def read_task_pairs(dataset_dir: Path, task: str, split: str) -> list[Pair]:
@@ -195,37 +186,37 @@ def build_training_data(
             f"dataset_dir {dataset_dir} does not exist: run `fincheck prepare` first"
         )
 
-    def length_of(messages: Sequence[dict[str, str]]) -> int:
-        return chat_length(tokenizer, messages)
-
+    # Select first (weights, caps), then fit only what was selected: fitting measures every
+    # pair with the chat template, which is the slow part for a large prepared set.
+    by_task = {t: read_task_pairs(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
     fit_stats = FitStats()
-    train_by_task: dict[str, list[Pair]] = {}
-    for task in mixture.tasks:
-        fitted = []
-        for pair in read_task_pairs(dataset_dir, task, mixture.train_split):
-            out, status = fit_pair(pair, length_of, max_length, mixture.min_grounding_kept)
-            getattr(fit_stats, status)[task] += 1
-            if out is not None:
-                fitted.append(out)
-        if not fitted:
-            raise FincheckError(
-                f"task {task!r}: no {mixture.train_split} pair fits max_length={max_length}"
-            )
-        train_by_task[task] = fitted
-    train = mix_pairs(train_by_task, mixture, seed)
+    train: list[Pair] = []
+    for pair in mix_pairs(by_task, mixture, seed):
+        out, status = fit_pair(pair, tokenizer, max_length, mixture.min_grounding_kept)
+        getattr(fit_stats, status)[pair.task] += 1
+        if out is not None:
+            train.append(out)
+    empty = [t for t in mixture.tasks if fit_stats.kept[t] + fit_stats.trimmed[t] == 0]
+    if empty and any(mixture.weights.get(t, 1.0) > 0 for t in empty):
+        raise FincheckError(
+            f"no {mixture.train_split} pair of {empty} fits max_length={max_length}"
+        )
 
     eval_rows: list[dict[str, Any]] = []
     if eval_max_examples > 0:
-        eval_pairs: list[Pair] = []
-        for task in mixture.tasks:
-            path = dataset_dir / task / f"{mixture.eval_split}.jsonl"
-            if path.is_file():
-                for pair in read_pairs(path):
-                    out, _ = fit_pair(pair, length_of, max_length, mixture.min_grounding_kept)
-                    if out is not None:
-                        eval_pairs.append(out)
-        random.Random(seed).shuffle(eval_pairs)
-        eval_rows = [to_prompt_completion(p) for p in eval_pairs[:eval_max_examples]]
+        candidates = [
+            pair
+            for task in mixture.tasks
+            if (dataset_dir / task / f"{mixture.eval_split}.jsonl").is_file()
+            for pair in read_pairs(dataset_dir / task / f"{mixture.eval_split}.jsonl")
+        ]
+        random.Random(seed).shuffle(candidates)
+        for pair in candidates:
+            if len(eval_rows) == eval_max_examples:
+                break
+            out, _ = fit_pair(pair, tokenizer, max_length, mixture.min_grounding_kept)
+            if out is not None:
+                eval_rows.append(to_prompt_completion(out))
 
     stats = {
         "fit": fit_stats.as_dict(),

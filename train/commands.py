@@ -1,0 +1,50 @@
+"""`fincheck train`: one-process LoRA SFT from a recipe (multi-GPU: launch train/sft.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+examples:
+  fincheck train --config configs/train/tiny-cpu.yaml --dataset_dir=prepared --deepspeed=
+  fincheck train --config configs/train/qwen2.5-0.5b-instruct.yaml --max_steps=100 --report_to=wandb
+
+multi-process / multi-GPU (same recipe, same overrides):
+  deepspeed --num_gpus 8 train/sft.py --config RECIPE
+  torchrun --nproc_per_node 8 train/sft.py --config RECIPE
+  accelerate launch --num_processes 8 train/sft.py --config RECIPE
+
+Any recipe key can be overridden as --key=value; `python train/sft.py --help` lists them all
+with their defaults. Resume an interrupted run with --resume_from_checkpoint=auto.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="LoRA fine-tune a detector on prepared pairs (one process)",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", required=True, help="recipe YAML (configs/train/*.yaml)")
+    parser.add_argument(
+        "--list-keys", action="store_true", help="print every recipe key with its default and exit"
+    )
+    parser.set_defaults(func=handle_train, accepts_overrides=True)
+
+
+def handle_train(args: argparse.Namespace) -> int:
+    from fincheck.config import describe_config
+    from fincheck.train.recipe import SFTRecipe, load_recipe
+
+    if args.list_keys:
+        print(describe_config(SFTRecipe))
+        return 0
+    recipe = load_recipe(args.config, args.overrides)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from fincheck.train.sft import run
+
+    return run(recipe)
