@@ -30,7 +30,9 @@ def _tasks(value: str) -> tuple[str, ...]:
     tasks = tuple(t.strip() for t in value.split(",") if t.strip())
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
-        raise argparse.ArgumentTypeError(f"unknown task(s) {unknown}; choose from {','.join(TASKS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown task(s) {unknown}; choose from {','.join(TASKS)}"
+        )
     return tasks
 
 
@@ -65,21 +67,48 @@ def register(subparsers) -> None:
     )
     p.add_argument("--model", help="base model name or path (default: the adapter's recorded base)")
     p.add_argument("--adapter", help="LoRA adapter directory (from `fincheck train`)")
-    p.add_argument("--data", required=True, type=Path, help="prepared data directory (`fincheck prepare --out`)")
-    p.add_argument("--out", required=True, type=Path, help="run directory; predictions go to OUT/predictions/")
-    p.add_argument("--tasks", type=_tasks, default=TASKS, help=f"comma-separated tasks (default: {','.join(TASKS)})")
-    p.add_argument("--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)")
-    p.add_argument("--limit", type=int, help="first N examples per task (default: all)")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call (default: 8)")
     p.add_argument(
-        "--max-new-tokens", type=_max_new_tokens, default=dict(DEFAULT_MAX_NEW_TOKENS),
+        "--data",
+        required=True,
+        type=Path,
+        help="prepared data directory (`fincheck prepare --out`)",
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="run directory; predictions go to OUT/predictions/"
+    )
+    p.add_argument(
+        "--tasks",
+        type=_tasks,
+        default=TASKS,
+        help=f"comma-separated tasks (default: {','.join(TASKS)})",
+    )
+    p.add_argument(
+        "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
+    )
+    p.add_argument("--limit", type=int, help="first N examples per task (default: all)")
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="prompts per generate call (default: 8)"
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=_max_new_tokens,
+        default=dict(DEFAULT_MAX_NEW_TOKENS),
         help=f"N, or task=N,... (default: {','.join(f'{k}={v}' for k, v in DEFAULT_MAX_NEW_TOKENS.items())})",
     )
-    p.add_argument("--max-input-tokens", type=int, help="trim the grounding text of longer prompts "
-                   "(default: the model's window minus --max-new-tokens)")
+    p.add_argument(
+        "--max-input-tokens",
+        type=int,
+        help="trim the grounding text of longer prompts "
+        "(default: the model's window minus --max-new-tokens)",
+    )
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="weights dtype (default: bf16 on a GPU that has it, else fp32)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="weights dtype (default: bf16 on a GPU that has it, else fp32)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
 
     s = subparsers.add_parser(
@@ -87,31 +116,69 @@ def register(subparsers) -> None:
         help="score predictions against the prepared gold: results.json, report.md, plots",
         description="Join predictions with the gold by id and compute the papers' figures "
         "(FINAL: judge matching, micro P/R/F1, binarized BAcc; QASem: BAcc/AUC per subset; "
-        "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95%% bootstrap CIs.",
+        "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95% bootstrap CIs.",
         epilog=SCORE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("--data", required=True, type=Path, help="prepared data directory (the gold)")
-    s.add_argument("--predictions", required=True, type=Path, help="directory with <task>.jsonl predictions")
-    s.add_argument("--out", required=True, type=Path, help="where results.json, report.md, plots/ and scored/ go")
-    s.add_argument("--tasks", type=_tasks, help="tasks to score (default: every task with a predictions file)")
-    s.add_argument("--split", default="test", choices=("dev", "test"), help="gold split (default: test)")
-    s.add_argument("--judge", default="none", choices=("none", "openai", "local"),
-                   help="FINAL matching judge (default: none = FINAL P/R/F1 not computed)")
+    s.add_argument(
+        "--predictions", required=True, type=Path, help="directory with <task>.jsonl predictions"
+    )
+    s.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="where results.json, report.md, plots/ and scored/ go",
+    )
+    s.add_argument(
+        "--tasks", type=_tasks, help="tasks to score (default: every task with a predictions file)"
+    )
+    s.add_argument(
+        "--split", default="test", choices=("dev", "test"), help="gold split (default: test)"
+    )
+    s.add_argument(
+        "--judge",
+        default="none",
+        choices=("none", "openai", "local"),
+        help="FINAL matching judge (default: none = FINAL P/R/F1 not computed)",
+    )
     s.add_argument("--judge-model", help="judge model name (openai) or path (local)")
     s.add_argument("--judge-base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
-    s.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the judge's API key (default: OPENAI_API_KEY)")
-    s.add_argument("--judge-concurrency", type=int, default=8, help="judge calls in flight (default: 8)")
-    s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default: 120)")
-    s.add_argument("--judge-max-retries", type=int, default=6,
-                   help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 6)")
-    s.add_argument("--judge-cache", type=Path, help="judge answer cache (default: OUT/judge_cache.jsonl)")
-    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the CIs (default: 1000)")
+    s.add_argument(
+        "--judge-api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
+    )
+    s.add_argument(
+        "--judge-concurrency", type=int, default=8, help="judge calls in flight (default: 8)"
+    )
+    s.add_argument(
+        "--judge-timeout", type=float, default=120.0, help="seconds per judge call (default: 120)"
+    )
+    s.add_argument(
+        "--judge-max-retries",
+        type=int,
+        default=6,
+        help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 6)",
+    )
+    s.add_argument(
+        "--judge-cache", type=Path, help="judge answer cache (default: OUT/judge_cache.jsonl)"
+    )
+    s.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        help="bootstrap resamples for the CIs (default: 1000)",
+    )
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
-    s.add_argument("--report-to", default="none", choices=("none", "wandb"),
-                   help="also log results and the report to wandb (WANDB_MODE=offline works)")
+    s.add_argument(
+        "--report-to",
+        default="none",
+        choices=("none", "wandb"),
+        help="also log results and the report to wandb (WANDB_MODE=offline works)",
+    )
     s.add_argument("--wandb-project", default="fincheck", help="wandb project (default: fincheck)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars")
     s.set_defaults(func=score_command)
 
 
@@ -131,7 +198,7 @@ def eval_command(args) -> int:
         max_input_tokens=args.max_input_tokens,
         device=args.device,
         dtype=args.dtype,
-        progress=sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
     summary = run_eval(opts)
     for task, counts in summary.items():
@@ -139,7 +206,9 @@ def eval_command(args) -> int:
             f"{task}: {counts['generated']} generated, {counts['resumed']} already done, "
             f"{counts['trimmed']} prompts trimmed -> {opts.predictions_dir / (task + '.jsonl')}"
         )
-    print(f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}")
+    print(
+        f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}"
+    )
     return 0
 
 
@@ -154,8 +223,11 @@ def build_judge(args):
         from fincheck.eval.judge_backends import OpenAIChatClient
 
         client = OpenAIChatClient(
-            args.judge_model, args.judge_base_url, args.judge_api_key_env,
-            args.judge_timeout, args.judge_max_retries,
+            args.judge_model,
+            args.judge_base_url,
+            args.judge_api_key_env,
+            args.judge_timeout,
+            args.judge_max_retries,
         )
     else:
         from fincheck.eval.judge_backends import TransformersChatClient
@@ -179,7 +251,7 @@ def score_command(args) -> int:
         judge_concurrency=args.judge_concurrency,
         bootstrap_resamples=args.bootstrap,
         seed=args.seed,
-        progress=sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
     results, judge_errors = run_score(opts)
     for task, figures in results["tasks"].items():
@@ -190,8 +262,11 @@ def score_command(args) -> int:
 
         log_to_wandb(results, args.out, args.wandb_project)
     if judge_errors:
-        print(f"fincheck score: {judge_errors} judge call(s) failed; those examples are not scored "
-              "(rerun to retry them: answers already received are cached)", file=sys.stderr)
+        print(
+            f"fincheck score: {judge_errors} judge call(s) failed; those examples are not scored "
+            "(rerun to retry them: answers already received are cached)",
+            file=sys.stderr,
+        )
         return 3
     return 0
 
@@ -205,8 +280,7 @@ def headline(task: str, f: dict) -> str:
     if task == "qasem":
         return " ".join(
             f"{name} BAcc {pct(f[name]['bacc'])} AUC {pct(f[name]['auc'])}"
-            for name in ("cliff", "factscore", "verifiability", "overall") if name in f
+            for name in ("cliff", "factscore", "verifiability", "overall")
+            if name in f
         )
     return f"P {pct(f['precision'])} R {pct(f['recall'])} F {pct(f['f'])} parse failures {f['n_parse_failed']}"
-
-

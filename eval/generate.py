@@ -17,6 +17,7 @@ teacher-forced forward pass (product of the per-token probabilities).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,11 +61,15 @@ def resolve_base_model(model: str | None, adapter: str | None) -> str:
     if adapter:
         config_path = Path(adapter) / "adapter_config.json"
         if not config_path.exists():
-            raise FincheckError(f"adapter {adapter}: no adapter_config.json (is this a LoRA adapter dir?)")
+            raise FincheckError(
+                f"adapter {adapter}: no adapter_config.json (is this a LoRA adapter dir?)"
+            )
         base = json.loads(config_path.read_text()).get("base_model_name_or_path")
         if base:
             return base
-    raise FincheckError("give --model (a base model name or path), or an --adapter that records its base")
+    raise FincheckError(
+        "give --model (a base model name or path), or an --adapter that records its base"
+    )
 
 
 def load_model(opts: EvalOptions):
@@ -74,7 +79,11 @@ def load_model(opts: EvalOptions):
 
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if opts.dtype == "auto":
-        dtype = torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+        dtype = (
+            torch.bfloat16
+            if device.startswith("cuda") and torch.cuda.is_bf16_supported()
+            else torch.float32
+        )
     else:
         dtype = getattr(torch, opts.dtype)
     tokenizer_source = opts.adapter if opts.adapter and _has_tokenizer(opts.adapter) else opts.model
@@ -103,35 +112,49 @@ def _has_tokenizer(path: str) -> bool:
 
 
 def render_prompt(tokenizer, pair: Pair) -> str:
-    return tokenizer.apply_chat_template(pair.prompt_messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        pair.prompt_messages, tokenize=False, add_generation_prompt=True
+    )
 
 
 def fit_prompt(tokenizer, pair: Pair, max_tokens: int | None) -> tuple[str, bool]:
-    """The rendered prompt, with the grounding text shortened (never the instructions) until the
-    prompt fits in max_tokens. Returns (prompt, trimmed?)."""
+    """The rendered prompt, with the grounding text cut (never the instructions, summary or
+    question) until it fits in max_tokens. Returns (prompt, trimmed?).
+
+    The cut is data-prep's `trim_grounding` (word boundary + " [...]" marker), the one training
+    uses, re-measured on the real chat template and cut further while tokens merge across the
+    boundary. Unlike training, evaluation never drops an example: it trims and counts.
+    """
+    from fincheck.data_prep.trimming import pair_text, trim_grounding
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     text = render_prompt(tokenizer, pair)
-    if max_tokens is None:
+    if max_tokens is None or count(text) <= max_tokens:
         return text, False
-    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if n <= max_tokens:
-        return text, False
-    span = pair.meta.get("grounding_span")
-    if not span:
-        raise FincheckError(f"{pair.task}/{pair.id}: prompt has {n} tokens > {max_tokens} and no grounding_span to trim")
-    start, end = span
-    user = pair.user_content
-    keep = end - start
+    if "grounding_span" not in pair.meta:
+        raise FincheckError(
+            f"{pair.task}/{pair.id}: prompt longer than {max_tokens} tokens and no grounding_span to trim"
+        )
+    prompt_pair = dataclasses.replace(pair, messages=pair.prompt_messages)
+    overhead = count(text) - count(pair_text(prompt_pair))  # what the chat template adds
+    budget = max_tokens
     for _ in range(8):
-        keep = int(keep * max_tokens / n * 0.97)
-        trimmed_user = user[:start] + user[start : start + keep] + user[end:]
-        messages = [
-            {**m, "content": trimmed_user} if m["role"] == "user" else m for m in pair.prompt_messages
-        ]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if n <= max_tokens:
+        trimmed, _ = trim_grounding(prompt_pair, budget, count, overhead)
+        if trimmed is None:
+            break
+        text = tokenizer.apply_chat_template(
+            trimmed.messages, tokenize=False, add_generation_prompt=True
+        )
+        excess = count(text) - max_tokens
+        if excess <= 0:
             return text, True
-    raise FincheckError(f"{pair.task}/{pair.id}: cannot fit the prompt in {max_tokens} tokens")
+        budget -= excess
+    raise FincheckError(
+        f"{pair.task}/{pair.id}: the prompt does not fit in {max_tokens} tokens even without its "
+        "grounding text; raise --max-input-tokens"
+    )
 
 
 def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
@@ -148,8 +171,9 @@ def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) ->
     """P(spelling | prompt) for each spelling, summed: a (batch,) tensor.
 
     Single-token spellings read `first_logits` (the first generated position); longer ones are
-    teacher-forced: the prompt plus the spelling's tokens in one forward pass, with position ids
-    that skip the left padding.
+    teacher-forced: the prompt plus the spelling's tokens in one forward pass. Position ids skip
+    the left padding (RoPE models would not notice a constant shift; absolute-position models
+    would).
     """
     import torch
 
@@ -176,7 +200,9 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     """Greedy outputs for a batch of rendered prompts, and p_yes per prompt when asked."""
     import torch
 
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+        model.device
+    )
     with torch.no_grad():
         out = model.generate(
             **enc,
@@ -194,8 +220,20 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     p_yes = None
     if want_p_yes:
         first = out.logits[0]
-        yes = sequence_probs(model, enc["input_ids"], enc["attention_mask"], first, answer_spellings(tokenizer, YES_SPELLINGS))
-        no = sequence_probs(model, enc["input_ids"], enc["attention_mask"], first, answer_spellings(tokenizer, NO_SPELLINGS))
+        yes = sequence_probs(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            first,
+            answer_spellings(tokenizer, YES_SPELLINGS),
+        )
+        no = sequence_probs(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            first,
+            answer_spellings(tokenizer, NO_SPELLINGS),
+        )
         p_yes = (yes / (yes + no).clamp(min=1e-30)).tolist()
     return texts, p_yes
 
@@ -223,23 +261,39 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             prompts[pair.id], trimmed = fit_prompt(tokenizer, pair, max_input)
             n_trimmed += trimmed
         todo.sort(key=lambda p: -len(prompts[p.id]))
-        bar = tqdm(total=len(pairs), initial=len(pairs) - len(todo), desc=f"eval {task}", unit="ex", disable=not opts.progress)
+        bar = tqdm(
+            total=len(pairs),
+            initial=len(pairs) - len(todo),
+            desc=f"eval {task}",
+            unit="ex",
+            disable=not opts.progress,
+        )
         try:
             for start in range(0, len(todo), opts.batch_size):
                 batch = todo[start : start + opts.batch_size]
                 texts, p_yes = generate_batch(
-                    model, tokenizer, [prompts[p.id] for p in batch],
-                    opts.max_new_tokens.get(task, DEFAULT_MAX_NEW_TOKENS[task]), task == "qasem",
+                    model,
+                    tokenizer,
+                    [prompts[p.id] for p in batch],
+                    opts.max_new_tokens.get(task, DEFAULT_MAX_NEW_TOKENS[task]),
+                    task == "qasem",
                 )
-                writer.write_batch([
-                    Prediction(p.id, task, text, p_yes[i] if p_yes else None)
-                    for i, (p, text) in enumerate(zip(batch, texts, strict=True))
-                ])
+                writer.write_batch(
+                    [
+                        Prediction(p.id, task, text, p_yes[i] if p_yes else None)
+                        for i, (p, text) in enumerate(zip(batch, texts, strict=True))
+                    ]
+                )
                 bar.update(len(batch))
         finally:
             bar.close()
             writer.close()
-        summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo), "generated": len(todo), "trimmed": n_trimmed}
+        summary[task] = {
+            "total": len(pairs),
+            "resumed": len(pairs) - len(todo),
+            "generated": len(todo),
+            "trimmed": n_trimmed,
+        }
     return summary
 
 
@@ -270,7 +324,9 @@ def _check_run_config(opts: EvalOptions) -> None:
                 "use another --out"
             )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**config, "tasks": list(opts.tasks)}, indent=2) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({**config, "tasks": list(opts.tasks)}, indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def options_as_dict(opts: EvalOptions) -> dict:

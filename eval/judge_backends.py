@@ -29,6 +29,7 @@ class OpenAIChatClient:
         api_key_env: str = DEFAULT_KEY_ENV,
         timeout_s: float = 120.0,
         max_retries: int = 6,
+        max_consecutive_unreachable: int = 5,
     ) -> None:
         import openai
 
@@ -49,6 +50,11 @@ class OpenAIChatClient:
             "base_url": str(self._client.base_url),
         }
         self.model = model
+        # Circuit breaker: this many calls in a row that could not connect (each after all its
+        # retries) means the endpoint is down or mistyped; stop instead of failing every example.
+        self.max_consecutive_unreachable = max_consecutive_unreachable
+        self._unreachable_in_a_row = 0
+        self._lock = threading.Lock()
 
     def complete(self, messages: list[dict[str, str]], sampling: dict) -> str:
         import openai
@@ -67,8 +73,21 @@ class OpenAIChatClient:
                 f"the judge endpoint {self.identity['base_url']} has no model {self.model!r} "
                 f"(HTTP {e.status_code})"
             ) from None
-        except openai.APIError as e:  # retries exhausted, timeout, connection refused, 4xx
+        except openai.APIConnectionError as e:  # also timeouts; after all retries
+            with self._lock:
+                self._unreachable_in_a_row += 1
+                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
+            if stop:
+                raise FincheckError(
+                    f"the judge endpoint {self.identity['base_url']} is unreachable "
+                    f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {_short(e)}); "
+                    "check --judge-base-url and the network, then rerun (answers so far are cached)"
+                ) from None
             raise JudgeCallError(f"{type(e).__name__}: {_short(e)}") from None
+        except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
+            raise JudgeCallError(f"{type(e).__name__}: {_short(e)}") from None
+        with self._lock:
+            self._unreachable_in_a_row = 0
         if not response.choices:
             raise JudgeCallError("the endpoint returned no choices")
         content = response.choices[0].message.content

@@ -19,9 +19,17 @@ FINAL_F1: dict[str, float | str] = {
 # QASem paper, Table 4 (test split): (BAcc, AUC) in percent per subset; None = not reported.
 QASEM: dict[str, dict[str, tuple[float, float | None]]] = {
     "GPT-4o": {"cliff": (75.7, None), "factscore": (82.4, None), "verifiability": (79.2, None)},
-    "MiniCheck-770M": {"cliff": (70.4, 80.8), "factscore": (78.0, 87.3), "verifiability": (76.3, 83.4)},
+    "MiniCheck-770M": {
+        "cliff": (70.4, 80.8),
+        "factscore": (78.0, 87.3),
+        "verifiability": (76.3, 83.4),
+    },
     "Gemma-2-9B": {"cliff": (70.0, 82.5), "factscore": (78.0, 88.1), "verifiability": (77.1, 87.1)},
-    "Llama-3.1-8B": {"cliff": (65.8, 79.0), "factscore": (76.5, 89.4), "verifiability": (68.5, 83.7)},
+    "Llama-3.1-8B": {
+        "cliff": (65.8, 79.0),
+        "factscore": (76.5, 89.4),
+        "verifiability": (68.5, 83.7),
+    },
 }
 
 # FHSumBench paper, Tables 1-2 (all 1,336 samples): macro P / R / F; None = not quoted in SPEC.

@@ -36,7 +36,9 @@ def plot_confusion(counts: list[list[int]], labels: list[str], title: str, path:
     return path
 
 
-def plot_roc(curves: dict[str, tuple[list[float], list[float], float]], title: str, path: Path) -> Path:
+def plot_roc(
+    curves: dict[str, tuple[list[float], list[float], float]], title: str, path: Path
+) -> Path:
     """One ROC curve per name: (false-positive rates, true-positive rates, AUC)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 5))

@@ -49,7 +49,10 @@ def read_predictions(path: Path, task: str | None = None) -> list[Prediction]:
             prediction = _validate(record, str(path), line_no, task)
             if prediction.id in seen:
                 raise InvalidRecordError(
-                    str(path), line_no, "id", f"duplicate id {prediction.id!r} (first on line {seen[prediction.id]})"
+                    str(path),
+                    line_no,
+                    "id",
+                    f"duplicate id {prediction.id!r} (first on line {seen[prediction.id]})",
                 )
             seen[prediction.id] = line_no
             predictions.append(prediction)
@@ -69,7 +72,9 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
     p_yes = record.get("p_yes")
     if p_yes is not None:
         if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0 <= p_yes <= 1:
-            raise InvalidRecordError(where, line, "p_yes", f"expected a number in [0, 1], got {p_yes!r}")
+            raise InvalidRecordError(
+                where, line, "p_yes", f"expected a number in [0, 1], got {p_yes!r}"
+            )
         p_yes = float(p_yes)
         if math.isnan(p_yes):
             p_yes = None
@@ -90,7 +95,9 @@ def join_with_gold(
         pair = by_id.get(prediction.id)
         if pair is None:
             raise InvalidRecordError(
-                str(predictions_path), prediction.line, "id",
+                str(predictions_path),
+                prediction.line,
+                "id",
                 f"{prediction.id!r} is not in the gold split {gold_path}",
             )
         joined.append((pair, prediction))

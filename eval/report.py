@@ -25,11 +25,21 @@ def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str
     return f"{value} [{fmt(ci[0], scale, digits)}, {fmt(ci[1], scale, digits)}]"
 
 
-def render_report(results: dict, plots: dict[str, list[str]], examples: dict[str, list[dict]]) -> str:
+def render_report(
+    results: dict, plots: dict[str, list[str]], examples: dict[str, list[dict]]
+) -> str:
     run = results["run"]
     lines = ["# fincheck evaluation report", ""]
     lines += ["## What was run", ""]
-    for key in ("model", "adapter", "split", "data_dir", "data_fingerprint", "predictions_dir", "created"):
+    for key in (
+        "model",
+        "adapter",
+        "split",
+        "data_dir",
+        "data_fingerprint",
+        "predictions_dir",
+        "created",
+    ):
         if run.get(key) is not None:
             lines.append(f"- **{key}**: `{run[key]}`")
     if run.get("prompt_hashes"):
@@ -81,7 +91,10 @@ def _section_final(f: dict) -> list[str]:
         "",
     ]
     if judge is None and f["n_needing_judge"]:
-        out += ["No judge was configured: precision/recall/F1 need one (`--judge openai|local`).", ""]
+        out += [
+            "No judge was configured: precision/recall/F1 need one (`--judge openai|local`).",
+            "",
+        ]
     return out
 
 
@@ -93,12 +106,18 @@ def _judge_line(judge: dict | None) -> str:
 
 def _section_qasem(f: dict) -> list[str]:
     subsets = [s for s in ("cliff", "factscore", "verifiability") if s in f]
-    header = "| system | " + " | ".join(f"{s} BAcc | {s} AUC" for s in subsets) + " | overall BAcc | overall AUC |"
+    header = (
+        "| system | "
+        + " | ".join(f"{s} BAcc | {s} AUC" for s in subsets)
+        + " | overall BAcc | overall AUC |"
+    )
     out = [header, "| --- " * (2 * len(subsets) + 3) + "|"]
     row = "| **this run** | " + " | ".join(
         f"{fmt_ci(f[s], 'bacc', 100, 1)} | {fmt_ci(f[s], 'auc', 100, 1)}" for s in subsets
     )
-    out.append(row + f" | {fmt_ci(f['overall'], 'bacc', 100, 1)} | {fmt_ci(f['overall'], 'auc', 100, 1)} |")
+    out.append(
+        row + f" | {fmt_ci(f['overall'], 'bacc', 100, 1)} | {fmt_ci(f['overall'], 'auc', 100, 1)} |"
+    )
     for name, table in paper_numbers.QASEM.items():
         cells = " | ".join(f"{fmt(table[s][0], 1, 1)} | {fmt(table[s][1], 1, 1)}" for s in subsets)
         out.append(f"| {name} (paper) | {cells} | – | – |")

@@ -61,7 +61,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             if not path.exists():
                 raise FincheckError(f"{task}: {what} {path} not found")
         gold = list(read_pairs(gold_path))
-        joined, missing = join_with_gold(gold, read_predictions(pred_path, task), pred_path, gold_path)
+        joined, missing = join_with_gold(
+            gold, read_predictions(pred_path, task), pred_path, gold_path
+        )
         if not joined:
             raise FincheckError(f"{task}: {pred_path} holds no predictions")
         score = _score_task(task, joined, opts)
@@ -88,7 +90,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     (opts.out_dir / "results.json").write_text(
         json.dumps(_json_safe(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    (opts.out_dir / "report.md").write_text(render_report(results, plot_paths, examples), encoding="utf-8")
+    (opts.out_dir / "report.md").write_text(
+        render_report(results, plot_paths, examples), encoding="utf-8"
+    )
     return results, judge_errors
 
 
@@ -98,7 +102,12 @@ def _score_task(task: str, joined, opts: ScoreOptions) -> TaskScore:
     if task == "fhsumbench":
         return score_fhsumbench_task(joined, opts.bootstrap_resamples, opts.seed)
     return score_final_task(
-        joined, opts.judge, opts.judge_concurrency, opts.bootstrap_resamples, opts.seed, opts.progress
+        joined,
+        opts.judge,
+        opts.judge_concurrency,
+        opts.bootstrap_resamples,
+        opts.seed,
+        opts.progress,
     )
 
 
@@ -108,14 +117,23 @@ def _plots(task: str, score: TaskScore, out_dir: Path) -> list[str]:
     plot_dir = out_dir / "plots"
     f = score.figures
     if task == "fhsumbench":
-        made.append(plots.plot_confusion(
-            f["confusion"]["counts"], f["confusion"]["labels"], "FHSumBench", plot_dir / "fhsumbench_confusion.png"
-        ))
+        made.append(
+            plots.plot_confusion(
+                f["confusion"]["counts"],
+                f["confusion"]["labels"],
+                "FHSumBench",
+                plot_dir / "fhsumbench_confusion.png",
+            )
+        )
     elif task == "final":
-        made.append(plots.plot_confusion(
-            f["binary_confusion"]["counts"], f["binary_confusion"]["labels"],
-            "FINAL (binarized)", plot_dir / "final_binary_confusion.png",
-        ))
+        made.append(
+            plots.plot_confusion(
+                f["binary_confusion"]["counts"],
+                f["binary_confusion"]["labels"],
+                "FINAL (binarized)",
+                plot_dir / "final_binary_confusion.png",
+            )
+        )
     elif task == "qasem":
         curves = {}
         groups: dict[str, list[dict]] = {}
@@ -129,12 +147,25 @@ def _plots(task: str, score: TaskScore, out_dir: Path) -> list[str]:
             fpr, tpr = roc_curve(gold, [ex["score"] for ex in group])
             curves[name] = (fpr, tpr, f[name]["auc"])
         if curves:
-            made.append(plots.plot_roc(curves, "QASem ROC (positive = supported)", plot_dir / "qasem_roc.png"))
+            made.append(
+                plots.plot_roc(
+                    curves, "QASem ROC (positive = supported)", plot_dir / "qasem_roc.png"
+                )
+            )
         gold_all = [ex["gold"] for ex in score.examples]
         pred_all = [ex["predicted"] for ex in score.examples]
-        counts = [[sum(1 for g, p in zip(gold_all, pred_all, strict=True) if g == gv and p == pv)
-                   for pv in ("Yes", "No")] for gv in ("Yes", "No")]
-        made.append(plots.plot_confusion(counts, ["Yes", "No"], "QASem (s >= 0.5)", plot_dir / "qasem_confusion.png"))
+        counts = [
+            [
+                sum(1 for g, p in zip(gold_all, pred_all, strict=True) if g == gv and p == pv)
+                for pv in ("Yes", "No")
+            ]
+            for gv in ("Yes", "No")
+        ]
+        made.append(
+            plots.plot_confusion(
+                counts, ["Yes", "No"], "QASem (s >= 0.5)", plot_dir / "qasem_confusion.png"
+            )
+        )
     return [str(p.relative_to(out_dir)) for p in made]
 
 

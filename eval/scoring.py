@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fincheck.errors import FincheckError
 from fincheck.eval.fhsumbench_metrics import (
     judgement_to_label,
     parse_judgement,
@@ -89,20 +90,38 @@ def score_fhsumbench_task(joined: Joined, n_resamples: int = 1000, seed: int = 0
                 "parse_failed": judgement is None,
             }
         )
-    return TaskScore(score_fhsumbench(gold, pred, failed, n_resamples=n_resamples, seed=seed), examples)
+    return TaskScore(
+        score_fhsumbench(gold, pred, failed, n_resamples=n_resamples, seed=seed), examples
+    )
 
 
 def final_summary(pair: Pair) -> str:
-    """The summary the descriptions are about, for the judge."""
+    """The summary the descriptions are about, for the judge.
+
+    From `meta` when data-prep stored it; otherwise cut out of the user message with the task's
+    prompt template: the literal text between {text} and {summary}, and after {summary}, are
+    known, so the summary is what lies between them. Last resort: the user message without its
+    grounding text.
+    """
     for key in FINAL_SUMMARY_KEYS:
         if isinstance(pair.meta.get(key), str):
             return pair.meta[key]
-    # fallback: the user message without its grounding text (holds the summary and instructions)
     user = pair.user_content
     span = pair.meta.get("grounding_span")
-    if isinstance(span, list) and len(span) == 2:
-        return (user[: span[0]] + user[span[1] :]).strip()
-    return user
+    if not (isinstance(span, list) and len(span) == 2):
+        return user
+    after_text = user[span[1] :]
+    try:
+        from fincheck.prompting import load_prompt
+
+        template = load_prompt("final").user
+        between = template.split("{text}", 1)[1].split("{summary}", 1)[0]
+        suffix = template.split("{summary}", 1)[1]
+        if after_text.startswith(between) and after_text.endswith(suffix):
+            return after_text[len(between) : len(after_text) - len(suffix)].strip()
+    except (ImportError, IndexError, FincheckError):
+        pass
+    return (user[: span[0]] + after_text).strip()
 
 
 def score_final_task(

@@ -33,7 +33,8 @@ def log_to_wandb(results: dict, out_dir: Path, project: str) -> str:
     try:
         run.summary.update(flatten(results))
         images = {
-            f"plots/{png.stem}": wandb.Image(str(png)) for png in sorted((out_dir / "plots").glob("*.png"))
+            f"plots/{png.stem}": wandb.Image(str(png))
+            for png in sorted((out_dir / "plots").glob("*.png"))
         }
         if images:
             run.log(images)

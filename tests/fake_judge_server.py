@@ -21,6 +21,8 @@ class FakeJudgeServer:
         self.script: dict[str, list[tuple]] = {}
         self.requests: list[dict] = []  # every request body received, in order
         self.auth_headers: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests being handled at once
         self._lock = threading.Lock()
         server = self
 
@@ -31,9 +33,18 @@ class FakeJudgeServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     server.requests.append(body)
                     server.auth_headers.append(self.headers.get("Authorization", ""))
                     action = server._next_action(body)
+                try:
+                    self._answer(action, body)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, action: tuple, body: dict) -> None:
                 kind = action[0]
                 if kind == "status":
                     self._send(action[1], {"error": {"message": "scripted failure"}}, action[2])

@@ -145,6 +145,16 @@ def test_rerun_hits_the_cache_and_makes_zero_calls(server, make_judge):
     assert first[2].status == "skipped" and first[2].matching == {}
 
 
+def test_concurrency_limit_is_respected(server, make_judge):
+    requests = []
+    for i in range(6):
+        server.script[f"S-par-{i}"] = [("sleep", 0.2, '{"A": "A"}')]
+        requests.append((f"S-par-{i}", ["p"], ["g"]))
+    results = make_judge().match_many(requests, concurrency=2, progress=False)
+    assert all(r.status == "ok" for r in results)
+    assert server.max_in_flight == 2
+
+
 def test_cache_key_covers_model_prompt_and_sampling():
     messages = [{"role": "user", "content": "x"}]
     base = JudgeCache.key({"model": "m"}, "v1", messages, {"temperature": 0})
@@ -158,6 +168,37 @@ def test_wrong_key_stops_the_run(server, make_judge):
     server.script["S-auth"] = [("status", 401, {})]
     with pytest.raises(FincheckError, match="refused the API key"):
         make_judge().match("S-auth", ["p"], ["g"])
+
+
+def test_wrong_key_cancels_the_queued_calls(server, make_judge):
+    requests = []
+    for i in range(20):
+        server.script[f"S-auth-{i}"] = [("status", 401, {})]
+        requests.append((f"S-auth-{i}", ["p"], ["g"]))
+    with pytest.raises(FincheckError, match="refused the API key"):
+        make_judge().match_many(requests, concurrency=2, progress=False)
+    assert len(server.requests) < 20
+
+
+def test_unreachable_endpoint_stops_the_run(monkeypatch, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("FINCHECK_TEST_JUDGE_KEY", "k")
+    client = OpenAIChatClient(
+        "m",
+        f"http://127.0.0.1:{port}/v1",
+        "FINCHECK_TEST_JUDGE_KEY",
+        timeout_s=1,
+        max_retries=0,
+        max_consecutive_unreachable=3,
+    )
+    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    assert judge.match("S", ["p"], ["g"]).status == "error"  # one failure is an error...
+    with pytest.raises(FincheckError, match="is unreachable"):  # ...several in a row stop the run
+        judge.match_many([("S", ["p"], ["g"])] * 10, concurrency=1, progress=False)
 
 
 def test_parse_matching_validation():
