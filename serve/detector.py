@@ -9,8 +9,9 @@
 Every input goes through the pipeline training and evaluation use, so the model sees what it
 was trained on:
   prompt file (`fincheck.prompting`) -> messages + grounding span
-  -> `fincheck.train.data.fit_pair`: a document too long for the window is cut on its grounding
-     text only, at a word boundary, exactly as training cut it (with a warning here)
+  -> `fincheck.eval.generate.fit_prompt`: a document too long for the window is cut at the end
+     of its grounding text, at a word boundary, with data-prep's `trim_grounding` -- the cut
+     training and evaluation use (with a warning here)
   -> chat template -> `fincheck.eval.generate.generate_batch`: greedy decoding with left
      padding, and p(Yes) = P(Yes) / (P(Yes) + P(No)) at the first generated position
   -> the eval parsers (`parse_descriptions`, `parse_judgement` + `judgement_to_label`).
@@ -171,10 +172,15 @@ class Detector:
         return outputs
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
-        """The chat-formatted prompt for one input, trimmed on its grounding text to fit."""
+        """The chat-formatted prompt for one input, trimmed on its grounding text to fit.
+
+        The cut is `fincheck.eval.generate.fit_prompt`: data-prep's `trim_grounding` (end of the
+        document, word boundary, " [...]" marker), the cut training applies, re-measured on the
+        real chat template; like evaluation, an input is trimmed, never dropped.
+        """
+        from fincheck.eval.generate import fit_prompt
         from fincheck.pairs import Pair
         from fincheck.prompting import load_prompt
-        from fincheck.train.data import fit_pair
 
         missing = [f for f in TASK_FIELDS[task] if not isinstance(record.get(f), str)]
         if missing:
@@ -184,44 +190,28 @@ class Detector:
             id=str(record.get("id", "")),
             task=task,
             split="test",
-            messages=messages,
+            # fit_prompt renders everything before the target: an empty answer stands in for it.
+            messages=[*messages, {"role": "assistant", "content": ""}],
             meta={"grounding_span": list(span)},
         )
-        was_trimmed = False
-        if self.window is not None:
-
-            def length_of(msgs: Sequence[dict[str, str]]) -> int:
-                return len(self._chat_ids(msgs)) + budget  # room for the answer
-
-            fitted, status = fit_pair(pair, length_of, self.window)
-            if fitted is None:
-                raise FincheckError(
-                    f"{task}: the instructions and {', '.join(TASK_FIELDS[task][1:])} alone exceed "
-                    f"the model's window of {self.window} tokens (with {budget} for the answer)"
-                )
-            if status == "trimmed":
-                kept = fitted.meta["grounding_span"][1] - fitted.meta["grounding_span"][0]
-                log.warning(
-                    "%s: document trimmed from %d to %d characters to fit the model's window "
-                    "(%d tokens incl. %d for the answer)",
-                    task,
-                    span[1] - span[0],
-                    kept,
-                    self.window,
-                    budget,
-                )
-                was_trimmed = True
-            pair = fitted
-        prompt = self.tokenizer.apply_chat_template(
-            pair.messages, tokenize=False, add_generation_prompt=True
-        )
-        return prompt, was_trimmed
-
-    def _chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
-        )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        max_tokens = None if self.window is None else self.window - budget  # room for the answer
+        try:
+            prompt, trimmed = fit_prompt(self.tokenizer, pair, max_tokens)
+        except FincheckError:
+            raise FincheckError(
+                f"{task}: the instructions and {', '.join(TASK_FIELDS[task][1:])} alone exceed "
+                f"the model's window of {self.window} tokens (with {budget} for the answer)"
+            ) from None
+        if trimmed:
+            log.warning(
+                "%s: document of %d characters trimmed to fit the model's window "
+                "(%d tokens incl. %d for the answer)",
+                task,
+                span[1] - span[0],
+                self.window,
+                budget,
+            )
+        return prompt, trimmed
 
 
 def _window(model: Any, run: RunArtifacts | None) -> int | None:

@@ -121,13 +121,18 @@ def test_long_document_is_trimmed_on_the_grounding_text_with_a_warning(run_dir: 
     long_text = " ".join(f"Sentence {i} says the council met on day {i}." for i in range(200))
     with caplog.at_level(logging.WARNING):
         prompt, trimmed = small.render("final", {"text": long_text, "summary": SUMMARY}, 8)
-    assert trimmed and "document trimmed from" in caplog.text
+    assert trimmed and "document of" in caplog.text and "trimmed to fit" in caplog.text
     ids = small.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     assert len(ids) + 8 <= 400
-    # Instructions and summary intact; the document kept from its start, cut at a word boundary.
+    # Instructions and summary intact; the document kept from its start, cut at a word boundary
+    # and marked with data-prep's trim marker (the cut training used).
+    from fincheck.data_prep.trimming import TRIM_MARKER
+
     assert SUMMARY in prompt and load_prompt("final").system in prompt
     kept = prompt.split("Text:\n", 1)[1].split("\n\nSummary:", 1)[0]
-    assert long_text.startswith(kept) and len(kept) < len(long_text)
+    assert kept.endswith(TRIM_MARKER)
+    kept = kept[: -len(TRIM_MARKER)]
+    assert long_text.startswith(kept) and 0 < len(kept) < len(long_text)
     assert long_text[len(kept)] == " "
     out = small.generate("final", [{"text": long_text, "summary": SUMMARY}])[0]
     assert out.trimmed
