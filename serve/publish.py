@@ -134,6 +134,8 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay
             if status not in TRANSIENT_STATUS or attempt == attempts:
                 raise FincheckError(f"{what} failed: HTTP {status}: {_first_line(e)}") from None
             reason = f"HTTP {status}"
+        except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
+            raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
         except (OSError, _network_errors()) as e:
             if attempt == attempts:
                 raise FincheckError(

@@ -345,3 +345,10 @@ def test_token_never_leaks(
     # It was sent, as a header only: the test would be vacuous otherwise.
     assert any(r.headers.get("authorization") == f"Bearer {SENTINEL}" for r in hub.requests)
     assert not any(SENTINEL.encode() in r.body for r in hub.requests)
+
+
+def test_card_rejected_by_the_hub_is_a_clear_error(run_dir: Path, hub: FakeHub):
+    hub.fail_next("validate", 400)
+    with pytest.raises(FincheckError, match=r"upload: Invalid metadata in README\.md"):
+        publish(run_dir, "me/tiny", base_delay=0.01)
+    assert hub.repos["me/tiny"].commits == 0
