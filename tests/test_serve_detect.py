@@ -236,3 +236,38 @@ def test_cli_bad_input_line_names_file_line_and_field(run_dir: Path, tmp_path: P
 def test_cli_needs_one_input_form(run_dir: Path, capsys):
     assert main(["detect", "--adapter", str(run_dir)]) == 1
     assert "either --text FILE --summary FILE, or --input" in capsys.readouterr().err
+
+
+def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
+    run_dir: Path, tmp_path: Path, monkeypatch
+):
+    """`Detector.from_pretrained(adapter="org/name")` (the card's snippet): the hub download is
+    faked by copying a dry-run publish folder through huggingface_hub's own pattern filter."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from fincheck.serve import Detector
+    from fincheck.serve.publish import publish
+
+    repo = tmp_path / "repo"
+    publish(run_dir, "me/tiny-detector", dry_run=repo)
+    (repo / "training_args.bin").write_bytes(b"a pickle that must never be fetched")
+    calls = []
+
+    def fake_snapshot_download(repo_id: str, allow_patterns: list[str]) -> str:
+        calls.append(repo_id)
+        names = [p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file()]
+        cache = tmp_path / "cache"
+        for name in filter_repo_objects(names, allow_patterns=allow_patterns):
+            (cache / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo / name, cache / name)
+        return str(cache)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    detector = Detector.from_pretrained(
+        adapter="me/tiny-detector", device="cpu", max_new_tokens={"fhsumbench": 8}
+    )
+    assert calls == ["me/tiny-detector"]
+    assert not (tmp_path / "cache" / "training_args.bin").exists()
+    assert (tmp_path / "cache" / "base" / "model.safetensors").is_file()
+    assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
+    assert detector.classify(TEXT, SUMMARY) in LABELS
