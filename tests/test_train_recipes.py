@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fincheck.config import config_to_dict
 from fincheck.errors import FincheckError
 from fincheck.train.data import load_mixture_config
 from fincheck.train.recipe import (
@@ -17,7 +18,6 @@ from fincheck.train.recipe import (
     recipe_differences,
     recipe_paths,
 )
-from fincheck.config import config_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = recipe_paths(REPO / "configs" / "train")
