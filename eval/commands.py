@@ -85,7 +85,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
     )
-    p.add_argument("--limit", type=int, help="first N examples per task (default: all)")
+    p.add_argument(
+        "--limit", type=int, help="a seeded random sample of N examples per task (default: all)"
+    )
+    p.add_argument(
+        "--sample-seed", type=int, default=0, help="seed of the --limit sample (default: 0)"
+    )
     p.add_argument(
         "--batch-size", type=int, default=8, help="prompts per generate call (default: 8)"
     )
@@ -193,6 +198,7 @@ def eval_command(args) -> int:
         tasks=args.tasks,
         split=args.split,
         limit=args.limit,
+        sample_seed=args.sample_seed,
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
         max_input_tokens=args.max_input_tokens,

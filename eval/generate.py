@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class EvalOptions:
     tasks: tuple[str, ...] = TASKS
     split: str = "test"
     limit: int | None = None
+    sample_seed: int = 0
     batch_size: int = 8
     max_new_tokens: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MAX_NEW_TOKENS))
     max_input_tokens: int | None = None
@@ -196,6 +198,24 @@ def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) ->
     return total
 
 
+def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool):
+    """Plain greedy decoding. A fresh config, not the model's generation_config: instruct models
+    ship sampling settings and a repetition penalty (Qwen2.5: 1.05) that would change the
+    outputs; only the stop tokens are taken from it."""
+    from transformers import GenerationConfig
+
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        return_dict_in_generate=True,
+        output_logits=want_logits,
+    )
+
+
 def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, want_p_yes: bool):
     """Greedy outputs for a batch of rendered prompts, and p_yes per prompt when asked."""
     import torch
@@ -205,15 +225,7 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     )
     with torch.no_grad():
         out = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=tokenizer.pad_token_id,
-            return_dict_in_generate=True,
-            output_logits=want_p_yes,
+            **enc, generation_config=greedy_config(model, tokenizer, max_new_tokens, want_p_yes)
         )
     new_tokens = out.sequences[:, enc["input_ids"].shape[1] :]
     texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
@@ -249,7 +261,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         if not path.exists():
             raise FincheckError(f"{task}: {path} not found (run `fincheck prepare` first?)")
         pairs = list(read_pairs(path))
-        task_pairs[task] = pairs[: opts.limit] if opts.limit else pairs
+        task_pairs[task] = sample_pairs(pairs, opts.limit, opts.sample_seed)
     model, tokenizer = load_model(opts)
     max_input = opts.max_input_tokens or _model_window(model, opts)
     summary: dict[str, dict[str, int]] = {}
@@ -297,6 +309,18 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
     return summary
 
 
+def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
+    """A seeded random sample of `limit` pairs, in file order (all pairs when limit is None).
+
+    Random rather than the first N because prepared files are grouped (the first QASem pairs
+    are all CLIFF); seeded so that a rerun selects the same ids and resumes.
+    """
+    if limit is None or limit >= len(pairs):
+        return pairs
+    keep = sorted(random.Random(seed).sample(range(len(pairs)), limit))
+    return [pairs[i] for i in keep]
+
+
 def _model_window(model, opts: EvalOptions) -> int | None:
     window = getattr(model.config, "max_position_embeddings", None)
     if not window:
@@ -311,6 +335,8 @@ def _check_run_config(opts: EvalOptions) -> None:
         "model": opts.model,
         "adapter": opts.adapter,
         "split": opts.split,
+        "limit": opts.limit,
+        "sample_seed": opts.sample_seed,
         "max_new_tokens": opts.max_new_tokens,
         "max_input_tokens": opts.max_input_tokens,
     }

@@ -90,6 +90,12 @@ def _section_final(f: dict) -> list[str]:
         f"unjudged examples left out of P/R: {f['n_unjudged']}.",
         "",
     ]
+    if f.get("gold_origin"):
+        origins = ", ".join(f"{name} {count}" for name, count in sorted(f["gold_origin"].items()))
+        out += [
+            f"Gold descriptions by origin: {origins} (the paper's figures are on the FINAL release).",
+            "",
+        ]
     if judge is None and f["n_needing_judge"]:
         out += [
             "No judge was configured: precision/recall/F1 need one (`--judge openai|local`).",
@@ -152,14 +158,28 @@ def _section_fhsumbench(f: dict) -> list[str]:
 
 
 def _examples(examples: list[dict], n: int = 3) -> list[str]:
+    """A few outputs, errors first (what a reader wants to look at)."""
     if not examples:
         return []
+    wrong = [ex for ex in examples if not _is_right(ex)]
+    right = [ex for ex in examples if _is_right(ex)]
+    chosen = wrong[: n - 1] + right[:1]
+    chosen += [ex for ex in examples if ex not in chosen][: n - len(chosen)]
     out = ["<details><summary>Example outputs</summary>", ""]
-    for ex in examples[:n]:
-        gold = ex.get("gold")
-        out.append(f"- `{ex['id']}` gold: `{_clip(str(gold))}` → output: `{_clip(ex['output'])}`")
+    for ex in chosen:
+        verdict = "right" if _is_right(ex) else "wrong"
+        out.append(
+            f"- `{ex['id']}` ({verdict}) gold: `{_clip(str(ex.get('gold')))}` → output: `{_clip(ex['output'])}`"
+        )
     out += ["", "</details>", ""]
     return out
+
+
+def _is_right(ex: dict) -> bool:
+    if "true_positives" in ex:  # FINAL: every gold item found, nothing extra
+        tp = ex["true_positives"]
+        return tp is not None and tp == len(ex["gold"]) == len(ex["predicted"])
+    return ex.get("predicted") == ex.get("gold")
 
 
 def _clip(text: str, limit: int = 200) -> str:

@@ -187,6 +187,12 @@ def score_final_task(
     figures["judge_parse_failed"] = parse_failed
     figures["judge_parse_failure_rate"] = parse_failed / len(needs_judge) if needs_judge else 0.0
     figures["n_needing_judge"] = len(needs_judge)
+    # FINAL release items vs DeFacto-derived silver descriptions: the paper's numbers are on the former
+    origins: dict[str, int] = {}
+    for pair, *_ in parsed:
+        origin = str(pair.meta.get("origin", "unknown"))
+        origins[origin] = origins.get(origin, 0) + 1
+    figures["gold_origin"] = origins
     figures["judged_with"] = (
         {**judge.client.identity, "prompt_version": judge.prompt.version} if judge else None
     )

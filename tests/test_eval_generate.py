@@ -139,8 +139,9 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert "final: 3 generated, 0 already done" in printed
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
-        gold_ids = [p.id for p in read_pairs(prepared_dir / task / "test.jsonl")][:3]
-        assert sorted(r["id"] for r in records) == sorted(gold_ids)
+        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
+        sample = generate.sample_pairs(gold_pairs, 3, seed=0)
+        assert sorted(r["id"] for r in records) == sorted(p.id for p in sample)
         assert all(r["task"] == task and isinstance(r["output"], str) for r in records)
         assert all(0.0 <= r["p_yes"] <= 1.0 for r in records) if task == "qasem" else True
 
@@ -200,6 +201,14 @@ def test_adapter_changes_outputs_and_its_base_is_found(
     assert any(abs(base_p[k] - tuned_p[k]) > 1e-6 for k in base_p)
 
 
+def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    sample = generate.sample_pairs(pairs, 60, seed=0)
+    assert [p.id for p in sample] == [p.id for p in generate.sample_pairs(pairs, 60, seed=0)]
+    assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
+    assert generate.sample_pairs(pairs, None, 0) == pairs
+
+
 def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepared_dir, tmp_path):
     out = tmp_path / "run"
     (out / "predictions").mkdir(parents=True)
@@ -246,3 +255,31 @@ def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared
         full[: full.index(user[:start]) + start + 20]
     )  # grounding kept from its start
     assert generate.fit_prompt(tokenizer, pair, n_full) == (full, False)
+
+
+def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
+    model, tokenizer = _load(tiny_base)
+    # an instruct model's shipped settings: sampling and a repetition penalty
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 5.0
+    model.generation_config.repetition_penalty = 3.0
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is the sky green? Reply Yes or No."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    texts, _ = generate.generate_batch(
+        model, tokenizer, [prompt], max_new_tokens=5, want_p_yes=False
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    for _ in range(5):  # argmax, token by token
+        with torch.no_grad():
+            next_id = model(input_ids=ids).logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+        if next_id.item() == tokenizer.eos_token_id:
+            break
+    n_prompt = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].shape[
+        1
+    ]
+    expected = tokenizer.decode(ids[0, n_prompt:], skip_special_tokens=True).strip()
+    assert texts == [expected]
