@@ -5,9 +5,10 @@ Stages, top to bottom:
      manifest, results, a random-init base when the run made one) and render README.md.
   2. `resolve_token`: HF_TOKEN or the user's saved login; the token is passed to the client and
      never printed, logged or written anywhere.
-  3. `push_folder`: create the repo (and branch), then one `create_commit` with every file. The
-     hub answers which files it already has (same git/LFS oid); unchanged files are dropped and
-     an all-unchanged commit is skipped, so re-publishing the same checkpoint changes nothing.
+  3. `push_folder`: create the repo (and branch), then one `create_commit` with every file, plus
+     deletions of files an earlier publish wrote that this one does not (a stale results.json).
+     The hub answers which files it already has (same git/LFS oid); unchanged files are dropped
+     and an all-unchanged commit is skipped, so re-publishing the same checkpoint changes nothing.
      Transient failures (5xx, 408/429, network errors) are retried with exponential backoff;
      401/403 stop at once with a message saying what to fix.
 Only global rank 0 publishes when called inside a distributed job (RANK / LOCAL_RANK).
@@ -31,7 +32,9 @@ from fincheck.serve.artifacts import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     MANIFEST_FILE,
+    RECIPE_FILE,
     RUN_METADATA,
+    TOKENIZER_FILES,
     RunArtifacts,
     load_run,
 )
@@ -42,6 +45,15 @@ T = TypeVar("T")
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 _sleep = time.sleep  # tests replace this to retry without waiting
+MANAGED_FILES = {
+    "README.md",
+    ADAPTER_WEIGHTS,
+    ADAPTER_CONFIG,
+    RECIPE_FILE,
+    MANIFEST_FILE,
+    RUN_METADATA,
+    "results.json",
+}
 
 
 @dataclass
@@ -105,6 +117,11 @@ def build_upload_folder(
 
 def _skip_pickles(_dir: str, names: list[str]) -> list[str]:
     return [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))]
+
+
+def is_managed_path(path: str) -> bool:
+    """A path `build_upload_folder` writes (so a re-publish may replace or remove it)."""
+    return path in MANAGED_FILES or path in TOKENIZER_FILES or path.startswith("base/")
 
 
 def resolve_token(token: str | None = None) -> str:
@@ -183,7 +200,7 @@ def push_folder(
     base_delay: float = 2.0,
 ) -> tuple[str | None, bool]:
     """Upload every file of `folder` in one commit. Returns (commit url, whether it changed)."""
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
     retry = {"attempts": attempts, "base_delay": base_delay}
@@ -200,10 +217,20 @@ def push_folder(
         lambda: api.repo_info(repo_id, revision=revision).sha, "read repo", **retry
     )
     files = sorted(p for p in folder.rglob("*") if p.is_file())
+    local = {p.relative_to(folder).as_posix() for p in files}
+    remote = with_retries(
+        lambda: api.list_repo_files(repo_id, revision=revision), "list repo files", **retry
+    )
+    # A file fincheck wrote last time but not this time (results.json, a base/ folder) would
+    # contradict the new card: delete it. Files the user added by hand are left alone.
+    stale = sorted(p for p in remote if p not in local and is_managed_path(p))
 
     def commit() -> Any:
         # Fresh operations each attempt: an operation object cannot be committed twice.
-        ops = [CommitOperationAdd(p.relative_to(folder).as_posix(), str(p)) for p in files]
+        ops: list[Any] = [
+            CommitOperationAdd(p.relative_to(folder).as_posix(), str(p)) for p in files
+        ]
+        ops += [CommitOperationDelete(p) for p in stale]
         return api.create_commit(
             repo_id, ops, commit_message="Publish fincheck adapter", revision=revision
         )

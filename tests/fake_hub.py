@@ -1,5 +1,6 @@
 """A fake Hugging Face Hub on 127.0.0.1 speaking the HTTP API that huggingface_hub 2.x uses to
-publish: create repo, create branch, repo info, validate-yaml, preupload, commit (regular files).
+publish: create repo, create branch, repo info, file tree, validate-yaml, preupload, commit
+(regular files and deletions).
 
 It keeps repos in memory, checks the bearer token (401 otherwise), can be told to fail the next
 N requests to an endpoint with a given status (to test retries), and records every request
@@ -93,6 +94,7 @@ class FakeHub:
             ("POST", r"/api/repos/create", "create", self._create),
             ("POST", rf"/api/models/{REPO}/branch/(?P<rev>[^/]+)", "branch", self._branch),
             ("GET", rf"/api/models/{REPO}(?:/revision/(?P<rev>[^/]+))?", "info", self._info),
+            ("GET", rf"/api/models/{REPO}/tree/(?P<rev>[^/]+)", "tree", self._tree),
             ("POST", r"/api/validate-yaml", "validate", self._validate),
             ("POST", rf"/api/models/{REPO}/preupload/(?P<rev>[^/]+)", "preupload", self._preupload),
             ("POST", rf"/api/models/{REPO}/commit/(?P<rev>[^/]+)", "commit", self._commit),
@@ -110,7 +112,7 @@ class FakeHub:
             return self._send(h, status, payload)
         self._send(h, 404, {"error": f"no route {method} {path}"})
 
-    def _send(self, h: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+    def _send(self, h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
         h.send_response(status)
         h.send_header("content-type", "application/json")
@@ -148,6 +150,16 @@ class FakeHub:
         siblings = [{"rfilename": p} for p in sorted(r.branches[rev])]
         return 200, {"id": repo, "sha": r.shas[rev], "private": r.private, "siblings": siblings}
 
+    def _tree(self, body: bytes, repo: str, rev: str) -> tuple[int, Any]:
+        r = self.repos.get(repo)
+        if r is None or rev not in r.branches:
+            return 404, {"error": "repo not found"}
+        files = r.branches[rev]
+        return 200, [
+            {"type": "file", "path": p, "oid": git_hash(files[p]), "size": len(files[p])}
+            for p in sorted(files)
+        ]
+
     def _validate(self, body: bytes) -> tuple[int, dict]:
         content = json.loads(body)["content"]
         match = re.match(r"^---\n(.*?)\n---\n", content, re.S)
@@ -181,6 +193,8 @@ class FakeHub:
             if item["key"] == "file":
                 value = item["value"]
                 r.branches[rev][value["path"]] = base64.b64decode(value["content"])
+            elif item["key"] == "deletedFile":
+                r.branches[rev].pop(item["value"]["path"], None)
         r.commits += 1
         sha = hashlib.sha1(f"{repo}{rev}{r.commits}".encode()).hexdigest()
         r.shas[rev] = sha

@@ -226,6 +226,20 @@ def test_publish_to_fake_hub_then_republish_changes_nothing(
     assert hub.repos["me/tiny"].commits == 1  # no empty commit
 
 
+def test_republish_removes_what_it_no_longer_ships_but_keeps_user_files(
+    run_dir: Path, results_file: Path, hub: FakeHub
+):
+    publish(run_dir, "me/tiny", results_path=results_file, base_delay=0.01)
+    hub.files("me/tiny")["notes.md"] = b"added by hand on the hub"
+    result = publish(run_dir, "me/tiny", base_delay=0.01)  # now without results
+    assert result is not None and result.changed
+    stored = hub.files("me/tiny")
+    assert "results.json" not in stored  # would contradict the new card
+    assert "model-index" not in stored["README.md"].decode()
+    assert stored["notes.md"] == b"added by hand on the hub"
+    assert hub.repos["me/tiny"].commits == 2
+
+
 def test_publish_to_a_branch(run_dir: Path, hub: FakeHub):
     result = publish(run_dir, "me/tiny", revision="v1", base_delay=0.01)
     assert result is not None and result.revision == "v1"
