@@ -104,10 +104,17 @@ class SigtermCallback(TrainerCallback):
     def __init__(self) -> None:
         self.requested = False
         self.stopped_at: int | None = None
-        signal.signal(signal.SIGTERM, self._handle)
+        self._previous: Any = None
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
     def on_step_end(self, args, state, control, **kwargs):
         import torch

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,21 @@ def resolve_base_path(recipe: SFTRecipe, output_dir: Path) -> str:
 
 
 def ensure_tiny_base(base_path: str) -> None:
-    """Write the tiny random-init base once (seeded, so every process would write the same)."""
+    """Write the tiny random-init base once, before DeepSpeed is configured (ZeRO-3 would
+    partition the fresh model). Every process builds the same seeded weights into its own temp
+    folder and renames it into place; the first rename wins, so no process reads a half-written
+    base and no barrier is needed before torch.distributed exists."""
     from fincheck.train.tiny_model import save_tiny_base
 
-    if not (Path(base_path) / "config.json").is_file():
-        save_tiny_base(base_path)
+    target = Path(base_path)
+    if (target / "config.json").is_file():
+        return
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    save_tiny_base(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process got there first
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_tokenizer(recipe: SFTRecipe, base_path: str):

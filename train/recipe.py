@@ -125,9 +125,12 @@ class SFTRecipe:
 
 
 # Keys that may change when a run is resumed: where it writes, how often it logs/saves, how
-# long it runs. Anything else (base model, LoRA shape, data, optimiser, layout) must match.
+# long it runs (a longer run also stretches the lr schedule from the resume point on).
+# Anything else (base model, LoRA shape, data, optimiser, layout) must match.
 RESUMABLE_CHANGES = frozenset(
     {
+        "max_steps",
+        "num_train_epochs",
         "output_dir",
         "run_name",
         "resume_from_checkpoint",

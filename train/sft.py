@@ -62,12 +62,16 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 
     output_dir = recipe.resolved_output_dir()
     mixture = data.load_mixture_config(recipe.data_config)
-    args = build_sft_config(recipe, output_dir)  # sets up torch.distributed when launched so
-
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == "tiny-random":
-        with args.main_process_first(desc="tiny base"):
-            model.ensure_tiny_base(base_path)
+        model.ensure_tiny_base(base_path)
+    args = build_sft_config(recipe, output_dir)  # sets up torch.distributed when launched so
+    if args.deepspeed and args.use_cpu and args.world_size > 1:
+        # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
+        # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
 
     base_fp = checkpoints.base_fingerprint(base_path)
     resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
@@ -130,10 +134,13 @@ def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
 
 def run(recipe: SFTRecipe) -> int:
     """Train, then write the final adapter and the run files. Returns the exit status."""
+    return train_and_save(build_trainer(recipe))
+
+
+def train_and_save(r: Run) -> int:
     from fincheck.train import checkpoints
 
-    r = build_trainer(recipe)
-    trainer = r.trainer
+    trainer, recipe = r.trainer, r.recipe
     if r.resume_from is not None and trainer.args.process_index == 0:
         log.info("resuming from %s", r.resume_from)
     trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)

@@ -1,0 +1,166 @@
+"""Training data: loss only on the target (+ EOS) on real prepared pairs, trimming, mixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fincheck.errors import FincheckError
+from fincheck.pairs import TASKS, Pair, read_pairs
+from fincheck.train.data import DataMixture, chat_length, fit_pair, mix_pairs
+from fincheck.train.recipe import load_recipe
+from fincheck.train.sft import build_trainer
+from fincheck.train.tiny_model import build_tiny_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def masked_run(prepared_dir, tmp_path_factory, monkeypatch_module):
+    """A tiny-cpu trainer on 4 real prepared pairs of each task (TRL's own tokenization)."""
+    tmp = tmp_path_factory.mktemp("mask")
+    mixture = tmp / "mix.yaml"
+    mixture.write_text(
+        "max_examples: {final: 4, qasem: 4, fhsumbench: 4}\nmin_grounding_kept: 0.0\n"
+    )
+    monkeypatch_module.chdir(REPO)
+    recipe = load_recipe(
+        REPO / "configs/train/tiny-cpu.yaml",
+        [
+            f"--dataset_dir={prepared_dir}",
+            f"--data_config={mixture}",
+            f"--output_dir={tmp / 'run'}",
+            "--deepspeed=",
+        ],
+    )
+    return build_trainer(recipe)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_labels_cover_exactly_the_target_and_eos_for_every_task(masked_run, prepared_dir):
+    trainer = masked_run.trainer
+    tok = trainer.processing_class
+    assert tok.pad_token_id != tok.eos_token_id
+    rows = trainer.train_dataset
+    assert {row["task"] for row in rows} == set(TASKS)
+    targets = {
+        p.id: p.target
+        for task in TASKS
+        for p in read_pairs(Path(prepared_dir) / task / "train.jsonl")
+    }
+    for row in rows:
+        ids, labels = row["input_ids"], row["labels"]
+        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True)["input_ids"]
+        n = len(prompt)
+        assert ids[:n] == prompt
+        assert all(label == -100 for label in labels[:n]), "system/user tokens must not be trained"
+        trained = labels[n:]
+        assert trained and all(label != -100 for label in trained), f"{row['id']}: empty mask"
+        assert trained == ids[n:]
+        assert tok.eos_token_id in trained
+        assert tok.decode(trained) == targets[row["id"]] + "<|im_end|>\n"
+        assert tok.pad_token_id not in ids
+
+
+def test_collated_batch_pads_with_pad_and_ignores_padding(masked_run):
+    trainer = masked_run.trainer
+    tok = trainer.processing_class
+    rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    rows.sort(key=lambda r: len(r["input_ids"]))
+    short, long = rows[0], rows[-1]
+    assert len(short["input_ids"]) < len(long["input_ids"])
+    batch = trainer.data_collator(
+        [
+            {k: short[k] for k in ("input_ids", "labels")},
+            {k: long[k] for k in ("input_ids", "labels")},
+        ]
+    )
+    n = len(short["input_ids"])
+    assert batch["input_ids"][0, n:].eq(tok.pad_token_id).all()
+    assert batch["labels"][0, n:].eq(-100).all()
+    assert batch["attention_mask"][0, n:].eq(0).all()
+    # The EOS of the short example is still a target: padding did not swallow it.
+    assert tok.eos_token_id in batch["labels"][0, :n].tolist()
+
+
+def test_every_pair_fits_max_length(masked_run):
+    assert (
+        max(len(r["input_ids"]) for r in masked_run.trainer.train_dataset)
+        <= masked_run.recipe.max_length
+    )
+    fit = masked_run.metadata["data"]["fit"]
+    assert sum(v["trimmed"] for v in fit.values()) > 0  # real articles exceed 512 tiny tokens
+
+
+@pytest.fixture(scope="module")
+def long_pair(prepared_dir) -> Pair:
+    tok = build_tiny_tokenizer()
+    pairs = list(read_pairs(Path(prepared_dir) / "final" / "train.jsonl"))
+    return max(pairs[:50], key=lambda p: chat_length(tok, p.messages))
+
+
+def test_trim_cuts_only_the_grounding_text(long_pair):
+    tok = build_tiny_tokenizer()
+    before = chat_length(tok, long_pair.messages)
+    out, status = fit_pair(long_pair, tok, before - 100)
+    assert status == "trimmed"
+    assert chat_length(tok, out.messages) <= before - 100
+    assert out.target == long_pair.target
+    assert out.messages[0] == long_pair.messages[0]  # system prompt untouched
+    s, e = long_pair.meta["grounding_span"]
+    s2, e2 = out.meta["grounding_span"]
+    assert s2 == s and out.user_content[:s] == long_pair.user_content[:s]
+    assert out.user_content[e2:] == long_pair.user_content[e:]  # summary / question untouched
+    assert out.grounding.endswith(" [...]")
+    assert long_pair.grounding.startswith(out.grounding[: -len(" [...]")])
+
+
+def test_pairs_that_cannot_fit_are_dropped(long_pair):
+    tok = build_tiny_tokenizer()
+    assert fit_pair(long_pair, tok, 40) == (None, "dropped")  # instructions alone exceed it
+    before = chat_length(tok, long_pair.messages)
+    assert fit_pair(long_pair, tok, before - 100, min_grounding_kept=0.999) == (None, "dropped")
+    assert fit_pair(long_pair, tok, before) == (long_pair, "kept")
+
+
+def _pairs(task: str, n: int) -> list[Pair]:
+    return [
+        Pair(
+            f"{task}-{i}",
+            task,
+            "train",
+            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+        )
+        for i in range(n)
+    ]
+
+
+def test_mixture_weights_and_caps():
+    by_task = {
+        "final": _pairs("final", 10),
+        "qasem": _pairs("qasem", 3),
+        "fhsumbench": _pairs("fhsumbench", 4),
+    }
+    mixture = DataMixture(
+        weights={"final": 0.5, "qasem": 2.0, "fhsumbench": 1.0}, max_examples={"fhsumbench": 3}
+    )
+    mixed = mix_pairs(by_task, mixture, seed=1)
+    counts = {t: sum(p.task == t for p in mixed) for t in by_task}
+    assert counts == {"final": 5, "qasem": 6, "fhsumbench": 3}
+    assert sorted(p.id for p in mixed if p.task == "qasem") == sorted(
+        ["qasem-0", "qasem-1", "qasem-2"] * 2
+    )
+    assert [p.id for p in mix_pairs(by_task, mixture, seed=1)] == [p.id for p in mixed]
+    assert [p.id for p in mix_pairs(by_task, mixture, seed=2)] != [p.id for p in mixed]
+
+
+def test_mixture_rejects_unknown_tasks():
+    with pytest.raises(FincheckError, match="unknown task"):
+        DataMixture(tasks=["final", "summaries"])
