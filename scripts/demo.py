@@ -37,13 +37,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo", help="demo folder (default runs/demo)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="benchmark files (default: $FINCHECK_DATA_DIR, else ../shared/data, else download)")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "runs" / "demo", help="demo folder (default runs/demo)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="benchmark files (default: $FINCHECK_DATA_DIR, else ../shared/data, else download)",
+    )
     parser.add_argument("--recipe", type=Path, default=REPO / "configs" / "train" / "tiny-cpu.yaml")
     parser.add_argument("--nproc", type=int, default=2, help="training processes (default 2)")
-    parser.add_argument("--max-steps", type=int, default=None, help="override the recipe's max_steps")
-    parser.add_argument("--limit", type=int, default=24, help="evaluation examples per task (default 24)")
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="override the recipe's max_steps"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=24, help="evaluation examples per task (default 24)"
+    )
     parser.add_argument("--launcher", choices=("deepspeed", "torchrun"), default="deepspeed")
     return parser.parse_args(argv)
 
@@ -61,7 +71,10 @@ class Stages:
         elapsed = time.perf_counter() - start
         self.times.append((name, elapsed))
         if result.returncode != 0:
-            print(f"\nstage '{name}' failed (exit {result.returncode}) after {elapsed:.0f}s", file=sys.stderr)
+            print(
+                f"\nstage '{name}' failed (exit {result.returncode}) after {elapsed:.0f}s",
+                file=sys.stderr,
+            )
             sys.exit(result.returncode)
         print(f"--- {name}: {elapsed:.1f}s", flush=True)
 
@@ -90,14 +103,21 @@ def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def write_report(out: Path, runs: dict[str, Path], times: list[tuple[str, float]]) -> tuple[Path, list[str]]:
+def write_report(
+    out: Path, runs: dict[str, Path], times: list[tuple[str, float]]
+) -> tuple[Path, list[str]]:
     results = {name: json.loads((path / "results.json").read_text()) for name, path in runs.items()}
-    lines = ["# fincheck demo report", "",
-             "A 2-layer, width-64 random-init Qwen2 (the `tiny-cpu` recipe), LoRA-tuned for a few dozen "
-             "steps with DeepSpeed on 2 CPU processes, against the same model untuned. Figures of such a "
-             "model are near chance by design: this report shows the pipeline end to end. For real "
-             "numbers, swap the recipe (README: *A real run*).", "",
-             "| task | figure | untuned base | LoRA adapter |", "| --- | --- | --- | --- |"]
+    lines = [
+        "# fincheck demo report",
+        "",
+        "A 2-layer, width-64 random-init Qwen2 (the `tiny-cpu` recipe), LoRA-tuned for a few dozen "
+        "steps with DeepSpeed on 2 CPU processes, against the same model untuned. Figures of such a "
+        "model are near chance by design: this report shows the pipeline end to end. For real "
+        "numbers, swap the recipe (README: *A real run*).",
+        "",
+        "| task | figure | untuned base | LoRA adapter |",
+        "| --- | --- | --- | --- |",
+    ]
     printed = []
     for task in ("final", "qasem", "fhsumbench"):
         if task not in results["adapter"].get("tasks", {}):
@@ -106,11 +126,18 @@ def write_report(out: Path, runs: dict[str, Path], times: list[tuple[str, float]
         for (label, b), (_, a) in zip(base, tuned, strict=True):
             lines.append(f"| {task} | {label} | {fmt(b)} | {fmt(a)} |")
             printed.append(f"{task:<11} {label:<15} base {fmt(b):>6}   adapter {fmt(a):>6}")
-    lines += ["", "FINAL's F1 needs an LLM judge (`fincheck score --judge openai ...`); the demo runs "
-              "without one, so only the binarized balanced accuracy is filled in.", "",
-              "Full reports, with confidence intervals, the papers' numbers, plots and example outputs:", ""]
+    lines += [
+        "",
+        "FINAL's F1 needs an LLM judge (`fincheck score --judge openai ...`); the demo runs "
+        "without one, so only the binarized balanced accuracy is filled in.",
+        "",
+        "Full reports, with confidence intervals, the papers' numbers, plots and example outputs:",
+        "",
+    ]
     for name, path in runs.items():
-        lines.append(f"- {name}: [{path.relative_to(out)}/report.md]({path.relative_to(out)}/report.md)")
+        lines.append(
+            f"- {name}: [{path.relative_to(out)}/report.md]({path.relative_to(out)}/report.md)"
+        )
     lines += ["", "## Stage times", "", "| stage | seconds |", "| --- | --- |"]
     lines += [f"| {name} | {seconds:.1f} |" for name, seconds in times]
     report = out / "report.md"
@@ -145,18 +172,37 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {"base": out / "eval" / "base", "adapter": out / "eval" / "adapter"}
     common = ["--data", str(prepared), "--tasks", TASKS, "--limit", str(args.limit)]
-    stages.run("eval adapter", [fincheck, "eval", "--adapter", str(run_dir), *common, "--out", str(runs["adapter"])])
-    stages.run("eval untuned base", [fincheck, "eval", "--model", str(run_dir / "base"), *common,
-                                     "--out", str(runs["base"])])
+    stages.run(
+        "eval adapter",
+        [fincheck, "eval", "--adapter", str(run_dir), *common, "--out", str(runs["adapter"])],
+    )
+    stages.run(
+        "eval untuned base",
+        [fincheck, "eval", "--model", str(run_dir / "base"), *common, "--out", str(runs["base"])],
+    )
     for name, path in runs.items():
-        stages.run(f"score {name}", [fincheck, "score", "--data", str(prepared),
-                                     "--predictions", str(path / "predictions"), "--out", str(path)])
+        stages.run(
+            f"score {name}",
+            [
+                fincheck,
+                "score",
+                "--data",
+                str(prepared),
+                "--predictions",
+                str(path / "predictions"),
+                "--out",
+                str(path),
+            ],
+        )
 
     report, printed = write_report(out, runs, stages.times)
     total = time.perf_counter() - started
     print("\n" + "=" * 72)
-    print("stage times: " + ", ".join(f"{name} {seconds:.0f}s" for name, seconds in stages.times)
-          + f" (total {total / 60:.1f} min)")
+    print(
+        "stage times: "
+        + ", ".join(f"{name} {seconds:.0f}s" for name, seconds in stages.times)
+        + f" (total {total / 60:.1f} min)"
+    )
     print("\n".join(printed))
     print(f"\nreport: {report}")
     return 0
