@@ -24,6 +24,16 @@ class RawRecord:
     error: InvalidRecordError | None = None
 
 
+def _object_record(path: Path, line: int, value: Any) -> RawRecord:
+    """A decoded record, or an error record when it is not a JSON object."""
+    if isinstance(value, dict):
+        return RawRecord(str(path), line, value)
+    problem = f"expected a JSON object, got {type(value).__name__}"
+    return RawRecord(
+        str(path), line, error=InvalidRecordError(str(path), line, "<record>", problem)
+    )
+
+
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     """One record per non-blank line; a line that is not a JSON object is an error record."""
     n = 0
@@ -42,19 +52,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
                     error=InvalidRecordError(str(path), line_no, "<json>", problem),
                 )
                 continue
-            if not isinstance(value, dict):
-                yield RawRecord(
-                    str(path),
-                    line_no,
-                    error=InvalidRecordError(
-                        str(path),
-                        line_no,
-                        "<record>",
-                        f"expected a JSON object, got {type(value).__name__}",
-                    ),
-                )
-                continue
-            yield RawRecord(str(path), line_no, value)
+            yield _object_record(path, line_no, value)
     if n == 0:
         raise FincheckError(f"{path}: the file is empty (no records)")
 
@@ -78,19 +76,7 @@ def iter_json_array(path: Path) -> Iterator[RawRecord]:
         raise FincheckError(f"{path}: the file is empty (no records)")
     lines = _element_lines(text, len(document))
     for value, line_no in zip(document, lines, strict=True):
-        if not isinstance(value, dict):
-            yield RawRecord(
-                str(path),
-                line_no,
-                error=InvalidRecordError(
-                    str(path),
-                    line_no,
-                    "<record>",
-                    f"expected a JSON object, got {type(value).__name__}",
-                ),
-            )
-            continue
-        yield RawRecord(str(path), line_no, value)
+        yield _object_record(path, line_no, value)
 
 
 def _element_lines(text: str, count: int) -> list[int]:
