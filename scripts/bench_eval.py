@@ -7,11 +7,19 @@ greedy decoding, and two ways to feed them:
   naive    one example at a time (batch 1, no padding)
   batched  sorted longest first, --batch-size examples per call, left padding (so every row's
            last prompt token sits at the same column and generation appends in step)
-Random-init models of real architectures (configs/models/*.json), random token ids of the
-measured lengths: the speed of a real checkpoint of that architecture, minus its answers.
-Every example generates exactly --max-new-tokens (min_new_tokens = max_new_tokens), so a random
-model that emits EOS early cannot flatter the figures; the defaults are tiny (QASem reads one
-token, Yes/No; the others a short prefix), raise them to time full outputs.
+  harness  the eval harness's own functions (fincheck.eval.generate: fit_prompt, generate_batch)
+           on the real prompts, rendered by a tokenizer's chat template and trimmed as the
+           harness trims; QASem includes its P(Yes) passes. Needs a tokenizer (--tokenizer, or
+           the project's tiny one for --model tiny) and the eval stage; otherwise skipped.
+naive and batched time a minimal loop on random token ids of the measured lengths (the same
+batching as the harness: longest first, left padding, greedy), so they run without any
+tokenizer and split prefill from decoding.
+Random-init models of real architectures (configs/models/*.json): the speed of a real
+checkpoint of that architecture, minus its answers. In naive/batched every example generates
+exactly --max-new-tokens (min_new_tokens = max_new_tokens), so a random model that emits EOS
+early cannot flatter the figures (the harness mode stops at EOS like the harness; with a 150k
+vocabulary a random model practically never emits it). The defaults are tiny (QASem reads one
+token, Yes/No; the others a short prefix); raise them to time full outputs.
 
 Figures per task and mode:
   prefill tok/s   real prompt tokens / time of the prompt forward passes alone (the cache is
@@ -38,6 +46,7 @@ import gc
 import json
 import os
 import platform
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -45,10 +54,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fincheck import bench_workload as wl
-from fincheck.pairs import TASKS
+from fincheck.pairs import TASKS, read_pairs
 
 DEFAULT_NEW_TOKENS = "final=16,qasem=1,fhsumbench=8"
-MODES = ("naive", "batched")
+MODES = ("naive", "batched", "harness")
 
 
 @dataclass
@@ -58,7 +67,7 @@ class Result:
     examples: int
     prompt_tokens: int
     padded_tokens: int  # what the batches held, pads included
-    prefill_tokens_per_s: float
+    prefill_tokens_per_s: float | None  # not timed separately in harness mode
     examples_per_s: float
     e2e_prompt_tokens_per_s: float
     max_new_tokens: int
@@ -158,7 +167,7 @@ def format_table(results: list[Result], mem_label: str) -> str:
     for r in results:
         pad = 100 * (1 - r.prompt_tokens / r.padded_tokens)
         lines.append(
-            f"{r.task:<11} {r.mode:<8} {r.examples:>8} {r.prompt_tokens:>10,} {pad:>5.1f}% {r.prefill_tokens_per_s:>13,.0f} "
+            f"{r.task:<11} {r.mode:<8} {r.examples:>8} {r.prompt_tokens:>10,} {pad:>5.1f}% {num(r.prefill_tokens_per_s, ',.0f'):>13} "
             f"{r.examples_per_s:>8.2f} {r.e2e_prompt_tokens_per_s:>10,.0f} {r.max_new_tokens:>7} {num(r.peak_mem_gib, '.2f'):>10}"
         )
     return "\n".join(lines)
@@ -195,7 +204,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--batch-size",
         type=int,
         default=16,
-        help="examples per call in batched mode (default: %(default)s)",
+        help="examples per call in batched and harness modes (default: %(default)s)",
     )
     p.add_argument(
         "--max-new-tokens", default=DEFAULT_NEW_TOKENS, help="per task (default: %(default)s)"
@@ -203,7 +212,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="comma list of naive, batched (default: %(default)s)",
+        help="comma list of naive, batched, harness (default: %(default)s)",
     )
     p.add_argument(
         "--attn",
@@ -213,6 +222,71 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json-out", type=Path, help="also write the results as JSON here")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
+
+
+def pick(n_total: int, limit: int, seed: int) -> list[int]:
+    """A seeded sample of `limit` indices in file order, as the harness's --limit samples
+    (prepared files are grouped by sub-dataset, so the first N would be unrepresentative)."""
+    if limit >= n_total:
+        return list(range(n_total))
+    return sorted(random.Random(seed).sample(range(n_total), limit))
+
+
+def load_tokenizer(args):
+    """--tokenizer, or for the tiny model the project's own tiny tokenizer when installed; set up
+    as the harness's load_model sets it (left padding, a pad token)."""
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    elif args.model == "tiny":
+        try:
+            from fincheck.train.tiny_model import build_tiny_tokenizer
+        except ImportError:
+            return None
+        tokenizer = build_tiny_tokenizer()
+    if tokenizer is not None:
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def harness_functions() -> tuple[tuple | None, str | None]:
+    """(fit_prompt, generate_batch) of the eval harness, or None and why not."""
+    try:
+        from fincheck.eval.generate import fit_prompt, generate_batch
+    except ImportError as e:
+        return None, f"eval harness not importable ({e})"
+    return (fit_prompt, generate_batch), None
+
+
+def time_harness(
+    model, tokenizer, pairs, task: str, batch_size: int, new_tokens: int, max_input: int, cuda: bool
+):
+    """The harness's own loop: fit_prompt (chat template + grounding trim), longest first,
+    generate_batch (greedy; QASem adds its P(Yes) passes). (seconds, prompt tokens, padded tokens)."""
+    import torch
+
+    (fit_prompt, generate_batch), _ = harness_functions()
+    texts = sorted(
+        (fit_prompt(tokenizer, pair, max_input)[0] for pair in pairs), key=len, reverse=True
+    )
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    calls = [texts[s : s + batch_size] for s in range(0, len(texts), batch_size)]
+    padded = sum(
+        len(c) * max(lengths[s : s + batch_size])
+        for s, c in zip(range(0, len(texts), batch_size), calls, strict=True)
+    )
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    generate_batch(model, tokenizer, calls[0], new_tokens, task == "qasem")  # warmup
+    sync()
+    start = time.perf_counter()
+    for call in calls:
+        generate_batch(model, tokenizer, call, new_tokens, task == "qasem")
+    sync()
+    return time.perf_counter() - start, sum(lengths), padded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,32 +309,41 @@ def main(argv: list[str] | None = None) -> int:
         else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     )
 
-    tokenizer = None
-    if args.tokenizer:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = load_tokenizer(args)
+    pairs: dict[str, list] = {}
     if args.prepared_dir:
         per_task = wl.prepared_lengths(
             args.prepared_dir, args.split, tasks, tokenizer=tokenizer, prompt_only=True
         )
-        source = f"{args.prepared_dir} ({args.split}, first {args.limit}; {'tokenizer' if tokenizer else f'~{wl.CHARS_PER_TOKEN} chars/token'})"
+        for task in tasks:
+            keep = pick(len(per_task[task]), args.limit, args.seed)
+            per_task[task] = [per_task[task][i] for i in keep]
+            all_pairs = list(read_pairs(args.prepared_dir / task / f"{args.split}.jsonl"))
+            pairs[task] = [all_pairs[i] for i in keep]
+        how = "tokenizer" if tokenizer is not None else f"~{wl.CHARS_PER_TOKEN} chars/token"
+        source = f"{args.prepared_dir} ({args.split}, {args.limit} sampled per task; {how})"
     else:
         per_task = {
             t: wl.synthetic_lengths(args.limit, args.max_input, args.seed + k)
             for k, t in enumerate(tasks)
         }
         source = "synthetic log-normal"
-    per_task = {t: wl.cap_lengths(ls[: args.limit], args.max_input) for t, ls in per_task.items()}
+    per_task = {t: wl.cap_lengths(ls, args.max_input) for t, ls in per_task.items()}
+    if "harness" in modes:
+        _, why = harness_functions()
+        why = why or (None if tokenizer is not None else "needs a tokenizer (--tokenizer PATH)")
+        why = why or (None if pairs else "needs --prepared-dir (real prompts)")
+        if why:
+            print(f"[harness] skipped: {why}")
+            modes.remove("harness")
 
     config = wl.load_model_config(args.model, attn_implementation=args.attn)
     pad_id = config.pad_token_id if config.pad_token_id is not None else 0
     torch.manual_seed(args.seed)
-    model = (
-        AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if cuda else torch.float32)
-        .to(device)
-        .eval()
-    )
+    with device:  # initialise on the GPU directly
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16 if cuda else torch.float32
+        ).eval()
     model.generation_config.eos_token_id = config.eos_token_id
     gen = torch.Generator().manual_seed(args.seed)
 
@@ -274,10 +357,24 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            prefill_s, gen_s, padded = time_mode(
-                model, prompts, mode, args.batch_size, new_tokens[task], pad_id, device, cuda
-            )
-            n_tokens = sum(per_task[task])
+            if mode == "harness":
+                gen_s, n_tokens, padded = time_harness(
+                    model,
+                    tokenizer,
+                    pairs[task],
+                    task,
+                    args.batch_size,
+                    new_tokens[task],
+                    args.max_input,
+                    cuda,
+                )
+                prefill_tps = None
+            else:
+                prefill_s, gen_s, padded = time_mode(
+                    model, prompts, mode, args.batch_size, new_tokens[task], pad_id, device, cuda
+                )
+                n_tokens = sum(per_task[task])
+                prefill_tps = n_tokens / prefill_s
             results.append(
                 Result(
                     task=task,
@@ -285,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                     examples=len(prompts),
                     prompt_tokens=n_tokens,
                     padded_tokens=padded,
-                    prefill_tokens_per_s=n_tokens / prefill_s,
+                    prefill_tokens_per_s=prefill_tps,
                     examples_per_s=len(prompts) / gen_s,
                     e2e_prompt_tokens_per_s=n_tokens / gen_s,
                     max_new_tokens=new_tokens[task],
@@ -299,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"batched = longest first, {args.batch_size} per call, left padding; prefill tok/s and e2e tok/s count real prompt tokens only."
     )
+    if "harness" in modes:
+        print(
+            "harness = fincheck.eval.generate.generate_batch on the real prompts (QASem includes its P(Yes) passes)."
+        )
     if args.json_out:
         record = {
             "script": "bench_eval",

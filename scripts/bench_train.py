@@ -116,7 +116,8 @@ def build_model(args, v: Variant, device, dtype):
     config = wl.load_model_config(args.model, attn_implementation=v.attn)
     config.use_cache = False
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with device:  # initialise on the GPU directly: a 1.5B random init on the CPU takes a while
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     if v.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -198,6 +199,7 @@ def single_process_group():
 def run_variant(
     args, v: Variant, steps: list[list[int]], device, cuda: bool, peak: float | None, profile: bool
 ) -> Result:
+    """Build the variant's model, run warmup + timed steps on the shared batches, measure."""
     import torch
 
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -399,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    names.sort(key=list(VARIANTS).index)  # Liger patches process-wide: its variants go last
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     device_name = (
@@ -459,13 +462,9 @@ def run_all(
         print(f"[{name}] running ...", flush=True)
         try:
             results.append(run_variant(args, v, steps, device, cuda, peak, args.profile))
-            gc.collect()  # the variant's model and optimizer are unreachable now
-            if cuda:
-                torch.cuda.empty_cache()
         except torch.cuda.OutOfMemoryError:
+            print(f"[{name}] CUDA out of memory", file=sys.stderr)
             results.append(Result(name, status="error: CUDA out of memory", settings=asdict(v)))
-            gc.collect()
-            torch.cuda.empty_cache()
         except Exception as e:  # one broken variant must not hide the others' figures
             print(f"[{name}] failed: {type(e).__name__}: {e}", file=sys.stderr)
             results.append(
@@ -473,6 +472,10 @@ def run_all(
                     name, status=f"error: {type(e).__name__}: {str(e)[:120]}", settings=asdict(v)
                 )
             )
+        # Outside the except blocks, so no traceback keeps the variant's tensors alive.
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
     return results
 
 

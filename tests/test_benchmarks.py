@@ -94,3 +94,21 @@ def test_bench_eval_tiny_cpu(prepared_dir, tmp_path, capsys):
     record = json.loads(out_json.read_text())
     naive = [r for r in record["results"] if r["mode"] == "naive"]
     assert all(r["padded_tokens"] == r["prompt_tokens"] for r in naive)  # batch 1 never pads
+
+
+def test_bench_eval_times_the_harness_itself(prepared_dir, capsys):
+    """Once the eval stage and the tiny tokenizer are installed, the harness mode runs the
+    harness's own fit_prompt + generate_batch on real prompts."""
+    pytest.importorskip("fincheck.eval.generate", reason="the eval harness is not installed")
+    pytest.importorskip("fincheck.train.tiny_model", reason="the tiny tokenizer is not installed")
+    bench = load_script("bench_eval")
+    rc = bench.main([
+        "--model", "tiny", "--prepared-dir", str(prepared_dir), "--tasks", "qasem,fhsumbench",
+        "--limit", "2", "--batch-size", "2", "--max-input", "1024", "--modes", "batched,harness",
+    ])  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = table_rows(text, ["qasem", "fhsumbench"])
+    for task in ("qasem", "fhsumbench"):
+        (harness,) = [line.split() for line in rows[task] if line.split()[1:2] == ["harness"]]
+        assert int(harness[2]) == 2 and number(harness[6]) > 0 and number(harness[7]) > 0, harness
