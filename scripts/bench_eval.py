@@ -312,15 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args)
     pairs: dict[str, list] = {}
     if args.prepared_dir:
+        # Lengths from an explicit --tokenizer only: the tiny one (1,024 entries) would inflate them.
+        length_tokenizer = tokenizer if args.tokenizer else None
         per_task = wl.prepared_lengths(
-            args.prepared_dir, args.split, tasks, tokenizer=tokenizer, prompt_only=True
+            args.prepared_dir, args.split, tasks, tokenizer=length_tokenizer, prompt_only=True
         )
         for task in tasks:
             keep = pick(len(per_task[task]), args.limit, args.seed)
             per_task[task] = [per_task[task][i] for i in keep]
             all_pairs = list(read_pairs(args.prepared_dir / task / f"{args.split}.jsonl"))
             pairs[task] = [all_pairs[i] for i in keep]
-        how = "tokenizer" if tokenizer is not None else f"~{wl.CHARS_PER_TOKEN} chars/token"
+        how = "tokenizer" if length_tokenizer is not None else f"~{wl.CHARS_PER_TOKEN} chars/token"
         source = f"{args.prepared_dir} ({args.split}, {args.limit} sampled per task; {how})"
     else:
         per_task = {
