@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {device_name}; peak for MFU: {f'{peak} TFLOP/s' if peak else 'unknown (MFU not shown; pass --peak-tflops)'}"
     )
     print(
-        f"model: {args.model} (N = {shape.matmul_params() / 1e6:,.1f}M matmul params, LoRA r={args.lora_r}: {shape.lora_params(args.lora_r) / 1e6:,.2f}M); dtype {'bf16' if cuda else 'fp32'}"
+        f"model: {args.model} (N = {shape.matmul_params():,} matmul params, LoRA r={args.lora_r}: {shape.lora_params(args.lora_r):,}); dtype {'bf16' if cuda else 'fp32'}"
     )
     print(f"lengths: {source}, cap {args.max_len}: {wl.describe_lengths(lengths)}")
     print(

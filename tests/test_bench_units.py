@@ -109,3 +109,17 @@ def test_unknown_model_and_missing_prepared_dir_say_what_to_do(tmp_path):
         wl.load_model_config("qwen9")
     with pytest.raises(FincheckError, match="fincheck prepare"):
         wl.prepared_lengths(tmp_path, "train")
+
+
+def test_count_tokens_uses_the_chat_template():
+    tiny = pytest.importorskip(
+        "fincheck.train.tiny_model", reason="the tiny tokenizer is not installed"
+    )
+    tokenizer = tiny.build_tiny_tokenizer()
+    messages = [
+        {"role": "system", "content": "Check facts."},
+        {"role": "user", "content": "Is it so?"},
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    expected = len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    assert wl.count_tokens(tokenizer, messages, add_generation_prompt=True) == expected
