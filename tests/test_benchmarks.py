@@ -80,7 +80,7 @@ def test_bench_eval_tiny_cpu(prepared_dir, tmp_path, capsys):
     out_json = tmp_path / "eval.json"
     rc = bench.main([
         "--model", "tiny", "--prepared-dir", str(prepared_dir), "--limit", "3", "--batch-size", "2",
-        "--max-input", "96", "--json-out", str(out_json),
+        "--max-input", "96", "--modes", "naive,batched", "--json-out", str(out_json),
     ])  # fmt: skip
     text = capsys.readouterr().out
     assert rc == 0, text
