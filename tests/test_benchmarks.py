@@ -112,3 +112,14 @@ def test_bench_eval_times_the_harness_itself(prepared_dir, capsys):
     for task in ("qasem", "fhsumbench"):
         (harness,) = [line.split() for line in rows[task] if line.split()[1:2] == ["harness"]]
         assert int(harness[2]) == 2 and number(harness[6]) > 0 and number(harness[7]) > 0, harness
+
+
+@pytest.mark.parametrize("name", ["bench_train", "bench_eval"])
+def test_help_teaches_the_h100_command(name, capsys):
+    bench = load_script(name)
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert "--model qwen2.5-1.5b --prepared-dir" in text and "--model tiny" in text
+    assert "(default: qwen2.5-1.5b)" in text
