@@ -9,6 +9,7 @@ tokens/s/GPU, seconds per step, MFU by the LoRA convention and by the full-FT 6Â
 
 Variants (each changes one thing against `packed-sdpa` unless its name says otherwise):
   padded-sdpa          right-padded batches, PyTorch SDPA attention (the plain baseline)
+  padded-grouped-sdpa  the same examples regrouped by length before padding (group_by_length)
   packed-sdpa          padding-free packing: one row, position_ids restart per example
   padded-eager / packed-eager          transformers' eager (matmul + softmax) attention
   packed-flash         flash_attention_2 varlen kernels     (needs the flash-attn wheel, GPU)
@@ -54,6 +55,7 @@ from fincheck.flops import ModelShape, device_peak_tflops, full_ft_flops, lora_t
 class Variant:
     name: str
     packed: bool = True
+    grouped: bool = False  # padded batches regrouped by length (HF group_by_length)
     attn: str = "sdpa"
     liger: bool = False
     grad_ckpt: bool = False
@@ -64,6 +66,7 @@ VARIANTS = {
     v.name: v
     for v in (
         Variant("padded-sdpa", packed=False),
+        Variant("padded-grouped-sdpa", packed=False, grouped=True),
         Variant("packed-sdpa"),
         Variant("padded-eager", packed=False, attn="eager"),
         Variant("packed-eager", attn="eager"),
@@ -196,6 +199,21 @@ def single_process_group():
                 os.environ[key] = value
 
 
+def regroup_by_length(steps: list[list[int]], warmup: int) -> list[list[int]]:
+    """The same examples, sorted by length and re-cut into batches of the same sizes, within
+    the warmup steps and within the timed steps separately (so the timed tokens are unchanged)."""
+
+    def regroup(part: list[list[int]]) -> list[list[int]]:
+        pool = sorted((n for b in part for n in b), reverse=True)
+        out, start = [], 0
+        for b in part:
+            out.append(pool[start : start + len(b)])
+            start += len(b)
+        return out
+
+    return regroup(steps[:warmup]) + regroup(steps[warmup:])
+
+
 def run_variant(
     args, v: Variant, steps: list[list[int]], device, cuda: bool, peak: float | None, profile: bool
 ) -> Result:
@@ -216,6 +234,8 @@ def run_variant(
         optimizer = torch.optim.AdamW(params, lr=args.lr, fused=cuda)
         forward = model
     model.train()
+    if v.grouped:
+        steps = regroup_by_length(steps, args.warmup)
     gen = torch.Generator().manual_seed(args.seed)
     batches = [
         wl.packed_batch(b, shape.vocab, gen)
@@ -492,11 +512,16 @@ def report(
 
     print()
     print(format_table(results, "peak GiB" if cuda else "peak RSS GiB"))
-    first = {r.variant: r.first_loss for r in results if r.first_loss is not None}
+    # Regrouped batches hold other examples in step 1: left out of the loss comparison.
+    first = {
+        r.variant: r.first_loss
+        for r in results
+        if r.first_loss is not None and not r.settings.get("grouped")
+    }
     if first:
         spread = max(first.values()) - min(first.values())
         print(
-            f"first-step loss, every variant (same init, same examples): {min(first.values()):.5f} .. {max(first.values()):.5f} (spread {spread:.2e});"
+            f"first-step loss, all variants on the shared batches (same init, same examples): {min(first.values()):.5f} .. {max(first.values()):.5f} (spread {spread:.2e});"
         )
         print(
             "packing and padding must agree (fp32: < 1e-5; bf16: ~1e-2 from rounding); more means cross-example attention or a mask bug."
