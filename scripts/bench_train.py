@@ -23,9 +23,13 @@ A variant that cannot run here (missing package, no GPU) is listed with the reas
 Examples:
   # the issue's goal: one H100, Qwen2.5-1.5B, sequences up to 2,048 tokens, bf16
   python scripts/bench_train.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
-      --max-len 2048 --batch-size 16 --steps 20 --warmup 5 --json-out bench-train-h100.json
-  # where the time goes in one variant (torch profiler summary + chrome trace)
-  python scripts/bench_train.py --model qwen2.5-1.5b --variants packed-flash --profile
+      --max-len 2048 --batch-size 8 --steps 20 --warmup 5 --json-out bench-train-h100.json
+  # the fast variants with more tokens per step
+  python scripts/bench_train.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
+      --max-len 2048 --batch-size 16 --variants packed-flash,packed-flex,packed-flash-liger
+  # where the time goes in one variant (torch profiler op table + chrome trace)
+  python scripts/bench_train.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
+      --max-len 2048 --batch-size 8 --steps 3 --variants packed-flash-liger --profile
   # CPU smoke run (seconds): the tiny config, what CI runs
   python scripts/bench_train.py --model tiny --max-len 256 --batch-size 4 --steps 2 --warmup 1
 """
