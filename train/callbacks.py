@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 from trl import SFTTrainer
 
@@ -74,7 +75,7 @@ class StepLogCallback(TrainerCallback):
             f"lr {logs.get('learning_rate', 0.0):.3g}"
             + (f" | {tps:,.0f} tok/s" if tps is not None else "")
         )
-        print(line, file=sys.stderr, flush=True)
+        tqdm.write(line, file=sys.stderr)  # above the progress bar, not glued to it
 
 
 class CompleteCheckpointCallback(TrainerCallback):
