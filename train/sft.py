@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +56,24 @@ class Run:
     sigterm: Any
 
 
+def share_cpu_threads() -> None:
+    """Several CPU processes on one machine: give each its share of the cores.
+
+    torchrun sets OMP_NUM_THREADS=1 itself, the `deepspeed` launcher does not; with every process
+    using all cores the CPU run is ~10x slower (measured on tiny-cpu, 2 processes, 2 cores)."""
+    import torch
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if local > 1 and "OMP_NUM_THREADS" not in os.environ and not torch.cuda.is_available():
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+
+
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
     from fincheck.train import callbacks, checkpoints, data, model
 
+    share_cpu_threads()
     output_dir = recipe.resolved_output_dir()
     mixture = data.load_mixture_config(recipe.data_config)
     base_path = model.resolve_base_path(recipe, output_dir)
