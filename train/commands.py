@@ -6,7 +6,7 @@ import argparse
 
 EPILOG = """\
 examples:
-  fincheck train --config configs/train/tiny-cpu.yaml --dataset_dir=prepared --deepspeed=
+  fincheck train --config configs/train/tiny-cpu.yaml --dataset_dir=prepared
   fincheck train --config configs/train/qwen2.5-0.5b-instruct.yaml --max_steps=100 --report_to=wandb
 
 multi-process / multi-GPU (same recipe, same overrides):

@@ -214,8 +214,8 @@ def build_sft_config(recipe: SFTRecipe, output_dir: Path, gpu: bool | None = Non
     cpu_only: dict[str, Any] = {}
     if not gpu:
         cpu_only["use_cpu"] = True
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by deepspeed / torchrun
-            cpu_only["ddp_backend"] = "gloo"
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 or recipe.deepspeed:
+            cpu_only["ddp_backend"] = "gloo"  # DeepSpeed always runs in a process group
     eval_on = recipe.eval_steps is not None and recipe.eval_steps > 0
     return SFTConfig(
         output_dir=str(output_dir),

@@ -68,19 +68,43 @@ def share_cpu_threads() -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
+def single_process_group_env() -> None:
+    """DeepSpeed outside a launcher (`fincheck train`, `python train/sft.py`): describe a
+    one-process group in the environment, otherwise DeepSpeed goes looking for MPI."""
+    if "WORLD_SIZE" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(
+        {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+
+
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
     from fincheck.train import callbacks, checkpoints, data, model
 
     share_cpu_threads()
+    if recipe.deepspeed:
+        single_process_group_env()
     output_dir = recipe.resolved_output_dir()
     mixture = data.load_mixture_config(recipe.data_config)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == "tiny-random":
         model.ensure_tiny_base(base_path)
     args = build_sft_config(recipe, output_dir)  # sets up torch.distributed when launched so
-    if args.deepspeed and args.use_cpu and args.world_size > 1:
+    if args.deepspeed and args.use_cpu:
         # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
         # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
         import deepspeed
