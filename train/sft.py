@@ -4,7 +4,7 @@ Launch forms (all read the same recipe; any recipe key can be overridden with --
 
     deepspeed --num_gpus 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
     torchrun --nproc_per_node 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
-    accelerate launch --num_processes 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
+    accelerate launch --multi_gpu --num_processes 8 train/sft.py --config configs/train/qwen2.5-7b-instruct.yaml
     fincheck train --config configs/train/tiny-cpu.yaml --max_steps=20          # one process
 
     # on a CPU-only machine, 2 processes (what the tests run):
@@ -96,6 +96,8 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     from fincheck.train import callbacks, checkpoints, data, model
 
     share_cpu_threads()
+    if "wandb" in recipe.report_to:
+        os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     if recipe.deepspeed:
         single_process_group_env()
     output_dir = recipe.resolved_output_dir()
