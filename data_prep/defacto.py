@@ -29,6 +29,7 @@ def final_pair(
         meta={
             "label": "inconsistent" if descriptions else "consistent",
             "descriptions": descriptions,
+            "summary": summary,  # what the judge compares the descriptions against
             **meta,
             "grounding_span": list(span),
         },

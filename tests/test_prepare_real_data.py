@@ -101,6 +101,7 @@ def test_final_from_defacto(prepared_dir: Path, data_dir: Path) -> None:
     assert len(test) == 1075
     for pair in test:
         record = raw[pair.meta["doc_id"]]
+        assert pair.meta["summary"] == record["candidate"] and pair.grounding == record["article"]
         if record["has_error"]:
             lines = pair.target.split("\n")
             assert all(re.match(r"^[A-Z]+\. \S", line) for line in lines)

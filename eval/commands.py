@@ -1,0 +1,299 @@
+"""CLI: `fincheck eval` (model -> predictions) and `fincheck score` (predictions -> figures)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fincheck.errors import FincheckError
+from fincheck.pairs import TASKS
+
+EVAL_EXAMPLES = """examples:
+  # zero-shot baseline of an untuned model, 50 examples per task
+  fincheck eval --model Qwen/Qwen2.5-0.5B-Instruct --data prepared --limit 50 --out runs/base
+  # a LoRA adapter (its base is read from adapter_config.json unless --model is given)
+  fincheck eval --adapter checkpoints/tiny-cpu --data prepared --tasks qasem,fhsumbench --out runs/tiny
+A rerun with the same --out resumes: ids already in predictions/<task>.jsonl are skipped."""
+
+SCORE_EXAMPLES = """examples:
+  fincheck score --data prepared --predictions runs/tiny/predictions --out runs/tiny
+  # FINAL needs a judge; any OpenAI-compatible endpoint, key read from $OPENAI_API_KEY
+  fincheck score --data prepared --predictions runs/tiny/predictions --out runs/tiny \\
+      --judge openai --judge-model gpt-4o-2024-11-20
+  fincheck score ... --judge openai --judge-base-url http://localhost:8000/v1 --judge-model Qwen/Qwen2.5-72B-Instruct
+  fincheck score ... --judge local --judge-model path/to/model
+Exit status: 0 when everything was scored, 3 when some judge calls failed (see report.md)."""
+
+
+def _tasks(value: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip() for t in value.split(",") if t.strip())
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise argparse.ArgumentTypeError(
+            f"unknown task(s) {unknown}; choose from {','.join(TASKS)}"
+        )
+    return tasks
+
+
+def _max_new_tokens(value: str) -> dict[str, int]:
+    """'256' (every task) or 'final=512,fhsumbench=128'."""
+    from fincheck.eval.generate import DEFAULT_MAX_NEW_TOKENS
+
+    out = dict(DEFAULT_MAX_NEW_TOKENS)
+    try:
+        if "=" not in value:
+            return dict.fromkeys(out, int(value))
+        for part in value.split(","):
+            task, n = part.split("=")
+            if task.strip() not in TASKS:
+                raise ValueError(task)
+            out[task.strip()] = int(n)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or task=N,... got {value!r}") from None
+    return out
+
+
+def register(subparsers) -> None:
+    from fincheck.eval.generate import DEFAULT_MAX_NEW_TOKENS
+
+    p = subparsers.add_parser(
+        "eval",
+        help="run a model (+ adapter) over prepared evaluation pairs, write predictions",
+        description="Generate predictions for the evaluation split of each task: "
+        "RUN_DIR/predictions/<task>.jsonl, lines {id, task, output[, p_yes]}.",
+        epilog=EVAL_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", help="base model name or path (default: the adapter's recorded base)")
+    p.add_argument("--adapter", help="LoRA adapter directory (from `fincheck train`)")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=Path,
+        help="prepared data directory (`fincheck prepare --out`)",
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="run directory; predictions go to OUT/predictions/"
+    )
+    p.add_argument(
+        "--tasks",
+        type=_tasks,
+        default=TASKS,
+        help=f"comma-separated tasks (default: {','.join(TASKS)})",
+    )
+    p.add_argument(
+        "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
+    )
+    p.add_argument(
+        "--limit", type=int, help="a seeded random sample of N examples per task (default: all)"
+    )
+    p.add_argument(
+        "--sample-seed", type=int, default=0, help="seed of the --limit sample (default: 0)"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="prompts per generate call (default: 8)"
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=_max_new_tokens,
+        default=dict(DEFAULT_MAX_NEW_TOKENS),
+        help=f"N, or task=N,... (default: {','.join(f'{k}={v}' for k, v in DEFAULT_MAX_NEW_TOKENS.items())})",
+    )
+    p.add_argument(
+        "--max-input-tokens",
+        type=int,
+        help="trim the grounding text of longer prompts "
+        "(default: the model's window minus --max-new-tokens)",
+    )
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="weights dtype (default: bf16 on a GPU that has it, else fp32)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=eval_command)
+
+    s = subparsers.add_parser(
+        "score",
+        help="score predictions against the prepared gold: results.json, report.md, plots",
+        description="Join predictions with the gold by id and compute the papers' figures "
+        "(FINAL: judge matching, micro P/R/F1, binarized BAcc; QASem: BAcc/AUC per subset; "
+        "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95% bootstrap CIs.",
+        epilog=SCORE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--data", required=True, type=Path, help="prepared data directory (the gold)")
+    s.add_argument(
+        "--predictions", required=True, type=Path, help="directory with <task>.jsonl predictions"
+    )
+    s.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="where results.json, report.md, plots/ and scored/ go",
+    )
+    s.add_argument(
+        "--tasks", type=_tasks, help="tasks to score (default: every task with a predictions file)"
+    )
+    s.add_argument(
+        "--split", default="test", choices=("dev", "test"), help="gold split (default: test)"
+    )
+    s.add_argument(
+        "--judge",
+        default="none",
+        choices=("none", "openai", "local"),
+        help="FINAL matching judge (default: none = FINAL P/R/F1 not computed)",
+    )
+    s.add_argument("--judge-model", help="judge model name (openai) or path (local)")
+    s.add_argument("--judge-base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
+    s.add_argument(
+        "--judge-api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
+    )
+    s.add_argument(
+        "--judge-concurrency", type=int, default=8, help="judge calls in flight (default: 8)"
+    )
+    s.add_argument(
+        "--judge-timeout", type=float, default=120.0, help="seconds per judge call (default: 120)"
+    )
+    s.add_argument(
+        "--judge-max-retries",
+        type=int,
+        default=6,
+        help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 6)",
+    )
+    s.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        default=1024,
+        help="answer budget per judge call, reasoning included (default: 1024)",
+    )
+    s.add_argument(
+        "--judge-cache", type=Path, help="judge answer cache (default: OUT/judge_cache.jsonl)"
+    )
+    s.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        help="bootstrap resamples for the CIs (default: 1000)",
+    )
+    s.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    s.add_argument(
+        "--report-to",
+        default="none",
+        choices=("none", "wandb"),
+        help="also log results and the report to wandb (WANDB_MODE=offline works)",
+    )
+    s.add_argument("--wandb-project", default="fincheck", help="wandb project (default: fincheck)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars")
+    s.set_defaults(func=score_command)
+
+
+def eval_command(args) -> int:
+    from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
+
+    opts = EvalOptions(
+        model=resolve_base_model(args.model, args.adapter),
+        adapter=args.adapter,
+        data_dir=args.data,
+        out_dir=args.out,
+        tasks=args.tasks,
+        split=args.split,
+        limit=args.limit,
+        sample_seed=args.sample_seed,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        max_input_tokens=args.max_input_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        progress=not args.no_progress,
+    )
+    summary = run_eval(opts)
+    for task, counts in summary.items():
+        print(
+            f"{task}: {counts['generated']} generated, {counts['resumed']} already done, "
+            f"{counts['trimmed']} prompts trimmed -> {opts.predictions_dir / (task + '.jsonl')}"
+        )
+    print(
+        f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}"
+    )
+    return 0
+
+
+def build_judge(args):
+    from fincheck.eval.judge import JudgeCache, MatchingJudge
+
+    if args.judge == "none":
+        return None
+    if not args.judge_model:
+        raise FincheckError(f"--judge {args.judge} needs --judge-model")
+    if args.judge == "openai":
+        from fincheck.eval.judge_backends import OpenAIChatClient
+
+        client = OpenAIChatClient(
+            args.judge_model,
+            args.judge_base_url,
+            args.judge_api_key_env,
+            args.judge_timeout,
+            args.judge_max_retries,
+        )
+    else:
+        from fincheck.eval.judge_backends import TransformersChatClient
+
+        client = TransformersChatClient(args.judge_model)
+        args.judge_concurrency = 1
+    cache_path = args.judge_cache or args.out / "judge_cache.jsonl"
+    sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
+    return MatchingJudge(client, JudgeCache(cache_path), sampling=sampling)
+
+
+def score_command(args) -> int:
+    from fincheck.eval.score import ScoreOptions, run_score
+
+    opts = ScoreOptions(
+        data_dir=args.data,
+        predictions_dir=args.predictions,
+        out_dir=args.out,
+        split=args.split,
+        tasks=args.tasks,
+        judge=build_judge(args),
+        judge_concurrency=args.judge_concurrency,
+        bootstrap_resamples=args.bootstrap,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    results, judge_errors = run_score(opts)
+    for task, figures in results["tasks"].items():
+        print(f"{task}: {headline(task, figures)}")
+    print(f"report: {args.out / 'report.md'}")
+    if args.report_to == "wandb":
+        from fincheck.eval.wandb_report import log_to_wandb
+
+        log_to_wandb(results, args.out, args.wandb_project)
+    if judge_errors:
+        print(
+            f"fincheck score: {judge_errors} judge call(s) failed; those examples are not scored "
+            "(rerun to retry them: answers already received are cached)",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def headline(task: str, f: dict) -> str:
+    def pct(x):
+        return "–" if x is None or x != x else f"{x:.3f}"
+
+    if task == "final":
+        return f"P {pct(f['precision'])} R {pct(f['recall'])} F1 {pct(f['f1'])} binarized BAcc {pct(f['binary_bacc'])}"
+    if task == "qasem":
+        return " ".join(
+            f"{name} BAcc {pct(f[name]['bacc'])} AUC {pct(f[name]['auc'])}"
+            for name in ("cliff", "factscore", "verifiability", "overall")
+            if name in f
+        )
+    return f"P {pct(f['precision'])} R {pct(f['recall'])} F {pct(f['f'])} parse failures {f['n_parse_failed']}"

@@ -1,0 +1,39 @@
+"""`evaluate` module: FHSumBench figures with the reference scorer's semantics.
+
+    import evaluate
+    metric = evaluate.load("eval/evaluate_metrics/fincheck_fhsumbench")   # a local path
+    metric.compute(predictions=['{"Faithfulness": false, "Factuality": true}'],
+                   references=["factual_hallu"])
+
+predictions: raw model outputs (the JSON judgement, parsed tolerantly; unparseable or
+faithful+non-factual is the class "invalid"); references: gold labels factual_hallu /
+non_factual_hallu / no_hallu. Returns macro P and R over gold ∪ predicted labels, F = their
+harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.eval.fhsumbench_metrics.
+"""
+
+import datasets
+import evaluate
+
+from fincheck.eval.fhsumbench_metrics import judgement_to_label, parse_judgement, score_fhsumbench
+
+_DESCRIPTION = __doc__
+
+
+class FincheckFhsumbench(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_DESCRIPTION,
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
+        )
+
+    def _compute(self, predictions, references, n_resamples=1000, seed=0):
+        judgements = [parse_judgement(text) for text in predictions]
+        labels = [judgement_to_label(j) for j in judgements]
+        failed = [j is None for j in judgements]
+        return score_fhsumbench(
+            list(references), labels, failed, n_resamples=n_resamples, seed=seed
+        )

@@ -1,0 +1,47 @@
+"""`evaluate` module: FINAL micro precision/recall/F1 from judge matchings, and binarized BAcc.
+
+    import evaluate
+    metric = evaluate.load("eval/evaluate_metrics/fincheck_final")   # a local path
+    metric.compute(predictions=["A. x\\nB. y"], references=["A. z"],
+                   matchings=[{"A": "A", "B": None}])
+
+predictions / references: description lists as text ("A. ..." lines, or "None"); matchings:
+one {predicted letter: gold letter or None} per example, as a judge returned it (needed only
+where both lists are non-empty; None marks an example the judge failed on, left out of P/R).
+TP = distinct gold letters matched. Wraps fincheck.eval.final_metrics; the judge itself is
+`fincheck score --judge ...`.
+"""
+
+import datasets
+import evaluate
+
+from fincheck.eval.final_metrics import FinalItem, parse_descriptions, score_final, true_positives
+
+_DESCRIPTION = __doc__
+
+
+class FincheckFinal(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_DESCRIPTION,
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
+        )
+
+    def _compute(self, predictions, references, matchings=None, n_resamples=1000, seed=0):
+        matchings = matchings or [None] * len(predictions)
+        items = []
+        for i, (pred, ref, matching) in enumerate(
+            zip(predictions, references, matchings, strict=True)
+        ):
+            n_pred, n_gold = len(parse_descriptions(pred)), len(parse_descriptions(ref))
+            if n_pred == 0 or n_gold == 0:
+                items.append(FinalItem(n_pred, n_gold, 0))
+            elif matching is None:
+                raise ValueError(f"example {i}: both lists are non-empty, a matching is needed")
+            else:
+                items.append(FinalItem(n_pred, n_gold, true_positives(matching)))
+        return score_final(items, n_resamples=n_resamples, seed=seed)

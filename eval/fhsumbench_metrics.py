@@ -1,0 +1,143 @@
+"""FHSumBench scoring, with the semantics of the benchmark's reference scorer (method/score.py).
+
+A judgement {"Faithfulness": bool, "Factuality": bool} maps to a label:
+  faithful + factual        -> no_hallu
+  unfaithful + factual      -> factual_hallu
+  unfaithful + non-factual  -> non_factual_hallu
+  faithful + non-factual, or an output that does not parse -> invalid
+Figures: per-class accuracy (FH-Acc, NFH-Acc, NoH-Acc: the fraction of each gold class predicted
+as that class), overall accuracy, macro precision and macro recall over the labels present in
+gold ∪ predictions (so "invalid" is a fourth class whenever it is predicted: precision 0,
+recall 0), and F = the harmonic mean of macro-P and macro-R (not the mean of per-class F1s).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from fincheck.eval.bootstrap import bootstrap_ci
+from fincheck.eval.classification import confusion_matrix, harmonic_mean, macro_precision_recall
+
+FACTUAL = "factual_hallu"
+NON_FACTUAL = "non_factual_hallu"
+NO_HALLU = "no_hallu"
+INVALID = "invalid"
+LABELS: tuple[str, ...] = (FACTUAL, NON_FACTUAL, NO_HALLU)
+ACCURACY_NAMES = {FACTUAL: "fh_acc", NON_FACTUAL: "nfh_acc", NO_HALLU: "noh_acc"}
+
+_FENCE = re.compile(r"```(?:json|JSON)?")
+_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
+_FIELD = r"[\"']?{name}[\"']?\s*[:=]\s*[\"']?(true|false)\b"
+
+
+def parse_judgement(text: str) -> tuple[bool, bool] | None:
+    """Read (faithfulness, factuality) from a model output, or None when it is not there.
+
+    Tolerates code fences, prose before and after the object, Python-style True/False, quoted
+    "true"/"false" values, and key case; takes the first object that has both keys. As a last
+    resort (a truncated or unbalanced object) reads `Faithfulness: x ... Factuality: y`.
+    """
+    if not text:
+        return None
+    cleaned = _FENCE.sub(" ", text)
+    for candidate in _OBJECT.findall(cleaned):
+        normalized = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", candidate))
+        try:
+            obj = json.loads(normalized)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            parsed = _from_mapping(obj)
+            if parsed is not None:
+                return parsed
+    faith = re.search(_FIELD.format(name="faithfulness"), cleaned, re.IGNORECASE)
+    fact = re.search(_FIELD.format(name="factuality"), cleaned, re.IGNORECASE)
+    if faith and fact:
+        return faith.group(1).lower() == "true", fact.group(1).lower() == "true"
+    return None
+
+
+def _from_mapping(obj: dict) -> tuple[bool, bool] | None:
+    lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+    if "faithfulness" not in lowered or "factuality" not in lowered:
+        return None
+    values = []
+    for key in ("faithfulness", "factuality"):
+        value = lowered[key]
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            return None
+        values.append(value)
+    return values[0], values[1]
+
+
+def judgement_to_label(judgement: tuple[bool, bool] | None) -> str:
+    """(faithful, factual) -> one of LABELS, or INVALID (see the module docstring)."""
+    if judgement is None:
+        return INVALID
+    faithful, factual = judgement
+    if faithful and factual:
+        return NO_HALLU
+    if not faithful and factual:
+        return FACTUAL
+    if not faithful and not factual:
+        return NON_FACTUAL
+    return INVALID
+
+
+def fhsumbench_figures(gold: Sequence[str], pred: Sequence[str]) -> dict[str, float]:
+    """Accuracy, per-class accuracies, macro P/R and their harmonic mean F."""
+    macro_p, macro_r, _ = macro_precision_recall(gold, pred)
+    figures = {
+        "precision": macro_p,
+        "recall": macro_r,
+        "f": harmonic_mean(macro_p, macro_r),
+        "accuracy": sum(g == p for g, p in zip(gold, pred, strict=True)) / len(gold)
+        if gold
+        else float("nan"),
+    }
+    for label, name in ACCURACY_NAMES.items():
+        members = [p for g, p in zip(gold, pred, strict=True) if g == label]
+        figures[name] = sum(p == label for p in members) / len(members) if members else float("nan")
+    return figures
+
+
+def score_fhsumbench(
+    gold: Sequence[str],
+    pred: Sequence[str],
+    parse_failed: Sequence[bool],
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """The reference figures plus CIs, the confusion matrix and the parse-failure rate."""
+    for label in gold:
+        if label not in LABELS:
+            raise ValueError(f"gold FHSumBench label {label!r} not in {LABELS}")
+    figures = fhsumbench_figures(gold, pred)
+    matrix_labels = [*LABELS, INVALID]
+    result: dict = {
+        **figures,
+        "n": len(gold),
+        "n_parse_failed": sum(parse_failed),
+        "parse_failure_rate": sum(parse_failed) / len(gold) if gold else float("nan"),
+        "n_invalid": sum(p == INVALID for p in pred),
+        "confusion": {
+            "labels": matrix_labels,
+            "counts": confusion_matrix(gold, pred, matrix_labels),
+        },
+        "ci95": {},
+    }
+    for metric in ("f", "precision", "recall"):
+        ci = bootstrap_ci(
+            lambda idx, m=metric: fhsumbench_figures(
+                [gold[i] for i in idx], [pred[i] for i in idx]
+            )[m],
+            len(gold),
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        result["ci95"][metric] = ci.as_list() if ci else None
+    return result

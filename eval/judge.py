@@ -1,0 +1,280 @@
+"""The FINAL matching judge: prompt, strict answer parsing, caching, and the run over a corpus.
+
+The judge is an injected `ChatClient` (an OpenAI-compatible endpoint, a local transformers
+model, or a test fake): this module only builds requests and reads answers. Every answer is
+cached on disk under a key of the full request, so a rerun after a crash repeats no call.
+
+Outcomes per example (`JudgeResult.status`):
+  skipped       either list is empty: no call, every prediction unmatched (TP = 0)
+  ok            a valid matching
+  parse_failed  malformed twice (one re-ask): raw answers kept, the example is not scored
+  error         the client gave up (retries exhausted, timeout): kept apart, never scored
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from fincheck.errors import FincheckError
+from fincheck.eval.final_metrics import letters
+
+PROMPT_PATH = Path(__file__).parent / "prompts" / "final_judge.txt"
+DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
+
+
+class JudgeCallError(Exception):
+    """A judge call that failed for good (after the client's retries)."""
+
+
+class ChatClient(Protocol):
+    """Answers a chat conversation with text. `identity` names the model and endpoint for the
+    cache key (never a secret)."""
+
+    identity: dict[str, str]
+
+    def complete(self, messages: list[dict[str, str]], sampling: dict) -> str: ...
+
+
+# ---------------------------------------------------------------- prompt
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    system: str
+    user: str
+    version: str  # sha256 prefix of the prompt file: part of every cache key and result
+
+    @classmethod
+    def load(cls, path: Path = PROMPT_PATH) -> JudgePrompt:
+        text = Path(path).read_text(encoding="utf-8")
+        body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+        match = re.search(r"^\[system\]\n(.*?)^\[user\]\n(.*)\Z", body, re.DOTALL | re.MULTILINE)
+        if match is None:
+            raise FincheckError(f"{path}: judge prompt needs a [system] and a [user] section")
+        version = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        return cls(match.group(1).strip(), match.group(2).strip(), version)
+
+    def messages(
+        self, summary: str, predicted: Sequence[str], gold: Sequence[str]
+    ) -> list[dict[str, str]]:
+        fields = {
+            "summary": summary,
+            "gold": lettered(gold),
+            "predicted": lettered(predicted),
+        }
+        # one pass, so braces inside descriptions are never re-substituted
+        user = re.sub(r"\{(summary|gold|predicted)\}", lambda m: fields[m.group(1)], self.user)
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+
+
+def lettered(items: Sequence[str]) -> str:
+    return "\n".join(
+        f"{letter}. {item}" for letter, item in zip(letters(len(items)), items, strict=True)
+    )
+
+
+# ---------------------------------------------------------------- answer parsing
+
+
+class MatchingParseError(ValueError):
+    """The judge's answer is not a valid matching; the message is shown to it on the re-ask."""
+
+
+_NULLS = {"null", "none", "", "no match", "n/a"}
+
+
+def parse_matching(
+    text: str, predicted_letters: Sequence[str], gold_letters: Sequence[str]
+) -> dict[str, str | None]:
+    """The last JSON object in `text` as {predicted letter: gold letter or None}, validated.
+
+    Tolerated: code fences, reasoning before the object, Python's None, "None"/"null" strings,
+    lower-case letters. Rejected: no object, a missing or unknown predicted letter, a value that
+    is not a gold letter.
+    """
+    cleaned = re.sub(r"```(?:json|JSON)?", " ", text or "")
+    candidates = re.findall(r"\{[^{}]*\}", cleaned, re.DOTALL)
+    if not candidates:
+        raise MatchingParseError("no JSON object found")
+    raw = re.sub(r"\bNone\b", "null", candidates[-1])
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise MatchingParseError(f"the JSON object does not parse ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise MatchingParseError("expected a JSON object")
+    gold_set = set(gold_letters)
+    matching: dict[str, str | None] = {}
+    for key, value in obj.items():
+        letter = str(key).strip().rstrip(".").upper()
+        if letter not in predicted_letters:
+            raise MatchingParseError(f"key {key!r} is not a detector letter")
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NULLS):
+            matching[letter] = None
+            continue
+        target = str(value).strip().rstrip(".").upper()
+        if target not in gold_set:
+            raise MatchingParseError(f"value {value!r} for {letter} is not a reference letter")
+        matching[letter] = target
+    missing = [p for p in predicted_letters if p not in matching]
+    if missing:
+        raise MatchingParseError(f"missing detector letters: {', '.join(missing)}")
+    return matching
+
+
+REASK = (
+    "Your answer could not be used: {problem}. Reply with only one JSON object that has one key "
+    "per detector letter ({keys}) and, as each value, a reference letter ({values}) or null."
+)
+
+
+# ---------------------------------------------------------------- cache
+
+
+class JudgeCache:
+    """Append-only JSONL of {key, response}: one line per completed call, flushed at once, so a
+    crash loses at most the call in flight. Only successful answers are stored."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = Path(path) if path else None
+        self._entries: dict[str, str] = {}
+        self._lock = threading.Lock()
+        if self.path and self.path.exists():
+            text = self.path.read_text(encoding="utf-8")
+            for line in text.splitlines():
+                try:
+                    record = json.loads(line)
+                    self._entries[record["key"]] = record["response"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a torn last line from a crash
+            if text and not text.endswith("\n"):  # end the torn line so appends start clean
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write("\n")
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(identity: dict, prompt_version: str, messages: list, sampling: dict) -> str:
+        request = {
+            "judge": identity,
+            "prompt_version": prompt_version,
+            "messages": messages,
+            "sampling": sampling,
+        }
+        canonical = json.dumps(request, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            response = self._entries.get(key)
+            if response is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return response
+
+    def put(self, key: str, response: str) -> None:
+        with self._lock:
+            self._entries[key] = response
+            if self.path:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(
+                        json.dumps({"key": key, "response": response}, ensure_ascii=False) + "\n"
+                    )
+                    f.flush()
+
+
+# ---------------------------------------------------------------- judging
+
+
+@dataclass
+class JudgeResult:
+    status: str  # skipped | ok | parse_failed | error
+    matching: dict[str, str | None] | None = None
+    raw: list[str] = field(default_factory=list)
+    error: str | None = None
+    calls: int = 0  # requests sent over the wire (cache hits excluded)
+
+
+@dataclass
+class MatchingJudge:
+    client: ChatClient
+    cache: JudgeCache
+    prompt: JudgePrompt = field(default_factory=JudgePrompt.load)
+    sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
+
+    def _ask(self, messages: list[dict[str, str]], result: JudgeResult) -> str:
+        key = JudgeCache.key(self.client.identity, self.prompt.version, messages, self.sampling)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        result.calls += 1
+        response = self.client.complete(messages, self.sampling)
+        self.cache.put(key, response)
+        return response
+
+    def match(self, summary: str, predicted: Sequence[str], gold: Sequence[str]) -> JudgeResult:
+        pred_letters, gold_letters = letters(len(predicted)), letters(len(gold))
+        if not predicted or not gold:
+            return JudgeResult("skipped", {p: None for p in pred_letters})
+        messages = self.prompt.messages(summary, predicted, gold)
+        result = JudgeResult("parse_failed")
+        try:
+            for attempt in range(2):
+                answer = self._ask(messages, result)
+                result.raw.append(answer)
+                try:
+                    result.matching = parse_matching(answer, pred_letters, gold_letters)
+                    result.status = "ok"
+                    return result
+                except MatchingParseError as e:
+                    result.error = str(e)
+                    if attempt == 0:
+                        reask = REASK.format(
+                            problem=e,
+                            keys=", ".join(pred_letters),
+                            values=", ".join(gold_letters),
+                        )
+                        messages = [
+                            *messages,
+                            {"role": "assistant", "content": answer},
+                            {"role": "user", "content": reask},
+                        ]
+        except JudgeCallError as e:
+            result.status, result.error = "error", str(e)
+        return result
+
+    def match_many(
+        self,
+        requests: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+        concurrency: int = 8,
+        progress: bool = True,
+    ) -> list[JudgeResult]:
+        """Judge (summary, predicted, gold) triples, `concurrency` calls in flight at most."""
+        from tqdm.auto import tqdm
+
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+        futures = [pool.submit(self.match, *req) for req in requests]
+        results = []
+        try:
+            with tqdm(
+                total=len(futures), desc="judging FINAL", unit="ex", disable=not progress
+            ) as bar:
+                for future in futures:
+                    results.append(future.result())
+                    bar.update(1)
+        except BaseException:
+            # a run-stopping error (wrong key, Ctrl-C): do not send the calls still queued
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return results

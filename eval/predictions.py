@@ -1,0 +1,154 @@
+"""The predictions file: what `fincheck eval` writes and `fincheck score` reads.
+
+`RUN_DIR/predictions/<task>.jsonl`, one JSON object per line:
+    {"id": str, "task": "final"|"qasem"|"fhsumbench", "output": str, "p_yes": float?}
+`id` is the prepared pair's id; `output` the model's raw text; `p_yes` (QASem only, optional)
+the support score P(Yes)/(P(Yes)+P(No)) at the first generated position. Other keys are kept
+but ignored. Any tool can write this file and be scored the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.pairs import TASKS, Pair
+
+
+@dataclass(frozen=True)
+class Prediction:
+    id: str
+    task: str
+    output: str
+    p_yes: float | None = None
+    line: int = 0  # where it was read, for error messages
+
+    def to_json(self) -> str:
+        record: dict[str, Any] = {"id": self.id, "task": self.task, "output": self.output}
+        if self.p_yes is not None:
+            record["p_yes"] = self.p_yes
+        return json.dumps(record, ensure_ascii=False)
+
+
+def read_predictions(path: Path, task: str | None = None) -> list[Prediction]:
+    """Read and validate a predictions file; a duplicate id is an error naming both lines."""
+    predictions: list[Prediction] = []
+    seen: dict[str, int] = {}
+    with Path(path).open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InvalidRecordError(str(path), line_no, "<json>", e.msg) from None
+            prediction = _validate(record, str(path), line_no, task)
+            if prediction.id in seen:
+                raise InvalidRecordError(
+                    str(path),
+                    line_no,
+                    "id",
+                    f"duplicate id {prediction.id!r} (first on line {seen[prediction.id]})",
+                )
+            seen[prediction.id] = line_no
+            predictions.append(prediction)
+    return predictions
+
+
+def _validate(record: Any, where: str, line: int, task: str | None) -> Prediction:
+    if not isinstance(record, dict):
+        raise InvalidRecordError(where, line, "<record>", "expected a JSON object")
+    for key in ("id", "task", "output"):
+        if not isinstance(record.get(key), str):
+            raise InvalidRecordError(where, line, key, "missing or not a string")
+    if record["task"] not in TASKS:
+        raise InvalidRecordError(where, line, "task", f"{record['task']!r} not in {TASKS}")
+    if task is not None and record["task"] != task:
+        raise InvalidRecordError(where, line, "task", f"{record['task']!r} in the {task} file")
+    p_yes = record.get("p_yes")
+    if p_yes is not None:
+        if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0 <= p_yes <= 1:
+            raise InvalidRecordError(
+                where, line, "p_yes", f"expected a number in [0, 1], got {p_yes!r}"
+            )
+        p_yes = float(p_yes)
+        if math.isnan(p_yes):
+            p_yes = None
+    return Prediction(record["id"], record["task"], record["output"], p_yes, line)
+
+
+def join_with_gold(
+    gold: list[Pair], predictions: list[Prediction], predictions_path: Path, gold_path: Path
+) -> tuple[list[tuple[Pair, Prediction]], list[str]]:
+    """Pair each prediction with its gold pair by id.
+
+    An id that is not in the gold split is an error (file:line); gold ids without a prediction
+    are returned as `missing` (a --limit run scores a sample; the report says how many).
+    """
+    by_id = {pair.id: pair for pair in gold}
+    joined = []
+    for prediction in predictions:
+        pair = by_id.get(prediction.id)
+        if pair is None:
+            raise InvalidRecordError(
+                str(predictions_path),
+                prediction.line,
+                "id",
+                f"{prediction.id!r} is not in the gold split {gold_path}",
+            )
+        joined.append((pair, prediction))
+    predicted = {p.id for p in predictions}
+    missing = [pair.id for pair in gold if pair.id not in predicted]
+    return joined, missing
+
+
+class PredictionWriter:
+    """Appends predictions and flushes per batch, so a crash loses at most the batch in flight.
+
+    On open it reads the ids already written (resume) and drops a torn last line left by a
+    crash mid-write.
+    """
+
+    def __init__(self, path: Path, task: str) -> None:
+        self.path = Path(path)
+        self.task = task
+        self.done: set[str] = set()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self._recover()
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def _recover(self) -> None:
+        good: list[str] = []
+        with self.path.open(encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                try:
+                    record = json.loads(line)
+                    prediction = _validate(record, str(self.path), line_no, self.task)
+                except (json.JSONDecodeError, InvalidRecordError):
+                    if line.endswith("\n"):  # damage in the middle is not a crash artefact
+                        raise FincheckError(
+                            f"{self.path}:{line_no}: unreadable prediction; fix or delete the file"
+                        ) from None
+                    continue  # torn last line
+                if prediction.id not in self.done:
+                    good.append(prediction.to_json())
+                    self.done.add(prediction.id)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in good), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def write_batch(self, predictions: list[Prediction]) -> None:
+        for prediction in predictions:
+            self._file.write(prediction.to_json() + "\n")
+            self.done.add(prediction.id)
+        self._file.flush()
+        os.fsync(self._file.fileno())  # on disk, not just in the OS cache: a batch costs minutes
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,118 @@
+"""QASemConsistency scoring (the QASem paper, Table 4).
+
+Each QA gets a support score s = P(Yes) / (P(Yes) + P(No)) read at the model's first generated
+position; the QA is predicted supported iff s >= 0.5 (no threshold tuning). Reported per
+sub-dataset (cliff, factscore, verifiability) and pooled: balanced accuracy of the hard
+prediction and ROC-AUC of s, with "supported" as the positive class.
+
+A prediction without p_yes (an API model, another tool) is scored from its text: an answer that
+starts with yes -> s = 1, no -> s = 0. An answer that is neither is a parse failure and counts as
+wrong: s is set to the opposite of the gold label, so it can only lower BAcc and AUC, never help.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fincheck.eval.bootstrap import bootstrap_ci
+from fincheck.eval.classification import balanced_accuracy, roc_auc
+
+SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
+THRESHOLD = 0.5
+
+_ANSWER = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """'Yes'/'yes.'/'**No**, because...' -> True/False; anything else -> None."""
+    match = _ANSWER.match(text or "")
+    if match is None:
+        return None
+    return match.group(1).lower() == "yes"
+
+
+def gold_supported(target: str) -> bool:
+    """The prepared pair's target ('Yes' = supported, 'No' = not supported)."""
+    answer = parse_yes_no(target)
+    if answer is None:
+        raise ValueError(f"QASem target must be Yes or No, got {target!r}")
+    return answer
+
+
+@dataclass(frozen=True)
+class QasemItem:
+    """One scored QA: gold label, support score, and whether the score came from a parse failure."""
+
+    subset: str
+    gold: bool
+    score: float
+    parse_failed: bool = False
+    from_text: bool = False
+
+    @property
+    def predicted(self) -> bool:
+        return self.score >= THRESHOLD
+
+
+def support_score(output: str, p_yes: float | None, gold: bool) -> tuple[float, bool, bool]:
+    """(s, parse_failed, from_text) for one prediction; see the module docstring for the rules."""
+    if p_yes is not None and not math.isnan(p_yes):
+        return float(p_yes), False, False
+    answer = parse_yes_no(output)
+    if answer is None:
+        return (0.0 if gold else 1.0), True, True
+    return (1.0 if answer else 0.0), False, True
+
+
+def qasem_figures(items: Sequence[QasemItem]) -> dict[str, float]:
+    """BAcc and AUC (as fractions) of a set of QAs."""
+    gold = [it.gold for it in items]
+    return {
+        "bacc": balanced_accuracy(gold, [it.predicted for it in items]),
+        "auc": roc_auc(gold, [it.score for it in items]),
+    }
+
+
+def score_qasem(
+    items: Sequence[QasemItem], n_resamples: int = 1000, seed: int = 0
+) -> dict[str, dict]:
+    """Per-subset and pooled ('overall') figures with 95% bootstrap CIs and counts.
+
+    Also 'mean_of_subsets': the unweighted mean of the per-subset BAcc/AUC, the way one averages
+    the paper's three columns.
+    """
+    groups: dict[str, list[QasemItem]] = {}
+    for it in items:
+        groups.setdefault(it.subset, []).append(it)
+    order = [s for s in SUBSETS if s in groups] + sorted(set(groups) - set(SUBSETS))
+    out: dict[str, dict] = {}
+    for name, group in [*((s, groups[s]) for s in order), ("overall", list(items))]:
+        if not group:
+            continue
+        figures = qasem_figures(group)
+        entry: dict = {
+            **figures,
+            "n": len(group),
+            "n_supported": sum(it.gold for it in group),
+            "n_parse_failed": sum(it.parse_failed for it in group),
+            "n_scored_from_text": sum(it.from_text for it in group),
+            "ci95": {},
+        }
+        for metric in ("bacc", "auc"):
+            ci = bootstrap_ci(
+                lambda idx, g=group, m=metric: qasem_figures([g[i] for i in idx])[m],
+                len(group),
+                n_resamples=n_resamples,
+                seed=seed,
+            )
+            entry["ci95"][metric] = ci.as_list() if ci else None
+        out[name] = entry
+    subset_entries = [out[s] for s in SUBSETS if s in out]
+    if subset_entries:
+        out["mean_of_subsets"] = {
+            m: sum(e[m] for e in subset_entries) / len(subset_entries) for m in ("bacc", "auc")
+        }
+    return out

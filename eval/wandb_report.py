@@ -1,0 +1,48 @@
+"""`--report-to wandb`: log the figures, the plots and report.md to a wandb run.
+
+Works offline (`WANDB_MODE=offline` writes the run under OUT/wandb for a later `wandb sync`).
+Only figures and the report are logged: no API key or judge credential is part of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def flatten(results: dict) -> dict[str, float]:
+    """{'qasem/cliff/bacc': 0.71, 'fhsumbench/f': 0.46, ...}: numeric leaves of results['tasks']."""
+    flat: dict[str, float] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if key in ("ci95", "confusion", "binary_confusion", "judged_with"):
+                    continue
+                walk(f"{prefix}/{key}" if prefix else key, inner)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[prefix] = value
+
+    walk("", results["tasks"])
+    return flat
+
+
+def log_to_wandb(results: dict, out_dir: Path, project: str) -> str:
+    import wandb
+
+    run = wandb.init(project=project, dir=str(out_dir), config=results["run"], job_type="eval")
+    try:
+        run.summary.update(flatten(results))
+        images = {
+            f"plots/{png.stem}": wandb.Image(str(png))
+            for png in sorted((out_dir / "plots").glob("*.png"))
+        }
+        if images:
+            run.log(images)
+        artifact = wandb.Artifact(f"eval-report-{run.id}", type="eval-report")
+        for name in ("report.md", "results.json"):
+            if (out_dir / name).exists():
+                artifact.add_file(str(out_dir / name))
+        run.log_artifact(artifact)
+        return run.id
+    finally:
+        run.finish()

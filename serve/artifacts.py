@@ -1,0 +1,166 @@
+"""What a training run leaves behind, read in one place.
+
+A finished run folder (`checkpoints/<run>/`, written by `fincheck.train.sft`) holds the adapter
+(`adapter_model.safetensors`, `adapter_config.json`), the tokenizer, the resolved recipe
+(`recipe.yaml`), the data manifest (`data_manifest.json`) and the run metadata
+(`fincheck_run.json`: base, base/recipe/data fingerprints, prompt hashes). A run on a random-init
+base (the tiny CPU recipe) also holds that base (`base/`), since it exists nowhere else; the
+base is found the way training records it (`fincheck.train.checkpoints.resolve_adapter_base`).
+Detect, merge and publish all start from `load_run(path)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fincheck.errors import FincheckError
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+RECIPE_FILE = "recipe.yaml"
+MANIFEST_FILE = "data_manifest.json"
+RUN_METADATA = "fincheck_run.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """`org/name` with hub-legal characters (a local path that happens to match is checked first)."""
+    return bool(_HUB_ID.match(name)) and not Path(name).exists()
+
+
+@dataclass
+class RunArtifacts:
+    path: Path
+    adapter_config: dict[str, Any]
+    recipe: dict[str, Any] = field(default_factory=dict)
+    recipe_path: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest_path: Path | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # fincheck_run.json
+    local_base: Path | None = None  # a base model saved inside the run (random-init tiny base)
+
+    @property
+    def base_name(self) -> str:
+        """The base the adapter was trained on, as recorded by the run (or else by PEFT)."""
+        return str(
+            self.metadata.get("base_model")
+            or self.adapter_config.get("base_model_name_or_path")
+            or ""
+        )
+
+    @property
+    def data_fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint") or self.metadata.get("data_fingerprint")
+
+    @property
+    def hub_base_id(self) -> str | None:
+        """The base's hub id when it has one (None for a base that only exists in this run)."""
+        if self.local_base is not None:
+            return None
+        return self.base_name if looks_like_hub_id(self.base_name) else None
+
+    @property
+    def tokenizer_files(self) -> list[Path]:
+        return [self.path / n for n in TOKENIZER_FILES if (self.path / n).is_file()]
+
+    @property
+    def prompt_hashes(self) -> dict[str, str]:
+        return dict(self.manifest.get("prompt_hashes") or self.metadata.get("prompt_hashes") or {})
+
+    @property
+    def tasks(self) -> list[str]:
+        hashes = self.prompt_hashes
+        if hashes:
+            return list(hashes)
+        tasks = self.recipe.get("tasks")
+        return list(tasks) if isinstance(tasks, (list, tuple)) else []
+
+    def resolve_base(self, override: str | None = None) -> str:
+        """The base to load: the user's choice, else the run's own base (saved copy or hub id)."""
+        if override:
+            return override
+        if self.local_base is not None:
+            return str(self.local_base)
+        if self.base_name:
+            return self.base_name
+        raise FincheckError(
+            f"{self.path / ADAPTER_CONFIG}: no base_model_name_or_path; pass --model BASE"
+        )
+
+
+def load_run(path: str | Path) -> RunArtifacts:
+    """Read a run folder (or a bare adapter folder); stop with a clear message if it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FincheckError(f"adapter folder not found: {path}")
+    config_path = path / ADAPTER_CONFIG
+    if not config_path.is_file():
+        raise FincheckError(
+            f"{path}: no {ADAPTER_CONFIG}; point --adapter/--checkpoint at a run folder "
+            f"(checkpoints/<run>/) or one of its checkpoint-<step>/ folders"
+        )
+    if not (path / ADAPTER_WEIGHTS).is_file():
+        pickled = [p.name for p in path.glob("adapter_model.bin")]
+        hint = " (found adapter_model.bin: pickle files are not loaded)" if pickled else ""
+        raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
+    adapter_config = _read_json(config_path)
+    run = RunArtifacts(path=path, adapter_config=adapter_config)
+    if (path / RECIPE_FILE).is_file():
+        run.recipe_path = path / RECIPE_FILE
+        run.recipe = _read_yaml(run.recipe_path)
+    if (path / MANIFEST_FILE).is_file():
+        run.manifest_path = path / MANIFEST_FILE
+        run.manifest = _read_json(run.manifest_path)
+    if (path / RUN_METADATA).is_file():
+        run.metadata = _read_json(path / RUN_METADATA)
+    run.local_base = _find_local_base(path)
+    return run
+
+
+def _find_local_base(path: Path) -> Path | None:
+    """The base folder when it lives inside the run (a random-init base), else None."""
+    from fincheck.train.checkpoints import resolve_adapter_base
+
+    base = Path(resolve_adapter_base(path))
+    if not base.is_absolute():
+        base = path / base if (path / base).is_dir() else base
+    if (base / "config.json").is_file() and base.resolve().is_relative_to(path.resolve()):
+        return base
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise FincheckError(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise FincheckError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise FincheckError(f"{path}: expected a mapping")
+    return data

@@ -1,0 +1,237 @@
+"""The model card: YAML metadata the hub indexes, and a README people read.
+
+The metadata is built as a dict and dumped with huggingface_hub's `ModelCardData` (so the
+model-index has the exact shape the hub validates); the prose lives in `templates/model_card.md`.
+Evaluation numbers come from `results.json` (written by `fincheck eval`), flattened to
+(task, subset, metric, value) rows and printed beside the papers' anchors from `anchors.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from fincheck.errors import FincheckError
+from fincheck.pairs import TASKS
+from fincheck.serve.artifacts import RunArtifacts
+
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
+ANCHORS_PATH = Path(__file__).parent / "anchors.yaml"
+
+# How each task appears in the hub's model-index (dataset ids are the pinned origins in SPEC).
+TASK_INFO: dict[str, dict[str, str]] = {
+    "final": {
+        "task_type": "text-generation",
+        "task_name": "Inconsistency descriptions (FINAL)",
+        "dataset_type": "final",
+        "dataset_name": "FINAL",
+    },
+    "qasem": {
+        "task_type": "text-classification",
+        "task_name": "QA support labels (QASemConsistency)",
+        "dataset_type": "qasem_consistency",
+        "dataset_name": "QASemConsistency",
+    },
+    "fhsumbench": {
+        "task_type": "text-classification",
+        "task_name": "Factual vs non-factual hallucination (FHSumBench)",
+        "dataset_type": "fhsumbench",
+        "dataset_name": "FHSumBench",
+    },
+}
+DATASET_TAGS = ("microsoft/DeFacto", "ariecattan/qasem_consistency", "cece00/FHSumBench")
+# The figures of `fincheck score`'s results.json that go into the model-index and the table, per
+# task (counts, confusion matrices and judge bookkeeping stay in results.json, which is uploaded).
+CARD_METRICS: dict[str, tuple[str, ...]] = {
+    "final": ("f1", "precision", "recall", "binary_bacc"),
+    "qasem": ("bacc", "auc"),
+    "fhsumbench": ("f", "precision", "recall", "accuracy", "fh_acc", "nfh_acc", "noh_acc"),
+}
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    task: str
+    subset: str | None
+    metric: str
+    value: float
+    ci95: tuple[float, float] | None = None
+
+
+def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
+    """The card's rows from results.json (`{"tasks": {task: figures}}`, as `fincheck score`
+    writes it; a bare `{task: figures}` is accepted too).
+
+    Figures are either flat (`{"f1": x, "ci95": {"f1": [lo, hi]}}`) or per subset
+    (`{"cliff": {"bacc": x, ...}, "overall": {...}}`, QASem). Undefined figures (null) are skipped.
+    """
+    root = results.get("tasks", results)
+    rows: list[MetricRow] = []
+    for task in TASKS:
+        section = root.get(task)
+        if not isinstance(section, dict):
+            continue
+        rows += _rows(task, None, section)
+        for subset, inner in section.items():
+            if isinstance(inner, dict) and subset not in ("ci95", "confusion", "binary_confusion"):
+                rows += _rows(task, subset, inner)
+    return rows
+
+
+def _rows(task: str, subset: str | None, figures: dict[str, Any]) -> list[MetricRow]:
+    cis = figures.get("ci95") if isinstance(figures.get("ci95"), dict) else {}
+    rows = []
+    for metric in CARD_METRICS[task]:
+        value = figures.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            ci = cis.get(metric)
+            ci95 = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
+            rows.append(MetricRow(task, subset, metric, float(value), ci95))
+    return rows
+
+
+def load_anchors(path: Path = ANCHORS_PATH) -> list[dict[str, Any]]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def build_metadata(
+    run: RunArtifacts,
+    repo_id: str,
+    results: dict[str, Any] | None,
+    license: str,
+) -> dict[str, Any]:
+    """The card's YAML header, as the hub expects it (model-index only when results exist)."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    tasks = run.tasks or list(TASKS)
+    tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *tasks]
+    split = str(((results or {}).get("run") or {}).get("split", "test"))
+    eval_results = [
+        EvalResult(
+            task_type=TASK_INFO[row.task]["task_type"],
+            task_name=TASK_INFO[row.task]["task_name"],
+            dataset_type=TASK_INFO[row.task]["dataset_type"],
+            dataset_name=TASK_INFO[row.task]["dataset_name"],
+            dataset_config=row.subset,
+            dataset_split=split,
+            metric_type=row.metric,
+            metric_name=row.metric if row.subset is None else f"{row.metric} ({row.subset})",
+            metric_value=row.value,
+        )
+        for row in metrics_from_results(results or {})
+    ]
+    data = ModelCardData(
+        base_model=run.hub_base_id,
+        library_name="peft",
+        license=license,
+        datasets=list(DATASET_TAGS),
+        language=["en"],
+        pipeline_tag="text-generation",
+        tags=tags,
+        model_name=repo_id.split("/")[-1] if eval_results else None,
+        eval_results=eval_results or None,
+    )
+    return data.to_dict()
+
+
+def render_card(
+    run: RunArtifacts,
+    repo_id: str,
+    results: dict[str, Any] | None = None,
+    license: str = "apache-2.0",
+) -> str:
+    """The README.md text for `run` published as `repo_id`."""
+    metadata = build_metadata(run, repo_id, results, license)
+    rows = metrics_from_results(results or {})
+    anchors = load_anchors()
+    base = run.hub_base_id
+    lora = run.adapter_config
+    lora_text = (
+        f" (r={lora.get('r')}, alpha={lora.get('lora_alpha')}, dropout={lora.get('lora_dropout')}, "
+        f"targets={_targets(lora.get('target_modules'))})"
+        if lora.get("r")
+        else ""
+    )
+    context = {
+        "metadata_yaml": yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True),
+        "model_name": repo_id.split("/")[-1],
+        "repo_id": repo_id,
+        "base_description": f"[{base}](https://huggingface.co/{base})"
+        if base
+        else "a small randomly initialised base model shipped with the adapter (folder "
+        f"`{run.local_base.name if run.local_base is not None else 'base'}/`)",
+        "base_comment": f"# base: {base} (pass base=... to use a local copy)\n"
+        if base
+        else "# base: the random-init base shipped in this repo, found automatically\n",
+        "tasks_text": ", ".join(run.tasks) if run.tasks else "not recorded",
+        "lora_text": lora_text,
+        "fingerprint": run.data_fingerprint or "not recorded",
+        "run_fingerprints": {
+            k: run.metadata[k]
+            for k in ("base_fingerprint", "recipe_fingerprint")
+            if run.metadata.get(k)
+        },
+        "prompt_hashes": run.prompt_hashes,
+        "recipe_yaml": yaml.safe_dump(run.recipe, sort_keys=False)
+        if run.recipe
+        else "# not recorded\n",
+        "result_rows": [_result_row(row, anchors) for row in rows],
+        "anchor_rows": _anchor_only_rows(anchors),
+    }
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    return env.from_string(TEMPLATE_PATH.read_text(encoding="utf-8")).render(**context)
+
+
+def _targets(modules: Any) -> str:
+    if isinstance(modules, (list, tuple, set)):
+        return ", ".join(sorted(modules))
+    return str(modules)
+
+
+def _anchor_text(task: str, subset: str | None, metric: str, anchors: list[dict[str, Any]]) -> str:
+    hits = [
+        a for a in anchors if a["task"] == task and a["subset"] == subset and a["metric"] == metric
+    ]
+    return "; ".join(f"{a['system']} {a['value']:.3f}" for a in hits) or "-"
+
+
+def _result_row(row: MetricRow, anchors: list[dict[str, Any]]) -> dict[str, str]:
+    return {
+        "task": row.task,
+        "subset": row.subset or "all",
+        "metric": row.metric,
+        "value": f"{row.value:.3f}"
+        + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
+        "anchors": _anchor_text(row.task, row.subset, row.metric, anchors),
+    }
+
+
+def _anchor_only_rows(anchors: list[dict[str, Any]]) -> list[dict[str, str]]:
+    keys = list(dict.fromkeys((a["task"], a["subset"], a["metric"]) for a in anchors))
+    return [
+        {"task": t, "subset": s or "all", "metric": m, "anchors": _anchor_text(t, s, m, anchors)}
+        for t, s, m in keys
+    ]
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FincheckError(f"results file not found: {path} (written by `fincheck eval`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise FincheckError(f"{path}: expected a JSON object")
+    if not metrics_from_results(data):
+        raise FincheckError(f"{path}: no metrics found under any of the tasks {list(TASKS)}")
+    return data

@@ -1,0 +1,96 @@
+"""Fold a LoRA adapter into its base: one standalone model for any inference server.
+
+For each target weight W (out x in), LoRA adds (alpha / r) * B @ A with A: r x in, B: out x r.
+Merging computes that sum once, in fp32 on an unquantized base (merging into 4-bit weights would
+round the update away), and only then casts to the saved dtype. So in fp32 the merged logits
+equal base+adapter up to float reassociation (tested at atol 1e-5; measured 5e-7 on the tiny
+model); in bf16 they carry bf16's rounding (8 mantissa bits, up to 2^-9 relative per weight):
+measured max |diff| 0.009 on logits within +-0.6, tested at atol 0.05.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.serve.artifacts import load_run
+
+log = logging.getLogger(__name__)
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def load_base_and_adapter(
+    adapter: str | Path,
+    base: str | None = None,
+    dtype: Any = None,
+    trust_remote_code: bool = False,
+    device: str | None = None,
+):
+    """(PeftModel, tokenizer, run) with safetensors-only weights; no remote code unless asked."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = load_run(adapter)
+    base_path = run.resolve_base(base)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            base_path,
+            dtype=dtype or torch.float32,
+            use_safetensors=True,
+            trust_remote_code=trust_remote_code,
+        )
+    except OSError as e:
+        raise FincheckError(
+            f"cannot load base model {base_path!r} (safetensors weights required): {e}"
+        ) from None
+    if getattr(model.config, "quantization_config", None):
+        raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
+    tokenizer_dir = run.path if run.tokenizer_files else base_path
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(tokenizer_dir), trust_remote_code=trust_remote_code
+    )
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        # Training added tokens (e.g. a pad token): the same resize fincheck.train does before
+        # the adapter (which then carries the new embedding rows) is applied.
+        model.resize_token_embeddings(len(tokenizer))
+    if device:
+        model = model.to(device)
+    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+    model.eval()
+    return model, tokenizer, run
+
+
+def merge_adapter(
+    adapter: str | Path,
+    out: str | Path,
+    dtype: str = "bf16",
+    base: str | None = None,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """Merge in fp32, cast to `dtype`, save safetensors + tokenizer to `out`; return a summary."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise FincheckError(f"--dtype {dtype!r}: expected one of {list(DTYPES)}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FincheckError(f"{out}: folder is not empty; pick a new --out folder")
+    model, tokenizer, run = load_base_and_adapter(adapter, base, torch.float32, trust_remote_code)
+    merged = model.merge_and_unload()
+    merged = merged.to(getattr(torch, DTYPES[dtype]))
+    out.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    files = sorted(p.name for p in out.iterdir())
+    log.info("merged %s into %s (%s): %s", run.path, out, dtype, ", ".join(files))
+    return {
+        "adapter": str(run.path),
+        "base": run.resolve_base(base),
+        "out": str(out),
+        "dtype": dtype,
+        "parameters": sum(p.numel() for p in merged.parameters()),
+        "files": files,
+    }

@@ -1,0 +1,272 @@
+"""Publish a trained adapter to the Hugging Face Hub (or, with --dry-run, to a local folder).
+
+Stages, top to bottom:
+  1. `build_upload_folder`: copy exactly what gets uploaded (adapter, tokenizer, recipe, data
+     manifest, results, a random-init base when the run made one) and render README.md.
+  2. `resolve_token`: HF_TOKEN or the user's saved login; the token is passed to the client and
+     never printed, logged or written anywhere.
+  3. `push_folder`: create the repo (and branch), then one `create_commit` with every file, plus
+     deletions of files an earlier publish wrote that this one does not (a stale results.json).
+     The hub answers which files it already has (same git/LFS oid); unchanged files are dropped
+     and an all-unchanged commit is skipped, so re-publishing the same checkpoint changes nothing.
+     Transient failures (5xx, 408/429, network errors) are retried with exponential backoff;
+     401/403 stop at once with a message saying what to fix.
+Only global rank 0 publishes when called inside a distributed job (RANK / LOCAL_RANK).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fincheck.errors import FincheckError
+from fincheck.serve.artifacts import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    MANIFEST_FILE,
+    RECIPE_FILE,
+    RUN_METADATA,
+    TOKENIZER_FILES,
+    RunArtifacts,
+    load_run,
+)
+from fincheck.serve.card import read_results, render_card
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+_sleep = time.sleep  # tests replace this to retry without waiting
+MANAGED_FILES = {
+    "README.md",
+    ADAPTER_WEIGHTS,
+    ADAPTER_CONFIG,
+    RECIPE_FILE,
+    MANIFEST_FILE,
+    RUN_METADATA,
+    "results.json",
+}
+
+
+@dataclass
+class PublishResult:
+    repo_id: str
+    revision: str
+    commit_url: str | None
+    changed: bool  # False when the hub already had every file (no commit was made)
+    files: list[str]
+
+
+def is_main_process(env: dict[str, str] | None = None) -> bool:
+    """True unless RANK (global) or, without it, LOCAL_RANK names a non-zero rank."""
+    env = os.environ if env is None else env
+    rank = env.get("RANK", env.get("LOCAL_RANK", "0"))
+    try:
+        return int(rank) == 0
+    except ValueError:
+        return True
+
+
+def build_upload_folder(
+    run: RunArtifacts,
+    repo_id: str,
+    out_dir: Path,
+    results: dict[str, Any] | None = None,
+    license: str = "apache-2.0",
+) -> list[str]:
+    """Write the repo's files to `out_dir` (empty or new); return their relative paths, sorted."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS)
+    adapter_config = dict(run.adapter_config)
+    metadata = dict(run.metadata)
+    if run.local_base is not None:
+        # The base exists only in this run: ship it (same relative folder, e.g. `base/`) and
+        # point the adapter at the shipped copy instead of a path on this machine.
+        folder = run.local_base.resolve().relative_to(run.path.resolve()).as_posix()
+        shutil.copytree(run.local_base, out_dir / folder, ignore=_skip_pickles)
+        adapter_config["base_model_name_or_path"] = folder
+        if metadata:
+            metadata["base_model"] = folder
+    (out_dir / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
+    if metadata:
+        (out_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
+    for path in run.tokenizer_files:
+        shutil.copy2(path, out_dir / path.name)
+    if run.recipe_path is not None:
+        shutil.copy2(run.recipe_path, out_dir / run.recipe_path.name)
+    if run.manifest_path is not None:
+        shutil.copy2(run.manifest_path, out_dir / MANIFEST_FILE)
+    if results is not None:
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out_dir / "README.md").write_text(
+        render_card(run, repo_id, results, license), encoding="utf-8"
+    )
+    return sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+
+
+def _skip_pickles(_dir: str, names: list[str]) -> list[str]:
+    return [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))]
+
+
+def is_managed_path(path: str) -> bool:
+    """A path `build_upload_folder` writes (so a re-publish may replace or remove it)."""
+    return path in MANAGED_FILES or path in TOKENIZER_FILES or path.startswith("base/")
+
+
+def resolve_token(token: str | None = None) -> str:
+    """The user's token: explicit, else HF_TOKEN, else the saved `hf auth login` token."""
+    from huggingface_hub import get_token
+
+    token = token or get_token()
+    if not token:
+        raise FincheckError(
+            "no Hugging Face token: set HF_TOKEN to a token with write access, "
+            "or run `hf auth login` once"
+        )
+    return token
+
+
+def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 2.0) -> T:
+    """Run `call`, retrying transient hub failures; auth failures become a clear FincheckError."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except HfHubHTTPError as e:
+            status = e.response.status_code if e.response is not None else None
+            if status in (401, 403):
+                raise FincheckError(_auth_message(status, what)) from None
+            if status not in TRANSIENT_STATUS or attempt == attempts:
+                raise FincheckError(f"{what} failed: HTTP {status}: {_first_line(e)}") from None
+            reason = f"HTTP {status}"
+        except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
+            raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
+        except (OSError, _network_errors()) as e:
+            if attempt == attempts:
+                raise FincheckError(
+                    f"{what} failed after {attempts} attempts: {type(e).__name__}"
+                ) from None
+            reason = type(e).__name__
+        delay = base_delay * 2 ** (attempt - 1)
+        log.warning(
+            "%s: %s, retrying in %.1fs (attempt %d/%d)", what, reason, delay, attempt, attempts
+        )
+        _sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    import httpx2
+
+    return (httpx2.TransportError,)
+
+
+def _auth_message(status: int, what: str) -> str:
+    if status == 401:
+        return (
+            f"{what}: the hub rejected the token (401 Unauthorized). Set HF_TOKEN to a valid token "
+            "or run `hf auth login`."
+        )
+    return (
+        f"{what}: the token has no write access to this repo (403 Forbidden). Use a token with "
+        "'write' scope for this user/organization."
+    )
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def push_folder(
+    folder: Path,
+    repo_id: str,
+    token: str,
+    private: bool = False,
+    revision: str | None = None,
+    endpoint: str | None = None,
+    attempts: int = 5,
+    base_delay: float = 2.0,
+) -> tuple[str | None, bool]:
+    """Upload every file of `folder` in one commit. Returns (commit url, whether it changed)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+    api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
+    retry = {"attempts": attempts, "base_delay": base_delay}
+    with_retries(
+        lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo", **retry
+    )
+    if revision:
+        with_retries(
+            lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
+            "create branch",
+            **retry,
+        )
+    before = with_retries(
+        lambda: api.repo_info(repo_id, revision=revision).sha, "read repo", **retry
+    )
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    local = {p.relative_to(folder).as_posix() for p in files}
+    remote = with_retries(
+        lambda: api.list_repo_files(repo_id, revision=revision), "list repo files", **retry
+    )
+    # A file fincheck wrote last time but not this time (results.json, a base/ folder) would
+    # contradict the new card: delete it. Files the user added by hand are left alone.
+    stale = sorted(p for p in remote if p not in local and is_managed_path(p))
+
+    def commit() -> Any:
+        # Fresh operations each attempt: an operation object cannot be committed twice.
+        ops: list[Any] = [
+            CommitOperationAdd(p.relative_to(folder).as_posix(), str(p)) for p in files
+        ]
+        ops += [CommitOperationDelete(p) for p in stale]
+        return api.create_commit(
+            repo_id, ops, commit_message="Publish fincheck adapter", revision=revision
+        )
+
+    info = with_retries(commit, "upload", **retry)
+    return info.commit_url, info.oid != before
+
+
+def publish(
+    checkpoint: str | Path,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    results_path: str | Path | None = None,
+    dry_run: str | Path | None = None,
+    license: str = "apache-2.0",
+    endpoint: str | None = None,
+    attempts: int = 5,
+    base_delay: float = 2.0,
+) -> PublishResult | None:
+    """Publish a run folder as `repo_id`; None when this process is not rank 0."""
+    if not is_main_process():
+        log.info("not rank 0: skipping publish")
+        return None
+    if "/" not in repo_id or repo_id.count("/") != 1:
+        raise FincheckError(f"--repo-id {repo_id!r}: expected ORG/NAME (or USER/NAME)")
+    run = load_run(checkpoint)
+    results = read_results(results_path) if results_path else None
+    rev = revision or "main"
+    if dry_run is not None:
+        files = build_upload_folder(run, repo_id, Path(dry_run), results, license)
+        return PublishResult(repo_id, rev, None, False, files)
+    token = resolve_token()
+    with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
+        files = build_upload_folder(run, repo_id, Path(tmp) / "repo", results, license)
+        url, changed = push_folder(
+            Path(tmp) / "repo", repo_id, token, private, revision, endpoint, attempts, base_delay
+        )
+    return PublishResult(repo_id, rev, url, changed, files)

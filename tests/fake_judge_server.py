@@ -1,0 +1,106 @@
+"""A fake OpenAI-compatible chat-completions server on 127.0.0.1 for judge tests (real HTTP).
+
+`script[trigger]` is a list of actions for requests whose messages contain `trigger`, used in
+order (the last one repeats):
+  ("ok", text)                   200 with `text` as the assistant message
+  ("status", code, headers)      an error status with the given headers
+  ("sleep", seconds, text)       answer `text` after sleeping (to trip client timeouts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeJudgeServer:
+    def __init__(self) -> None:
+        self.script: dict[str, list[tuple]] = {}
+        self.requests: list[dict] = []  # every request body received, in order
+        self.auth_headers: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests being handled at once
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.requests.append(body)
+                    server.auth_headers.append(self.headers.get("Authorization", ""))
+                    action = server._next_action(body)
+                try:
+                    self._answer(action, body)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, action: tuple, body: dict) -> None:
+                kind = action[0]
+                if kind == "status":
+                    self._send(action[1], {"error": {"message": "scripted failure"}}, action[2])
+                    return
+                if kind == "sleep":
+                    time.sleep(action[1])
+                text = action[-1]
+                completion = {
+                    "id": "cmpl-fake",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "fake"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._send(200, completion, {})  # the client may have timed out and gone
+
+            def _send(self, code: int, payload: dict, headers: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def _next_action(self, body: dict) -> tuple:
+        text = "\n".join(m["content"] for m in body["messages"])
+        for trigger, actions in self.script.items():
+            if trigger in text:
+                return actions.pop(0) if len(actions) > 1 else actions[0]
+        return ("status", 400, {})
+
+    def calls_for(self, trigger: str) -> int:
+        return sum(trigger in "\n".join(m["content"] for m in r["messages"]) for r in self.requests)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeJudgeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,293 @@
+"""`fincheck eval` on the tiny random-init model: p_yes against an independent computation,
+batching with left padding, resume after a crash, an adapter, and eval -> score end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fincheck.cli import main  # noqa: E402
+from fincheck.errors import FincheckError  # noqa: E402
+from fincheck.eval import generate  # noqa: E402
+from fincheck.pairs import read_pairs  # noqa: E402
+
+SHORT = "final=6,qasem=2,fhsumbench=6"
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    from fincheck.train.tiny_model import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("tiny") / "base")
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
+    """A LoRA adapter with non-zero weights (so it changes the outputs), saved like training does."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    out = tmp_path_factory.mktemp("adapter") / "adapter"
+    peft_model.save_pretrained(out)
+    return out
+
+
+def _load(tiny_base):
+    opts = generate.EvalOptions(
+        model=str(tiny_base), data_dir=Path("."), out_dir=Path("."), device="cpu"
+    )
+    return generate.load_model(opts)
+
+
+def _independent_p_yes(model, tokenizer, prompt: str) -> float:
+    """Unpadded, one prompt at a time: P(spelling) = prod of next-token probabilities."""
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def prob_of(words):
+        total = 0.0
+        for seq in generate.answer_spellings(tokenizer, words):
+            ids = torch.tensor([prompt_ids + list(seq)])
+            with torch.no_grad():
+                log_probs = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)
+            total += float(
+                torch.exp(sum(log_probs[len(prompt_ids) - 1 + k, t] for k, t in enumerate(seq)))
+            )
+        return total
+
+    yes, no = prob_of(generate.YES_SPELLINGS), prob_of(generate.NO_SPELLINGS)
+    return yes / (yes + no)
+
+
+def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared_dir):
+    model, tokenizer = _load(tiny_base)
+    spellings = generate.answer_spellings(tokenizer, generate.YES_SPELLINGS)
+    assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)  # both paths
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = sorted(pairs[:40], key=lambda p: len(p.user_content))[::13][
+        :3
+    ]  # three different lengths
+    prompts = [generate.render_prompt(tokenizer, p) for p in pairs]
+    assert len({len(p) for p in prompts}) == 3  # so the batch really is left-padded
+    texts, p_yes = generate.generate_batch(
+        model, tokenizer, prompts, max_new_tokens=3, want_p_yes=True
+    )
+    for prompt, text, value in zip(prompts, texts, p_yes, strict=True):
+        assert value == pytest.approx(_independent_p_yes(model, tokenizer, prompt), abs=1e-4)
+        alone, _ = generate.generate_batch(
+            model, tokenizer, [prompt], max_new_tokens=3, want_p_yes=False
+        )
+        assert alone == [text]  # left padding does not change greedy outputs
+
+
+def _eval_args(tiny_base, prepared_dir, out, limit, *extra):
+    return [
+        "eval",
+        "--model",
+        str(tiny_base),
+        "--data",
+        str(prepared_dir),
+        "--out",
+        str(out),
+        "--limit",
+        str(limit),
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        SHORT,
+        "--max-input-tokens",  # keeps the tiny model fast; exercises trimming end to end
+        "512",
+        *extra,
+    ]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_eval_writes_predictions_resumes_and_scores(
+    tiny_base, prepared_dir, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "run"
+    # a crash in the second batch of the first task: the first batch is already on disk
+    real = generate.generate_batch
+    calls = {"n": 0}
+
+    def crash_on_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generate, "generate_batch", crash_on_second)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        main(_eval_args(tiny_base, prepared_dir, out, 3, "--tasks", "qasem"))
+    assert len(_lines(out / "predictions" / "qasem.jsonl")) == 2  # one batch of 2 survived
+    monkeypatch.setattr(generate, "generate_batch", real)
+
+    # a torn line (killed mid-write) is dropped on resume
+    with (out / "predictions" / "qasem.jsonl").open("a") as f:
+        f.write('{"id": "qasem-te')
+    capsys.readouterr()
+    assert main(_eval_args(tiny_base, prepared_dir, out, 3)) == 0
+    printed = capsys.readouterr().out
+    assert "qasem: 1 generated, 2 already done" in printed
+    assert "final: 3 generated, 0 already done" in printed
+    assert sum(int(n) for n in re.findall(r"(\d+) prompts trimmed", printed)) > 0  # 512 is short
+    for task in ("final", "qasem", "fhsumbench"):
+        records = _lines(out / "predictions" / f"{task}.jsonl")
+        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
+        sample = generate.sample_pairs(gold_pairs, 3, seed=0)
+        assert sorted(r["id"] for r in records) == sorted(p.id for p in sample)
+        assert all(r["task"] == task and isinstance(r["output"], str) for r in records)
+        assert all(0.0 <= r["p_yes"] <= 1.0 for r in records) if task == "qasem" else True
+
+    # a second full rerun generates nothing
+    assert main(_eval_args(tiny_base, prepared_dir, out, 3)) == 0
+    assert "qasem: 0 generated, 3 already done" in capsys.readouterr().out
+
+    # and the predictions score
+    assert (
+        main(
+            [
+                "score",
+                "--data",
+                str(prepared_dir),
+                "--predictions",
+                str(out / "predictions"),
+                "--out",
+                str(out),
+                "--bootstrap",
+                "10",
+            ]
+        )
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert results["run"]["model"] == str(tiny_base)
+    assert set(results["tasks"]) == {"final", "qasem", "fhsumbench"}
+    assert results["tasks"]["qasem"]["overall"]["n_scored_from_text"] == 0  # p_yes was used
+    assert sum(results["run"]["prompts_trimmed"].values()) > 0
+    assert "prompts with a trimmed grounding text" in (out / "report.md").read_text()
+
+
+def test_adapter_changes_outputs_and_its_base_is_found(
+    tiny_base, tiny_adapter, prepared_dir, tmp_path
+):
+    base_out, adapter_out = tmp_path / "base", tmp_path / "adapter"
+    assert main(_eval_args(tiny_base, prepared_dir, base_out, 2, "--tasks", "qasem")) == 0
+    args = [
+        "eval",
+        "--adapter",
+        str(tiny_adapter),
+        "--data",
+        str(prepared_dir),
+        "--out",
+        str(adapter_out),
+        "--limit",
+        "2",
+        "--tasks",
+        "qasem",
+        "--max-new-tokens",
+        SHORT,
+        "--max-input-tokens",
+        "512",
+    ]
+    assert main(args) == 0  # no --model: the base comes from adapter_config.json
+    config = json.loads((adapter_out / "predictions" / "eval_config.json").read_text())
+    assert config["adapter"] == str(tiny_adapter) and config["model"] == str(tiny_base)
+    base_p = {r["id"]: r["p_yes"] for r in _lines(base_out / "predictions" / "qasem.jsonl")}
+    tuned_p = {r["id"]: r["p_yes"] for r in _lines(adapter_out / "predictions" / "qasem.jsonl")}
+    assert base_p.keys() == tuned_p.keys()
+    assert any(abs(base_p[k] - tuned_p[k]) > 1e-6 for k in base_p)
+
+
+def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    sample = generate.sample_pairs(pairs, 60, seed=0)
+    assert [p.id for p in sample] == [p.id for p in generate.sample_pairs(pairs, 60, seed=0)]
+    assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
+    assert generate.sample_pairs(pairs, None, 0) == pairs
+
+
+def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepared_dir, tmp_path):
+    out = tmp_path / "run"
+    (out / "predictions").mkdir(parents=True)
+    (out / "predictions" / "eval_config.json").write_text(
+        json.dumps({"model": "other", "adapter": None, "split": "test"})
+    )
+    with pytest.raises(FincheckError, match="different run"):
+        generate.run_eval(
+            generate.EvalOptions(model=str(tiny_base), data_dir=prepared_dir, out_dir=out)
+        )
+
+
+def test_missing_adapter_is_a_clear_error(tmp_path):
+    with pytest.raises(FincheckError, match=r"adapter_config\.json"):
+        generate.resolve_base_model(None, str(tmp_path))
+
+
+def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
+    from fincheck.eval.judge import JudgeCache, MatchingJudge
+    from fincheck.eval.judge_backends import TransformersChatClient
+
+    client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
+    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    result = judge.match("A summary.", ["a wrong date"], ["the date"])
+    # a random-init model cannot answer in JSON: one re-ask, then parse_failed with the raw text
+    assert result.status == "parse_failed" and len(result.raw) == 2 and result.calls == 2
+    again = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl")).match(
+        "A summary.", ["a wrong date"], ["the date"]
+    )
+    assert again.calls == 0 and again.raw == result.raw
+
+
+def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
+    _, tokenizer = _load(tiny_base)
+    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    full = generate.render_prompt(tokenizer, pair)
+    n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
+    text, trimmed = generate.fit_prompt(tokenizer, pair, n_full // 2)
+    assert trimmed and len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= n_full // 2
+    start, end = pair.meta["grounding_span"]
+    user = pair.user_content
+    assert user[end:] in text and user[:start] in text  # question, answer, instructions intact
+    assert text.startswith(
+        full[: full.index(user[:start]) + start + 20]
+    )  # grounding kept from its start
+    assert generate.fit_prompt(tokenizer, pair, n_full) == (full, False)
+
+
+def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
+    model, tokenizer = _load(tiny_base)
+    # an instruct model's shipped settings: sampling and a repetition penalty
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 5.0
+    model.generation_config.repetition_penalty = 3.0
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is the sky green? Reply Yes or No."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    texts, _ = generate.generate_batch(
+        model, tokenizer, [prompt], max_new_tokens=5, want_p_yes=False
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    for _ in range(5):  # argmax, token by token
+        with torch.no_grad():
+            next_id = model(input_ids=ids).logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+        if next_id.item() == tokenizer.eos_token_id:
+            break
+    n_prompt = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].shape[
+        1
+    ]
+    expected = tokenizer.decode(ids[0, n_prompt:], skip_special_tokens=True).strip()
+    assert texts == [expected]

@@ -1,0 +1,238 @@
+"""Metric values on hand-computed cases, and an independent cross-check against scikit-learn."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from fincheck.eval.bootstrap import bootstrap_ci
+from fincheck.eval.classification import (
+    balanced_accuracy,
+    harmonic_mean,
+    macro_precision_recall,
+    roc_auc,
+    roc_curve,
+)
+from fincheck.eval.fhsumbench_metrics import (
+    FACTUAL,
+    INVALID,
+    NO_HALLU,
+    NON_FACTUAL,
+    judgement_to_label,
+    parse_judgement,
+    score_fhsumbench,
+)
+from fincheck.eval.final_metrics import (
+    FinalItem,
+    letters,
+    parse_descriptions,
+    score_final,
+    true_positives,
+)
+from fincheck.eval.qasem_metrics import QasemItem, parse_yes_no, score_qasem, support_score
+
+# ---------------------------------------------------------------- binary metrics
+
+
+def test_balanced_accuracy_hand_computed():
+    # positives: 3, two predicted -> 2/3; negatives: 2, one predicted negative -> 1/2
+    gold = [True, True, True, False, False]
+    pred = [True, True, False, True, False]
+    assert balanced_accuracy(gold, pred) == pytest.approx((2 / 3 + 1 / 2) / 2)
+
+
+def test_balanced_accuracy_single_class_averages_present_class():
+    assert balanced_accuracy([True, True], [True, False]) == 0.5
+    assert math.isnan(balanced_accuracy([], []))
+
+
+def test_auc_with_ties_counts_half():
+    # pos scores 0.8, 0.5; neg scores 0.5, 0.2 -> pairs: (0.8>0.5)=1, (0.8>0.2)=1,
+    # (0.5=0.5)=0.5, (0.5>0.2)=1 -> 3.5/4
+    assert roc_auc([True, True, False, False], [0.8, 0.5, 0.5, 0.2]) == pytest.approx(0.875)
+    assert roc_auc([True, False, True, False], [0.3, 0.3, 0.3, 0.3]) == 0.5
+    assert math.isnan(roc_auc([True, True], [0.1, 0.9]))
+
+
+def test_auc_perfect_and_inverted():
+    assert roc_auc([True, False], [0.9, 0.1]) == 1.0
+    assert roc_auc([True, False], [0.1, 0.9]) == 0.0
+
+
+def test_roc_curve_ends_at_one():
+    fpr, tpr = roc_curve([True, True, False, False], [0.8, 0.5, 0.5, 0.2])
+    assert (fpr[0], tpr[0]) == (0.0, 0.0)
+    assert (fpr[-1], tpr[-1]) == (1.0, 1.0)
+    assert (fpr[2], tpr[2]) == (0.5, 1.0)  # the tied 0.5 step moves both at once
+
+
+def test_independent_cross_check_against_sklearn():
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = random.Random(7)
+    for _ in range(20):
+        n = rng.randint(5, 60)
+        gold = [rng.random() < 0.4 for _ in range(n)]
+        if all(gold) or not any(gold):
+            gold[0] = not gold[0]
+        scores = [round(rng.random(), 1) for _ in range(n)]  # rounded -> many ties
+        pred = [s >= 0.5 for s in scores]
+        assert roc_auc(gold, scores) == pytest.approx(sklearn.roc_auc_score(gold, scores))
+        assert balanced_accuracy(gold, pred) == pytest.approx(
+            sklearn.balanced_accuracy_score(gold, pred)
+        )
+        labels = ["a", "b", "c", "invalid"]
+        g3 = [rng.choice(labels[:3]) for _ in range(n)]
+        p3 = [rng.choice(labels) for _ in range(n)]
+        p, r, _ = macro_precision_recall(g3, p3)
+        assert p == pytest.approx(sklearn.precision_score(g3, p3, average="macro", zero_division=0))
+        assert r == pytest.approx(sklearn.recall_score(g3, p3, average="macro", zero_division=0))
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
+    values = [0.0] * 50 + [1.0] * 50
+    ci = bootstrap_ci(lambda idx: sum(values[i] for i in idx) / len(idx), 100, 500, seed=1)
+    assert ci is not None and ci.low < 0.5 < ci.high
+    assert ci.low > 0.35 and ci.high < 0.65  # about +-1.96 * 0.05
+    again = bootstrap_ci(lambda idx: sum(values[i] for i in idx) / len(idx), 100, 500, seed=1)
+    assert again == ci
+    assert bootstrap_ci(lambda idx: math.nan, 10, 50) is None
+
+
+# ---------------------------------------------------------------- QASem
+
+
+def test_parse_yes_no():
+    assert parse_yes_no("Yes") is True
+    assert parse_yes_no(" **No**, the text says otherwise") is False
+    assert parse_yes_no("yes.") is True
+    assert parse_yes_no("Yesterday") is None
+    assert parse_yes_no("Maybe") is None
+
+
+def test_support_score_rules():
+    assert support_score("No", 0.7, gold=False) == (0.7, False, False)  # p_yes wins over text
+    assert support_score("Yes", None, gold=False) == (1.0, False, True)
+    assert support_score("garbage", None, gold=True) == (0.0, True, True)  # counted wrong
+    assert support_score("garbage", None, gold=False) == (1.0, True, True)
+
+
+def test_score_qasem_per_subset_and_threshold():
+    items = [
+        QasemItem("cliff", True, 0.5),  # exactly 0.5 -> supported (>=)
+        QasemItem("cliff", False, 0.49),
+        QasemItem("cliff", False, 0.6),
+        QasemItem("factscore", True, 0.9),
+        QasemItem("factscore", False, 0.1),
+    ]
+    out = score_qasem(items, n_resamples=50)
+    # cliff: positives 1/1 recalled, negatives 1/2 -> BAcc 0.75; AUC: 0.5>0.49, 0.5<0.6 -> 0.5
+    assert out["cliff"]["bacc"] == pytest.approx(0.75)
+    assert out["cliff"]["auc"] == pytest.approx(0.5)
+    assert out["factscore"]["bacc"] == 1.0 and out["factscore"]["auc"] == 1.0
+    assert out["overall"]["n"] == 5
+    # pooled: positives {0.5, 0.9}, negatives {0.49, 0.6, 0.1}: 5 of 6 pairs ordered -> 5/6
+    assert out["overall"]["auc"] == pytest.approx(5 / 6)
+    assert out["mean_of_subsets"]["bacc"] == pytest.approx((0.75 + 1.0) / 2)
+    assert "verifiability" not in out
+
+
+# ---------------------------------------------------------------- FHSumBench
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"Faithfulness": true, "Factuality": false}', (True, False)),
+        ('```json\n{"Faithfulness": false, "Factuality": false}\n```', (False, False)),
+        ('Reasoning... so: {"Faithfulness": False, "Factuality": True}. Done.', (False, True)),
+        ("{'faithfulness': 'true', 'factuality': 'true'}", (True, True)),  # field fallback
+        ("Faithfulness: True\nFactuality: False", (True, False)),
+        ('{"Faithfulness": "yes", "Factuality": true}', None),
+        ("I cannot tell.", None),
+        ("", None),
+    ],
+)
+def test_parse_judgement(text, expected):
+    assert parse_judgement(text) == expected
+
+
+def test_label_mapping():
+    assert judgement_to_label((True, True)) == NO_HALLU
+    assert judgement_to_label((False, True)) == FACTUAL
+    assert judgement_to_label((False, False)) == NON_FACTUAL
+    assert judgement_to_label((True, False)) == INVALID
+    assert judgement_to_label(None) == INVALID
+
+
+def test_fhsumbench_invalid_is_its_own_class_in_macro_averages():
+    gold = [FACTUAL, FACTUAL, NON_FACTUAL, NO_HALLU]
+    pred = [FACTUAL, INVALID, NON_FACTUAL, FACTUAL]
+    out = score_fhsumbench(gold, pred, [False, True, False, False], n_resamples=20)
+    # labels: factual, invalid, no_hallu, non_factual
+    # precision: factual 1/2, invalid 0/1, no_hallu 0 (never predicted), non_factual 1/1 -> 1.5/4
+    # recall:    factual 1/2, invalid 0 (never gold), no_hallu 0/1, non_factual 1/1 -> 1.5/4
+    assert out["precision"] == pytest.approx(0.375)
+    assert out["recall"] == pytest.approx(0.375)
+    assert out["f"] == pytest.approx(0.375)
+    assert out["fh_acc"] == 0.5 and out["nfh_acc"] == 1.0 and out["noh_acc"] == 0.0
+    assert out["accuracy"] == 0.5
+    assert out["parse_failure_rate"] == 0.25 and out["n_invalid"] == 1
+    assert out["confusion"]["counts"][0] == [1, 0, 0, 1]  # gold factual: 1 right, 1 invalid
+
+
+def test_fhsumbench_f_is_harmonic_mean_not_mean_of_f1s():
+    gold = [FACTUAL, FACTUAL, FACTUAL, NO_HALLU]
+    pred = [FACTUAL, NO_HALLU, NO_HALLU, NO_HALLU]
+    out = score_fhsumbench(gold, pred, [False] * 4, n_resamples=0)
+    p = (1 / 1 + 1 / 3) / 2  # factual 1/1, no_hallu 1/3
+    r = (1 / 3 + 1 / 1) / 2
+    assert out["precision"] == pytest.approx(p) and out["recall"] == pytest.approx(r)
+    assert out["f"] == pytest.approx(harmonic_mean(p, r))
+    assert out["ci95"]["f"] is None
+
+
+# ---------------------------------------------------------------- FINAL
+
+
+def test_parse_descriptions_formats():
+    assert parse_descriptions("None") == []
+    assert parse_descriptions("  none. ") == []
+    assert parse_descriptions("A. first\nB. second") == ["first", "second"]
+    assert parse_descriptions("Issues:\n1) one\n- two\n  continues") == ["one", "two continues"]
+    assert parse_descriptions("**A.** bold\n(B) paren") == ["bold", "paren"]
+    assert parse_descriptions("The date is wrong.") == ["The date is wrong."]
+
+
+def test_letters():
+    assert letters(3) == ["A", "B", "C"]
+    assert letters(28)[-2:] == ["AA", "AB"]
+
+
+def test_true_positives_count_distinct_gold():
+    assert true_positives({"A": "C", "B": None, "C": "B"}) == 2
+    assert true_positives({"A": "A", "B": "A", "C": "A"}) == 1  # repeats count once
+
+
+def test_score_final_micro_and_binarized():
+    items = [
+        FinalItem(n_pred=3, n_gold=3, tp=2),  # the paper's example
+        FinalItem(n_pred=5, n_gold=1, tp=1),  # one error found, repeated five times
+        FinalItem(n_pred=0, n_gold=2, tp=0),  # missed everything (no judge call)
+        FinalItem(n_pred=1, n_gold=0, tp=0),  # false alarm on a consistent summary
+        FinalItem(n_pred=0, n_gold=0, tp=0),  # correct None
+    ]
+    out = score_final(items, n_resamples=50)
+    assert out["precision"] == pytest.approx(3 / 9)
+    assert out["recall"] == pytest.approx(3 / 6)
+    assert out["f1"] == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
+    # binarized: gold inconsistent {0,1,2}: flagged 0,1 -> 2/3; consistent {3,4}: 1/2 right
+    assert out["binary_bacc"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert out["binary_confusion"]["counts"] == [[1, 1], [1, 2]]
+
+
+def test_score_final_excludes_unjudged_from_micro_totals():
+    items = [FinalItem(2, 2, 1), FinalItem(4, 4, None)]
+    out = score_final(items, n_resamples=0)
+    assert out["precision"] == 0.5 and out["n_unjudged"] == 1 and out["n_predicted"] == 2

@@ -1,0 +1,347 @@
+"""`fincheck score` on real prepared data: figures equal an independent computation, bad
+prediction files fail with file:line, judge failures make the command exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from fake_judge_server import FakeJudgeServer
+
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.eval.judge import JudgeCache, MatchingJudge
+from fincheck.eval.score import ScoreOptions, run_score
+from fincheck.pairs import read_pairs
+
+N_PER_TASK = 60
+
+
+class EchoJudge:
+    """An injected ChatClient: a detector description matches the reference description with the
+    same text (so a repeated description matches the same reference item twice)."""
+
+    identity: ClassVar[dict] = {"backend": "echo"}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, messages, sampling):
+        self.calls += 1
+        user = messages[-1]["content"]
+        gold_part = user.split("Reference descriptions")[1].split("Detector descriptions")[0]
+        pred_part = user.split("Detector descriptions")[1].split("How to match")[0]
+
+        def items(part):
+            return [line.split(". ", 1) for line in part.splitlines() if line[1:3] == ". "]
+
+        gold_by_text = {text: letter for letter, text in items(gold_part)}
+        return json.dumps({letter: gold_by_text.get(text) for letter, text in items(pred_part)})
+
+
+def write_predictions(prepared: Path, out: Path, seed: int = 0) -> dict[str, list]:
+    """Synthetic predictions of known quality for the first N test pairs of each task."""
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    gold: dict[str, list] = {}
+    for task in ("qasem", "fhsumbench", "final"):
+        pairs = list(read_pairs(prepared / task / "test.jsonl"))[:N_PER_TASK]
+        gold[task] = pairs
+        with (out / f"{task}.jsonl").open("w") as f:
+            for i, pair in enumerate(pairs):
+                record = {"id": pair.id, "task": task}
+                if task == "qasem":
+                    supported = pair.target == "Yes"
+                    p_yes = round(
+                        min(1, max(0, (0.65 if supported else 0.4) + rng.gauss(0, 0.25))), 2
+                    )
+                    record.update(output="Yes" if p_yes >= 0.5 else "No", p_yes=p_yes)
+                    if i % 10 == 0:  # no p_yes: scored from the text
+                        record.pop("p_yes")
+                elif task == "fhsumbench":
+                    choice = rng.random()
+                    record["output"] = (
+                        pair.target
+                        if choice < 0.5
+                        else '```json\n{"Faithfulness": true, "Factuality": true}\n```'
+                        if choice < 0.8
+                        else "I am not sure."
+                    )
+                else:
+                    record["output"] = pair.target if i % 3 else "None"
+                    if i % 7 == 0 and pair.target != "None":  # a repeated description
+                        first = pair.target.splitlines()[0]
+                        record["output"] = f"{first}\nB. {first[3:]}"
+                f.write(json.dumps(record) + "\n")
+    return gold
+
+
+@pytest.fixture
+def scored_run(prepared_dir, tmp_path):
+    predictions = tmp_path / "run" / "predictions"
+    gold = write_predictions(prepared_dir, predictions)
+    client = EchoJudge()
+    judge = MatchingJudge(client, JudgeCache(tmp_path / "run" / "judge_cache.jsonl"))
+    opts = ScoreOptions(
+        prepared_dir,
+        predictions,
+        tmp_path / "run",
+        judge=judge,
+        bootstrap_resamples=50,
+        progress=False,
+    )
+    results, errors = run_score(opts)
+    return results, errors, gold, tmp_path / "run", client
+
+
+def test_figures_match_an_independent_computation(scored_run):
+    sklearn = pytest.importorskip("sklearn.metrics")
+    _, errors, gold, run_dir, _ = scored_run
+    assert errors == 0
+    on_disk = json.loads((run_dir / "results.json").read_text())
+    assert on_disk["tasks"]["qasem"]["overall"]["n"] == N_PER_TASK
+
+    preds = {
+        t: [json.loads(line) for line in (run_dir / "predictions" / f"{t}.jsonl").open()]
+        for t in ("qasem", "fhsumbench", "final")
+    }
+    # QASem: s = p_yes, or 1/0 from the text; sklearn on the pooled set
+    y = [p.target == "Yes" for p in gold["qasem"]]
+    s = [r.get("p_yes", 1.0 if r["output"] == "Yes" else 0.0) for r in preds["qasem"]]
+    overall = on_disk["tasks"]["qasem"]["overall"]
+    assert overall["auc"] == pytest.approx(sklearn.roc_auc_score(y, s))
+    assert overall["bacc"] == pytest.approx(
+        sklearn.balanced_accuracy_score(y, [v >= 0.5 for v in s])
+    )
+    assert overall["n_scored_from_text"] == N_PER_TASK // 10
+
+    # FHSumBench: sklearn macro P/R with -1 for invalid, as the reference scorer does
+    mapping = {"factual_hallu": 0, "non_factual_hallu": 1, "no_hallu": 2}
+    y3 = [mapping[p.meta["label"]] for p in gold["fhsumbench"]]
+    p3 = []
+    for r in preds["fhsumbench"]:
+        text = r["output"]
+        if "not sure" in text:
+            p3.append(-1)
+        elif '"Faithfulness": true, "Factuality": true' in text:
+            p3.append(2)
+        else:
+            p3.append(mapping[next(p.meta["label"] for p in gold["fhsumbench"] if p.id == r["id"])])
+    fh = on_disk["tasks"]["fhsumbench"]
+    p = sklearn.precision_score(y3, p3, average="macro", zero_division=0)
+    r = sklearn.recall_score(y3, p3, average="macro", zero_division=0)
+    assert fh["precision"] == pytest.approx(p) and fh["recall"] == pytest.approx(r)
+    assert fh["f"] == pytest.approx(2 * p * r / (p + r))
+    assert fh["n_parse_failed"] == sum(v == -1 for v in p3)
+
+    # FINAL: TP = distinct gold descriptions reproduced verbatim; repeats add predictions only
+    tp = n_pred = n_gold = 0
+    for pair, record in zip(gold["final"], preds["final"], strict=True):
+        gold_items = (
+            [] if pair.target == "None" else [line[3:] for line in pair.target.splitlines()]
+        )
+        pred_items = (
+            []
+            if record["output"] == "None"
+            else [line[3:] for line in record["output"].splitlines()]
+        )
+        tp += len(set(gold_items) & set(pred_items))
+        n_pred += len(pred_items)
+        n_gold += len(gold_items)
+    final = on_disk["tasks"]["final"]
+    assert (final["true_positives"], final["n_predicted"], final["n_gold"]) == (tp, n_pred, n_gold)
+    assert final["precision"] == pytest.approx(tp / n_pred) and final["recall"] == pytest.approx(
+        tp / n_gold
+    )
+    assert tp < n_pred  # the repeated descriptions cost precision
+    flagged_gold = [p.target != "None" for p in gold["final"]]
+    flagged_pred = [r["output"] != "None" for r in preds["final"]]
+    assert final["binary_bacc"] == pytest.approx(
+        sklearn.balanced_accuracy_score(flagged_gold, flagged_pred)
+    )
+    assert final["judge_errors"] == 0 and final["n_unjudged"] == 0
+
+
+def test_outputs_written(scored_run):
+    results, _, _, run_dir, _ = scored_run
+    report = (run_dir / "report.md").read_text()
+    assert "MiniCheck-770M (paper)" in report and "GPT-4o vanilla (paper)" in report
+    assert "Claude-3.5-Sonnet, CoT (paper)" in report
+    for png in ("fhsumbench_confusion", "qasem_roc", "qasem_confusion", "final_binary_confusion"):
+        data = (run_dir / "plots" / f"{png}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/{png}.png" in report
+    scored = [json.loads(line) for line in (run_dir / "scored" / "final.jsonl").open()]
+    assert len(scored) == N_PER_TASK and {"judge", "true_positives"} <= set(scored[0])
+    assert (
+        results["counts"]["qasem"]["n_missing"] == results["counts"]["qasem"]["n_gold"] - N_PER_TASK
+    )
+
+
+def test_rescoring_reuses_the_judge_cache(scored_run, prepared_dir):
+    _, _, _, run_dir, first_client = scored_run
+    assert first_client.calls > 0
+    client = EchoJudge()
+    judge = MatchingJudge(client, JudgeCache(run_dir / "judge_cache.jsonl"))
+    run_score(
+        ScoreOptions(
+            prepared_dir,
+            run_dir / "predictions",
+            run_dir,
+            judge=judge,
+            bootstrap_resamples=10,
+            progress=False,
+        )
+    )
+    assert client.calls == 0 and judge.cache.hits == first_client.calls
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_unknown_and_duplicate_ids_fail_with_file_and_line(prepared_dir, tmp_path):
+    first = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    path = tmp_path / "p" / "qasem.jsonl"
+    opts = ScoreOptions(
+        prepared_dir, path.parent, tmp_path / "out", bootstrap_resamples=0, progress=False
+    )
+    _write(
+        path,
+        [
+            {"id": first.id, "task": "qasem", "output": "Yes"},
+            {"id": "no-such-id", "task": "qasem", "output": "Yes"},
+        ],
+    )
+    with pytest.raises(FincheckError, match=r"qasem.jsonl:2: id: 'no-such-id' is not in the gold"):
+        run_score(opts)
+    _write(
+        path,
+        [
+            {"id": first.id, "task": "qasem", "output": "Yes"},
+            {"id": first.id, "task": "qasem", "output": "No"},
+        ],
+    )
+    with pytest.raises(
+        FincheckError, match=r"qasem.jsonl:2: id: duplicate id .* \(first on line 1\)"
+    ):
+        run_score(opts)
+    _write(path, [{"id": first.id, "task": "qasem", "output": "Yes", "p_yes": 1.5}])
+    with pytest.raises(FincheckError, match=r"qasem.jsonl:1: p_yes"):
+        run_score(opts)
+    _write(path, [{"id": first.id, "task": "fhsumbench", "output": "Yes"}])
+    with pytest.raises(FincheckError, match=r"qasem.jsonl:1: task"):
+        run_score(opts)
+
+
+def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, monkeypatch, capsys):
+    pairs = [p for p in read_pairs(prepared_dir / "final" / "test.jsonl") if p.target != "None"][:3]
+    _write(
+        tmp_path / "run" / "predictions" / "final.jsonl",
+        [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
+    )
+    monkeypatch.setenv("FAKE_JUDGE_KEY", "k")
+    with FakeJudgeServer() as server:
+        for p in pairs:  # the first example's judge is down, the others answer
+            trigger = p.target.splitlines()[0][3:]
+            server.script[trigger] = [("ok", '{"A": "A"}')]
+        server.script[pairs[0].target.splitlines()[0][3:]] = [
+            ("status", 503, {"retry-after-ms": "5"})
+        ]
+        code = main(
+            [
+                "score",
+                "--data",
+                str(prepared_dir),
+                "--predictions",
+                str(tmp_path / "run" / "predictions"),
+                "--out",
+                str(tmp_path / "run"),
+                "--judge",
+                "openai",
+                "--judge-model",
+                "fake",
+                "--judge-base-url",
+                server.base_url,
+                "--judge-api-key-env",
+                "FAKE_JUDGE_KEY",
+                "--judge-max-retries",
+                "1",
+                "--bootstrap",
+                "0",
+            ]
+        )
+    assert code == 3
+    assert "1 judge call(s) failed" in capsys.readouterr().err
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["tasks"]["final"]["judge_errors"] == 1
+    assert results["tasks"]["final"]["n_unjudged"] == 1
+    assert results["judge"]["errors"] == 1
+
+
+def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp_path):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))[:20]
+    _write(
+        tmp_path / "run" / "predictions" / "qasem.jsonl",
+        [
+            {"id": p.id, "task": "qasem", "output": "Yes" if i % 2 else "No."}
+            for i, p in enumerate(pairs)
+        ],
+    )
+    results, _ = run_score(
+        ScoreOptions(
+            prepared_dir, tmp_path / "run" / "predictions", tmp_path / "run", bootstrap_resamples=0
+        )
+    )
+    overall = results["tasks"]["qasem"]["overall"]
+    assert overall["n_scored_from_text"] == 20 and overall["auc"] == pytest.approx(overall["bacc"])
+    assert "not comparable with the paper's AUC" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))[:5]
+    _write(
+        tmp_path / "run" / "predictions" / "fhsumbench.jsonl",
+        [{"id": p.id, "task": "fhsumbench", "output": p.target} for p in pairs],
+    )
+    code = main(
+        [
+            "score",
+            "--data",
+            str(prepared_dir),
+            "--predictions",
+            str(tmp_path / "run" / "predictions"),
+            "--out",
+            str(tmp_path / "run"),
+            "--bootstrap",
+            "0",
+            "--report-to",
+            "wandb",
+        ]
+    )
+    assert code == 0
+    offline_runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert offline_runs, "wandb wrote no offline run"
+
+
+def test_crosscheck_script_agrees(scored_run, prepared_dir):
+    import subprocess
+    import sys
+
+    run_dir = scored_run[3]
+    script = Path(__file__).resolve().parents[1] / "scripts" / "crosscheck_scores.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--data", str(prepared_dir), "--run", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DIFF" not in done.stdout and "figures agree" in done.stdout

@@ -1,0 +1,273 @@
+"""`Detector` and `fincheck detect` on the tiny model: inputs built as in training, p(Yes)
+computed by hand, trimming of long documents, batched = one by one, CLI in and out."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from serve_tiny_run import build_tiny_run
+
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.prompting import load_prompt
+
+TEXT = (
+    "The city council met on Monday and approved a budget of 4 million euros for the new "
+    "library, which will open in 2026."
+)
+SUMMARY = "The council approved 5 million euros for a library on Friday."
+SENTENCE = "The council approved 5 million euros."
+LABELS = {"no_hallu", "factual_hallu", "non_factual_hallu", "invalid"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_run(tmp_path_factory.mktemp("detect"))
+
+
+@pytest.fixture(scope="module")
+def detector(run_dir: Path):
+    from fincheck.serve import Detector
+
+    return Detector.from_pretrained(
+        adapter=run_dir, device="cpu", max_new_tokens={"final": 24, "fhsumbench": 24}
+    )
+
+
+def test_default_base_is_the_runs_own_saved_base(detector, run_dir: Path):
+    assert detector.run is not None
+    assert detector.run.resolve_base() == str(run_dir / "base")
+    assert detector.window == 1024  # the recipe's max_length, below the model's 4096 positions
+
+
+def test_prompt_is_built_from_the_prompt_file_and_chat_template(detector):
+    prompt, trimmed = detector.render("final", {"text": TEXT, "summary": SUMMARY}, 24)
+    messages, _ = load_prompt("final").messages(text=TEXT, summary=SUMMARY)
+    expected = detector.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    assert prompt == expected and not trimmed
+    assert load_prompt("final").system in prompt and TEXT in prompt
+
+
+def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
+    import torch
+
+    from fincheck.eval.generate import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+
+    p = detector.support(TEXT, SENTENCE, "What did the council approve?", "5 million euros")
+    prompt, _ = detector.render(
+        "qasem",
+        {
+            "text": TEXT,
+            "sentence": SENTENCE,
+            "question": "What did the council approve?",
+            "answer": "5 million euros",
+        },
+        8,
+    )
+    ids = detector.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def prob_of(seq: tuple[int, ...]) -> float:
+        """P(seq | prompt) = product of next-token probabilities, one unpadded forward pass."""
+        with torch.no_grad():
+            logits = detector.model(input_ids=torch.tensor([ids + list(seq)])).logits[0].float()
+        probs = torch.softmax(logits, -1)
+        return math.prod(probs[len(ids) - 1 + k, tok].item() for k, tok in enumerate(seq))
+
+    yes = sum(prob_of(s) for s in answer_spellings(detector.tokenizer, YES_SPELLINGS))
+    no = sum(prob_of(s) for s in answer_spellings(detector.tokenizer, NO_SPELLINGS))
+    assert p == pytest.approx(yes / (yes + no), abs=1e-5)
+    assert 0.0 < p < 1.0
+
+
+def test_describe_and_classify_return_parsed_outputs(detector):
+    from fincheck.eval.final_metrics import parse_descriptions
+
+    raw = detector.generate("final", [{"text": TEXT, "summary": SUMMARY}])[0]
+    descriptions = detector.describe(TEXT, SUMMARY)
+    assert descriptions == parse_descriptions(raw.text)
+    assert all(isinstance(d, str) and d for d in descriptions)
+    assert detector.classify(TEXT, SUMMARY) in LABELS
+
+
+def test_batched_equals_one_by_one(detector):
+    items = [
+        (TEXT, SUMMARY),
+        (TEXT + " It was a rainy day in the city.", "A library opens in 2026."),
+    ]
+    qas = [
+        (TEXT, SENTENCE, "Who approved something?", "The council"),
+        (TEXT, SENTENCE, "How much was approved?", "5 million euros"),
+    ]
+    assert detector.describe_batch(items) == [detector.describe(*i) for i in items]
+    assert detector.classify_batch(items) == [detector.classify(*i) for i in items]
+    batched = detector.support_batch(qas)
+    single = [detector.support(*q) for q in qas]
+    assert batched == pytest.approx(single, abs=1e-4)
+
+
+def test_long_document_is_trimmed_on_the_grounding_text_with_a_warning(run_dir: Path, caplog):
+    from fincheck.serve import Detector
+
+    small = Detector.from_pretrained(
+        adapter=run_dir, device="cpu", max_input_tokens=400, max_new_tokens={"final": 8}
+    )
+    long_text = " ".join(f"Sentence {i} says the council met on day {i}." for i in range(200))
+    with caplog.at_level(logging.WARNING):
+        prompt, trimmed = small.render("final", {"text": long_text, "summary": SUMMARY}, 8)
+    assert trimmed and "document of" in caplog.text and "trimmed to fit" in caplog.text
+    ids = small.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert len(ids) + 8 <= 400
+    # Instructions and summary intact; the document kept from its start, cut at a word boundary
+    # and marked with data-prep's trim marker (the cut training used).
+    from fincheck.data_prep.trimming import TRIM_MARKER
+
+    assert SUMMARY in prompt and load_prompt("final").system in prompt
+    kept = prompt.split("Text:\n", 1)[1].split("\n\nSummary:", 1)[0]
+    assert kept.endswith(TRIM_MARKER)
+    kept = kept[: -len(TRIM_MARKER)]
+    assert long_text.startswith(kept) and 0 < len(kept) < len(long_text)
+    assert long_text[len(kept)] == " "
+    out = small.generate("final", [{"text": long_text, "summary": SUMMARY}])[0]
+    assert out.trimmed
+
+
+def test_input_too_long_without_the_document_is_a_clear_error(run_dir: Path):
+    from fincheck.serve import Detector
+
+    small = Detector.from_pretrained(adapter=run_dir, device="cpu", max_input_tokens=200)
+    with pytest.raises(FincheckError, match="exceed the model's window"):
+        small.render("final", {"text": TEXT, "summary": "word " * 400}, 8)
+
+
+def test_pickle_only_adapter_is_refused(run_dir: Path, tmp_path: Path):
+    from fincheck.serve import Detector
+
+    bad = tmp_path / "pickled"
+    bad.mkdir()
+    shutil.copy(run_dir / "adapter_config.json", bad)
+    (bad / "adapter_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(FincheckError, match="pickle files are not loaded"):
+        Detector.from_pretrained(adapter=bad, device="cpu")
+
+
+def test_cli_single_pair_prints_json(run_dir: Path, tmp_path: Path, capsys):
+    (tmp_path / "t.txt").write_text(TEXT)
+    (tmp_path / "s.txt").write_text(SUMMARY)
+    code = main(
+        [
+            "detect",
+            "--adapter",
+            str(run_dir),
+            "--text",
+            str(tmp_path / "t.txt"),
+            "--summary",
+            str(tmp_path / "s.txt"),
+            "--max-new-tokens",
+            "16",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["label"] in LABELS
+    assert isinstance(result["descriptions"], list)
+    assert result["consistent"] == (result["descriptions"] == [])
+    assert result["trimmed"] is False
+
+
+def test_cli_jsonl_in_jsonl_out_in_input_order(run_dir: Path, tmp_path: Path):
+    lines = [
+        {"id": "a", "text": TEXT, "summary": SUMMARY},
+        {
+            "id": "q1",
+            "text": TEXT,
+            "sentence": SENTENCE,
+            "question": "Who approved?",
+            "answer": "The council",
+        },
+        {"text": TEXT, "summary": "A library opens in 2026."},
+    ]
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "results.jsonl"
+    assert (
+        main(
+            [
+                "detect",
+                "--adapter",
+                str(run_dir),
+                "--input",
+                str(src),
+                "--out",
+                str(out),
+                "--max-new-tokens",
+                "8",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    results = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["id"] for r in results] == ["a", "q1", "3"]
+    assert results[0]["label"] in LABELS and isinstance(results[0]["descriptions"], list)
+    assert 0.0 <= results[1]["p_yes"] <= 1.0
+    assert results[1]["supported"] == (results[1]["p_yes"] >= 0.5)
+    assert "descriptions" not in results[1]
+
+
+def test_cli_bad_input_line_names_file_line_and_field(run_dir: Path, tmp_path: Path, capsys):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(
+        json.dumps({"text": TEXT, "summary": SUMMARY}) + "\n" + json.dumps({"text": TEXT}) + "\n"
+    )
+    assert main(["detect", "--adapter", str(run_dir), "--input", str(src)]) == 1
+    assert f"{src}:2: summary: missing" in capsys.readouterr().err
+
+
+def test_cli_needs_one_input_form(run_dir: Path, capsys):
+    assert main(["detect", "--adapter", str(run_dir)]) == 1
+    assert "either --text FILE --summary FILE, or --input" in capsys.readouterr().err
+
+
+def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
+    run_dir: Path, tmp_path: Path, monkeypatch
+):
+    """`Detector.from_pretrained(adapter="org/name")` (the card's snippet): the hub download is
+    faked by copying a dry-run publish folder through huggingface_hub's own pattern filter."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from fincheck.serve import Detector
+    from fincheck.serve.publish import publish
+
+    repo = tmp_path / "repo"
+    publish(run_dir, "me/tiny-detector", dry_run=repo)
+    (repo / "training_args.bin").write_bytes(b"a pickle that must never be fetched")
+    calls = []
+
+    def fake_snapshot_download(repo_id: str, allow_patterns: list[str]) -> str:
+        calls.append(repo_id)
+        names = [p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file()]
+        cache = tmp_path / "cache"
+        for name in filter_repo_objects(names, allow_patterns=allow_patterns):
+            (cache / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo / name, cache / name)
+        return str(cache)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    detector = Detector.from_pretrained(
+        adapter="me/tiny-detector", device="cpu", max_new_tokens={"fhsumbench": 8}
+    )
+    assert calls == ["me/tiny-detector"]
+    assert not (tmp_path / "cache" / "training_args.bin").exists()
+    assert (tmp_path / "cache" / "base" / "model.safetensors").is_file()
+    assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
+    assert detector.classify(TEXT, SUMMARY) in LABELS

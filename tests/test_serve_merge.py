@@ -1,0 +1,84 @@
+"""`fincheck merge`: the merged model's logits equal base+adapter's, within a stated tolerance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from serve_tiny_run import build_tiny_run
+
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.serve.merge import load_base_and_adapter, merge_adapter
+
+# fp32: same arithmetic up to reassociation of (W + s*B@A) @ x vs W@x + s*B@(A@x)
+# (measured max |diff| 5e-7 on the tiny model).
+FP32_ATOL = 1e-5
+# bf16 keeps 8 mantissa bits: each weight moves by up to 2^-9 of itself. On the tiny model
+# (logits within +-0.6) the measured max |diff| is 0.009 (fp16: 0.001); the bound is 0.05,
+# i.e. under 10% of the logit range. Larger models have larger logits: compare relative error.
+BF16_ATOL = 0.05
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_run(tmp_path_factory.mktemp("merge"))
+
+
+def _logits(model, input_ids):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=input_ids).logits.float()
+
+
+def test_merged_fp32_logits_match_base_plus_adapter(run_dir: Path, tmp_path: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    peft_model, tokenizer, _ = load_base_and_adapter(run_dir)
+    ids = tokenizer(
+        "Text: The council met on Monday. Summary: It met on Friday.", return_tensors="pt"
+    ).input_ids
+    reference = _logits(peft_model, ids)
+    with peft_model.disable_adapter():
+        base_only = _logits(peft_model, ids)
+    # The adapter must change the output, or this test could not fail.
+    assert (reference - base_only).abs().max() > 1e-2
+
+    report = merge_adapter(run_dir, tmp_path / "fp32", dtype="fp32")
+    assert "model.safetensors" in report["files"] and not any(
+        f.endswith(".bin") for f in report["files"]
+    )
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "fp32", use_safetensors=True)
+    assert merged.dtype == torch.float32
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    torch.testing.assert_close(_logits(merged, ids), reference, atol=FP32_ATOL, rtol=0)
+
+
+def test_merged_bf16_by_default_via_cli(run_dir: Path, tmp_path: Path, capsys):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "bf16"
+    assert main(["merge", "--adapter", str(run_dir), "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dtype"] == "bf16"
+    merged = AutoModelForCausalLM.from_pretrained(out, use_safetensors=True)
+    assert merged.dtype == torch.bfloat16
+    tokenizer = AutoTokenizer.from_pretrained(out)  # saved beside the weights, chat template too
+    assert tokenizer.chat_template
+    peft_model, _, _ = load_base_and_adapter(run_dir)
+    ids = tokenizer("The summary adds a date the text never gives.", return_tensors="pt").input_ids
+    diff = (_logits(merged, ids) - _logits(peft_model, ids)).abs().max().item()
+    assert diff < BF16_ATOL
+
+
+def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path: Path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "f").write_text("x")
+    with pytest.raises(FincheckError, match="not empty"):
+        merge_adapter(run_dir, tmp_path / "busy")
+    with pytest.raises(FincheckError, match=r"adapter_config\.json"):
+        merge_adapter(tmp_path, tmp_path / "out")

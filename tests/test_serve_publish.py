@@ -1,0 +1,368 @@
+"""`fincheck publish`: the model card, the dry-run folder, and pushes to a fake hub on loopback."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_hub import FakeHub
+from serve_tiny_run import build_tiny_run
+
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.serve.card import metrics_from_results, render_card
+from fincheck.serve.publish import is_main_process, publish
+
+SENTINEL = "hf_SENTINELtoken0123456789abcdefSECRET"
+# The shape `fincheck score` writes (fincheck.eval.score): figures per task, CIs, counts.
+RESULTS = {
+    "run": {"split": "test", "bootstrap_resamples": 1000},
+    "tasks": {
+        "final": {
+            "precision": 0.5,
+            "recall": 0.25,
+            "f1": 0.3333,
+            "binary_bacc": 0.6,
+            "n": 12,
+            "true_positives": 3,
+            "binary_confusion": {"labels": ["c", "i"], "counts": [[1, 2], [3, 4]]},
+            "ci95": {"f1": [0.2, 0.4], "precision": None},
+            "judge_errors": 0,
+        },
+        "qasem": {
+            "cliff": {
+                "bacc": 0.61,
+                "auc": 0.66,
+                "n": 40,
+                "n_supported": 20,
+                "ci95": {"bacc": [0.5, 0.7]},
+            },
+            "factscore": {"bacc": 0.7, "auc": None, "n": 40},
+            "overall": {"bacc": 0.65, "auc": 0.7, "n": 80},
+        },
+        "fhsumbench": {
+            "precision": 0.41,
+            "recall": 0.43,
+            "f": 0.42,
+            "accuracy": 0.5,
+            "fh_acc": 0.2,
+            "nfh_acc": 0.3,
+            "noh_acc": 0.9,
+            "n": 30,
+            "n_parse_failed": 2,
+            "parse_failure_rate": 0.07,
+            "confusion": {"labels": ["a"], "counts": [[1]]},
+            "ci95": {"f": [0.3, 0.5]},
+        },
+    },
+    "counts": {"final": {"n_gold": 12}},
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_run(tmp_path_factory.mktemp("publish"))
+
+
+@pytest.fixture
+def results_file(tmp_path: Path) -> Path:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(RESULTS))
+    return path
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    monkeypatch.setattr("fincheck.serve.publish._sleep", lambda seconds: None)
+    with FakeHub(token=SENTINEL) as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
+        yield fake
+
+
+def _front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_metrics_flatten_results_json_exactly():
+    rows = {(r.task, r.subset, r.metric): (r.value, r.ci95) for r in metrics_from_results(RESULTS)}
+    assert rows == {
+        ("final", None, "f1"): (0.3333, (0.2, 0.4)),
+        ("final", None, "precision"): (0.5, None),
+        ("final", None, "recall"): (0.25, None),
+        ("final", None, "binary_bacc"): (0.6, None),
+        ("qasem", "cliff", "bacc"): (0.61, (0.5, 0.7)),
+        ("qasem", "cliff", "auc"): (0.66, None),
+        ("qasem", "factscore", "bacc"): (0.7, None),  # auc null (undefined) is left out
+        ("qasem", "overall", "bacc"): (0.65, None),
+        ("qasem", "overall", "auc"): (0.7, None),
+        ("fhsumbench", None, "f"): (0.42, (0.3, 0.5)),
+        ("fhsumbench", None, "precision"): (0.41, None),
+        ("fhsumbench", None, "recall"): (0.43, None),
+        ("fhsumbench", None, "accuracy"): (0.5, None),
+        ("fhsumbench", None, "fh_acc"): (0.2, None),
+        ("fhsumbench", None, "nfh_acc"): (0.3, None),
+        ("fhsumbench", None, "noh_acc"): (0.9, None),
+    }
+
+
+def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
+    from huggingface_hub import ModelCard
+
+    from fincheck.serve.artifacts import load_run
+
+    card = render_card(load_run(run_dir), "me/tiny-detector", RESULTS)
+    meta = _front_matter(card)
+    assert meta["library_name"] == "peft"
+    assert meta["license"] == "apache-2.0"
+    assert "base_model" not in meta  # a random-init local base has no hub id
+    assert {"fincheck", "hallucination-detection", "final", "qasem", "fhsumbench"} <= set(
+        meta["tags"]
+    )
+    # The hub's own parser reads the model-index back to the numbers in results.json.
+    parsed = ModelCard(card).data.eval_results
+    got = {(e.dataset_type, e.dataset_config, e.metric_type): e.metric_value for e in parsed}
+    assert got[("final", None, "f1")] == 0.3333
+    assert got[("qasem_consistency", "cliff", "auc")] == 0.66
+    assert got[("fhsumbench", None, "f")] == 0.42
+    assert len(got) == len(metrics_from_results(RESULTS))
+    assert all(e.dataset_split == "test" for e in parsed)
+    # Training facts and anchors appear in the prose.
+    assert "sha256:" + "ab" * 32 in card
+    assert "Base fingerprint: `" + "cd" * 8 in card
+    for task, digest in load_run(run_dir).prompt_hashes.items():
+        assert f"`{task}`: `{digest}`" in card
+    assert (
+        "| qasem | cliff | bacc | 0.610 [0.500, 0.700] | GPT-4o 0.757; MiniCheck-770M 0.704" in card
+    )
+    assert "Detector.from_pretrained(" in card
+
+
+def test_card_uses_hub_base_id_when_the_base_is_on_the_hub(run_dir: Path):
+    from fincheck.serve.artifacts import load_run
+
+    run = load_run(run_dir)
+    run.local_base = None
+    run.metadata = {**run.metadata, "base_model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    run.adapter_config = {
+        **run.adapter_config,
+        "base_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
+    }
+    meta = _front_matter(render_card(run, "me/x"))
+    assert meta["base_model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert "model-index" not in meta
+
+
+def test_dry_run_writes_the_exact_repo_folder(
+    run_dir: Path, results_file: Path, tmp_path: Path, capsys
+):
+    out = tmp_path / "repo"
+    code = main(
+        [
+            "publish",
+            "--checkpoint",
+            str(run_dir),
+            "--repo-id",
+            "me/tiny",
+            "--results",
+            str(results_file),
+            "--dry-run",
+            str(out),
+        ]
+    )
+    assert code == 0
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert {
+        "README.md",
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "recipe.yaml",
+        "data_manifest.json",
+        "results.json",
+        "fincheck_run.json",
+        "base/config.json",
+        "base/model.safetensors",
+    } <= set(files)
+    assert not any(f.endswith((".bin", ".pt", ".pkl")) for f in files)
+    # The printed list is the folder's list.
+    printed = [line.strip() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert printed == files
+    # The shipped adapter points at the shipped base, not at a path on this machine.
+    assert (
+        json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "base"
+    )
+    assert json.loads((out / "fincheck_run.json").read_text())["base_model"] == "base"
+    assert json.loads((out / "results.json").read_text()) == RESULTS
+
+
+def test_dry_run_refuses_a_non_empty_folder(run_dir: Path, tmp_path: Path):
+    (tmp_path / "x.txt").write_text("keep me")
+    with pytest.raises(FincheckError, match="not empty"):
+        publish(run_dir, "me/tiny", dry_run=tmp_path)
+
+
+def test_publish_to_fake_hub_then_republish_changes_nothing(
+    run_dir: Path, results_file: Path, hub: FakeHub
+):
+    first = publish(run_dir, "me/tiny", results_path=results_file, private=True, base_delay=0.01)
+    assert first is not None and first.changed
+    stored = hub.files("me/tiny")
+    assert set(stored) == set(first.files)
+    assert (
+        stored["adapter_model.safetensors"] == (run_dir / "adapter_model.safetensors").read_bytes()
+    )
+    assert hub.repos["me/tiny"].private
+    second = publish(run_dir, "me/tiny", results_path=results_file, base_delay=0.01)
+    assert second is not None and not second.changed
+    assert hub.repos["me/tiny"].commits == 1  # no empty commit
+
+
+def test_republish_removes_what_it_no_longer_ships_but_keeps_user_files(
+    run_dir: Path, results_file: Path, hub: FakeHub
+):
+    publish(run_dir, "me/tiny", results_path=results_file, base_delay=0.01)
+    hub.files("me/tiny")["notes.md"] = b"added by hand on the hub"
+    result = publish(run_dir, "me/tiny", base_delay=0.01)  # now without results
+    assert result is not None and result.changed
+    stored = hub.files("me/tiny")
+    assert "results.json" not in stored  # would contradict the new card
+    assert "model-index" not in stored["README.md"].decode()
+    assert stored["notes.md"] == b"added by hand on the hub"
+    assert hub.repos["me/tiny"].commits == 2
+
+
+def test_publish_to_a_branch(run_dir: Path, hub: FakeHub):
+    result = publish(run_dir, "me/tiny", revision="v1", base_delay=0.01)
+    assert result is not None and result.revision == "v1"
+    assert "README.md" in hub.files("me/tiny", "v1")
+    assert hub.files("me/tiny", "main") == {}
+
+
+def test_transient_5xx_is_retried(run_dir: Path, hub: FakeHub, caplog):
+    hub.fail_next("commit", 503)
+    hub.fail_next("create", 502)
+    with caplog.at_level(logging.WARNING):
+        result = publish(run_dir, "me/tiny", base_delay=0.01)
+    assert result is not None and result.changed
+    assert hub.repos["me/tiny"].commits == 1
+    assert "HTTP 503, retrying" in caplog.text
+
+
+def test_persistent_5xx_gives_up_with_a_message(run_dir: Path, hub: FakeHub):
+    hub.fail_next("commit", 500, 500, 500)
+    with pytest.raises(FincheckError, match="upload failed: HTTP 500"):
+        publish(run_dir, "me/tiny", attempts=3, base_delay=0.01)
+
+
+def test_bad_token_is_a_clear_401_message(run_dir: Path, hub: FakeHub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "401 Unauthorized" in err and "HF_TOKEN" in err
+    assert hub.repos == {}
+
+
+def test_forbidden_is_a_clear_403_message(run_dir: Path, hub: FakeHub):
+    hub.fail_next("create", 403)
+    hub.fail_next("info", 403)
+    with pytest.raises(FincheckError, match="403 Forbidden"):
+        publish(run_dir, "other-org/tiny", base_delay=0.01)
+
+
+def test_no_token_says_how_to_log_in(run_dir: Path, monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(
+        huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token")
+    )
+    with pytest.raises(FincheckError, match="HF_TOKEN"):
+        publish(run_dir, "me/tiny")
+
+
+def test_only_rank_zero_publishes(run_dir: Path, hub: FakeHub, monkeypatch):
+    assert is_main_process({}) and is_main_process({"RANK": "0", "LOCAL_RANK": "0"})
+    assert not is_main_process({"RANK": "1"}) and not is_main_process({"LOCAL_RANK": "3"})
+    assert not is_main_process({"RANK": "2", "LOCAL_RANK": "0"})  # node 2's local rank 0
+    monkeypatch.setenv("RANK", "1")
+    assert publish(run_dir, "me/tiny") is None
+    assert hub.requests == []
+
+
+def test_token_never_leaks(
+    run_dir: Path, results_file: Path, hub: FakeHub, tmp_path: Path, capsys, caplog, monkeypatch
+):
+    """The sentinel token reaches the hub only as an Authorization header: never in printed
+    output, logs, the dry-run folder or any uploaded file -- also on the failure paths."""
+    import huggingface_hub.constants
+
+    out = tmp_path / "dry"
+    # Loudest logging there is: huggingface_hub at DEBUG with HF_DEBUG (it logs curl commands).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_DEBUG", True)
+    caplog.set_level(logging.DEBUG, logger="huggingface_hub")
+    with caplog.at_level(logging.DEBUG):
+        assert (
+            main(
+                [
+                    "publish",
+                    "--checkpoint",
+                    str(run_dir),
+                    "--repo-id",
+                    "me/tiny",
+                    "--results",
+                    str(results_file),
+                    "--dry-run",
+                    str(out),
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "publish",
+                    "--checkpoint",
+                    str(run_dir),
+                    "--repo-id",
+                    "me/tiny",
+                    "--results",
+                    str(results_file),
+                ]
+            )
+            == 0
+        )
+        hub.fail_next("commit", 503, 500, 500, 500, 500)
+        assert main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/other"]) == 1
+        hub.fail_next("create", 403)
+        hub.fail_next("info", 403)
+        assert main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/forbidden"]) == 1
+    captured = capsys.readouterr()
+    assert SENTINEL not in captured.out + captured.err
+    assert SENTINEL not in caplog.text
+    assert "Send: curl" in caplog.text  # the debug log really ran, with the token hidden
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert SENTINEL.encode() not in path.read_bytes(), path
+    for content in hub.files("me/tiny").values():
+        assert SENTINEL.encode() not in content
+    # It was sent, as a header only: the test would be vacuous otherwise.
+    assert any(r.headers.get("authorization") == f"Bearer {SENTINEL}" for r in hub.requests)
+    assert not any(SENTINEL.encode() in r.body for r in hub.requests)
+
+
+def test_card_rejected_by_the_hub_is_a_clear_error(run_dir: Path, hub: FakeHub):
+    hub.fail_next("validate", 400)
+    with pytest.raises(FincheckError, match=r"upload: Invalid metadata in README\.md"):
+        publish(run_dir, "me/tiny", base_delay=0.01)
+    assert hub.repos["me/tiny"].commits == 0
