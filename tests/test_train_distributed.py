@@ -143,3 +143,42 @@ def test_zero3_two_processes_save_the_gathered_adapter(prepared_dir, mixture, tm
     assert report["lora_B_abs_sum"] > 0
     losses = step_losses(out / "checkpoint-16")
     assert sum(losses[s] for s in range(13, 17)) < sum(losses[s] for s in range(1, 5)), losses
+
+
+def test_sigterm_to_torchrun_saves_one_complete_checkpoint_across_both_processes(
+    prepared_dir, mixture, tmp_path
+):
+    """Preemption of a 2-process job: torchrun forwards SIGTERM to both workers, which agree on
+    the step, save it together and stop."""
+    import signal
+
+    out = tmp_path / "run"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [
+        str(torchrun) if torchrun.exists() else "torchrun",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, out),
+        "--max_steps=400",
+        "--save_steps=1000",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    for line in proc.stderr:
+        if "step 3/400 | loss" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, rest = proc.communicate(timeout=180)
+    assert "stopped by SIGTERM after step" in rest, rest[-3000:]
+    saved = [p for p in out.glob("checkpoint-*")]
+    assert len(saved) == 1 and (saved[0] / COMPLETE_MARKER).is_file()
+    step = int(saved[0].name.split("-")[1])
+    assert 3 <= step < 400
+    assert {p.name for p in saved[0].glob("rng_state_*.pth")} == {
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    }
