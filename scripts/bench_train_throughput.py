@@ -32,16 +32,18 @@ def main() -> int:
     parser.add_argument("--dataset_dir", required=True)
     parser.add_argument("--nproc", type=int, default=2, help="processes (GPUs, or CPU processes)")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--launcher", choices=["deepspeed", "torchrun"], default="deepspeed")
     parser.add_argument(
         "overrides", nargs="*", help="extra --key=value recipe overrides (after --)"
     )
     args = parser.parse_args()
 
     out = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    launcher = Path(sys.executable).parent / "deepspeed"
+    launcher = Path(sys.executable).parent / args.launcher
+    nproc_flag = "--num_gpus" if args.launcher == "deepspeed" else "--nproc_per_node"
     cmd = [
-        str(launcher) if launcher.exists() else "deepspeed",
-        "--num_gpus",
+        str(launcher) if launcher.exists() else args.launcher,
+        nproc_flag,
         str(args.nproc),
         "train/sft.py",
         "--config",
@@ -67,6 +69,7 @@ def main() -> int:
             {
                 "config": args.config,
                 "processes": args.nproc,
+                "launcher": args.launcher,
                 "steps": args.steps,
                 "tokens_total": tokens[-1] if tokens else None,
                 "tokens_per_second_median": round(statistics.median(per_step), 1),

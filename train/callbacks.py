@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
@@ -61,6 +61,16 @@ class FincheckSFTTrainer(SFTTrainer):
         if "loss" in logs or last is None:
             self._tps_last = (now, tokens)
         super().log(logs, start_time)
+
+
+class QuietProgressCallback(ProgressCallback):
+    """transformers' progress bar without its raw dict per training step (StepLogCallback prints
+    a readable line instead); eval results and the final summary still print."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs and "eval_loss" not in logs:
+            return
+        super().on_log(args, state, control, logs=logs, **kwargs)
 
 
 class StepLogCallback(TrainerCallback):

@@ -155,6 +155,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     check_prompt_hashes(manifest, mixture.tasks)
     recipe_yaml = recipe_to_yaml(recipe)
     sigterm = callbacks.SigtermCallback()
+    if not args.disable_tqdm:
+        trainer.remove_callback(callbacks.ProgressCallback)
+        trainer.add_callback(callbacks.QuietProgressCallback())
     trainer.add_callback(callbacks.StepLogCallback())
     trainer.add_callback(callbacks.CompleteCheckpointCallback(metadata, recipe_yaml))
     trainer.add_callback(sigterm)
@@ -181,8 +184,11 @@ def train_and_save(r: Run) -> int:
     from fincheck.train import checkpoints
 
     trainer, recipe = r.trainer, r.recipe
-    if r.resume_from is not None and trainer.args.process_index == 0:
-        log.info("resuming from %s", r.resume_from)
+    if trainer.args.process_index == 0:
+        if r.resume_from is not None:
+            log.info("resuming from %s", r.resume_from)
+        elif recipe.resume_from_checkpoint == "auto":
+            log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
     trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
