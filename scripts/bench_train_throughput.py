@@ -13,6 +13,7 @@ the first (which pays for warm-up) and the token-weighted mean.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -62,8 +63,12 @@ def main() -> int:
         cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     state = json.loads((out / f"checkpoint-{args.steps}" / "trainer_state.json").read_text())
-    per_step = [e["tokens_per_second"] for e in state["log_history"] if "tokens_per_second" in e]
-    tokens = [e["num_tokens"] for e in state["log_history"] if "num_tokens" in e]
+    logged = [e for e in state["log_history"] if "num_tokens" in e]
+    per_step = [e["tokens_per_second"] for e in logged if "tokens_per_second" in e]
+    tokens = [e["num_tokens"] for e in logged]
+    # Overall rate over steps 2..N: their tokens / the wall time they took (sum of step times).
+    step_tokens = [b - a for a, b in itertools.pairwise(tokens)]
+    seconds = sum(n / r for n, r in zip(step_tokens, per_step, strict=False) if r > 0)
     print(
         json.dumps(
             {
@@ -72,6 +77,9 @@ def main() -> int:
                 "launcher": args.launcher,
                 "steps": args.steps,
                 "tokens_total": tokens[-1] if tokens else None,
+                "tokens_per_second_overall": round(sum(step_tokens) / seconds, 1)
+                if seconds
+                else None,
                 "tokens_per_second_median": round(statistics.median(per_step), 1),
                 "tokens_per_second_p10_p90": [
                     round(q, 1) for q in statistics.quantiles(per_step, n=10)[::8]
