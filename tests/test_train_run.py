@@ -275,3 +275,17 @@ def test_sigterm_saves_a_complete_checkpoint_and_exits(prepared_dir, small_mixtu
     assert "stopped by SIGTERM" in rest
     state = json.loads((saved / "trainer_state.json").read_text())
     assert state["global_step"] == int(saved.name.split("-")[1])
+
+
+def test_resume_on_another_base_model_stops_clearly(
+    finished, prepared_dir, small_mixture, tmp_path
+):
+    copy = tmp_path / "copy"
+    shutil.copytree(finished.output_dir, copy)
+    # Another base in the run folder: same recipe, other weights' config (a wider tiny model).
+    config = json.loads((copy / "base" / "config.json").read_text())
+    config["intermediate_size"] = 256
+    (copy / "base" / "config.json").write_text(json.dumps(config))
+    recipe = tiny_recipe(prepared_dir, small_mixture, copy, "--resume_from_checkpoint=auto")
+    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model differs"):
+        build_trainer(recipe)
