@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from tqdm.auto import tqdm
+from transformers import ProgressCallback, TrainerCallback
 from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
@@ -62,6 +63,16 @@ class FincheckSFTTrainer(SFTTrainer):
         super().log(logs, start_time)
 
 
+class QuietProgressCallback(ProgressCallback):
+    """transformers' progress bar without its raw dict per training step (StepLogCallback prints
+    a readable line instead); eval results and the final summary still print."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs and "eval_loss" not in logs:
+            return
+        super().on_log(args, state, control, logs=logs, **kwargs)
+
+
 class StepLogCallback(TrainerCallback):
     """One line per logging step on the main process: step, loss, lr, tokens/s."""
 
@@ -74,7 +85,7 @@ class StepLogCallback(TrainerCallback):
             f"lr {logs.get('learning_rate', 0.0):.3g}"
             + (f" | {tps:,.0f} tok/s" if tps is not None else "")
         )
-        print(line, file=sys.stderr, flush=True)
+        tqdm.write(line, file=sys.stderr)  # above the progress bar, not glued to it
 
 
 class CompleteCheckpointCallback(TrainerCallback):

@@ -6,13 +6,13 @@ import argparse
 
 EPILOG = """\
 examples:
-  fincheck train --config configs/train/tiny-cpu.yaml --dataset_dir=prepared --deepspeed=
+  fincheck train --config configs/train/tiny-cpu.yaml --dataset_dir=prepared
   fincheck train --config configs/train/qwen2.5-0.5b-instruct.yaml --max_steps=100 --report_to=wandb
 
 multi-process / multi-GPU (same recipe, same overrides):
   deepspeed --num_gpus 8 train/sft.py --config RECIPE
   torchrun --nproc_per_node 8 train/sft.py --config RECIPE
-  accelerate launch --num_processes 8 train/sft.py --config RECIPE
+  accelerate launch --multi_gpu --num_processes 8 train/sft.py --config RECIPE
 
 Any recipe key can be overridden as --key=value; `python train/sft.py --help` lists them all
 with their defaults. Resume an interrupted run with --resume_from_checkpoint=auto.

@@ -100,7 +100,7 @@ def fit_pair(
         return None, "dropped"
 
     def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     overhead = length - count(pair_text(pair))  # what the chat template adds around the text
     budget = max_length

@@ -214,8 +214,8 @@ def build_sft_config(recipe: SFTRecipe, output_dir: Path, gpu: bool | None = Non
     cpu_only: dict[str, Any] = {}
     if not gpu:
         cpu_only["use_cpu"] = True
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by deepspeed / torchrun
-            cpu_only["ddp_backend"] = "gloo"
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 or recipe.deepspeed:
+            cpu_only["ddp_backend"] = "gloo"  # DeepSpeed always runs in a process group
     eval_on = recipe.eval_steps is not None and recipe.eval_steps > 0
     return SFTConfig(
         output_dir=str(output_dir),
@@ -233,8 +233,7 @@ def build_sft_config(recipe: SFTRecipe, output_dir: Path, gpu: bool | None = Non
         optim=recipe.optim,
         bf16=precision == "bf16",
         fp16=precision == "fp16",
-        gradient_checkpointing=recipe.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False},
+        **checkpointing_kwargs(SFTConfig, recipe.gradient_checkpointing),
         seed=recipe.seed,
         data_seed=recipe.seed,
         deepspeed=recipe.deepspeed or None,
@@ -259,6 +258,17 @@ def build_sft_config(recipe: SFTRecipe, output_dir: Path, gpu: bool | None = Non
         disable_tqdm=False,
         **cpu_only,
     )
+
+
+def checkpointing_kwargs(config_cls: type, enabled: bool) -> dict[str, Any]:
+    """Non-reentrant activation checkpointing, under the name this transformers version uses
+    (`activation_checkpointing`; `gradient_checkpointing` before it was renamed)."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    prefix = "activation" if "activation_checkpointing" in names else "gradient"
+    return {
+        f"{prefix}_checkpointing": enabled,
+        f"{prefix}_checkpointing_kwargs": {"use_reentrant": False},
+    }
 
 
 def recipe_paths(directory: str | Path = "configs/train") -> list[Path]:

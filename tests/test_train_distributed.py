@@ -1,0 +1,184 @@
+"""2-process DeepSpeed runs of tiny-cpu on the CPU (gloo): ZeRO-2 and ZeRO-3 smoke runs, the
+ZeRO-3 adapter holds the real gathered weights, and a resumed run repeats the uninterrupted
+run's per-step losses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fincheck.train.checkpoints import COMPLETE_MARKER, load_adapter_model
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = "configs/train/tiny-cpu.yaml"
+STEPS = 24
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deepspeed_launch(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`deepspeed --num_gpus 2 SCRIPT ARGS` (the README's launch line), on a free port."""
+    launcher = Path(sys.executable).parent / "deepspeed"
+    cmd = [
+        str(launcher) if launcher.exists() else "deepspeed",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        str(free_port()),
+        script,
+        *args,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def step_losses(checkpoint: Path) -> dict[int, float]:
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return {e["step"]: e["loss"] for e in state["log_history"] if "loss" in e}
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("mix") / "mix.yaml"
+    path.write_text(
+        "max_examples: {final: 16, qasem: 16, fhsumbench: 16}\nmin_grounding_kept: 0.0\n"
+    )
+    return path
+
+
+def common_args(prepared_dir: Path, mixture: Path, out: Path) -> list[str]:
+    return [
+        "--config",
+        TINY,
+        f"--dataset_dir={prepared_dir}",
+        f"--data_config={mixture}",
+        f"--output_dir={out}",
+        "--per_device_train_batch_size=2",
+        f"--max_steps={STEPS}",
+        "--save_steps=8",
+        "--save_total_limit=3",
+    ]
+
+
+@pytest.fixture(scope="module")
+def zero2_run(prepared_dir, mixture, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("zero2") / "run"
+    deepspeed_launch(
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, out),
+        "--deepspeed=configs/deepspeed/zero2.json",
+    )
+    return out
+
+
+def test_zero2_two_processes_train_and_save_a_loadable_adapter(zero2_run):
+    losses = step_losses(zero2_run / f"checkpoint-{STEPS}")
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    first, last = (
+        sum(losses[s] for s in range(1, 7)) / 6,
+        sum(losses[s] for s in range(STEPS - 5, STEPS + 1)) / 6,
+    )
+    assert last < first - 0.05, losses
+    meta = json.loads((zero2_run / "fincheck_run.json").read_text())
+    assert meta["world_size"] == 2
+    model, _ = load_adapter_model(zero2_run, dtype=torch.float32)
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.abs().sum() > 0 for p in lora_b)  # trained, not the zero init
+
+
+def test_resume_auto_repeats_the_uninterrupted_losses_with_two_processes(
+    zero2_run, prepared_dir, mixture, tmp_path
+):
+    copy = tmp_path / "run"
+    shutil.copytree(zero2_run, copy)
+    # As if the job had been killed while writing checkpoint-24: `auto` must take checkpoint-16.
+    (copy / f"checkpoint-{STEPS}" / COMPLETE_MARKER).unlink()
+    proc = deepspeed_launch(
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, copy),
+        "--deepspeed=configs/deepspeed/zero2.json",
+        "--resume_from_checkpoint=auto",
+    )
+    assert f"resuming from {copy / 'checkpoint-16'}" in proc.stderr
+    expected, resumed = (
+        step_losses(zero2_run / f"checkpoint-{STEPS}"),
+        step_losses(copy / f"checkpoint-{STEPS}"),
+    )
+    assert sorted(resumed) == list(range(1, STEPS + 1))
+    for step in range(17, STEPS + 1):
+        assert abs(resumed[step] - expected[step]) <= 1e-5, (step, resumed[step], expected[step])
+
+
+def test_zero3_two_processes_save_the_gathered_adapter(prepared_dir, mixture, tmp_path):
+    out = tmp_path / "run"
+    args = common_args(prepared_dir, mixture, out)
+    args[args.index(f"--max_steps={STEPS}")] = "--max_steps=16"
+    deepspeed_launch(
+        "tests/zero3_adapter_check.py", *args, "--deepspeed=configs/deepspeed/zero3.json"
+    )
+    report = json.loads((out / "zero3_check.json").read_text())
+    assert report["status"] == 0
+    assert report["partitioned"], (
+        "the LoRA weights were not ZeRO-3 partitioned: the check proves nothing"
+    )
+    assert report["saved_keys"] == report["memory_keys"] and len(report["saved_keys"]) == 28
+    assert report["empty"] == [] and report["shapes_equal"]
+    assert report["max_abs_diff"] == 0.0
+    assert report["lora_B_abs_sum"] > 0
+    losses = step_losses(out / "checkpoint-16")
+    assert sum(losses[s] for s in range(13, 17)) < sum(losses[s] for s in range(1, 5)), losses
+
+
+def test_sigterm_to_torchrun_saves_one_complete_checkpoint_across_both_processes(
+    prepared_dir, mixture, tmp_path
+):
+    """Preemption of a 2-process job: torchrun forwards SIGTERM to both workers, which agree on
+    the step, save it together and stop."""
+    import signal
+
+    out = tmp_path / "run"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [
+        str(torchrun) if torchrun.exists() else "torchrun",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, out),
+        "--max_steps=400",
+        "--save_steps=1000",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    for line in proc.stderr:
+        if "step 3/400 | loss" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, rest = proc.communicate(timeout=180)
+    assert "stopped by SIGTERM after step" in rest, rest[-3000:]
+    saved = [p for p in out.glob("checkpoint-*")]
+    assert len(saved) == 1 and (saved[0] / COMPLETE_MARKER).is_file()
+    step = int(saved[0].name.split("-")[1])
+    assert 3 <= step < 400
+    assert {p.name for p in saved[0].glob("rng_state_*.pth")} == {
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    }

@@ -1,0 +1,291 @@
+"""Real (tiny, one-process) training runs: outputs, save -> load, resume guards, NaN stop,
+packing, wandb offline, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from fincheck.errors import FincheckError
+from fincheck.train.callbacks import NonFiniteLossError
+from fincheck.train.checkpoints import (
+    COMPLETE_MARKER,
+    last_complete_checkpoint,
+    load_adapter_model,
+    resolve_resume,
+)
+from fincheck.train.recipe import load_recipe
+from fincheck.train.sft import build_trainer, train_and_save
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "train" / "tiny-cpu.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def small_mixture(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("mix") / "mix.yaml"
+    path.write_text("max_examples: {final: 8, qasem: 8, fhsumbench: 8}\nmin_grounding_kept: 0.0\n")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def tiny_recipe(prepared_dir: Path, mixture: Path, out: Path, *extra: str):
+    return load_recipe(
+        TINY,
+        [
+            f"--dataset_dir={prepared_dir}",
+            f"--data_config={mixture}",
+            f"--output_dir={out}",
+            "--deepspeed=",
+            "--per_device_train_batch_size=2",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def finished(prepared_dir, small_mixture, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "tiny"
+    mp = pytest.MonkeyPatch()
+    mp.chdir(REPO)
+    run = build_trainer(
+        tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=6", "--save_steps=3")
+    )
+    assert train_and_save(run) == 0
+    mp.undo()
+    return run
+
+
+def test_final_folder_holds_adapter_tokenizer_recipe_manifest_and_base(finished, prepared_dir):
+    out = finished.output_dir
+    for name in (
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "recipe.yaml",
+        "data_manifest.json",
+        "fincheck_run.json",
+        "base/config.json",
+    ):
+        assert (out / name).is_file(), name
+    manifest = json.loads((Path(prepared_dir) / "manifest.json").read_text())
+    assert (
+        json.loads((out / "data_manifest.json").read_text())["fingerprint"]
+        == manifest["fingerprint"]
+    )
+    meta = json.loads((out / "fincheck_run.json").read_text())
+    assert meta["base_model"] == "base"
+    assert meta["prompt_hashes"] == manifest["prompt_hashes"]
+    assert load_recipe(out / "recipe.yaml").max_steps == 6  # the resolved recipe reloads as-is
+    assert [p.name for p in sorted(out.glob("checkpoint-*"))] == ["checkpoint-3", "checkpoint-6"]
+    assert all((p / COMPLETE_MARKER).is_file() for p in out.glob("checkpoint-*"))
+
+
+def test_saved_adapter_reloads_with_identical_logits(finished):
+    model = finished.trainer.model.eval()
+    tok = finished.trainer.processing_class
+    ids = tok.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": "Document: the bank lost money.\nSummary: the bank made a profit.",
+            }
+        ],
+        add_generation_prompt=True,
+        return_tensors="pt",
+    )["input_ids"]
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        loaded, _ = load_adapter_model(finished.output_dir, dtype=torch.float32)
+        got = loaded(input_ids=ids).logits
+    assert torch.equal(got, expected)
+    # ...and the adapter is not a no-op: the base alone gives other logits.
+    with torch.no_grad(), loaded.disable_adapter():
+        assert not torch.allclose(loaded(input_ids=ids).logits, expected)
+
+
+def test_auto_resume_skips_an_incomplete_checkpoint(finished, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(finished.output_dir, copy)
+    assert last_complete_checkpoint(copy) == copy / "checkpoint-6"
+    (copy / "checkpoint-6" / COMPLETE_MARKER).unlink()  # as if killed while saving step 6
+    assert resolve_resume("auto", copy) == copy / "checkpoint-3"
+    with pytest.raises(FincheckError, match="incomplete"):
+        resolve_resume(str(copy / "checkpoint-6"), copy)
+    assert resolve_resume("auto", tmp_path / "fresh") is None  # nothing yet: a fresh start
+
+
+def test_resume_with_another_recipe_stops_clearly(finished, prepared_dir, small_mixture):
+    recipe = tiny_recipe(
+        prepared_dir,
+        small_mixture,
+        finished.output_dir,
+        "--resume_from_checkpoint=auto",
+        "--lora_r=4",
+        "--max_steps=8",
+    )
+    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*lora_r: 8 -> 4"):
+        build_trainer(recipe)
+
+
+class PoisonAfterStep(TrainerCallback):
+    """Turns one LoRA weight into NaN at the end of `step`, as a divergence would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.step:
+            with torch.no_grad():
+                next(p for n, p in model.named_parameters() if "lora_B" in n).fill_(float("nan"))
+
+
+def test_nan_loss_stops_naming_the_step(prepared_dir, small_mixture, tmp_path):
+    run = build_trainer(
+        tiny_recipe(
+            prepared_dir, small_mixture, tmp_path / "nan", "--max_steps=6", "--save_steps=100"
+        )
+    )
+    run.trainer.add_callback(PoisonAfterStep(2))
+    with pytest.raises(NonFiniteLossError, match="loss is nan at step 3") as info:
+        run.trainer.train()
+    assert info.value.step == 3
+
+
+def test_packed_batch_gives_the_same_per_example_loss(prepared_dir, small_mixture, tmp_path):
+    run = build_trainer(
+        tiny_recipe(prepared_dir, small_mixture, tmp_path / "pack", "--packing=true")
+    )
+    trainer = run.trainer
+    # Padding-free packing: the collator lays the batch's pairs end to end in ONE row, with
+    # position_ids restarting at 0 for each pair and no attention mask.
+    rows = [trainer.train_dataset[i] for i in range(3)]
+    batch = trainer.data_collator(
+        [{k: r[k] for k in ("input_ids", "labels", "seq_lengths")} for r in rows]
+    )
+    assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
+    lengths = [len(r["input_ids"]) for r in rows]
+    assert batch["input_ids"].shape[1] == sum(lengths)
+    assert batch["position_ids"][0].tolist() == [i for n in lengths for i in range(n)]
+    model = trainer.model.eval()
+
+    def per_token_loss(input_ids, labels, **kw):
+        logits = model(input_ids=input_ids, **kw).logits[0, :-1]
+        return torch.nn.functional.cross_entropy(
+            logits, labels[0, 1:], ignore_index=-100, reduction="none"
+        )
+
+    with torch.no_grad():
+        packed = per_token_loss(
+            batch["input_ids"], batch["labels"], position_ids=batch["position_ids"]
+        )
+        start = 0
+        for row, length in zip(rows, lengths, strict=True):
+            ids = torch.tensor([row["input_ids"]])
+            labels = torch.tensor([row["labels"]])
+            alone = per_token_loss(ids, labels)
+            mask = labels[0, 1:] != -100
+            in_pack = packed[start : start + length - 1]
+            assert mask.any()
+            torch.testing.assert_close(in_pack[mask].mean(), alone[mask].mean(), rtol=0, atol=1e-5)
+            start += length
+
+
+def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    secret = "sk-fincheck-test-secret-0123456789"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = build_trainer(
+        tiny_recipe(
+            prepared_dir,
+            small_mixture,
+            tmp_path / "wb",
+            "--max_steps=2",
+            "--save_steps=100",
+            "--report_to=wandb",
+        )
+    )
+    assert train_and_save(run) == 0
+    import wandb
+
+    wandb.finish()
+    # Offline, wandb keeps the run config inside the run's .wandb record file (JSON values).
+    records = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(records) == 1
+    text = records[0].read_bytes().decode("utf-8", errors="replace")
+    manifest = json.loads((Path(prepared_dir) / "manifest.json").read_text())
+    assert f'"data_fingerprint":"{manifest["fingerprint"]}"' in text
+    for prompt_hash in manifest["prompt_hashes"].values():
+        assert prompt_hash in text
+    assert "model_name_or_path: tiny-random" in text  # the recipe itself
+    for path in (tmp_path / "wandb").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"secret leaked into {path}"
+
+
+def test_sigterm_saves_a_complete_checkpoint_and_exits(prepared_dir, small_mixture, tmp_path):
+    out = tmp_path / "term"
+    cmd = [
+        sys.executable,
+        "train/sft.py",
+        "--config",
+        str(TINY),
+        f"--dataset_dir={prepared_dir}",
+        f"--data_config={small_mixture}",
+        f"--output_dir={out}",
+        "--deepspeed=",
+        "--max_steps=500",
+        "--save_steps=1000",
+        "--per_device_train_batch_size=1",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    for line in proc.stderr:  # wait for step 2's log line
+        seen.append(line)
+        if "step 2/500 | loss" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 143, "".join(seen[-20:]) + rest
+    saved = last_complete_checkpoint(out)
+    assert saved is not None and 2 <= int(saved.name.split("-")[1]) < 500
+    assert "stopped by SIGTERM" in rest
+    state = json.loads((saved / "trainer_state.json").read_text())
+    assert state["global_step"] == int(saved.name.split("-")[1])
+
+
+def test_resume_on_another_base_model_stops_clearly(
+    finished, prepared_dir, small_mixture, tmp_path
+):
+    copy = tmp_path / "copy"
+    shutil.copytree(finished.output_dir, copy)
+    # Another base in the run folder: same recipe, other weights' config (a wider tiny model).
+    config = json.loads((copy / "base" / "config.json").read_text())
+    config["intermediate_size"] = 256
+    (copy / "base" / "config.json").write_text(json.dumps(config))
+    recipe = tiny_recipe(prepared_dir, small_mixture, copy, "--resume_from_checkpoint=auto")
+    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model differs"):
+        build_trainer(recipe)
