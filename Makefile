@@ -23,8 +23,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# prepare -> train tiny-cpu (DeepSpeed, 2 CPU processes) -> eval adapter + untuned base -> score -> report
 demo: install
-	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/fincheck prepare --out $(DEMO_DIR)/prepared
+	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/demo.py --out $(DEMO_DIR)
 
 lint: install
 	$(BIN)/ruff check .
