@@ -1,0 +1,182 @@
+"""The workload of the speed benchmarks (scripts/bench_train.py, scripts/bench_eval.py).
+
+Models: random-init models of real architectures, built from the config.json values written out
+in `configs/models/<name>.json` (no weights, no download). Batches: sequences whose lengths follow
+the prepared data's token-length distribution (a `fincheck prepare` output), capped like
+training caps them; the token ids are random, which costs the same FLOPs as real text.
+
+Token lengths come from the model's tokenizer and chat template when one is given (a local
+tokenizer folder). Without one they are estimated: English prose averages about 4 characters per
+token with the Qwen2.5 and Llama-3 BPE vocabularies (150k / 128k entries), and a ChatML-style
+template adds about 5 tokens per message (`<|im_start|>role\\n ... <|im_end|>\\n`) plus 3 for
+the generation prompt. The estimate is within ~15% on news articles; pass --tokenizer for exact
+figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.pairs import TASKS, read_pairs
+
+CHARS_PER_TOKEN = 4.0
+TEMPLATE_TOKENS_PER_MESSAGE = 5
+GENERATION_PROMPT_TOKENS = 3
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Synthetic lengths when no prepared dir is given: a log-normal shaped like the prepared data
+# measured with the estimate above (all tasks, train split, cap 2,048: median ~ 900 tokens,
+# a tail of long QASem/FHSumBench sources that hits the cap).
+SYNTHETIC_MEDIAN_FRACTION = 0.45
+SYNTHETIC_SIGMA = 0.6
+
+
+def model_config_path(name_or_path: str) -> Path:
+    """`configs/models/<name>.json` for a short name, or the given .json path."""
+    path = Path(name_or_path)
+    if path.suffix == ".json" and path.exists():
+        return path
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / "configs" / "models" / f"{name_or_path}.json"
+        if candidate.exists():
+            return candidate
+    known = sorted(p.stem for p in (REPO_ROOT / "configs" / "models").glob("*.json"))
+    raise FincheckError(
+        f"model config {name_or_path!r} not found; known: {', '.join(known)} (or a path to a config.json)"
+    )
+
+
+def load_model_config(name_or_path: str, attn_implementation: str | None = None):
+    """A transformers config from a written-out config.json (its `model_type` picks the class)."""
+    from transformers import AutoConfig
+
+    values = json.loads(model_config_path(name_or_path).read_text(encoding="utf-8"))
+    model_type = values.pop("model_type", None)
+    if model_type is None:
+        raise FincheckError(f"{name_or_path}: config.json has no model_type")
+    values.pop("torch_dtype", None)  # the benchmark picks the dtype
+    config = AutoConfig.for_model(model_type, **values)
+    if attn_implementation:
+        config._attn_implementation = attn_implementation
+    return config
+
+
+def estimate_tokens(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> int:
+    """Token count of chat messages by the chars-per-token estimate (see module docstring)."""
+    chars = sum(len(m["content"]) for m in messages)
+    extra = GENERATION_PROMPT_TOKENS if add_generation_prompt else 0
+    return math.ceil(chars / CHARS_PER_TOKEN) + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + extra
+
+
+def count_tokens(
+    tokenizer, messages: Sequence[dict[str, str]], add_generation_prompt: bool = False
+) -> int:
+    """Exact token count through the tokenizer's chat template."""
+    ids = tokenizer.apply_chat_template(
+        list(messages), tokenize=True, add_generation_prompt=add_generation_prompt
+    )
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def prepared_lengths(
+    prepared_dir: Path,
+    split: str,
+    tasks: Sequence[str] = TASKS,
+    tokenizer: Any = None,
+    prompt_only: bool = False,
+) -> dict[str, list[int]]:
+    """Token length of every pair per task: the full conversation (training) or, with
+    `prompt_only`, system + user with the generation prompt (what evaluation feeds the model)."""
+    out: dict[str, list[int]] = {}
+    for task in tasks:
+        path = Path(prepared_dir) / task / f"{split}.jsonl"
+        if not path.exists():
+            raise FincheckError(f"{path} not found: is {prepared_dir} a `fincheck prepare` output?")
+        lengths = []
+        for pair in read_pairs(path):
+            messages = pair.prompt_messages if prompt_only else pair.messages
+            if tokenizer is not None:
+                lengths.append(count_tokens(tokenizer, messages, add_generation_prompt=prompt_only))
+            else:
+                lengths.append(estimate_tokens(messages, add_generation_prompt=prompt_only))
+        out[task] = lengths
+    return out
+
+
+def synthetic_lengths(n: int, max_len: int, seed: int = 0) -> list[int]:
+    """Log-normal lengths shaped like the prepared data, in [16, max_len] (before capping)."""
+    rng = random.Random(seed)
+    mu = math.log(SYNTHETIC_MEDIAN_FRACTION * max_len)
+    return [max(16, round(rng.lognormvariate(mu, SYNTHETIC_SIGMA))) for _ in range(n)]
+
+
+def cap_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
+    """Training trims over-long pairs on the grounding text, so they arrive at exactly max_len."""
+    return [min(n, max_len) for n in lengths]
+
+
+def describe_lengths(lengths: Sequence[int]) -> str:
+    s = sorted(lengths)
+    if not s:
+        return "no examples"
+    pct = lambda q: s[min(len(s) - 1, int(q * len(s)))]  # noqa: E731
+    return f"n={len(s)} mean={sum(s) / len(s):.0f} p50={pct(0.5)} p90={pct(0.9)} max={s[-1]}"
+
+
+def sample_steps(
+    lengths: Sequence[int], batch_size: int, steps: int, seed: int = 0
+) -> list[list[int]]:
+    """Per step, the lengths of `batch_size` examples drawn at random (reshuffled per epoch),
+    the way an SFT trainer without length grouping samples them."""
+    if not lengths:
+        raise FincheckError("no example lengths to sample batches from")
+    rng = random.Random(seed)
+    pool: list[int] = []
+    out = []
+    for _ in range(steps):
+        batch = []
+        while len(batch) < batch_size:
+            if not pool:
+                pool = list(lengths)
+                rng.shuffle(pool)
+            batch.append(pool.pop())
+        out.append(batch)
+    return out
+
+
+def padded_batch(lengths: Sequence[int], vocab: int, pad_id: int, generator) -> dict[str, Any]:
+    """Right-padded (batch, longest) tensors: pads masked out of attention and loss."""
+    import torch
+
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(3, vocab, (n,), generator=generator)
+        mask[row, :n] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def packed_batch(lengths: Sequence[int], vocab: int, generator) -> dict[str, Any]:
+    """Padding-free packing: one (1, sum(lengths)) row, position_ids restarting at 0 per example
+    and no attention_mask, so transformers derives per-example attention (flash-attn: cu_seqlens
+    from position_ids; sdpa/eager/flex: a block-diagonal causal mask from the position resets,
+    masking_utils.find_packed_sequence_indices). The first token of each example gets label -100
+    so no loss crosses an example boundary (as DataCollatorWithFlattening does)."""
+    import torch
+
+    ids = torch.cat(
+        [torch.randint(3, vocab, (n,), generator=generator) for n in lengths]
+    ).unsqueeze(0)
+    positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    labels = ids.clone()
+    labels[positions == 0] = -100
+    return {"input_ids": ids, "position_ids": positions, "labels": labels}
