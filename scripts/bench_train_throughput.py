@@ -16,6 +16,7 @@ import argparse
 import itertools
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +24,12 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def main() -> int:
@@ -46,6 +53,8 @@ def main() -> int:
         str(launcher) if launcher.exists() else args.launcher,
         nproc_flag,
         str(args.nproc),
+        "--master_port",
+        str(free_port()),
         "train/sft.py",
         "--config",
         args.config,
