@@ -8,6 +8,7 @@ prints as one clean line (what happened, what to do); `--debug` shows the traceb
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -62,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if args.debug or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        print(
+            f"fincheck {args.command}: error: out of disk space{where}. Free some space or point "
+            "--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, then rerun: finished "
+            "work is kept and resumed.",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print(f"fincheck {args.command}: interrupted", file=sys.stderr)

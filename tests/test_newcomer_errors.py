@@ -1,0 +1,109 @@
+"""The errors a newcomer meets first: one line that says what happened and what to do, exit 1,
+no traceback (unless --debug)."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from fincheck.cli import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err.strip()
+
+
+def test_no_data_dir_and_no_network(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FINCHECK_DATA_DIR", raising=False)
+    monkeypatch.setenv("FINCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    from fincheck.data_prep import sources
+
+    def offline(*_args, **_kwargs):
+        raise sources.urllib.error.URLError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(sources.urllib.request, "urlopen", offline)
+    code, err = run_cli(capsys, "prepare", "--out", str(tmp_path / "out"))
+    assert code == 1
+    assert "could not download" in err and "--data-dir" in err and "FINCHECK_DATA_DIR" in err
+
+
+def test_wrong_recipe_key_suggests_the_right_one(tmp_path, capsys):
+    repo = Path(__file__).resolve().parents[1]
+    code, err = run_cli(
+        capsys, "train", "--config", str(repo / "configs/train/tiny-cpu.yaml"), "--lora_rr=4"
+    )
+    assert code == 1 and "unknown key 'lora_rr'" in err and "Did you mean lora_r" in err
+
+
+def test_unknown_task(prepared_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage line + the reason
+        main(
+            [
+                "eval",
+                "--model",
+                "x",
+                "--data",
+                str(prepared_dir),
+                "--tasks",
+                "fianl",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+    assert exit_info.value.code == 2
+    assert (
+        "unknown task(s) ['fianl']; choose from final,qasem,fhsumbench" in capsys.readouterr().err
+    )
+    code, err = run_cli(capsys, "prepare", "--out", str(tmp_path), "--tasks=fianl")
+    assert code == 1 and "tasks must be a non-empty subset" in err
+
+
+@pytest.mark.parametrize("command", ["eval", "detect", "merge"])
+def test_missing_adapter(command, prepared_dir, tmp_path, capsys):
+    missing = str(tmp_path / "no-such-adapter")
+    extra = {
+        "eval": ["--data", str(prepared_dir), "--out", str(tmp_path / "run")],
+        "detect": ["--text", __file__, "--summary", __file__],
+        "merge": ["--out", str(tmp_path / "merged")],
+    }[command]
+    code, err = run_cli(capsys, command, "--adapter", missing, *extra)
+    assert code == 1 and missing in err and err.startswith(f"fincheck {command}: error:")
+
+
+def test_out_of_disk_is_one_clear_line(data_dir, tmp_path, capsys, monkeypatch):
+    from fincheck.data_prep import prepare
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(
+            errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "qasem" / "test.jsonl")
+        )
+
+    monkeypatch.setattr(prepare, "write_pairs", full_disk)
+    code, err = run_cli(
+        capsys,
+        "prepare",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path / "out"),
+        "--tasks=qasem",
+    )
+    assert code == 1
+    assert (
+        err.startswith("fincheck prepare: error: out of disk space writing")
+        and "Free some space" in err
+    )
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    from fincheck.errors import FincheckError
+
+    with pytest.raises(FincheckError, match="data directory not found"):
+        main(
+            ["--debug", "prepare", "--data-dir", str(tmp_path / "missing"), "--out", str(tmp_path)]
+        )
