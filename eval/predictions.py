@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.jsonl import iter_json_objects
 from fincheck.pairs import TASKS, Pair
 
 
@@ -39,24 +40,17 @@ def read_predictions(path: Path, task: str | None = None) -> list[Prediction]:
     """Read and validate a predictions file; a duplicate id is an error naming both lines."""
     predictions: list[Prediction] = []
     seen: dict[str, int] = {}
-    with Path(path).open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidRecordError(str(path), line_no, "<json>", e.msg) from None
-            prediction = _validate(record, str(path), line_no, task)
-            if prediction.id in seen:
-                raise InvalidRecordError(
-                    str(path),
-                    line_no,
-                    "id",
-                    f"duplicate id {prediction.id!r} (first on line {seen[prediction.id]})",
-                )
-            seen[prediction.id] = line_no
-            predictions.append(prediction)
+    for line_no, record in iter_json_objects(path):
+        prediction = _validate(record, str(path), line_no, task)
+        if prediction.id in seen:
+            raise InvalidRecordError(
+                str(path),
+                line_no,
+                "id",
+                f"duplicate id {prediction.id!r} (first on line {seen[prediction.id]})",
+            )
+        seen[prediction.id] = line_no
+        predictions.append(prediction)
     return predictions
 
 

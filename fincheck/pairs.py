@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import InvalidRecordError
+from fincheck.jsonl import iter_json_objects
 
 TASKS: tuple[str, ...] = ("final", "qasem", "fhsumbench")
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
@@ -116,12 +117,5 @@ def write_pairs(path: Path, pairs: Iterable[Pair]) -> int:
 
 def read_pairs(path: Path) -> Iterator[Pair]:
     """Read a pairs file, validating every line."""
-    with Path(path).open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidRecordError(str(path), line_no, "<json>", e.msg) from None
-            yield Pair.from_dict(record, str(path), line_no)
+    for line_no, record in iter_json_objects(path):
+        yield Pair.from_dict(record, str(path), line_no)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.jsonl import iter_json_objects
 
 SUPPORT_KEYS = ("question", "answer")
 
@@ -24,29 +25,18 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FincheckError(f"input file not found: {path}")
     records = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InvalidRecordError(
-                    str(path), n, "<line>", f"not valid JSON: {e.msg}"
-                ) from None
-            if not isinstance(record, dict):
-                raise InvalidRecordError(str(path), n, "<line>", "expected a JSON object")
-            required = (
-                ["text", "sentence", *SUPPORT_KEYS] if _is_support(record) else ["text", "summary"]
-            )
-            if _is_support(record) and not isinstance(record.get("sentence"), str):
-                # A QA without its sentence is read against the whole answer text, if given.
-                record["sentence"] = record.get("summary") or record.get("response")
-            for key in required:
-                if not isinstance(record.get(key), str) or not record[key].strip():
-                    raise InvalidRecordError(str(path), n, key, "missing or not a non-empty string")
-            record.setdefault("id", str(n))
-            records.append(record)
+    for n, record in iter_json_objects(path):
+        required = (
+            ["text", "sentence", *SUPPORT_KEYS] if _is_support(record) else ["text", "summary"]
+        )
+        if _is_support(record) and not isinstance(record.get("sentence"), str):
+            # A QA without its sentence is read against the whole answer text, if given.
+            record["sentence"] = record.get("summary") or record.get("response")
+        for key in required:
+            if not isinstance(record.get(key), str) or not record[key].strip():
+                raise InvalidRecordError(str(path), n, key, "missing or not a non-empty string")
+        record.setdefault("id", str(n))
+        records.append(record)
     if not records:
         raise FincheckError(f"{path}: no input lines")
     return records
