@@ -27,7 +27,6 @@ Joined = Sequence[tuple[Pair, Prediction]]
 
 # Where the prepared pairs keep what scoring needs (data-prep's `meta`); first key found wins.
 QASEM_SUBSET_KEYS = ("dataset", "subset", "sub_dataset")
-FINAL_SUMMARY_KEYS = ("summary", "output", "response")
 
 
 @dataclass
@@ -96,32 +95,14 @@ def score_fhsumbench_task(joined: Joined, n_resamples: int = 1000, seed: int = 0
 
 
 def final_summary(pair: Pair) -> str:
-    """The summary the descriptions are about, for the judge.
-
-    From `meta` when data-prep stored it; otherwise cut out of the user message with the task's
-    prompt template: the literal text between {text} and {summary}, and after {summary}, are
-    known, so the summary is what lies between them. Last resort: the user message without its
-    grounding text.
-    """
-    for key in FINAL_SUMMARY_KEYS:
-        if isinstance(pair.meta.get(key), str):
-            return pair.meta[key]
-    user = pair.user_content
-    span = pair.meta.get("grounding_span")
-    if not (isinstance(span, list) and len(span) == 2):
-        return user
-    after_text = user[span[1] :]
-    try:
-        from fincheck.prompting import load_prompt
-
-        template = load_prompt("final").user
-        between = template.split("{text}", 1)[1].split("{summary}", 1)[0]
-        suffix = template.split("{summary}", 1)[1]
-        if after_text.startswith(between) and after_text.endswith(suffix):
-            return after_text[len(between) : len(after_text) - len(suffix)].strip()
-    except (ImportError, IndexError, FincheckError):
-        pass
-    return (user[: span[0]] + after_text).strip()
+    """The summary the descriptions are about, for the judge (data-prep keeps it in `meta`)."""
+    summary = pair.meta.get("summary")
+    if not isinstance(summary, str):
+        raise FincheckError(
+            f"{pair.id}: the gold pair has no meta.summary; re-run `fincheck prepare` "
+            "(this fincheck version stores it for the FINAL judge)"
+        )
+    return summary
 
 
 def score_final_task(
