@@ -33,3 +33,15 @@ def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pa
     out = tmp_path_factory.mktemp("prepared")
     run_prepare(PrepareConfig(), data_dir, out, progress=False, log=lambda _: None)
     return out
+
+
+@pytest.fixture
+def fresh_wandb():
+    """wandb keeps process-wide settings (WANDB_DIR, mode) from its first init: reset them so a
+    test's environment applies, and leave nothing behind for the next test."""
+    import wandb
+
+    wandb.teardown()
+    yield wandb
+    wandb.finish()
+    wandb.teardown()

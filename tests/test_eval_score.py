@@ -302,8 +302,7 @@ def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp
     assert "not comparable with the paper's AUC" in (tmp_path / "run" / "report.md").read_text()
 
 
-def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch, fresh_wandb):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))[:5]

@@ -208,7 +208,7 @@ def test_packed_batch_gives_the_same_per_example_loss(prepared_dir, small_mixtur
 
 
 def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
-    prepared_dir, small_mixture, tmp_path, monkeypatch
+    prepared_dir, small_mixture, tmp_path, monkeypatch, fresh_wandb
 ):
     secret = "sk-fincheck-test-secret-0123456789"
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -228,9 +228,7 @@ def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
         )
     )
     assert train_and_save(run) == 0
-    import wandb
-
-    wandb.finish()
+    fresh_wandb.finish()
     # Offline, wandb keeps the run config inside the run's .wandb record file (JSON values).
     records = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(records) == 1
