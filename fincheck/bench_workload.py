@@ -180,3 +180,24 @@ def packed_batch(lengths: Sequence[int], vocab: int, generator) -> dict[str, Any
     labels = ids.clone()
     labels[positions == 0] = -100
     return {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
+def add_workload_arguments(parser: Any, split: str, what: str) -> None:
+    """The options both benchmarks share: which model, and whose lengths its batches follow."""
+    parser.add_argument(
+        "--model",
+        default="qwen2.5-1.5b",
+        help="configs/models/<name>.json or a config.json path (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prepared-dir",
+        type=Path,
+        help=f"a `fincheck prepare` output: {what} lengths from its pairs (default: synthetic)",
+    )
+    parser.add_argument(
+        "--split", default=split, help="split of --prepared-dir to read (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        help="local tokenizer folder for exact lengths (default: ~4 chars/token estimate)",
+    )

@@ -177,23 +177,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--model",
-        default="qwen2.5-1.5b",
-        help="configs/models/<name>.json or a config.json path (default: %(default)s)",
-    )
-    p.add_argument(
-        "--prepared-dir",
-        type=Path,
-        help="a `fincheck prepare` output (default: synthetic prompt lengths)",
-    )
-    p.add_argument("--split", default="test", help="split to read (default: %(default)s)")
+    wl.add_workload_arguments(p, split="test", what="prompt")
     p.add_argument("--tasks", default=",".join(TASKS), help="comma list (default: %(default)s)")
     p.add_argument("--limit", type=int, default=64, help="examples per task (default: %(default)s)")
-    p.add_argument(
-        "--tokenizer",
-        help="local tokenizer folder for exact lengths (default: ~4 chars/token estimate)",
-    )
     p.add_argument(
         "--max-input",
         type=int,

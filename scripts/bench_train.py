@@ -351,23 +351,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--model",
-        default="qwen2.5-1.5b",
-        help="configs/models/<name>.json or a config.json path (default: %(default)s)",
-    )
-    p.add_argument(
-        "--prepared-dir",
-        type=Path,
-        help="a `fincheck prepare` output: lengths from its pairs (default: synthetic lengths)",
-    )
-    p.add_argument(
-        "--split", default="train", help="split of --prepared-dir to measure (default: %(default)s)"
-    )
-    p.add_argument(
-        "--tokenizer",
-        help="local tokenizer folder for exact lengths (default: ~4 chars/token estimate)",
-    )
+    wl.add_workload_arguments(p, split="train", what="example")
     p.add_argument(
         "--max-len",
         type=int,
