@@ -57,18 +57,13 @@ class EvalOptions:
 
 
 def resolve_base_model(model: str | None, adapter: str | None) -> str:
-    """--model, or the base recorded in the adapter's adapter_config.json."""
+    """--model, or the base the adapter's run recorded."""
     if model:
         return model
     if adapter:
-        config_path = Path(adapter) / "adapter_config.json"
-        if not config_path.exists():
-            raise FincheckError(
-                f"adapter {adapter}: no adapter_config.json (is this a LoRA adapter dir?)"
-            )
-        base = json.loads(config_path.read_text()).get("base_model_name_or_path")
-        if base:
-            return base
+        from fincheck.train.checkpoints import resolve_adapter_base
+
+        return resolve_adapter_base(adapter)
     raise FincheckError(
         "give --model (a base model name or path), or an --adapter that records its base"
     )
@@ -88,29 +83,23 @@ def load_model(opts: EvalOptions):
         )
     else:
         dtype = getattr(torch, opts.dtype)
-    tokenizer_source = opts.adapter if opts.adapter and _has_tokenizer(opts.adapter) else opts.model
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-        model = AutoModelForCausalLM.from_pretrained(opts.model, dtype=dtype)
-    except OSError as e:
-        raise FincheckError(f"cannot load model {opts.model!r}: {e}") from None
     if opts.adapter:
-        from peft import PeftModel
+        from fincheck.train.checkpoints import load_adapter_model
 
-        if not Path(opts.adapter, "adapter_config.json").exists():
-            raise FincheckError(f"adapter {opts.adapter}: no adapter_config.json found")
-        model = PeftModel.from_pretrained(model, opts.adapter)
+        model, tokenizer = load_adapter_model(opts.adapter, opts.model, dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(opts.model)
+            model = AutoModelForCausalLM.from_pretrained(opts.model, dtype=dtype)
+        except OSError as e:
+            raise FincheckError(f"cannot load model {opts.model!r}: {e}") from None
     if tokenizer.chat_template is None:
-        raise FincheckError(f"tokenizer of {tokenizer_source} has no chat template")
+        raise FincheckError(f"the tokenizer of {opts.adapter or opts.model} has no chat template")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device).eval()
     return model, tokenizer
-
-
-def _has_tokenizer(path: str) -> bool:
-    return any(Path(path, name).exists() for name in ("tokenizer.json", "tokenizer_config.json"))
 
 
 def render_prompt(tokenizer, pair: Pair) -> str:

@@ -29,37 +29,15 @@ def load_base_and_adapter(
     device: str | None = None,
 ):
     """(PeftModel, tokenizer, run) with safetensors-only weights; no remote code unless asked."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from fincheck.train.checkpoints import load_adapter_model
 
     run = load_run(adapter)
     base_path = run.resolve_base(base)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            base_path,
-            dtype=dtype or torch.float32,
-            use_safetensors=True,
-            trust_remote_code=trust_remote_code,
-        )
-    except OSError as e:
-        raise FincheckError(
-            f"cannot load base model {base_path!r} (safetensors weights required): {e}"
-        ) from None
+    model, tokenizer = load_adapter_model(
+        run.path, base_path, dtype, device=device, trust_remote_code=trust_remote_code
+    )
     if getattr(model.config, "quantization_config", None):
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
-    tokenizer_dir = run.path if run.tokenizer_files else base_path
-    tokenizer = AutoTokenizer.from_pretrained(
-        str(tokenizer_dir), trust_remote_code=trust_remote_code
-    )
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        # Training added tokens (e.g. a pad token): the same resize fincheck.train does before
-        # the adapter (which then carries the new embedding rows) is applied.
-        model.resize_token_embeddings(len(tokenizer))
-    if device:
-        model = model.to(device)
-    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
-    model.eval()
     return model, tokenizer, run
 
 

@@ -133,16 +133,45 @@ def resolve_adapter_base(adapter_dir: str | Path) -> str:
     return json.loads(config.read_text(encoding="utf-8"))["base_model_name_or_path"]
 
 
-def load_adapter_model(adapter_dir: str | Path, dtype: Any = None):
-    """(model, tokenizer) for inference: the base with the adapter applied, in eval mode."""
+def load_adapter_model(
+    adapter_dir: str | Path,
+    base: str | None = None,
+    dtype: Any = None,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """(PeftModel, tokenizer) for inference, the one loader eval, detect and merge share.
+
+    Safetensors weights only and no remote code unless asked; the base is `base` or the one the
+    run recorded. The tokenizer is the run's own when it saved one, and the base's embeddings are
+    resized to it first, as training did (training may add a pad token; the adapter carries the
+    new rows).
+    """
+    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base = resolve_adapter_base(adapter_dir)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype or "auto")
-    tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    adapter_dir = Path(adapter_dir)
+    base = base or resolve_adapter_base(adapter_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            base,
+            dtype=dtype or torch.float32,
+            use_safetensors=True,
+            trust_remote_code=trust_remote_code,
+        )
+    except OSError as e:
+        raise FincheckError(
+            f"cannot load base model {base!r} (safetensors weights required): {e}"
+        ) from None
+    has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(adapter_dir) if has_tokenizer else base, trust_remote_code=trust_remote_code
+    )
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
-    model = PeftModel.from_pretrained(model, adapter_dir)
+    if device:
+        model = model.to(device)
+    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
     model.eval()
     return model, tokenizer
