@@ -140,6 +140,18 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (empty file = {}), or a one-line error."""
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise FincheckError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(loaded, dict):
+        raise FincheckError(f"{path}: the top level must be a mapping of key: value")
+    return loaded
+
+
 def load_config(
     cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> T:
@@ -150,12 +162,7 @@ def load_config(
         path = Path(path)
         if not path.is_file():
             raise FincheckError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise FincheckError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(loaded, dict):
-            raise FincheckError(f"{path}: the top level must be a mapping of key: value")
+        loaded = read_yaml_mapping(path)
         for key, value in loaded.items():
             if key not in types_:
                 raise _unknown_key_error(cls, key, str(path))

@@ -1,4 +1,5 @@
-"""The one JSONL reader: each non-blank line a JSON object, errors located as `file:line`."""
+"""Reading JSON files: JSONL (each non-blank line an object, errors at `file:line`) and single
+JSON objects (run metadata, results)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import InvalidRecordError
+from fincheck.errors import FincheckError, InvalidRecordError
 
 
 def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -25,3 +26,15 @@ def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 problem = f"expected a JSON object, got {type(record).__name__}"
                 raise InvalidRecordError(str(path), line_no, "<record>", problem)
             yield line_no, record
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON file whose top level is an object, or a one-line error naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise FincheckError(f"{path}: expected a JSON object")
+    return data

@@ -11,15 +11,14 @@ Detect, merge and publish all start from `load_run(path)`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError
+from fincheck.jsonl import read_json_object
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -120,16 +119,16 @@ def load_run(path: str | Path) -> RunArtifacts:
         pickled = [p.name for p in path.glob("adapter_model.bin")]
         hint = " (found adapter_model.bin: pickle files are not loaded)" if pickled else ""
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
-    adapter_config = _read_json(config_path)
+    adapter_config = read_json_object(config_path)
     run = RunArtifacts(path=path, adapter_config=adapter_config)
     if (path / RECIPE_FILE).is_file():
         run.recipe_path = path / RECIPE_FILE
-        run.recipe = _read_yaml(run.recipe_path)
+        run.recipe = read_yaml_mapping(run.recipe_path)
     if (path / MANIFEST_FILE).is_file():
         run.manifest_path = path / MANIFEST_FILE
-        run.manifest = _read_json(run.manifest_path)
+        run.manifest = read_json_object(run.manifest_path)
     if (path / RUN_METADATA).is_file():
-        run.metadata = _read_json(path / RUN_METADATA)
+        run.metadata = read_json_object(path / RUN_METADATA)
     run.local_base = _find_local_base(path)
     return run
 
@@ -144,23 +143,3 @@ def _find_local_base(path: Path) -> Path | None:
     if (base / "config.json").is_file() and base.resolve().is_relative_to(path.resolve()):
         return base
     return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise FincheckError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise FincheckError(f"{path}: expected a JSON object")
-    return data
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise FincheckError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise FincheckError(f"{path}: expected a mapping")
-    return data

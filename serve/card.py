@@ -8,7 +8,6 @@ Evaluation numbers come from `results.json` (written by `fincheck eval`), flatte
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import jinja2
 import yaml
 
 from fincheck.errors import FincheckError
+from fincheck.jsonl import read_json_object
 from fincheck.pairs import TASKS
 from fincheck.serve.artifacts import RunArtifacts
 
@@ -226,12 +226,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FincheckError(f"results file not found: {path} (written by `fincheck eval`)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise FincheckError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise FincheckError(f"{path}: expected a JSON object")
+    data = read_json_object(path)
     if not metrics_from_results(data):
         raise FincheckError(f"{path}: no metrics found under any of the tasks {list(TASKS)}")
     return data
