@@ -111,28 +111,22 @@ def _score_task(task: str, joined, opts: ScoreOptions) -> TaskScore:
     )
 
 
+# task -> (figures key of its confusion matrix, plot title, file name)
+CONFUSION_PLOTS = {
+    "fhsumbench": ("confusion", "FHSumBench", "fhsumbench_confusion.png"),
+    "final": ("binary_confusion", "FINAL (binarized)", "final_binary_confusion.png"),
+}
+
+
 def _plots(task: str, score: TaskScore, out_dir: Path) -> list[str]:
     """Write the task's PNGs; return their paths relative to out_dir (for report.md links)."""
     made: list[Path] = []
     plot_dir = out_dir / "plots"
     f = score.figures
-    if task == "fhsumbench":
+    if task in CONFUSION_PLOTS:
+        key, title, filename = CONFUSION_PLOTS[task]
         made.append(
-            plots.plot_confusion(
-                f["confusion"]["counts"],
-                f["confusion"]["labels"],
-                "FHSumBench",
-                plot_dir / "fhsumbench_confusion.png",
-            )
-        )
-    elif task == "final":
-        made.append(
-            plots.plot_confusion(
-                f["binary_confusion"]["counts"],
-                f["binary_confusion"]["labels"],
-                "FINAL (binarized)",
-                plot_dir / "final_binary_confusion.png",
-            )
+            plots.plot_confusion(f[key]["counts"], f[key]["labels"], title, plot_dir / filename)
         )
     elif task == "qasem":
         curves = {}
