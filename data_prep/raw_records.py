@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.jsonl import decode_object_line
 
 
 @dataclass(frozen=True)
@@ -43,16 +44,10 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
                 continue
             n += 1
             try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                problem = f"not valid JSON ({e.msg} at column {e.colno}; truncated line?)"
-                yield RawRecord(
-                    str(path),
-                    line_no,
-                    error=InvalidRecordError(str(path), line_no, "<json>", problem),
-                )
-                continue
-            yield _object_record(path, line_no, value)
+                record = RawRecord(str(path), line_no, decode_object_line(path, line_no, line))
+            except InvalidRecordError as e:
+                record = RawRecord(str(path), line_no, error=e)
+            yield record
     if n == 0:
         raise FincheckError(f"{path}: the file is empty (no records)")
 
