@@ -119,6 +119,16 @@ def fit_pair(
     return None, "dropped"
 
 
+def require_dataset_dir(dataset_dir: str | Path) -> Path:
+    """The prepared-data folder, checked before any slow setup (DeepSpeed, model loading)."""
+    dataset_dir = Path(dataset_dir)
+    if not dataset_dir.is_dir():
+        raise FincheckError(
+            f"dataset_dir {dataset_dir} does not exist: run `fincheck prepare` first"
+        )
+    return dataset_dir
+
+
 def read_task_pairs(dataset_dir: Path, task: str, split: str) -> list[Pair]:
     path = Path(dataset_dir) / task / f"{split}.jsonl"
     if not path.is_file():
@@ -180,11 +190,7 @@ def build_training_data(
     eval_max_examples: int = 0,
 ) -> PreparedData:
     """Read, fit, mix: the rows for SFTTrainer plus counts for the log and the run metadata."""
-    dataset_dir = Path(dataset_dir)
-    if not dataset_dir.is_dir():
-        raise FincheckError(
-            f"dataset_dir {dataset_dir} does not exist: run `fincheck prepare` first"
-        )
+    dataset_dir = require_dataset_dir(dataset_dir)
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.

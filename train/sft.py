@@ -108,6 +108,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     if recipe.deepspeed:
         single_process_group_env()
+    data.require_dataset_dir(recipe.dataset_dir)
     output_dir = recipe.resolved_output_dir()
     mixture = data.load_mixture_config(recipe.data_config)
     base_path = model.resolve_base_path(recipe, output_dir)
