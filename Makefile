@@ -11,7 +11,7 @@ DATA_DIR ?= $(or $(FINCHECK_DATA_DIR),$(wildcard ../shared/data))
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test test-fast lint format clean
 
 install: $(VENV)/.installed
 
@@ -31,8 +31,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Everything: the fast tier plus the real training runs, 2-process DeepSpeed, benchmarks.
 test: lint
 	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier (under a minute on 2 cores): no slow or multi-process tests.
+test-fast: install
+	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "not slow and not distributed" $(PYTEST_ARGS)
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,30 +20,22 @@ from typing import Any
 from fincheck import __version__
 from fincheck.config import config_field, config_to_dict
 from fincheck.data_prep.contamination import drop_contaminated
-from fincheck.data_prep.defacto import convert_defacto
-from fincheck.data_prep.fhsumbench import convert_fhsumbench
-from fincheck.data_prep.final_file import convert_final_item
-from fincheck.data_prep.qasem import convert_qasem_response, qasem_response_id
-from fincheck.data_prep.raw_records import RawRecord, iter_records
-from fincheck.data_prep.sources import SOURCES, resolve_source, sha256_file
-from fincheck.data_prep.splits import split_by_group
-from fincheck.data_prep.trimming import load_token_counter, trim_grounding
-from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.pairs import SPLITS, TASKS, Pair, write_pairs
+from fincheck.data_prep.raw_records import RecordStream
+from fincheck.data_prep.sources import Source, resolve_source, sha256_file
+from fincheck.data_prep.trimming import load_token_counter, trim_pair
+from fincheck.errors import FincheckError
+from fincheck.pairs import SPLITS, Pair, write_pairs
 from fincheck.prompting import prompt_hashes
+from fincheck.tasks import BUILTIN, get_task, task_names
+from fincheck.tasks.base import UserFile
 
 MANIFEST_VERSION = 1
-SOURCE_TASK = {
-    "qasem": "qasem",
-    "fhsumbench": "fhsumbench",
-    "defacto": "final",
-}  # source folder -> task
 
 
 @dataclass
 class PrepareConfig:
     tasks: list[str] = config_field(
-        list(TASKS), "tasks to prepare: any of final, qasem, fhsumbench"
+        list(BUILTIN), "tasks to prepare: any of the registered tasks (final, qasem, fhsumbench)"
     )
     seed: int = config_field(13, "seed of the grouped splits (QASem dev -> train/dev, FHSumBench)")
     qasem_dev_fraction: float = config_field(
@@ -86,9 +78,9 @@ class PrepareConfig:
     )
 
     def __post_init__(self) -> None:
-        unknown = [t for t in self.tasks if t not in TASKS]
-        if unknown or not self.tasks:
-            raise ValueError(f"tasks must be a non-empty subset of {list(TASKS)}, got {self.tasks}")
+        known = task_names()
+        if not self.tasks or any(t not in known for t in self.tasks):
+            raise ValueError(f"tasks must be a non-empty subset of {list(known)}, got {self.tasks}")
         fractions = (
             self.fhsumbench_train_fraction,
             self.fhsumbench_dev_fraction,
@@ -102,127 +94,16 @@ class PrepareConfig:
             raise ValueError("contamination_threshold must be in (0, 1]")
 
 
-class RecordStream:
-    """Validated records of the run's sources; counts what `--skip-invalid` skipped."""
-
-    def __init__(self, skip_invalid: bool) -> None:
-        self.skip_invalid = skip_invalid
-        self.skipped: Counter[str] = Counter()
-        self.first_error: dict[str, str] = {}
-
-    def convert(
-        self,
-        label: str,
-        raws: Iterable[RawRecord],
-        key: Callable[[dict], Any],
-        convert: Callable[[RawRecord], Pair | list[Pair]],
-    ) -> Iterator[Pair]:
-        """Convert each record; a bad or duplicate record stops the run (or is skipped)."""
-        seen: dict[Any, int] = {}
-        for raw in raws:
-            try:
-                if raw.error is not None:
-                    raise raw.error
-                converted = convert(raw)
-                record_key = key(raw.value)
-                if record_key in seen:
-                    raise InvalidRecordError(
-                        raw.path,
-                        raw.line,
-                        "id",
-                        f"duplicate record {record_key!r} (first at line {seen[record_key]})",
-                    )
-                seen[record_key] = raw.line
-            except InvalidRecordError as e:
-                if not self.skip_invalid:
-                    raise FincheckError(f"{e} (use --skip-invalid to skip such records)") from None
-                self.skipped[label] += 1
-                self.first_error.setdefault(label, str(e))
-                continue
-            yield from (converted if isinstance(converted, list) else [converted])
-
-
 def collect_pairs(
-    config: PrepareConfig, paths: dict[str, Path], stream: RecordStream
+    config: PrepareConfig, files: dict[str, Path], stream: RecordStream
 ) -> tuple[list[Pair], dict]:
-    """All pairs of the selected tasks, with their split assigned; plus per-source notes."""
+    """Every selected task's pairs, with their split assigned; plus per-task manifest notes."""
     pairs: list[Pair] = []
     notes: dict[str, Any] = {}
-    if "qasem" in config.tasks:
-        dev = list(
-            stream.convert(
-                "qasem/dev.jsonl",
-                iter_records(paths["qasem/dev.jsonl"]),
-                qasem_response_id,
-                lambda raw: convert_qasem_response(raw, "dev", "train"),
-            )
-        )
-        split_by_group(
-            dev,
-            {"train": 1 - config.qasem_dev_fraction, "dev": config.qasem_dev_fraction},
-            config.seed,
-        )
-        test = stream.convert(
-            "qasem/test.jsonl",
-            iter_records(paths["qasem/test.jsonl"]),
-            qasem_response_id,
-            lambda raw: convert_qasem_response(raw, "test", "test"),
-        )
-        pairs += dev + list(test)
-    if "fhsumbench" in config.tasks:
-        name = "fhsumbench/FHSumBench_data.json"
-        samples = list(
-            stream.convert(
-                name,
-                iter_records(paths[name]),
-                lambda r: str(r["id"]),
-                lambda raw: convert_fhsumbench(raw, "test"),
-            )
-        )
-        if not config.fhsumbench_eval_all:
-            split_by_group(
-                samples,
-                {
-                    "train": config.fhsumbench_train_fraction,
-                    "dev": config.fhsumbench_dev_fraction,
-                    "test": config.fhsumbench_test_fraction,
-                },
-                config.seed,
-            )
-        notes["fhsumbench_documents"] = len({p.meta["group"] for p in samples})
-        pairs += samples
-    if "final" in config.tasks:
-        defacto_splits = {"train": "train", "val": "dev", "test": "test"}
-        if config.final_file:
-            del defacto_splits["test"]  # the FINAL file is the evaluation set
-        explanation_stats: dict[str, dict[str, int]] = {}
-        for source_split, split in defacto_splits.items():
-            name = f"defacto/{source_split}.jsonl"
-            converted = list(
-                stream.convert(
-                    name,
-                    iter_records(paths[name]),
-                    lambda r: r["doc_id"],
-                    lambda raw, s=source_split, t=split: convert_defacto(raw, s, t),
-                )
-            )
-            inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
-            explanation_stats[source_split] = {
-                "inconsistent": len(inconsistent),
-                "split_into_several": sum(p.meta["explanation_split"] for p in inconsistent),
-                "descriptions": sum(len(p.meta["descriptions"]) for p in inconsistent),
-            }
-            pairs += converted
-        notes["defacto_explanations"] = explanation_stats
-        if config.final_file:
-            pairs += list(
-                stream.convert(
-                    "final_file",
-                    iter_records(paths["final_file"]),
-                    lambda r: r.get("id"),
-                    convert_final_item,
-                )
-            )
+    for name in config.tasks:
+        collected = get_task(name).collect(config, files, stream)
+        pairs += collected.pairs
+        notes.update(collected.notes)
     return pairs, notes
 
 
@@ -244,7 +125,7 @@ def trim_all(pairs: list[Pair], config: PrepareConfig) -> tuple[list[Pair], dict
     kept: list[Pair] = []
     stats: dict[str, Counter[str]] = defaultdict(Counter)
     for pair in pairs:
-        fitted, trimmed = trim_grounding(pair, config.max_pair_tokens, count)
+        fitted, trimmed = trim_pair(pair, config.max_pair_tokens, count)
         key = f"{pair.task}/{pair.split}"
         if fitted is None:
             stats["dropped_over_budget"][key] += 1
@@ -256,6 +137,45 @@ def trim_all(pairs: list[Pair], config: PrepareConfig) -> tuple[list[Pair], dict
     }
 
 
+def resolve_input(
+    source: Source | UserFile, data_dir: Path | None, cache_dir: Path | None
+) -> tuple[Path, dict[str, Any]]:
+    """(local path, manifest entry) of a pinned source (checked against its sha256) or of a file
+    the user named (its sha256 recorded)."""
+    if isinstance(source, UserFile):
+        if not source.path.is_file():
+            raise FincheckError(f"{source.what} not found: {source.path} ({source.option})")
+        return source.path, {"sha256": sha256_file(source.path), "name": source.path.name}
+    path = resolve_source(source, data_dir, cache_dir)
+    return path, {"sha256": source.sha256, "url": source.url, "license": source.license}
+
+
+class Stopwatch:
+    """Wall time per named stage, printed in the summary (never written: outputs stay
+    byte-identical)."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._clock = time.perf_counter()
+
+    def stage(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = now - self._clock
+        self._clock = now
+
+
+def resolve_inputs(
+    config: PrepareConfig, data_dir: Path | None, cache_dir: Path | None
+) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
+    """(source name -> verified local file, source name -> manifest entry) for every task."""
+    files: dict[str, Path] = {}
+    inputs: dict[str, dict[str, Any]] = {}
+    for task in config.tasks:
+        for source in get_task(task).sources(config):
+            files[source.name], inputs[source.name] = resolve_input(source, data_dir, cache_dir)
+    return files, inputs
+
+
 def run_prepare(
     config: PrepareConfig,
     data_dir: Path | None,
@@ -264,38 +184,27 @@ def run_prepare(
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> dict:
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
+    """The whole stage: resolve and verify the sources, then `prepare_from_files`."""
+    clock = Stopwatch()
+    files, inputs = resolve_inputs(config, data_dir, cache_dir)
+    clock.stage("resolve sources")
+    return prepare_from_files(config, files, inputs, out_dir, progress, log, clock)
 
-    def stage(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = now - clock
-        clock = now
 
-    needed = [name for name in SOURCES if SOURCE_TASK[name.split("/")[0]] in config.tasks]
-    if config.final_file:
-        needed.remove("defacto/test.jsonl")
-    paths = {name: resolve_source(SOURCES[name], data_dir, cache_dir) for name in needed}
-    inputs = {
-        name: {
-            "sha256": SOURCES[name].sha256,
-            "url": SOURCES[name].url,
-            "license": SOURCES[name].license,
-        }
-        for name in needed
-    }
-    if config.final_file:
-        final_path = Path(config.final_file)
-        if not final_path.is_file():
-            raise FincheckError(f"FINAL file not found: {final_path} (--final_file)")
-        paths["final_file"] = final_path
-        inputs["final_file"] = {"sha256": sha256_file(final_path), "name": final_path.name}
-    stage("resolve sources")
-
+def prepare_from_files(
+    config: PrepareConfig,
+    files: dict[str, Path],
+    inputs: dict[str, dict[str, Any]],
+    out_dir: Path,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    clock: Stopwatch | None = None,
+) -> dict:
+    """Raw files (already resolved) -> pairs + manifest in `out_dir`; returns the manifest."""
+    clock = clock or Stopwatch()
     stream = RecordStream(config.skip_invalid)
-    pairs, notes = collect_pairs(config, paths, stream)
-    stage("convert + split")
+    pairs, notes = collect_pairs(config, files, stream)
+    clock.stage("convert + split")
     before = label_counts(pairs, config.tasks)
 
     evaluation = [p for p in pairs if p.split == "test"]
@@ -309,13 +218,13 @@ def run_prepare(
     )
     kept_ids = {id(p) for p in kept}
     pairs = [p for p in pairs if p.split == "test" or id(p) in kept_ids]
-    stage("contamination guard")
+    clock.stage("contamination guard")
 
     pairs, trimming = trim_all(pairs, config)
-    stage("trim")
+    clock.stage("trim")
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, dict[str, Any]] = {}
+    written: dict[str, dict[str, Any]] = {}
     for task in config.tasks:
         for split in SPLITS:
             members = [p for p in pairs if p.task == task and p.split == split]
@@ -324,8 +233,8 @@ def run_prepare(
                 path.unlink(missing_ok=True)
                 continue
             write_pairs(path, members)
-            files[f"{task}/{split}.jsonl"] = {"pairs": len(members), "sha256": sha256_file(path)}
-    fingerprint = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+            written[f"{task}/{split}.jsonl"] = {"pairs": len(members), "sha256": sha256_file(path)}
+    fingerprint = hashlib.sha256(json.dumps(written, sort_keys=True).encode()).hexdigest()
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "fincheck_version": __version__,
@@ -340,13 +249,13 @@ def run_prepare(
         "skipped_invalid": dict(stream.skipped),
         "first_skipped_error": dict(stream.first_error),
         "notes": notes,
-        "files": files,
+        "files": written,
     }
     tmp = out_dir / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(out_dir / "manifest.json")
-    stage("write")
-    log(format_summary(manifest, timings, out_dir))  # timings are printed, never written
+    clock.stage("write")
+    log(format_summary(manifest, clock.timings, out_dir))
     return manifest
 
 

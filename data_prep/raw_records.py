@@ -8,13 +8,17 @@ between stopping (the default) and `--skip-invalid`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import decode_object_line
+
+if TYPE_CHECKING:
+    from fincheck.pairs import Pair
 
 
 @dataclass(frozen=True)
@@ -136,3 +140,43 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     if isinstance(kind, tuple):
         return " or ".join(k.__name__ for k in kind)
     return kind.__name__
+
+
+class RecordStream:
+    """Validated records of the run's sources; counts what `--skip-invalid` skipped."""
+
+    def __init__(self, skip_invalid: bool) -> None:
+        self.skip_invalid = skip_invalid
+        self.skipped: Counter[str] = Counter()
+        self.first_error: dict[str, str] = {}
+
+    def convert(
+        self,
+        label: str,
+        raws: Iterable[RawRecord],
+        key: Callable[[dict], Any],
+        convert: Callable[[RawRecord], Pair | list[Pair]],
+    ) -> Iterator[Pair]:
+        """Convert each record; a bad or duplicate record stops the run (or is skipped)."""
+        seen: dict[Any, int] = {}
+        for raw in raws:
+            try:
+                if raw.error is not None:
+                    raise raw.error
+                converted = convert(raw)
+                record_key = key(raw.value)
+                if record_key in seen:
+                    raise InvalidRecordError(
+                        raw.path,
+                        raw.line,
+                        "id",
+                        f"duplicate record {record_key!r} (first at line {seen[record_key]})",
+                    )
+                seen[record_key] = raw.line
+            except InvalidRecordError as e:
+                if not self.skip_invalid:
+                    raise FincheckError(f"{e} (use --skip-invalid to skip such records)") from None
+                self.skipped[label] += 1
+                self.first_error.setdefault(label, str(e))
+                continue
+            yield from (converted if isinstance(converted, list) else [converted])

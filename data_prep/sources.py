@@ -1,4 +1,5 @@
-"""The raw data sources, each declared once: pinned origin, sha256, license note.
+"""Raw data sources: a pinned origin, its sha256 and license note (each task module declares
+the sources it reads, e.g. `fincheck.tasks.qasem.TEST`).
 
 `resolve_source` finds a source's file either in a local data directory laid out like
 `../shared/data` (`--data-dir` / `FINCHECK_DATA_DIR`) or in the download cache, fetching it from
@@ -21,13 +22,6 @@ from fincheck.errors import FincheckError
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
 CACHE_DIR_ENV = "FINCHECK_CACHE_DIR"
 
-_QASEM = "https://raw.githubusercontent.com/ariecattan/qasem_consistency/6a48e9dfa09ec310f52223284ebbffe281e72c18/data"
-_FHSUM = (
-    "https://raw.githubusercontent.com/cece00/FHSumBench/4cffcdffac22e6174bbece5d5525548321cd4bd6"
-)
-_DEFACTO = "https://raw.githubusercontent.com/microsoft/DeFacto/a7e70a2fab6b6953f88a2e56d5b14feb4ff5beef/data"
-_NO_LICENSE = "no license file in the repository at the pinned commit: research use; ask the authors before redistributing"
-
 
 @dataclass(frozen=True)
 class Source:
@@ -35,49 +29,6 @@ class Source:
     url: str
     sha256: str
     license: str
-
-
-SOURCES: dict[str, Source] = {
-    s.name: s
-    for s in (
-        Source(
-            "qasem/dev.jsonl",
-            f"{_QASEM}/dev.jsonl",
-            "fde80e4c4c61bddd32c37a73b07957611d4020e80e8a7fc450d4f4505897556f",
-            f"QASemConsistency (Cattan et al.); {_NO_LICENSE}",
-        ),
-        Source(
-            "qasem/test.jsonl",
-            f"{_QASEM}/test.jsonl",
-            "c816457d29088a976abe66fee8c472ee2d9e9d78cd6cfa789ebd875956eb1e5b",
-            f"QASemConsistency (Cattan et al.); {_NO_LICENSE}",
-        ),
-        Source(
-            "fhsumbench/FHSumBench_data.json",
-            f"{_FHSUM}/FHSumBench_data.json",
-            "657caa975b34c261573faae06a5b76a239039e724e7db0d286f5ac22cd6b6031",
-            f"FHSumBench (XSum-derived); {_NO_LICENSE}",
-        ),
-        Source(
-            "defacto/train.jsonl",
-            f"{_DEFACTO}/train.jsonl",
-            "53a0e42f2d627170e00d3db32a367bfe8280f2a61c77aee6e2f8a2a354b72f78",
-            f"DeFacto (Liu et al., XSum-derived); {_NO_LICENSE}",
-        ),
-        Source(
-            "defacto/val.jsonl",
-            f"{_DEFACTO}/val.jsonl",
-            "f7f4ec9c2526d5e7bb542dcfb05d5df6444d9840cc3036ef6b90a8d5377b6466",
-            f"DeFacto (Liu et al., XSum-derived); {_NO_LICENSE}",
-        ),
-        Source(
-            "defacto/test.jsonl",
-            f"{_DEFACTO}/test.jsonl",
-            "5d3539be0cb1d71a9ec5e148a273e5744def10ece3184646bfaaeb033bc4e72c",
-            f"DeFacto (Liu et al., XSum-derived); {_NO_LICENSE}",
-        ),
-    )
-}
 
 
 def sha256_file(path: Path) -> str:

@@ -1,15 +1,17 @@
-"""Fit a pair into a token budget by cutting its grounding text, never its target.
+"""Fit a conversation into a token budget by cutting its grounding text, never its target.
 
 The grounding text is the only part that can be long (a news article, a Wikipedia page, cited
-sources); the instructions, the summary or QA, and the target must stay whole. A pair that does
-not fit even with an empty document is dropped. Both outcomes are counted by the callers.
+sources); the instructions, the summary or QA, and the target must stay whole. Its place is the
+[start, end) span inside the user message (`meta["grounding_span"]` of a pair). A conversation
+that does not fit even with an empty document cannot be fitted; callers count both outcomes.
+`fincheck.inference.fit_messages` applies this cut with a model's real chat template.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fincheck.pairs import Pair
 
@@ -30,31 +32,37 @@ def load_token_counter(tokenizer: str | None) -> TokenCounter:
     from transformers import AutoTokenizer  # heavy import only when asked for
 
     tok = AutoTokenizer.from_pretrained(tokenizer)
-    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+    return lambda text: len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 
-def pair_text(pair: Pair) -> str:
-    return "\n".join(m["content"] for m in pair.messages)
+def messages_text(messages: Sequence[dict[str, str]]) -> str:
+    return "\n".join(m["content"] for m in messages)
 
 
 def trim_grounding(
-    pair: Pair, max_tokens: int, count: TokenCounter, overhead: int = 0
-) -> tuple[Pair | None, bool]:
-    """(pair that fits, was_trimmed); (None, False) when even an empty document does not fit.
+    messages: Sequence[dict[str, str]],
+    span: Sequence[int],
+    max_tokens: int,
+    count: TokenCounter,
+    overhead: int = 0,
+) -> tuple[list[dict[str, str]], tuple[int, int]] | None:
+    """(messages that fit, the grounding text's new span), or None when even an empty document
+    does not fit. Messages that already fit come back unchanged.
 
     `overhead` is what the caller's format adds around the messages (chat template tokens).
+    The cut keeps the start of the document up to a word boundary, plus `TRIM_MARKER`.
     """
-    total = count(pair_text(pair)) + overhead
+    start, end = span
+    total = count(messages_text(messages)) + overhead
     if total <= max_tokens:
-        return pair, False
-    start, end = pair.meta["grounding_span"]
-    user_index = next(i for i, m in enumerate(pair.messages) if m["role"] == "user")
-    user = pair.messages[user_index]["content"]
+        return [dict(m) for m in messages], (start, end)
+    user_index = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    user = messages[user_index]["content"]
     document = user[start:end]
     fixed = total - count(document) + count(TRIM_MARKER)
     allowed = max_tokens - fixed
     if allowed <= 0:
-        return None, False
+        return None
     word_ends = [m.end() for m in _WORD_END.finditer(document)]
     lo, hi = 0, len(word_ends)  # largest k with count(first k words) <= allowed
     while lo < hi:
@@ -64,9 +72,21 @@ def trim_grounding(
         else:
             hi = mid - 1
     if lo == 0:
-        return None, False
+        return None
     kept = document[: word_ends[lo - 1]] + TRIM_MARKER
-    messages = [dict(m) for m in pair.messages]
-    messages[user_index]["content"] = user[:start] + kept + user[end:]
-    meta = {**pair.meta, "grounding_span": [start, start + len(kept)], "trimmed": True}
+    out = [dict(m) for m in messages]
+    out[user_index]["content"] = user[:start] + kept + user[end:]
+    return out, (start, start + len(kept))
+
+
+def trim_pair(pair: Pair, max_tokens: int, count: TokenCounter) -> tuple[Pair | None, bool]:
+    """A pair cut to `max_tokens` (prepare's `max_pair_tokens`): (pair, was_trimmed), or
+    (None, False) when it cannot fit."""
+    cut = trim_grounding(pair.messages, pair.meta["grounding_span"], max_tokens, count)
+    if cut is None:
+        return None, False
+    messages, span = cut
+    if span == tuple(pair.meta["grounding_span"]):
+        return pair, False
+    meta = {**pair.meta, "grounding_span": list(span), "trimmed": True}
     return dataclasses.replace(pair, messages=messages, meta=meta), True

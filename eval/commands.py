@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.pairs import TASKS
+from fincheck.inference import dtype_argument
+from fincheck.tasks import all_tasks, get_task, task_names
 
 EVAL_EXAMPLES = """examples:
   # zero-shot baseline of an untuned model, 50 examples per task
@@ -28,25 +29,27 @@ Exit status: 0 when everything was scored, 3 when some judge calls failed (see r
 
 def _tasks(value: str) -> tuple[str, ...]:
     tasks = tuple(t.strip() for t in value.split(",") if t.strip())
-    unknown = [t for t in tasks if t not in TASKS]
+    unknown = [t for t in tasks if t not in task_names()]
     if unknown or not tasks:
         raise argparse.ArgumentTypeError(
-            f"unknown task(s) {unknown}; choose from {','.join(TASKS)}"
+            f"unknown task(s) {unknown}; choose from {','.join(task_names())}"
         )
     return tasks
 
 
+def default_max_new_tokens() -> dict[str, int]:
+    return {name: task.max_new_tokens for name, task in all_tasks().items()}
+
+
 def _max_new_tokens(value: str) -> dict[str, int]:
     """'256' (every task) or 'final=512,fhsumbench=128'."""
-    from fincheck.eval.generate import DEFAULT_MAX_NEW_TOKENS
-
-    out = dict(DEFAULT_MAX_NEW_TOKENS)
+    out = default_max_new_tokens()
     try:
         if "=" not in value:
             return dict.fromkeys(out, int(value))
         for part in value.split(","):
             task, n = part.split("=")
-            if task.strip() not in TASKS:
+            if task.strip() not in out:
                 raise ValueError(task)
             out[task.strip()] = int(n)
     except ValueError:
@@ -55,8 +58,7 @@ def _max_new_tokens(value: str) -> dict[str, int]:
 
 
 def register(subparsers) -> None:
-    from fincheck.eval.generate import DEFAULT_MAX_NEW_TOKENS
-
+    defaults = default_max_new_tokens()
     p = subparsers.add_parser(
         "eval",
         help="run a model (+ adapter) over prepared evaluation pairs, write predictions",
@@ -79,8 +81,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--tasks",
         type=_tasks,
-        default=TASKS,
-        help=f"comma-separated tasks (default: {','.join(TASKS)})",
+        default=task_names(),
+        help=f"comma-separated tasks (default: {','.join(task_names())})",
     )
     p.add_argument(
         "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
@@ -97,8 +99,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--max-new-tokens",
         type=_max_new_tokens,
-        default=dict(DEFAULT_MAX_NEW_TOKENS),
-        help=f"N, or task=N,... (default: {','.join(f'{k}={v}' for k, v in DEFAULT_MAX_NEW_TOKENS.items())})",
+        default=defaults,
+        help=f"N, or task=N,... (default: {','.join(f'{k}={v}' for k, v in defaults.items())})",
     )
     p.add_argument(
         "--max-input-tokens",
@@ -110,8 +112,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--dtype",
         default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="weights dtype (default: bf16 on a GPU that has it, else fp32)",
+        type=dtype_argument,
+        help="weights dtype: auto, bf16, fp16, fp32 (default auto: bf16 on a GPU that has it, "
+        "else fp32)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
@@ -268,7 +271,7 @@ def score_command(args) -> int:
     )
     results, judge_errors = run_score(opts)
     for task, figures in results["tasks"].items():
-        print(f"{task}: {headline(task, figures)}")
+        print(f"{task}: {get_task(task).headline_text(figures)}")
     print(f"report: {args.out / 'report.md'}")
     if args.report_to == "wandb":
         from fincheck.eval.wandb_report import log_to_wandb
@@ -282,18 +285,3 @@ def score_command(args) -> int:
         )
         return 3
     return 0
-
-
-def headline(task: str, f: dict) -> str:
-    def pct(x):
-        return "–" if x is None or x != x else f"{x:.3f}"
-
-    if task == "final":
-        return f"P {pct(f['precision'])} R {pct(f['recall'])} F1 {pct(f['f1'])} binarized BAcc {pct(f['binary_bacc'])}"
-    if task == "qasem":
-        return " ".join(
-            f"{name} BAcc {pct(f[name]['bacc'])} AUC {pct(f[name]['auc'])}"
-            for name in ("cliff", "factscore", "verifiability", "overall")
-            if name in f
-        )
-    return f"P {pct(f['precision'])} R {pct(f['recall'])} F {pct(f['f'])} parse failures {f['n_parse_failed']}"

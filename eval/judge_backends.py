@@ -102,33 +102,25 @@ def _short(e: Exception) -> str:
 
 
 class TransformersChatClient:
-    """A local causal LM as judge: chat template, greedy decoding, one call at a time."""
+    """A local causal LM as judge, through the project's one inference path: chat template,
+    explicit greedy decoding (not the model's shipped sampling or repetition penalty), one call
+    at a time."""
 
     def __init__(self, model_path: str, max_new_tokens: int = 512, device: str | None = None):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from fincheck.inference import load_model
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model.to(self.device).eval()
+        self.loaded = load_model(model_path, dtype="auto", device=device)
         self.max_new_tokens = max_new_tokens
         self.identity = {"backend": "transformers", "model": str(model_path)}
         self._lock = threading.Lock()
 
     def complete(self, messages: list[dict[str, str]], sampling: dict) -> str:
-        import torch
+        from fincheck.inference import generate_batch, render_chat
 
-        max_new = int(sampling.get("max_tokens", self.max_new_tokens))
-        with self._lock, torch.no_grad():
-            inputs = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-            ).to(self.device)
-            output = self.model.generate(
-                **inputs,
-                max_new_tokens=min(max_new, self.max_new_tokens),
-                do_sample=False,
-                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+        max_new = min(int(sampling.get("max_tokens", self.max_new_tokens)), self.max_new_tokens)
+        prompt = render_chat(self.loaded.tokenizer, messages, add_generation_prompt=True)
+        with self._lock:
+            texts, _ = generate_batch(
+                self.loaded.model, self.loaded.tokenizer, [prompt], max_new, want_p_yes=False
             )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+        return texts[0]

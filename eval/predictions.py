@@ -1,10 +1,14 @@
 """The predictions file: what `fincheck eval` writes and `fincheck score` reads.
 
 `RUN_DIR/predictions/<task>.jsonl`, one JSON object per line:
-    {"id": str, "task": "final"|"qasem"|"fhsumbench", "output": str, "p_yes": float?}
+    {"id": str, "task": <a registered task>, "output": str, "p_yes": float?}
 `id` is the prepared pair's id; `output` the model's raw text; `p_yes` (QASem only, optional)
 the support score P(Yes)/(P(Yes)+P(No)) at the first generated position. Other keys are kept
 but ignored. Any tool can write this file and be scored the same way.
+
+`fincheck eval` also writes beside them `eval_config.json` (what produced them: model, adapter,
+split, generation lengths) and `eval_summary.json` (per task, prompts trimmed); this module
+reads and writes both, for eval (resume checks) and score (the report's "what was run").
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.jsonl import iter_json_objects
-from fincheck.pairs import TASKS, Pair
+from fincheck.jsonl import iter_json_objects, read_json_object
+from fincheck.pairs import Pair
+from fincheck.tasks import task_names
+
+EVAL_CONFIG = "eval_config.json"
+EVAL_SUMMARY = "eval_summary.json"
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,8 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
     for key in ("id", "task", "output"):
         if not isinstance(record.get(key), str):
             raise InvalidRecordError(where, line, key, "missing or not a string")
-    if record["task"] not in TASKS:
-        raise InvalidRecordError(where, line, "task", f"{record['task']!r} not in {TASKS}")
+    if record["task"] not in task_names():
+        raise InvalidRecordError(where, line, "task", f"{record['task']!r} not in {task_names()}")
     if task is not None and record["task"] != task:
         raise InvalidRecordError(where, line, "task", f"{record['task']!r} in the {task} file")
     p_yes = record.get("p_yes")
@@ -146,3 +154,48 @@ class PredictionWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_eval_config(predictions_dir: Path) -> dict[str, Any]:
+    """What produced the predictions in this folder ({} when another tool wrote them)."""
+    path = Path(predictions_dir) / EVAL_CONFIG
+    return read_json_object(path) if path.is_file() else {}
+
+
+def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
+    """Record what produces the predictions; refuse to mix two models' outputs in one folder."""
+    previous = read_eval_config(predictions_dir)
+    changed = [
+        k for k in ("model", "adapter", "split") if k in previous and previous[k] != config[k]
+    ]
+    if changed:
+        raise FincheckError(
+            f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
+            f"differ: {[previous.get(k) for k in changed]} vs {[config[k] for k in changed]}); "
+            "use another --out"
+        )
+    _write_json(Path(predictions_dir) / EVAL_CONFIG, config)
+
+
+def read_eval_summary(predictions_dir: Path) -> dict[str, Any]:
+    path = Path(predictions_dir) / EVAL_SUMMARY
+    return read_json_object(path) if path.is_file() else {}
+
+
+def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) -> None:
+    """eval_summary.json: per task, how many prompts were trimmed (over all runs into this
+    folder), so the score report can say so."""
+    record = read_eval_summary(predictions_dir)
+    previous = record.get(task, {"trimmed": 0})
+    record[task] = {
+        "n_predictions": counts["total"],
+        "trimmed": previous["trimmed"] + counts["trimmed"],
+    }
+    _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)

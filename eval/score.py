@@ -14,18 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.eval import plots
-from fincheck.eval.classification import roc_curve
 from fincheck.eval.judge import MatchingJudge
-from fincheck.eval.predictions import join_with_gold, read_predictions
-from fincheck.eval.report import render_report
-from fincheck.eval.scoring import (
-    TaskScore,
-    score_fhsumbench_task,
-    score_final_task,
-    score_qasem_task,
+from fincheck.eval.predictions import (
+    join_with_gold,
+    read_eval_config,
+    read_eval_summary,
+    read_predictions,
 )
-from fincheck.pairs import TASKS, read_pairs
+from fincheck.eval.report import render_report
+from fincheck.prepared import read_manifest, read_split, split_path
+from fincheck.tasks import get_task, task_names
+from fincheck.tasks.base import ScoreSettings
 
 
 @dataclass
@@ -44,40 +43,51 @@ class ScoreOptions:
 
 def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     """Score, write outputs; returns (results, number of judge errors)."""
-    tasks = opts.tasks or tuple(t for t in TASKS if (opts.predictions_dir / f"{t}.jsonl").exists())
+    tasks = opts.tasks or tuple(
+        t for t in task_names() if (opts.predictions_dir / f"{t}.jsonl").exists()
+    )
     if not tasks:
         raise FincheckError(
             f"no predictions found in {opts.predictions_dir}: expected <task>.jsonl for a task in "
-            f"{TASKS} (see docs/evaluation.md for the format)"
+            f"{task_names()} (see docs/evaluation.md for the format)"
         )
+    settings = ScoreSettings(
+        judge=opts.judge,
+        judge_concurrency=opts.judge_concurrency,
+        bootstrap_resamples=opts.bootstrap_resamples,
+        seed=opts.seed,
+        progress=opts.progress,
+    )
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     examples: dict[str, list[dict]] = {}
     plot_paths: dict[str, list[str]] = {}
     judge_errors = 0
-    for task in tasks:
-        gold_path = opts.data_dir / task / f"{opts.split}.jsonl"
-        pred_path = opts.predictions_dir / f"{task}.jsonl"
+    for name in tasks:
+        task = get_task(name)
+        gold_path = split_path(opts.data_dir, name, opts.split)
+        pred_path = opts.predictions_dir / f"{name}.jsonl"
         for path, what in ((gold_path, "gold split"), (pred_path, "predictions file")):
             if not path.exists():
-                raise FincheckError(f"{task}: {what} {path} not found")
-        gold = list(read_pairs(gold_path))
+                raise FincheckError(f"{name}: {what} {path} not found")
+        gold = read_split(opts.data_dir, name, opts.split)
         joined, missing = join_with_gold(
-            gold, read_predictions(pred_path, task), pred_path, gold_path
+            gold, read_predictions(pred_path, name), pred_path, gold_path
         )
         if not joined:
-            raise FincheckError(f"{task}: {pred_path} holds no predictions")
-        score = _score_task(task, joined, opts)
+            raise FincheckError(f"{name}: {pred_path} holds no predictions")
+        score = task.score(joined, settings)
         judge_errors += score.judge_errors
-        results["tasks"][task] = score.figures
-        results["counts"][task] = {
+        results["tasks"][name] = score.figures
+        results["counts"][name] = {
             "n_gold": len(gold),
             "n_scored": len(joined),
             "n_missing": len(missing),
             "missing_ids_sample": missing[:20],
         }
-        examples[task] = score.examples
-        _write_jsonl(opts.out_dir / "scored" / f"{task}.jsonl", score.examples)
-        plot_paths[task] = _plots(task, score, opts.out_dir)
+        examples[name] = score.examples
+        _write_jsonl(opts.out_dir / "scored" / f"{name}.jsonl", score.examples)
+        made = task.plots(score, opts.out_dir / "plots", results["run"].get("model"))
+        plot_paths[name] = [str(p.relative_to(opts.out_dir)) for p in made]
     if opts.judge is not None:
         results["judge"] = {
             **opts.judge.client.identity,
@@ -96,73 +106,6 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     return results, judge_errors
 
 
-def _score_task(task: str, joined, opts: ScoreOptions) -> TaskScore:
-    if task == "qasem":
-        return score_qasem_task(joined, opts.bootstrap_resamples, opts.seed)
-    if task == "fhsumbench":
-        return score_fhsumbench_task(joined, opts.bootstrap_resamples, opts.seed)
-    return score_final_task(
-        joined,
-        opts.judge,
-        opts.judge_concurrency,
-        opts.bootstrap_resamples,
-        opts.seed,
-        opts.progress,
-    )
-
-
-# task -> (figures key of its confusion matrix, plot title, file name)
-CONFUSION_PLOTS = {
-    "fhsumbench": ("confusion", "FHSumBench", "fhsumbench_confusion.png"),
-    "final": ("binary_confusion", "FINAL (binarized)", "final_binary_confusion.png"),
-}
-
-
-def _plots(task: str, score: TaskScore, out_dir: Path) -> list[str]:
-    """Write the task's PNGs; return their paths relative to out_dir (for report.md links)."""
-    made: list[Path] = []
-    plot_dir = out_dir / "plots"
-    f = score.figures
-    if task in CONFUSION_PLOTS:
-        key, title, filename = CONFUSION_PLOTS[task]
-        made.append(
-            plots.plot_confusion(f[key]["counts"], f[key]["labels"], title, plot_dir / filename)
-        )
-    elif task == "qasem":
-        curves = {}
-        groups: dict[str, list[dict]] = {}
-        for ex in score.examples:
-            groups.setdefault(ex["subset"], []).append(ex)
-        groups["overall"] = score.examples
-        for name, group in groups.items():
-            gold = [ex["gold"] == "Yes" for ex in group]
-            if all(gold) or not any(gold):
-                continue
-            fpr, tpr = roc_curve(gold, [ex["score"] for ex in group])
-            curves[name] = (fpr, tpr, f[name]["auc"])
-        if curves:
-            made.append(
-                plots.plot_roc(
-                    curves, "QASem ROC (positive = supported)", plot_dir / "qasem_roc.png"
-                )
-            )
-        gold_all = [ex["gold"] for ex in score.examples]
-        pred_all = [ex["predicted"] for ex in score.examples]
-        counts = [
-            [
-                sum(1 for g, p in zip(gold_all, pred_all, strict=True) if g == gv and p == pv)
-                for pv in ("Yes", "No")
-            ]
-            for gv in ("Yes", "No")
-        ]
-        made.append(
-            plots.plot_confusion(
-                counts, ["Yes", "No"], "QASem (s >= 0.5)", plot_dir / "qasem_confusion.png"
-            )
-        )
-    return [str(p.relative_to(out_dir)) for p in made]
-
-
 def _run_info(opts: ScoreOptions) -> dict:
     info: dict = {
         "data_dir": str(opts.data_dir),
@@ -171,19 +114,16 @@ def _run_info(opts: ScoreOptions) -> dict:
         "bootstrap_resamples": opts.bootstrap_resamples,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    manifest_path = opts.data_dir / "manifest.json"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest = read_manifest(opts.data_dir)
+    if manifest:
         info["data_fingerprint"] = manifest.get("fingerprint")
         info["prompt_hashes"] = manifest.get("prompt_hashes")
-    eval_config = opts.predictions_dir / "eval_config.json"  # written by `fincheck eval`
-    if eval_config.exists():
-        config = json.loads(eval_config.read_text(encoding="utf-8"))
+    config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`
+    if config:
         info["model"] = config.get("model")
         info["adapter"] = config.get("adapter")
-    eval_summary = opts.predictions_dir / "eval_summary.json"
-    if eval_summary.exists():
-        counts = json.loads(eval_summary.read_text(encoding="utf-8"))
+    counts = read_eval_summary(opts.predictions_dir)
+    if counts:
         info["prompts_trimmed"] = {task: c.get("trimmed", 0) for task, c in counts.items()}
     return info
 

@@ -179,21 +179,22 @@ def load_config(
         raise FincheckError(f"{cls.__name__}: {e}") from None
 
 
+def plain_value(value: Any) -> Any:
+    """A JSON/YAML-ready value: tuples as lists, enums as their values, paths as strings."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [plain_value(x) for x in value]
+    if isinstance(value, dict):
+        return {k: plain_value(x) for k, x in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A JSON-ready view of a config (tuples as lists, enums as values)."""
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, enum.Enum):
-            return v.value
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        if isinstance(v, Path):
-            return str(v)
-        return v
-
-    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    return {f.name: plain_value(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
 def describe_config(cls: type) -> str:

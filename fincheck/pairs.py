@@ -2,7 +2,7 @@
 
 Every stage reads and writes pairs in this shape (`OUT/<task>/<split>.jsonl`, one per line):
 
-    {"id": str, "task": "final"|"qasem"|"fhsumbench", "split": "train"|"dev"|"test",
+    {"id": str, "task": <a registered task: final, qasem, fhsumbench>, "split": "train"|"dev"|"test",
      "messages": [{"role": "system"|"user"|"assistant", "content": str}, ...],
      "meta": {...}}
 
@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import InvalidRecordError
+from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects
 
-TASKS: tuple[str, ...] = ("final", "qasem", "fhsumbench")
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
 
@@ -55,6 +54,17 @@ class Pair:
     def user_content(self) -> str:
         return next(m["content"] for m in self.messages if m["role"] == "user")
 
+    def meta_value(self, key: str, kind: type) -> Any:
+        """A field data-prep stores in `meta` (gold label, descriptions, summary...), or an error
+        saying the prepared data predates it."""
+        value = self.meta.get(key)
+        if not isinstance(value, kind):
+            raise FincheckError(
+                f"{self.task}/{self.id}: meta.{key} is missing or not a {kind.__name__}; "
+                "re-run `fincheck prepare` with this fincheck version"
+            )
+        return value
+
     def to_json(self) -> str:
         record = {
             "id": self.id,
@@ -86,8 +96,12 @@ def validate_pair_dict(record: Any, where: str, line: int) -> None:
             raise InvalidRecordError(where, line, key, "missing")
         if not isinstance(record[key], kind):
             raise InvalidRecordError(where, line, key, f"expected {kind.__name__}")
-    if record["task"] not in TASKS:
-        raise InvalidRecordError(where, line, "task", f"{record['task']!r} not in {TASKS}")
+    from fincheck.tasks import task_names  # the registry imports this module: look up late
+
+    if record["task"] not in task_names():
+        raise InvalidRecordError(
+            where, line, "task", f"{record['task']!r} not in {task_names()} (the registered tasks)"
+        )
     if record["split"] not in SPLITS:
         raise InvalidRecordError(where, line, "split", f"{record['split']!r} not in {SPLITS}")
     messages = record["messages"]

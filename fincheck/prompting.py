@@ -1,5 +1,5 @@
-"""Task prompts: stored as files in `fincheck/prompts/<task>.txt`, rendered the same way for
-training, evaluation and detection.
+"""Task prompts: stored as files (`fincheck/prompts/<task>.txt`, each task's `prompt_path`),
+rendered the same way for training, evaluation and detection.
 
 A prompt file has a `[system]` and a `[user]` section; `#` lines are comments. Placeholders are
 `{name}`; only the names a task declares are substituted, so braces elsewhere (the JSON answer
@@ -17,7 +17,6 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 
-PROMPT_DIR = Path(__file__).parent / "prompts"
 GROUNDING_FIELD = "text"  # the placeholder holding the grounding text in every task
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
@@ -84,15 +83,19 @@ def parse_prompt_file(path: Path, task: str) -> Prompt:
     return Prompt(task=task, system=system, user=user, hash=digest, path=path)
 
 
+def load_prompt(task: str) -> Prompt:
+    """The prompt of a registered task (its `prompt_path`)."""
+    from fincheck.tasks import get_task
+
+    return _load_prompt_file(get_task(task).prompt_path, task)
+
+
 @cache
-def load_prompt(task: str, prompt_dir: Path = PROMPT_DIR) -> Prompt:
-    path = Path(prompt_dir) / f"{task}.txt"
+def _load_prompt_file(path: Path, task: str) -> Prompt:
     if not path.is_file():
         raise FincheckError(f"no prompt file for task {task!r}: expected {path}")
     return parse_prompt_file(path, task)
 
 
-def prompt_hashes(
-    tasks: tuple[str, ...] | list[str], prompt_dir: Path = PROMPT_DIR
-) -> dict[str, str]:
-    return {task: load_prompt(task, prompt_dir).hash for task in tasks}
+def prompt_hashes(tasks: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return {task: load_prompt(task).hash for task in tasks}

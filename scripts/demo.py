@@ -21,19 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+from fincheck.tasks import all_tasks, task_names
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TASKS = "final,qasem,fhsumbench"
-
-# Headline figure per task: (label, path inside results.json's tasks.<task>).
-HEADLINES = {
-    "qasem": [("BAcc", ("overall", "bacc")), ("ROC-AUC", ("overall", "auc"))],
-    "fhsumbench": [("macro F", ("f",)), ("macro P", ("precision",)), ("macro R", ("recall",))],
-    "final": [("binarized BAcc", ("binary_bacc",)), ("F1 (judge)", ("f1",))],
-}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -55,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--limit", type=int, default=24, help="evaluation examples per task (default 24)"
     )
     parser.add_argument("--launcher", choices=("deepspeed", "torchrun"), default="deepspeed")
-    return parser.parse_args(argv)
+    return parser
 
 
 class Stages:
@@ -89,14 +83,8 @@ def resolve_data_dir(given: Path | None) -> Path | None:
 
 
 def headline(results: dict, task: str) -> list[tuple[str, float | None]]:
-    figures = results.get("tasks", {}).get(task, {})
-    out = []
-    for label, path in HEADLINES[task]:
-        value = figures
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        out.append((label, value if isinstance(value, (int, float)) else None))
-    return out
+    figures = results.get("tasks", {}).get(task)
+    return all_tasks()[task].headline(figures) if figures else []
 
 
 def fmt(value: float | None) -> str:
@@ -119,7 +107,7 @@ def write_report(
         "| --- | --- | --- | --- |",
     ]
     printed = []
-    for task in ("final", "qasem", "fhsumbench"):
+    for task in task_names():
         if task not in results["adapter"].get("tasks", {}):
             continue
         base, tuned = headline(results["base"], task), headline(results["adapter"], task)
@@ -146,7 +134,7 @@ def write_report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     out = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)  # the demo always starts from scratch
@@ -171,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     stages.run("train", [*launch, "train/sft.py", "--config", str(args.recipe), *overrides])
 
     runs = {"base": out / "eval" / "base", "adapter": out / "eval" / "adapter"}
-    common = ["--data", str(prepared), "--tasks", TASKS, "--limit", str(args.limit)]
+    common = [
+        "--data",
+        str(prepared),
+        "--tasks",
+        ",".join(task_names()),
+        "--limit",
+        str(args.limit),
+    ]
     stages.run(
         "eval adapter",
         [fincheck, "eval", "--adapter", str(run_dir), *common, "--out", str(runs["adapter"])],

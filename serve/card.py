@@ -2,8 +2,9 @@
 
 The metadata is built as a dict and dumped with huggingface_hub's `ModelCardData` (so the
 model-index has the exact shape the hub validates); the prose lives in `templates/model_card.md`.
-Evaluation numbers come from `results.json` (written by `fincheck eval`), flattened to
-(task, subset, metric, value) rows and printed beside the papers' anchors from `anchors.yaml`.
+Evaluation numbers come from `results.json` (written by `fincheck score`), flattened to
+(task, subset, metric, value) rows and printed beside the papers' numbers each task declares
+(`fincheck.tasks`, `Task.paper_numbers`).
 """
 
 from __future__ import annotations
@@ -18,41 +19,11 @@ import yaml
 
 from fincheck.errors import FincheckError
 from fincheck.jsonl import read_json_object
-from fincheck.pairs import TASKS
-from fincheck.serve.artifacts import RunArtifacts
+from fincheck.runs import RunArtifacts
+from fincheck.tasks import all_tasks, get_task
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
-ANCHORS_PATH = Path(__file__).parent / "anchors.yaml"
-
-# How each task appears in the hub's model-index (dataset ids are the pinned origins in SPEC).
-TASK_INFO: dict[str, dict[str, str]] = {
-    "final": {
-        "task_type": "text-generation",
-        "task_name": "Inconsistency descriptions (FINAL)",
-        "dataset_type": "final",
-        "dataset_name": "FINAL",
-    },
-    "qasem": {
-        "task_type": "text-classification",
-        "task_name": "QA support labels (QASemConsistency)",
-        "dataset_type": "qasem_consistency",
-        "dataset_name": "QASemConsistency",
-    },
-    "fhsumbench": {
-        "task_type": "text-classification",
-        "task_name": "Factual vs non-factual hallucination (FHSumBench)",
-        "dataset_type": "fhsumbench",
-        "dataset_name": "FHSumBench",
-    },
-}
 DATASET_TAGS = ("microsoft/DeFacto", "ariecattan/qasem_consistency", "cece00/FHSumBench")
-# The figures of `fincheck score`'s results.json that go into the model-index and the table, per
-# task (counts, confusion matrices and judge bookkeeping stay in results.json, which is uploaded).
-CARD_METRICS: dict[str, tuple[str, ...]] = {
-    "final": ("f1", "precision", "recall", "binary_bacc"),
-    "qasem": ("bacc", "auc"),
-    "fhsumbench": ("f", "precision", "recall", "accuracy", "fh_acc", "nfh_acc", "noh_acc"),
-}
 
 
 @dataclass(frozen=True)
@@ -73,7 +44,7 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
     """
     root = results.get("tasks", results)
     rows: list[MetricRow] = []
-    for task in TASKS:
+    for task in all_tasks():
         section = root.get(task)
         if not isinstance(section, dict):
             continue
@@ -87,17 +58,13 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
 def _rows(task: str, subset: str | None, figures: dict[str, Any]) -> list[MetricRow]:
     cis = figures.get("ci95") if isinstance(figures.get("ci95"), dict) else {}
     rows = []
-    for metric in CARD_METRICS[task]:
+    for metric in get_task(task).card.metrics:
         value = figures.get(metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             ci = cis.get(metric)
             ci95 = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
             rows.append(MetricRow(task, subset, metric, float(value), ci95))
     return rows
-
-
-def load_anchors(path: Path = ANCHORS_PATH) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def build_metadata(
@@ -109,15 +76,15 @@ def build_metadata(
     """The card's YAML header, as the hub expects it (model-index only when results exist)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    tasks = run.tasks or list(TASKS)
+    tasks = run.tasks or list(all_tasks())
     tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *tasks]
     split = str(((results or {}).get("run") or {}).get("split", "test"))
     eval_results = [
         EvalResult(
-            task_type=TASK_INFO[row.task]["task_type"],
-            task_name=TASK_INFO[row.task]["task_name"],
-            dataset_type=TASK_INFO[row.task]["dataset_type"],
-            dataset_name=TASK_INFO[row.task]["dataset_name"],
+            task_type=get_task(row.task).card.task_type,
+            task_name=get_task(row.task).card.task_name,
+            dataset_type=get_task(row.task).card.dataset_type,
+            dataset_name=get_task(row.task).card.dataset_name,
             dataset_config=row.subset,
             dataset_split=split,
             metric_type=row.metric,
@@ -149,7 +116,6 @@ def render_card(
     """The README.md text for `run` published as `repo_id`."""
     metadata = build_metadata(run, repo_id, results, license)
     rows = metrics_from_results(results or {})
-    anchors = load_anchors()
     base = run.hub_base_id
     lora = run.adapter_config
     lora_text = (
@@ -181,8 +147,8 @@ def render_card(
         "recipe_yaml": yaml.safe_dump(run.recipe, sort_keys=False)
         if run.recipe
         else "# not recorded\n",
-        "result_rows": [_result_row(row, anchors) for row in rows],
-        "anchor_rows": _anchor_only_rows(anchors),
+        "result_rows": [_result_row(row) for row in rows],
+        "anchor_rows": _anchor_only_rows(),
     }
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
@@ -196,28 +162,34 @@ def _targets(modules: Any) -> str:
     return str(modules)
 
 
-def _anchor_text(task: str, subset: str | None, metric: str, anchors: list[dict[str, Any]]) -> str:
-    hits = [
-        a for a in anchors if a["task"] == task and a["subset"] == subset and a["metric"] == metric
-    ]
-    return "; ".join(f"{a['system']} {a['value']:.3f}" for a in hits) or "-"
+def _anchor_text(task: str, subset: str | None, metric: str) -> str:
+    """The papers' numbers for one (task, subset, metric), with their tables."""
+    by_source: dict[str, list[str]] = {}
+    for n in get_task(task).paper_numbers:
+        if n.subset == subset and n.metric == metric:
+            by_source.setdefault(n.source, []).append(f"{n.system} {n.value:.3f}")
+    return " / ".join(f"{'; '.join(v)} ({source})" for source, v in by_source.items()) or "-"
 
 
-def _result_row(row: MetricRow, anchors: list[dict[str, Any]]) -> dict[str, str]:
+def _result_row(row: MetricRow) -> dict[str, str]:
     return {
         "task": row.task,
         "subset": row.subset or "all",
         "metric": row.metric,
         "value": f"{row.value:.3f}"
         + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
-        "anchors": _anchor_text(row.task, row.subset, row.metric, anchors),
+        "anchors": _anchor_text(row.task, row.subset, row.metric),
     }
 
 
-def _anchor_only_rows(anchors: list[dict[str, Any]]) -> list[dict[str, str]]:
-    keys = list(dict.fromkeys((a["task"], a["subset"], a["metric"]) for a in anchors))
+def _anchor_only_rows() -> list[dict[str, str]]:
+    keys = list(
+        dict.fromkeys(
+            (name, n.subset, n.metric) for name, t in all_tasks().items() for n in t.paper_numbers
+        )
+    )
     return [
-        {"task": t, "subset": s or "all", "metric": m, "anchors": _anchor_text(t, s, m, anchors)}
+        {"task": t, "subset": s or "all", "metric": m, "anchors": _anchor_text(t, s, m)}
         for t, s, m in keys
     ]
 
@@ -225,8 +197,8 @@ def _anchor_only_rows(anchors: list[dict[str, Any]]) -> list[dict[str, str]]:
 def read_results(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise FincheckError(f"results file not found: {path} (written by `fincheck eval`)")
+        raise FincheckError(f"results file not found: {path} (written by `fincheck score`)")
     data = read_json_object(path)
     if not metrics_from_results(data):
-        raise FincheckError(f"{path}: no metrics found under any of the tasks {list(TASKS)}")
+        raise FincheckError(f"{path}: no metrics found under any of the tasks {list(all_tasks())}")
     return data

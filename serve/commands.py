@@ -11,6 +11,8 @@ import json
 import logging
 import sys
 
+from fincheck.inference import dtype_argument
+
 DETECT_EXAMPLES = """\
 examples:
   # one document and one summary -> JSON on stdout
@@ -72,16 +74,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="tokens generated for the free-text answers (descriptions, judgement); "
-        "default as `fincheck eval`: 384 and 96",
+        "default: each task's own, as in `fincheck eval`",
     )
     detect.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"
     )
     detect.add_argument(
         "--dtype",
-        choices=("bf16", "fp16", "fp32"),
-        default=None,
-        help="weights dtype (default: bf16 on GPU, fp32 on CPU)",
+        type=dtype_argument,
+        default="auto",
+        help="weights dtype: auto, bf16, fp16, fp32 (default auto: bf16 on a GPU that has it, "
+        "else fp32)",
     )
     detect.add_argument(
         "--trust-remote-code",
@@ -102,9 +105,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--model", default=None, help="base model (default: the adapter's own base)")
     merge.add_argument(
         "--dtype",
-        choices=("bf16", "fp16", "fp32"),
+        type=dtype_argument,
         default="bf16",
-        help="saved dtype (default bf16)",
+        help="saved dtype: bf16, fp16, fp32 (default bf16)",
     )
     merge.add_argument("--trust-remote-code", action="store_true", help="allow the base's own code")
     merge.set_defaults(func=_merge)
@@ -120,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     publish.add_argument("--repo-id", required=True, help="ORG/NAME on the hub")
     publish.add_argument("--private", action="store_true", help="create the repo as private")
     publish.add_argument("--revision", default=None, help="branch to publish to (default main)")
-    publish.add_argument("--results", default=None, help="results.json from `fincheck eval`")
+    publish.add_argument("--results", default=None, help="results.json from `fincheck score` (its figures go into the model card)")
     publish.add_argument(
         "--license",
         default="apache-2.0",

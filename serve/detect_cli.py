@@ -2,8 +2,9 @@
 
 Input is either `--text FILE --summary FILE` (one pair, JSON object on stdout) or `--input
 pairs.jsonl` (one JSON object per line, results as JSONL to `--out` or stdout, in input order).
-A line with "question" and "answer" gets a QASem support score; any other line needs "text"
-and "summary" and gets descriptions (FINAL) and a hallucination class (FHSumBench).
+Each line goes to the tasks whose prompt fields it holds (`route`): a line with "question" and
+"answer" gets a QASem support score; a line with "text" and "summary" gets descriptions (FINAL)
+and a hallucination class (FHSumBench).
 """
 
 from __future__ import annotations
@@ -16,8 +17,30 @@ from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects
+from fincheck.serve.detector import task_fields
+from fincheck.tasks import all_tasks
 
 SUPPORT_KEYS = ("question", "answer")
+
+
+def _present(record: dict[str, Any], key: str) -> bool:
+    return isinstance(record.get(key), str) and bool(record[key].strip())
+
+
+def route(record: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(tasks to run on this record, fields missing for the closest task when none fits).
+
+    A record goes to every task whose prompt fields it holds, keeping only the most specific
+    ones: a QA record (text, sentence, question, answer) gets QASem alone, a (text, summary)
+    record gets FINAL and FHSumBench.
+    """
+    fields = {name: task_fields(name) for name in all_tasks()}
+    fits = [name for name, needed in fields.items() if all(_present(record, f) for f in needed)]
+    if fits:
+        most = max(len(fields[name]) for name in fits)
+        return [name for name in fits if len(fields[name]) == most], []
+    closest = max(fields, key=lambda name: sum(_present(record, f) for f in fields[name]))
+    return [], [f for f in fields[closest] if not _present(record, f)]
 
 
 def read_inputs(path: Path) -> list[dict[str, Any]]:
@@ -26,15 +49,12 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
         raise FincheckError(f"input file not found: {path}")
     records = []
     for n, record in iter_json_objects(path):
-        required = (
-            ["text", "sentence", *SUPPORT_KEYS] if _is_support(record) else ["text", "summary"]
-        )
-        if _is_support(record) and not isinstance(record.get("sentence"), str):
+        if any(k in record for k in SUPPORT_KEYS) and not isinstance(record.get("sentence"), str):
             # A QA without its sentence is read against the whole answer text, if given.
             record["sentence"] = record.get("summary") or record.get("response")
-        for key in required:
-            if not isinstance(record.get(key), str) or not record[key].strip():
-                raise InvalidRecordError(str(path), n, key, "missing or not a non-empty string")
+        tasks, missing = route(record)
+        if not tasks:
+            raise InvalidRecordError(str(path), n, missing[0], "missing or not a non-empty string")
         record.setdefault("id", str(n))
         records.append(record)
     if not records:
@@ -42,42 +62,26 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _is_support(record: dict[str, Any]) -> bool:
-    return any(k in record for k in SUPPORT_KEYS)
-
-
 def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One result per record, in input order."""
-    from fincheck.eval.fhsumbench_metrics import judgement_to_label, parse_judgement
-    from fincheck.eval.final_metrics import parse_descriptions
-
-    results: list[dict[str, Any] | None] = [None] * len(records)
-    pairs = [i for i, r in enumerate(records) if not _is_support(r)]
-    qas = [i for i, r in enumerate(records) if _is_support(r)]
-    if pairs:
-        described = detector.generate("final", [records[i] for i in pairs])
-        judged = detector.generate("fhsumbench", [records[i] for i in pairs])
-        for i, d, j in zip(pairs, described, judged, strict=True):
-            descriptions = parse_descriptions(d.text)
-            results[i] = {
-                "id": records[i]["id"],
-                "descriptions": descriptions,
-                "consistent": not descriptions,
-                "label": judgement_to_label(parse_judgement(j.text)),
-                "trimmed": d.trimmed or j.trimmed,
-                "raw": {"final": d.text, "fhsumbench": j.text},
-            }
-    if qas:
-        supported = detector.generate("qasem", [records[i] for i in qas])
-        for i, s in zip(qas, supported, strict=True):
-            results[i] = {
-                "id": records[i]["id"],
-                "p_yes": s.p_yes,
-                "supported": s.p_yes is not None and s.p_yes >= 0.5,
-                "trimmed": s.trimmed,
-                "raw": {"qasem": s.text},
-            }
-    return [r for r in results if r is not None]
+    """One result per record, in input order: each routed task's reading, merged."""
+    routes = [route(r)[0] for r in records]
+    results: list[dict[str, Any]] = [{"id": r["id"]} for r in records]
+    trimmed = [False] * len(records)
+    raw: list[dict[str, str]] = [{} for _ in records]
+    for task in all_tasks():
+        indices = [i for i, tasks in enumerate(routes) if task in tasks]
+        if not indices:
+            continue
+        for i, out in zip(
+            indices, detector.detect(task, [records[i] for i in indices]), strict=True
+        ):
+            raw[i][task] = out.pop("raw")
+            trimmed[i] = trimmed[i] or out.pop("trimmed")
+            results[i].update(out)
+    for result, was_trimmed, texts in zip(results, trimmed, raw, strict=True):
+        result["trimmed"] = was_trimmed
+        result["raw"] = texts
+    return results
 
 
 def run_detect(args: argparse.Namespace) -> int:
@@ -101,7 +105,9 @@ def run_detect(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         batch_size=args.batch_size,
-        max_new_tokens={"final": args.max_new_tokens, "fhsumbench": args.max_new_tokens}
+        max_new_tokens={
+            name: args.max_new_tokens for name, task in all_tasks().items() if not task.reads_p_yes
+        }
         if args.max_new_tokens
         else None,
     )

@@ -5,16 +5,13 @@
     detector.support(text, sentence, question, answer)   # QASem: p(Yes) in [0, 1]
     detector.classify(text, summary)                     # FHSumBench: no_hallu | factual_hallu |
                                                          #   non_factual_hallu | invalid
+    detector.detect("qasem", [{"text": ..., "sentence": ..., "question": ..., "answer": ...}])
 
-Every input goes through the pipeline training and evaluation use, so the model sees what it
-was trained on:
-  prompt file (`fincheck.prompting`) -> messages + grounding span
-  -> `fincheck.eval.generate.fit_prompt`: a document too long for the window is cut at the end
-     of its grounding text, at a word boundary, with data-prep's `trim_grounding` -- the cut
-     training and evaluation use (with a warning here)
-  -> chat template -> `fincheck.eval.generate.generate_batch`: greedy decoding with left
-     padding, and p(Yes) = P(Yes) / (P(Yes) + P(No)) at the first generated position
-  -> the eval parsers (`parse_descriptions`, `parse_judgement` + `judgement_to_label`).
+Every input goes through the path training and evaluation use, so the model sees what it was
+trained on: the task's prompt file (`fincheck.prompting`) -> messages + grounding span ->
+`fincheck.inference.fit_messages` (a document too long for the window is cut at the end of its
+grounding text, with a warning) -> `fincheck.inference.generate_batch` (greedy, left padding,
+p(Yes) at the first position) -> the task's own reading of the output (`Task.detect_output`).
 """
 
 from __future__ import annotations
@@ -26,50 +23,54 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.serve.artifacts import RunArtifacts, looks_like_hub_id
+from fincheck.inference import LoadedModel, fit_messages, generate_batch, load_model
+from fincheck.prompting import GROUNDING_FIELD, load_prompt
+from fincheck.tasks import all_tasks, get_task
 
 log = logging.getLogger(__name__)
-
-# What each task's prompt needs (the placeholders of fincheck/prompts/<task>.txt).
-TASK_FIELDS: dict[str, tuple[str, ...]] = {
-    "final": ("text", "summary"),
-    "qasem": ("text", "sentence", "question", "answer"),
-    "fhsumbench": ("text", "summary"),
-}
-# Files fetched when the adapter is a hub repo (weights only as safetensors).
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.yaml", "base/*"]
 
 
 @dataclass
 class RawOutput:
-    """What the model produced for one input, before parsing."""
+    """What the model produced for one input, before the task reads it."""
 
     text: str
     p_yes: float | None
     trimmed: bool
 
 
+def task_fields(task: str) -> tuple[str, ...]:
+    """The inputs a task's prompt needs (its placeholders: text, summary, ...)."""
+    return load_prompt(task).fields
+
+
 class Detector:
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
-        run: RunArtifacts | None = None,
+        loaded: LoadedModel,
         max_input_tokens: int | None = None,
         batch_size: int = 4,
         max_new_tokens: dict[str, int] | None = None,
     ) -> None:
-        from fincheck.eval.generate import DEFAULT_MAX_NEW_TOKENS
-
-        self.model = model
-        self.tokenizer = tokenizer
-        self.run = run
+        self.loaded = loaded
         self.batch_size = batch_size
-        self.max_new_tokens = {**DEFAULT_MAX_NEW_TOKENS, **(max_new_tokens or {})}
-        self.window = max_input_tokens or _window(model, run)
-        tokenizer.padding_side = "left"  # generation continues from the right end of each row
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        self.max_new_tokens = {name: task.max_new_tokens for name, task in all_tasks().items()} | (
+            max_new_tokens or {}
+        )
+        self.window = max_input_tokens or loaded.window
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def run(self):
+        """The adapter's run folder (`fincheck.runs.RunArtifacts`), None for a bare base."""
+        return self.loaded.run
 
     @classmethod
     def from_pretrained(
@@ -86,32 +87,14 @@ class Detector:
 
         `adapter` is a run folder, an adapter folder or a hub repo id. Weights are read from
         safetensors only; the base's own Python code runs only with trust_remote_code=True.
-        `dtype`: "bf16" | "fp16" | "fp32" (default bf16 on GPU, fp32 on CPU).
+        `dtype`: auto | bf16 | fp16 | fp32 (default auto: bf16 on GPU, fp32 on CPU).
         """
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from fincheck.serve.merge import load_base_and_adapter
-
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}.get(
-            dtype or ("fp32" if device == "cpu" else "bf16")
+        if adapter is None and base is None:
+            raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
+        loaded = load_model(
+            base, adapter, dtype=dtype or "auto", device=device, trust_remote_code=trust_remote_code
         )
-        if torch_dtype is None:
-            raise FincheckError(f"dtype {dtype!r}: expected bf16, fp16 or fp32")
-        if adapter is None:
-            if base is None:
-                raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
-            model = AutoModelForCausalLM.from_pretrained(
-                base, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-            ).to(device)
-            tokenizer = AutoTokenizer.from_pretrained(base, trust_remote_code=trust_remote_code)
-            return cls(model.eval(), tokenizer, None, **kwargs)
-        adapter_dir = _local_adapter_dir(adapter)
-        model, tokenizer, run = load_base_and_adapter(
-            adapter_dir, base, torch_dtype, trust_remote_code, device
-        )
-        return cls(model, tokenizer, run, **kwargs)
+        return cls(loaded, **kwargs)
 
     # -- the three tasks ---------------------------------------------------------------------
 
@@ -120,41 +103,34 @@ class Detector:
         return self.describe_batch([(text, summary)])[0]
 
     def describe_batch(self, items: Sequence[tuple[str, str]]) -> list[list[str]]:
-        from fincheck.eval.final_metrics import parse_descriptions
-
-        outputs = self.generate(
-            "final", [dict(zip(TASK_FIELDS["final"], i, strict=True)) for i in items]
-        )
-        return [parse_descriptions(o.text) for o in outputs]
+        return [r["descriptions"] for r in self.detect("final", _records("final", items))]
 
     def support(self, text: str, sentence: str, question: str, answer: str) -> float:
         """QASem: p(Yes) that `text` supports the QA pair about `sentence` (>= 0.5: supported)."""
         return self.support_batch([(text, sentence, question, answer)])[0]
 
     def support_batch(self, items: Sequence[tuple[str, str, str, str]]) -> list[float]:
-        outputs = self.generate(
-            "qasem", [dict(zip(TASK_FIELDS["qasem"], i, strict=True)) for i in items]
-        )
-        return [float(o.p_yes) for o in outputs]  # type: ignore[arg-type]
+        return [float(r["p_yes"]) for r in self.detect("qasem", _records("qasem", items))]
 
     def classify(self, text: str, summary: str) -> str:
         """FHSumBench: no_hallu | factual_hallu | non_factual_hallu | invalid (unparseable)."""
         return self.classify_batch([(text, summary)])[0]
 
     def classify_batch(self, items: Sequence[tuple[str, str]]) -> list[str]:
-        from fincheck.eval.fhsumbench_metrics import judgement_to_label, parse_judgement
-
-        outputs = self.generate(
-            "fhsumbench", [dict(zip(TASK_FIELDS["fhsumbench"], i, strict=True)) for i in items]
-        )
-        return [judgement_to_label(parse_judgement(o.text)) for o in outputs]
+        return [r["label"] for r in self.detect("fhsumbench", _records("fhsumbench", items))]
 
     # -- the shared path ---------------------------------------------------------------------
 
+    def detect(self, task: str, records: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
+        """The task's reading of the model's answer for each record, in input order."""
+        reader = get_task(task)
+        return [
+            {**reader.detect_output(o.text, o.p_yes), "trimmed": o.trimmed, "raw": o.text}
+            for o in self.generate(task, records)
+        ]
+
     def generate(self, task: str, records: Sequence[dict[str, str]]) -> list[RawOutput]:
         """Render, fit, generate, in batches; outputs in input order."""
-        from fincheck.eval.generate import generate_batch
-
         budget = self.max_new_tokens[task]
         prompts, trimmed = [], []
         for record in records:
@@ -162,47 +138,31 @@ class Detector:
             prompts.append(prompt)
             trimmed.append(was_trimmed)
         outputs: list[RawOutput] = []
+        reads_p_yes = get_task(task).reads_p_yes
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start : start + self.batch_size]
-            texts, p_yes = generate_batch(
-                self.model, self.tokenizer, batch, budget, task == "qasem"
-            )
+            texts, p_yes = generate_batch(self.model, self.tokenizer, batch, budget, reads_p_yes)
             for i, text in enumerate(texts):
                 outputs.append(RawOutput(text, p_yes[i] if p_yes else None, trimmed[start + i]))
         return outputs
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
-        """The chat-formatted prompt for one input, trimmed on its grounding text to fit.
-
-        The cut is `fincheck.eval.generate.fit_prompt`: data-prep's `trim_grounding` (end of the
-        document, word boundary, " [...]" marker), the cut training applies, re-measured on the
-        real chat template; like evaluation, an input is trimmed, never dropped.
-        """
-        from fincheck.eval.generate import fit_prompt
-        from fincheck.pairs import Pair
-        from fincheck.prompting import load_prompt
-
-        missing = [f for f in TASK_FIELDS[task] if not isinstance(record.get(f), str)]
+        """The chat-formatted prompt for one input, trimmed on its grounding text to fit the
+        window minus the answer budget; like evaluation, an input is trimmed, never dropped."""
+        fields = task_fields(task)
+        missing = [f for f in fields if not isinstance(record.get(f), str)]
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
-        messages, span = load_prompt(task).messages(**{f: record[f] for f in TASK_FIELDS[task]})
-        pair = Pair(
-            id=str(record.get("id", "")),
-            task=task,
-            split="test",
-            # fit_prompt renders everything before the target: an empty answer stands in for it.
-            messages=[*messages, {"role": "assistant", "content": ""}],
-            meta={"grounding_span": list(span)},
-        )
+        messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
         max_tokens = None if self.window is None else self.window - budget  # room for the answer
-        try:
-            prompt, trimmed = fit_prompt(self.tokenizer, pair, max_tokens)
-        except FincheckError:
+        fit = fit_messages(self.tokenizer, messages, span, max_tokens, add_generation_prompt=True)
+        if fit.text is None:
+            others = [f for f in fields if f != GROUNDING_FIELD]
             raise FincheckError(
-                f"{task}: the instructions and {', '.join(TASK_FIELDS[task][1:])} alone exceed "
-                f"the model's window of {self.window} tokens (with {budget} for the answer)"
-            ) from None
-        if trimmed:
+                f"{task}: the instructions and {', '.join(others)} alone exceed the model's "
+                f"window of {self.window} tokens (with {budget} for the answer)"
+            )
+        if fit.trimmed:
             log.warning(
                 "%s: document of %d characters trimmed to fit the model's window "
                 "(%d tokens incl. %d for the answer)",
@@ -211,26 +171,9 @@ class Detector:
                 self.window,
                 budget,
             )
-        return prompt, trimmed
+        return fit.text, fit.trimmed
 
 
-def _window(model: Any, run: RunArtifacts | None) -> int | None:
-    """Tokens the model may see: the training length when the recipe records one, capped by
-    the model's position limit."""
-    limits = [getattr(model.config, "max_position_embeddings", None)]
-    if run is not None:
-        for key in ("max_length", "max_seq_length"):
-            if isinstance(run.recipe.get(key), int):
-                limits.append(run.recipe[key])
-    limits = [n for n in limits if n]
-    return min(limits) if limits else None
-
-
-def _local_adapter_dir(adapter: str | Path) -> Path:
-    """A local folder as is; a hub repo id is downloaded (safetensors and config files only)."""
-    path = Path(adapter)
-    if path.exists() or not looks_like_hub_id(str(adapter)):
-        return path
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(str(adapter), allow_patterns=HUB_PATTERNS))
+def _records(task: str, items: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    fields = task_fields(task)
+    return [dict(zip(fields, item, strict=True)) for item in items]

@@ -15,30 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.serve.artifacts import load_run
+from fincheck.inference import load_adapter_model, parse_dtype, torch_dtype
+from fincheck.runs import load_run
 
 log = logging.getLogger(__name__)
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-def load_base_and_adapter(
-    adapter: str | Path,
-    base: str | None = None,
-    dtype: Any = None,
-    trust_remote_code: bool = False,
-    device: str | None = None,
-):
-    """(PeftModel, tokenizer, run) with safetensors-only weights; no remote code unless asked."""
-    from fincheck.train.checkpoints import load_adapter_model
-
-    run = load_run(adapter)
-    base_path = run.resolve_base(base)
-    model, tokenizer = load_adapter_model(
-        run.path, base_path, dtype, device=device, trust_remote_code=trust_remote_code
-    )
-    if getattr(model.config, "quantization_config", None):
-        raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
-    return model, tokenizer, run
 
 
 def merge_adapter(
@@ -51,14 +31,21 @@ def merge_adapter(
     """Merge in fp32, cast to `dtype`, save safetensors + tokenizer to `out`; return a summary."""
     import torch
 
-    if dtype not in DTYPES:
-        raise FincheckError(f"--dtype {dtype!r}: expected one of {list(DTYPES)}")
+    dtype = parse_dtype(dtype)
+    if dtype == "auto":
+        raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FincheckError(f"{out}: folder is not empty; pick a new --out folder")
-    model, tokenizer, run = load_base_and_adapter(adapter, base, torch.float32, trust_remote_code)
+    run = load_run(adapter)
+    base_path = run.resolve_base(base)
+    model, tokenizer = load_adapter_model(
+        run.path, base_path, torch.float32, trust_remote_code=trust_remote_code
+    )
+    if getattr(model.config, "quantization_config", None):
+        raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
     merged = model.merge_and_unload()
-    merged = merged.to(getattr(torch, DTYPES[dtype]))
+    merged = merged.to(torch_dtype(dtype))
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -66,7 +53,7 @@ def merge_adapter(
     log.info("merged %s into %s (%s): %s", run.path, out, dtype, ", ".join(files))
     return {
         "adapter": str(run.path),
-        "base": run.resolve_base(base),
+        "base": base_path,
         "out": str(out),
         "dtype": dtype,
         "parameters": sum(p.numel() for p in merged.parameters()),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fincheck.errors import FincheckError
-from fincheck.serve.artifacts import (
+from fincheck.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     MANIFEST_FILE,

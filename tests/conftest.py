@@ -26,6 +26,13 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_prepared() -> Path:
+    """A few synthetic pairs per task and split (tests/assets/prepared, made by
+    tests/assets/make_prepared.py): short prompts for the fast tier's model runs."""
+    return REPO / "tests" / "assets" / "prepared"
+
+
+@pytest.fixture(scope="session")
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """`fincheck prepare` on the real files with the default config (read-only for tests)."""
     from fincheck.data_prep.prepare import PrepareConfig, run_prepare

@@ -47,7 +47,10 @@ class FakeHub:
         self.requests: list[Recorded] = []
         self.failures: dict[str, list[int]] = {}  # endpoint name -> statuses to answer first
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # poll often: shutdown() waits up to one poll interval (0.5 s by default)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     @property
     def endpoint(self) -> str:

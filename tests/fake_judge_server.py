@@ -81,7 +81,10 @@ class FakeJudgeServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # poll often: shutdown() waits up to one poll interval (0.5 s by default)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     def _next_action(self, body: dict) -> tuple:
         text = "\n".join(m["content"] for m in body["messages"])

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from fincheck import bench_workload as wl
+from fincheck.bench import workload as wl
+from fincheck.bench.flops import (
+    ModelShape,
+    device_peak_tflops,
+    full_ft_flops,
+    lora_train_flops,
+    mfu,
+)
 from fincheck.errors import FincheckError
-from fincheck.flops import ModelShape, device_peak_tflops, full_ft_flops, lora_train_flops, mfu
 
 
 def test_qwen25_15b_matmul_params_hand_computed():

@@ -1,15 +1,23 @@
 """The speed benchmarks run end to end on the CPU with the tiny config (so they cannot rot):
-every variant row is printed, figures are positive, and packing agrees with padding."""
+the library returns a report for every variant and mode, its figures are positive, and packing
+agrees with padding. The scripts are thin command lines over the library."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from fincheck.bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
+from fincheck.bench.train_variants import (
+    TrainBenchSettings,
+    format_train_report,
+    regroup_by_length,
+    run_train_bench,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -18,26 +26,12 @@ pytestmark = pytest.mark.slow
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def table_rows(text: str, first_words: list[str]) -> dict[str, list[str]]:
-    rows = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] in first_words:
-            rows.setdefault(parts[0], []).append(line)
-    return rows
-
-
-def number(cell: str) -> float:
-    return float(cell.rstrip("%").replace(",", ""))
-
-
-def test_bench_train_tiny_cpu(prepared_dir, tmp_path, capsys):
-    bench = load_script("bench_train")
+def test_bench_train_tiny_cpu(prepared_dir):
     ran = [
         "padded-sdpa",
         "padded-grouped-sdpa",
@@ -48,71 +42,85 @@ def test_bench_train_tiny_cpu(prepared_dir, tmp_path, capsys):
         "packed-sdpa-zero2",
         "packed-sdpa-zero3",
     ]
-    out_json = tmp_path / "train.json"
-    rc = bench.main([
-        "--model", "tiny", "--prepared-dir", str(prepared_dir), "--max-len", "384", "--batch-size", "3",
-        "--steps", "2", "--warmup", "1", "--peak-tflops", "0.05",
-        "--variants", ",".join([*ran, "packed-flash", "packed-sdpa-liger"]), "--json-out", str(out_json),
-    ])  # fmt: skip
-    text = capsys.readouterr().out
-    assert rc == 0, text
-    rows = table_rows(text, [*ran, "packed-flash", "packed-sdpa-liger"])
-    for name in ran:
-        (line,) = [r for r in rows[name] if r.rstrip().endswith("ok")]
-        tokens_s, step_s, mfu_lora, mfu_6n, mem = (number(c) for c in line.split()[1:6])
-        assert tokens_s > 0 and step_s > 0 and mfu_lora > 0 and mfu_6n > 0 and mem > 0, line
-    assert "skipped" in rows["packed-flash"][-1] and "skipped" in rows["packed-sdpa-liger"][-1]
-    record = json.loads(out_json.read_text())
-    results = {r["variant"]: r for r in record["results"]}
-    # Same init, same examples: padded and packed (sdpa and eager, with or without DeepSpeed)
-    # see exactly the same tokens, so the first-step loss agrees in fp32 -- no cross-example attention.
-    first = [results[n]["first_loss"] for n in ran if n != "padded-grouped-sdpa"]
-    assert max(first) - min(first) < 1e-4, first
-    # MFU 6N = 6·N·(tokens/s) / peak, N = 139,264 matmul weights of the tiny model:
-    # per layer q 64·64 + k, v 64·32 + o 64·64 + gate, up, down 64·128 = 36,864; x2 + head 1024·64
+    settings = TrainBenchSettings(
+        model="tiny",
+        prepared_dir=prepared_dir,
+        max_len=384,
+        batch_size=3,
+        steps=2,
+        warmup=1,
+        peak_tflops=0.05,
+        variants=[*ran, "packed-flash", "packed-sdpa-liger"],
+    )
+    report = run_train_bench(settings, log=lambda _: None)
+    results = {r.variant: r for r in report.results}
+    assert report.ok
     for name in ran:
         r = results[name]
-        assert r["mfu_6n"] == pytest.approx(6 * 139_264 * r["tokens_per_s"] / 0.05e12, rel=1e-9)
-    assert re.search(r"lengths: .*cap 384: n=\d+", text)
+        assert r.status == "ok", r
+        assert r.tokens_per_s > 0 and r.step_s > 0 and r.mfu_lora > 0 and r.peak_mem_gib > 0
+    assert results["packed-flash"].status.startswith("skipped")
+    assert results["packed-sdpa-liger"].status.startswith("skipped")
+    # Same init, same examples: padded and packed (sdpa and eager, with or without DeepSpeed)
+    # see exactly the same tokens, so the first-step loss agrees in fp32 -- no cross-example attention.
+    first = report.first_losses
+    assert set(first) == set(ran) - {"padded-grouped-sdpa"}
+    assert max(first.values()) - min(first.values()) < 1e-4, first
+    # MFU 6N = 6·N·(tokens/s) / peak, N = 139,264 matmul weights of the tiny model:
+    # per layer q 64·64 + k, v 64·32 + o 64·64 + gate, up, down 64·128 = 36,864; x2 + head 1024·64
+    assert report.matmul_params == 139_264
+    for name in ran:
+        r = results[name]
+        assert r.mfu_6n == pytest.approx(6 * 139_264 * r.tokens_per_s / 0.05e12, rel=1e-9)
+    assert report.lengths.startswith("n=")
+    text = format_train_report(report)
+    assert "packed-sdpa-zero3" in text and "spread" in text
+    record = report.to_json("bench_train.py --model tiny")
+    assert {r["variant"] for r in record["results"]} == {*ran, "packed-flash", "packed-sdpa-liger"}
 
 
-def test_bench_eval_tiny_cpu(prepared_dir, tmp_path, capsys):
-    bench = load_script("bench_eval")
-    out_json = tmp_path / "eval.json"
-    rc = bench.main([
-        "--model", "tiny", "--prepared-dir", str(prepared_dir), "--limit", "3", "--batch-size", "2",
-        "--max-input", "96", "--modes", "naive,batched", "--json-out", str(out_json),
-    ])  # fmt: skip
-    text = capsys.readouterr().out
-    assert rc == 0, text
-    rows = table_rows(text, ["final", "qasem", "fhsumbench"])
+def test_bench_eval_tiny_cpu(prepared_dir):
+    report = run_eval_bench(
+        EvalBenchSettings(
+            model="tiny",
+            prepared_dir=prepared_dir,
+            limit=3,
+            batch_size=2,
+            max_input=96,
+            modes=["naive", "batched"],
+        ),
+        log=lambda _: None,
+    )
+    by = {(r.task, r.mode): r for r in report.results}
+    assert set(by) == {
+        (t, m) for t in ("final", "qasem", "fhsumbench") for m in ("naive", "batched")
+    }
+    for r in report.results:
+        assert r.examples == 3 and r.prefill_tokens_per_s > 0 and r.examples_per_s > 0
     for task in ("final", "qasem", "fhsumbench"):
-        modes = {line.split()[1]: line.split() for line in rows[task] if len(line.split()) > 5}
-        assert set(modes) == {"naive", "batched"}, rows[task]
-        for cells in modes.values():
-            assert int(cells[2]) == 3 and all(number(c) > 0 for c in cells[5:8]), cells
-        assert modes["naive"][3] == modes["batched"][3]  # the same prompt tokens either way
-    record = json.loads(out_json.read_text())
-    naive = [r for r in record["results"] if r["mode"] == "naive"]
-    assert all(r["padded_tokens"] == r["prompt_tokens"] for r in naive)  # batch 1 never pads
+        naive, batched = by[(task, "naive")], by[(task, "batched")]
+        assert naive.prompt_tokens == batched.prompt_tokens  # the same prompts either way
+        assert naive.padded_tokens == naive.prompt_tokens  # batch 1 never pads
+    assert "batched" in format_eval_report(report)
 
 
-def test_bench_eval_times_the_harness_itself(prepared_dir, capsys):
-    """Once the eval stage and the tiny tokenizer are installed, the harness mode runs the
-    harness's own fit_prompt + generate_batch on real prompts."""
-    pytest.importorskip("fincheck.eval.generate", reason="the eval harness is not installed")
-    pytest.importorskip("fincheck.train.tiny_model", reason="the tiny tokenizer is not installed")
-    bench = load_script("bench_eval")
-    rc = bench.main([
-        "--model", "tiny", "--prepared-dir", str(prepared_dir), "--tasks", "qasem,fhsumbench",
-        "--limit", "2", "--batch-size", "2", "--max-input", "1024", "--modes", "batched,harness",
-    ])  # fmt: skip
-    text = capsys.readouterr().out
-    assert rc == 0, text
-    rows = table_rows(text, ["qasem", "fhsumbench"])
-    for task in ("qasem", "fhsumbench"):
-        (harness,) = [line.split() for line in rows[task] if line.split()[1:2] == ["harness"]]
-        assert int(harness[2]) == 2 and number(harness[6]) > 0 and number(harness[7]) > 0, harness
+def test_bench_eval_times_the_harness_itself(prepared_dir):
+    """The harness mode runs the harness's own fit_prompt + generate_batch on real prompts."""
+    report = run_eval_bench(
+        EvalBenchSettings(
+            model="tiny",
+            prepared_dir=prepared_dir,
+            tasks=["qasem", "fhsumbench"],
+            limit=2,
+            batch_size=2,
+            max_input=1024,
+            modes=["batched", "harness"],
+        ),
+        log=lambda _: None,
+    )
+    harness = [r for r in report.results if r.mode == "harness"]
+    assert [r.task for r in harness] == ["qasem", "fhsumbench"]
+    assert all(r.examples == 2 and r.examples_per_s > 0 for r in harness)
 
 
 @pytest.mark.parametrize("name", ["bench_train", "bench_eval"])
@@ -126,7 +134,16 @@ def test_help_teaches_the_h100_command(name, capsys):
     assert "(default: qwen2.5-1.5b)" in text
 
 
+def test_script_writes_the_json_record(tmp_path, capsys):
+    bench = load_script("bench_eval")
+    out = tmp_path / "eval.json"
+    assert bench.main(["--model", "tiny", "--limit", "2", "--batch-size", "2",
+                       "--max-input", "64", "--modes", "batched", "--json-out", str(out)]) == 0  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["script"] == "bench_eval" and len(record["results"]) == 3
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_regroup_by_length_keeps_the_timed_tokens():
-    bench = load_script("bench_train")
     steps = [[5, 1], [9, 2], [3, 8], [4, 7]]  # 1 warmup step, then 3 timed
-    assert bench.regroup_by_length(steps, warmup=1) == [[5, 1], [9, 8], [7, 4], [3, 2]]
+    assert regroup_by_length(steps, warmup=1) == [[5, 1], [9, 8], [7, 4], [3, 2]]

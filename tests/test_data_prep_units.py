@@ -14,8 +14,8 @@ from fincheck.data_prep.splits import split_by_group
 from fincheck.data_prep.trimming import (
     TRIM_MARKER,
     count_whitespace_tokens,
-    pair_text,
-    trim_grounding,
+    messages_text,
+    trim_pair,
 )
 from fincheck.errors import FincheckError
 from fincheck.pairs import Pair
@@ -119,17 +119,17 @@ def test_split_by_group_is_grouped_seeded_and_order_free():
 def test_trim_cuts_only_the_document():
     document = " ".join(f"w{i}" for i in range(500))
     pair = make_pair(0, "g", document=document, target="No")
-    budget = count_whitespace_tokens(pair_text(pair)) - 400
-    trimmed, was_trimmed = trim_grounding(pair, budget, count_whitespace_tokens)
+    budget = count_whitespace_tokens(messages_text(pair.messages)) - 400
+    trimmed, was_trimmed = trim_pair(pair, budget, count_whitespace_tokens)
     assert was_trimmed and trimmed is not None
-    assert count_whitespace_tokens(pair_text(trimmed)) <= budget
+    assert count_whitespace_tokens(messages_text(trimmed.messages)) <= budget
     assert trimmed.target == "No"
     assert trimmed.grounding.endswith(TRIM_MARKER) and document.startswith(
         trimmed.grounding[: -len(TRIM_MARKER)]
     )
     assert trimmed.user_content.endswith(pair.user_content[pair.meta["grounding_span"][1] :])
-    assert trim_grounding(pair, 10_000, count_whitespace_tokens) == (pair, False)
-    assert trim_grounding(pair, 5, count_whitespace_tokens) == (None, False)  # cannot fit: dropped
+    assert trim_pair(pair, 10_000, count_whitespace_tokens) == (pair, False)
+    assert trim_pair(pair, 5, count_whitespace_tokens) == (None, False)  # cannot fit: dropped
 
 
 def test_prompt_hash_follows_the_file(tmp_path: Path):

@@ -10,17 +10,18 @@ import pytest
 from fincheck.eval.fhsumbench_metrics import score_fhsumbench
 from fincheck.eval.qasem_metrics import QasemItem, score_qasem
 
-evaluate = pytest.importorskip("evaluate")
+pytestmark = pytest.mark.slow  # `evaluate` imports datasets, pandas, pyarrow: ~9 s
 MODULES = Path(__file__).resolve().parents[1] / "eval" / "evaluate_metrics"
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
+@pytest.fixture
+def evaluate(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
+    return pytest.importorskip("evaluate")
 
 
-def test_qasem_module_matches_pure_function():
+def test_qasem_module_matches_pure_function(evaluate):
     metric = evaluate.load(str(MODULES / "fincheck_qasem"))
     scores, refs = [0.9, 0.4, 0.5, 0.1, 0.7], [1, 1, 0, 0, 1]
     subsets = ["cliff", "cliff", "cliff", "factscore", "factscore"]
@@ -36,7 +37,7 @@ def test_qasem_module_matches_pure_function():
     assert pooled["auc"] == pytest.approx(5 / 6)
 
 
-def test_fhsumbench_module_parses_raw_outputs():
+def test_fhsumbench_module_parses_raw_outputs(evaluate):
     metric = evaluate.load(str(MODULES / "fincheck_fhsumbench"))
     outputs = [
         '{"Faithfulness": false, "Factuality": true}',
@@ -53,7 +54,7 @@ def test_fhsumbench_module_parses_raw_outputs():
     assert out["parse_failure_rate"] == pytest.approx(1 / 3)
 
 
-def test_module_paths_resolve_from_the_installed_package():
+def test_module_paths_resolve_from_the_installed_package(evaluate):
     from fincheck.eval import EVALUATE_MODULES, evaluate_module_path
 
     for name in EVALUATE_MODULES:
@@ -62,7 +63,7 @@ def test_module_paths_resolve_from_the_installed_package():
         evaluate_module_path("accuracy")
 
 
-def test_final_module_needs_matchings_only_when_both_lists_are_non_empty():
+def test_final_module_needs_matchings_only_when_both_lists_are_non_empty(evaluate):
     metric = evaluate.load(str(MODULES / "fincheck_final"))
     out = metric.compute(
         predictions=["A. x\nB. x again\nC. y", "None", "A. false alarm"],

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fincheck import inference  # noqa: E402
 from fincheck.cli import main  # noqa: E402
 from fincheck.errors import FincheckError  # noqa: E402
 from fincheck.eval import generate  # noqa: E402
@@ -41,10 +42,12 @@ def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
 
 
 def _load(tiny_base):
-    opts = generate.EvalOptions(
-        model=str(tiny_base), data_dir=Path("."), out_dir=Path("."), device="cpu"
-    )
-    return generate.load_model(opts)
+    loaded = inference.load_model(str(tiny_base), device="cpu")
+    return loaded.model, loaded.tokenizer
+
+
+def render_prompt(tokenizer, pair):
+    return inference.render_chat(tokenizer, pair.prompt_messages, add_generation_prompt=True)
 
 
 def _independent_p_yes(model, tokenizer, prompt: str) -> float:
@@ -53,7 +56,7 @@ def _independent_p_yes(model, tokenizer, prompt: str) -> float:
 
     def prob_of(words):
         total = 0.0
-        for seq in generate.answer_spellings(tokenizer, words):
+        for seq in inference.answer_spellings(tokenizer, words):
             ids = torch.tensor([prompt_ids + list(seq)])
             with torch.no_grad():
                 log_probs = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)
@@ -62,26 +65,26 @@ def _independent_p_yes(model, tokenizer, prompt: str) -> float:
             )
         return total
 
-    yes, no = prob_of(generate.YES_SPELLINGS), prob_of(generate.NO_SPELLINGS)
+    yes, no = prob_of(inference.YES_SPELLINGS), prob_of(inference.NO_SPELLINGS)
     return yes / (yes + no)
 
 
 def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared_dir):
     model, tokenizer = _load(tiny_base)
-    spellings = generate.answer_spellings(tokenizer, generate.YES_SPELLINGS)
+    spellings = inference.answer_spellings(tokenizer, inference.YES_SPELLINGS)
     assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)  # both paths
     pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
     pairs = sorted(pairs[:40], key=lambda p: len(p.user_content))[::13][
         :3
     ]  # three different lengths
-    prompts = [generate.render_prompt(tokenizer, p) for p in pairs]
+    prompts = [render_prompt(tokenizer, p) for p in pairs]
     assert len({len(p) for p in prompts}) == 3  # so the batch really is left-padded
-    texts, p_yes = generate.generate_batch(
+    texts, p_yes = inference.generate_batch(
         model, tokenizer, prompts, max_new_tokens=3, want_p_yes=True
     )
     for prompt, text, value in zip(prompts, texts, p_yes, strict=True):
         assert value == pytest.approx(_independent_p_yes(model, tokenizer, prompt), abs=1e-4)
-        alone, _ = generate.generate_batch(
+        alone, _ = inference.generate_batch(
             model, tokenizer, [prompt], max_new_tokens=3, want_p_yes=False
         )
         assert alone == [text]  # left padding does not change greedy outputs
@@ -252,7 +255,7 @@ def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, t
 def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
     _, tokenizer = _load(tiny_base)
     pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
-    full = generate.render_prompt(tokenizer, pair)
+    full = render_prompt(tokenizer, pair)
     n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
     text, trimmed = generate.fit_prompt(tokenizer, pair, n_full // 2)
     assert trimmed and len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= n_full // 2
@@ -276,7 +279,7 @@ def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
         tokenize=False,
         add_generation_prompt=True,
     )
-    texts, _ = generate.generate_batch(
+    texts, _ = inference.generate_batch(
         model, tokenizer, [prompt], max_new_tokens=5, want_p_yes=False
     )
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]

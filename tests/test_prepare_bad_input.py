@@ -12,8 +12,9 @@ from fincheck.cli import main
 from fincheck.data_prep.fhsumbench import convert_fhsumbench
 from fincheck.data_prep.prepare import PrepareConfig, RecordStream, run_prepare
 from fincheck.data_prep.raw_records import iter_records
-from fincheck.data_prep.sources import SOURCES, resolve_source
+from fincheck.data_prep.sources import resolve_source
 from fincheck.errors import FincheckError
+from fincheck.tasks import qasem
 
 GOOD = {
     "id": "x1",
@@ -109,7 +110,7 @@ def test_json_array_errors_carry_the_element_line(tmp_path):
 
 
 def test_checksum_mismatch_missing_file_and_missing_dir(tmp_path, data_dir):
-    source = SOURCES["qasem/test.jsonl"]
+    source = qasem.TEST
     local = tmp_path / "data"
     (local / "qasem").mkdir(parents=True)
     shutil.copy(data_dir / "qasem" / "test.jsonl", local / "qasem" / "test.jsonl")
@@ -121,7 +122,7 @@ def test_checksum_mismatch_missing_file_and_missing_dir(tmp_path, data_dir):
     ):
         resolve_source(source, local)
     with pytest.raises(FincheckError, match=r"missing file: .*qasem/dev.jsonl"):
-        resolve_source(SOURCES["qasem/dev.jsonl"], local)
+        resolve_source(qasem.DEV, local)
     with pytest.raises(FincheckError, match=r"data directory not found: .*nowhere.*--data-dir"):
         resolve_source(source, tmp_path / "nowhere")
 
@@ -132,9 +133,7 @@ def test_download_path_verifies_and_caches(tmp_path, data_dir, monkeypatch):
 
     from fincheck.data_prep import sources
 
-    source = dataclasses.replace(
-        SOURCES["qasem/test.jsonl"], url=(data_dir / "qasem" / "test.jsonl").as_uri()
-    )
+    source = dataclasses.replace(qasem.TEST, url=(data_dir / "qasem" / "test.jsonl").as_uri())
     cached = resolve_source(source, None, cache_dir=tmp_path / "cache")
     assert cached == tmp_path / "cache" / "qasem" / "test.jsonl"
     assert sources.sha256_file(cached) == source.sha256

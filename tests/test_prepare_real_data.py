@@ -152,6 +152,7 @@ def test_final_file_items_remove_their_defacto_twins(tmp_path: Path, data_dir: P
     assert manifest(tmp_path)["contamination"]["dropped"] == {"final->final": 3}
 
 
+@pytest.mark.slow  # runs prepare again on the real files
 def test_eval_all_config_trains_on_no_fhsumbench(tmp_path: Path, data_dir: Path) -> None:
     from fincheck.config import load_config
 
@@ -162,6 +163,7 @@ def test_eval_all_config_trains_on_no_fhsumbench(tmp_path: Path, data_dir: Path)
     assert not (tmp_path / "fhsumbench" / "train.jsonl").exists()
 
 
+@pytest.mark.slow  # runs prepare again on the real files
 def test_outputs_are_byte_identical_and_loadable(
     tmp_path: Path, data_dir: Path, prepared_dir: Path
 ) -> None:

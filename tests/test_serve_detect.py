@@ -58,7 +58,7 @@ def test_prompt_is_built_from_the_prompt_file_and_chat_template(detector):
 def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
     import torch
 
-    from fincheck.eval.generate import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+    from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
 
     p = detector.support(TEXT, SENTENCE, "What did the council approve?", "5 million euros")
     prompt, _ = detector.render(

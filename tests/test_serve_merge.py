@@ -10,7 +10,8 @@ from serve_tiny_run import build_tiny_run
 
 from fincheck.cli import main
 from fincheck.errors import FincheckError
-from fincheck.serve.merge import load_base_and_adapter, merge_adapter
+from fincheck.inference import load_adapter_model
+from fincheck.serve.merge import merge_adapter
 
 # fp32: same arithmetic up to reassociation of (W + s*B@A) @ x vs W@x + s*B@(A@x)
 # (measured max |diff| 5e-7 on the tiny model).
@@ -37,7 +38,7 @@ def test_merged_fp32_logits_match_base_plus_adapter(run_dir: Path, tmp_path: Pat
     import torch
     from transformers import AutoModelForCausalLM
 
-    peft_model, tokenizer, _ = load_base_and_adapter(run_dir)
+    peft_model, tokenizer = load_adapter_model(run_dir)
     ids = tokenizer(
         "Text: The council met on Monday. Summary: It met on Friday.", return_tensors="pt"
     ).input_ids
@@ -69,7 +70,7 @@ def test_merged_bf16_by_default_via_cli(run_dir: Path, tmp_path: Path, capsys):
     assert merged.dtype == torch.bfloat16
     tokenizer = AutoTokenizer.from_pretrained(out)  # saved beside the weights, chat template too
     assert tokenizer.chat_template
-    peft_model, _, _ = load_base_and_adapter(run_dir)
+    peft_model, _ = load_adapter_model(run_dir)
     ids = tokenizer("The summary adds a date the text never gives.", return_tensors="pt").input_ids
     diff = (_logits(merged, ids) - _logits(peft_model, ids)).abs().max().item()
     assert diff < BF16_ATOL

@@ -116,7 +116,7 @@ def test_metrics_flatten_results_json_exactly():
 def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     from huggingface_hub import ModelCard
 
-    from fincheck.serve.artifacts import load_run
+    from fincheck.runs import load_run
 
     card = render_card(load_run(run_dir), "me/tiny-detector", RESULTS)
     meta = _front_matter(card)
@@ -146,7 +146,7 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
 
 
 def test_card_uses_hub_base_id_when_the_base_is_on_the_hub(run_dir: Path):
-    from fincheck.serve.artifacts import load_run
+    from fincheck.runs import load_run
 
     run = load_run(run_dir)
     run.local_base = None

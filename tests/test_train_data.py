@@ -7,18 +7,34 @@ from pathlib import Path
 import pytest
 
 from fincheck.errors import FincheckError
-from fincheck.pairs import TASKS, Pair, read_pairs
-from fincheck.train.data import DataMixture, chat_length, fit_pair, mix_pairs
-from fincheck.train.recipe import load_recipe
-from fincheck.train.sft import build_trainer
-from fincheck.train.tiny_model import build_tiny_tokenizer
+from fincheck.inference import count_tokens, render_chat
+from fincheck.pairs import Pair, read_pairs
+from fincheck.tasks import task_names
+from fincheck.train.data import DataMixture, fit_pair, mix_pairs
+
+TASKS = task_names()
+
+
+def chat_length(tokenizer, messages) -> int:
+    """Tokens of the whole conversation through the chat template (what training sees)."""
+    return count_tokens(tokenizer, render_chat(tokenizer, messages, add_generation_prompt=False))
+
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_tokenizer():
+    from fincheck.train.tiny_model import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def masked_run(prepared_dir, tmp_path_factory, monkeypatch_module):
     """A tiny-cpu trainer on 4 real prepared pairs of each task (TRL's own tokenization)."""
+    from fincheck.train.recipe import load_recipe
+    from fincheck.train.sft import build_trainer
+
     tmp = tmp_path_factory.mktemp("mask")
     mixture = tmp / "mix.yaml"
     mixture.write_text(
@@ -101,13 +117,13 @@ def test_every_pair_fits_max_length(masked_run):
 
 @pytest.fixture(scope="module")
 def long_pair(prepared_dir) -> Pair:
-    tok = build_tiny_tokenizer()
+    tok = tiny_tokenizer()
     pairs = list(read_pairs(Path(prepared_dir) / "final" / "train.jsonl"))
     return max(pairs[:50], key=lambda p: chat_length(tok, p.messages))
 
 
 def test_trim_cuts_only_the_grounding_text(long_pair):
-    tok = build_tiny_tokenizer()
+    tok = tiny_tokenizer()
     before = chat_length(tok, long_pair.messages)
     out, status = fit_pair(long_pair, tok, before - 100)
     assert status == "trimmed"
@@ -123,7 +139,7 @@ def test_trim_cuts_only_the_grounding_text(long_pair):
 
 
 def test_pairs_that_cannot_fit_are_dropped(long_pair):
-    tok = build_tiny_tokenizer()
+    tok = tiny_tokenizer()
     assert fit_pair(long_pair, tok, 40) == (None, "dropped")  # instructions alone exceed it
     before = chat_length(tok, long_pair.messages)
     assert fit_pair(long_pair, tok, before - 100, min_grounding_kept=0.999) == (None, "dropped")

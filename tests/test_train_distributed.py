@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from fincheck.train.checkpoints import COMPLETE_MARKER, load_adapter_model
+from fincheck.inference import load_adapter_model
+from fincheck.train.checkpoints import COMPLETE_MARKER
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "configs/train/tiny-cpu.yaml"
@@ -97,6 +97,8 @@ def test_zero2_two_processes_train_and_save_a_loadable_adapter(zero2_run):
     assert last < first - 0.05, losses
     meta = json.loads((zero2_run / "fincheck_run.json").read_text())
     assert meta["world_size"] == 2
+    import torch
+
     model, _ = load_adapter_model(zero2_run, dtype=torch.float32)
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     assert lora_b and all(p.abs().sum() > 0 for p in lora_b)  # trained, not the zero init

@@ -12,19 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import TrainerCallback
 
 from fincheck.errors import FincheckError
-from fincheck.train.callbacks import NonFiniteLossError
+from fincheck.inference import load_adapter_model
 from fincheck.train.checkpoints import (
     COMPLETE_MARKER,
     last_complete_checkpoint,
-    load_adapter_model,
     resolve_resume,
 )
-from fincheck.train.recipe import load_recipe
-from fincheck.train.sft import build_trainer, train_and_save
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "train" / "tiny-cpu.yaml"
@@ -42,6 +37,24 @@ def small_mixture(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _repo_cwd(monkeypatch):
     monkeypatch.chdir(REPO)
+
+
+def load_recipe(*args):
+    from fincheck.train.recipe import load_recipe
+
+    return load_recipe(*args)
+
+
+def build_trainer(recipe):
+    from fincheck.train.sft import build_trainer
+
+    return build_trainer(recipe)
+
+
+def train_and_save(run) -> int:
+    from fincheck.train.sft import train_and_save
+
+    return train_and_save(run)
 
 
 def tiny_recipe(prepared_dir: Path, mixture: Path, out: Path, *extra: str):
@@ -98,6 +111,8 @@ def test_final_folder_holds_adapter_tokenizer_recipe_manifest_and_base(finished,
 
 
 def test_saved_adapter_reloads_with_identical_logits(finished):
+    import torch
+
     model = finished.trainer.model.eval()
     tok = finished.trainer.processing_class
     ids = tok.apply_chat_template(
@@ -144,16 +159,19 @@ def test_resume_with_another_recipe_stops_clearly(finished, prepared_dir, small_
         build_trainer(recipe)
 
 
-class PoisonAfterStep(TrainerCallback):
-    """Turns one LoRA weight into NaN at the end of `step`, as a divergence would."""
+def poison_after_step(step: int):
+    """A callback that turns one LoRA weight into NaN at the end of `step`, as a divergence would."""
+    import torch
+    from transformers import TrainerCallback
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    class PoisonAfterStep(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == step:
+                with torch.no_grad():
+                    lora_b = next(p for n, p in model.named_parameters() if "lora_B" in n)
+                    lora_b.fill_(float("nan"))
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step == self.step:
-            with torch.no_grad():
-                next(p for n, p in model.named_parameters() if "lora_B" in n).fill_(float("nan"))
+    return PoisonAfterStep()
 
 
 def test_nan_loss_stops_naming_the_step(prepared_dir, small_mixture, tmp_path):
@@ -162,13 +180,17 @@ def test_nan_loss_stops_naming_the_step(prepared_dir, small_mixture, tmp_path):
             prepared_dir, small_mixture, tmp_path / "nan", "--max_steps=6", "--save_steps=100"
         )
     )
-    run.trainer.add_callback(PoisonAfterStep(2))
+    run.trainer.add_callback(poison_after_step(2))
+    from fincheck.train.callbacks import NonFiniteLossError
+
     with pytest.raises(NonFiniteLossError, match="loss is nan at step 3") as info:
         run.trainer.train()
     assert info.value.step == 3
 
 
 def test_packed_batch_gives_the_same_per_example_loss(prepared_dir, small_mixture, tmp_path):
+    import torch
+
     run = build_trainer(
         tiny_recipe(prepared_dir, small_mixture, tmp_path / "pack", "--packing=true")
     )

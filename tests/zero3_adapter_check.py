@@ -15,14 +15,18 @@ import deepspeed
 import torch
 from safetensors.torch import load_file
 
-from fincheck.train.recipe import load_recipe
-from fincheck.train.sft import build_trainer, split_config_arg, train_and_save
+from fincheck.train.sft import (
+    build_trainer,
+    load_training_recipe,
+    split_config_arg,
+    train_and_save,
+)
 
 
 def main() -> int:
     argv = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
     config, rest = split_config_arg(argv)
-    run = build_trainer(load_recipe(config, rest))
+    run = build_trainer(load_training_recipe(config, rest))
     status = train_and_save(run)
     model = run.trainer.model
     lora = {n: p for n, p in model.named_parameters() if "lora_" in n}

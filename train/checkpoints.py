@@ -1,4 +1,5 @@
-"""Run folders, complete checkpoints, resume checks, and finding an adapter's base.
+"""Writing run folders: complete checkpoints, resume checks, the run files at the end.
+(`fincheck.runs` reads them.)
 
 A run folder `checkpoints/<run_name>/` holds:
     base/                     the tiny random-init base (only for model_name_or_path: tiny-random)
@@ -23,10 +24,9 @@ from typing import Any
 import yaml
 
 from fincheck.errors import FincheckError
+from fincheck.runs import MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 
 COMPLETE_MARKER = "fincheck_complete.json"
-RUN_METADATA = "fincheck_run.json"
-RECIPE_FILE = "recipe.yaml"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -103,75 +103,5 @@ def write_run_files(
     output_dir: Path, recipe_yaml: str, manifest: dict[str, Any], metadata: dict[str, Any]
 ) -> None:
     (output_dir / RECIPE_FILE).write_text(recipe_yaml, encoding="utf-8")
-    (output_dir / "data_manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     (output_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2), encoding="utf-8")
-
-
-def relative_base(base_path: str, output_dir: Path) -> str:
-    """The base as recorded in fincheck_run.json: relative when it lives inside the run folder."""
-    base = Path(base_path)
-    if base.is_dir():
-        try:
-            return str(base.resolve().relative_to(output_dir.resolve()))
-        except ValueError:
-            return str(base.resolve())
-    return base_path
-
-
-def resolve_adapter_base(adapter_dir: str | Path) -> str:
-    """The base model of a saved adapter: fincheck_run.json's `base_model` (relative paths are
-    inside the adapter's run folder), else adapter_config.json's `base_model_name_or_path`."""
-    adapter_dir = Path(adapter_dir)
-    meta_path = adapter_dir / RUN_METADATA
-    if meta_path.is_file():
-        base = json.loads(meta_path.read_text(encoding="utf-8"))["base_model"]
-        local = adapter_dir / base
-        return str(local) if local.is_dir() else base
-    config = adapter_dir / "adapter_config.json"
-    if not config.is_file():
-        raise FincheckError(f"{adapter_dir}: no adapter_config.json: not a saved adapter")
-    return json.loads(config.read_text(encoding="utf-8"))["base_model_name_or_path"]
-
-
-def load_adapter_model(
-    adapter_dir: str | Path,
-    base: str | None = None,
-    dtype: Any = None,
-    device: str | None = None,
-    trust_remote_code: bool = False,
-):
-    """(PeftModel, tokenizer) for inference, the one loader eval, detect and merge share.
-
-    Safetensors weights only and no remote code unless asked; the base is `base` or the one the
-    run recorded. The tokenizer is the run's own when it saved one, and the base's embeddings are
-    resized to it first, as training did (training may add a pad token; the adapter carries the
-    new rows).
-    """
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    adapter_dir = Path(adapter_dir)
-    base = base or resolve_adapter_base(adapter_dir)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            base,
-            dtype=dtype or torch.float32,
-            use_safetensors=True,
-            trust_remote_code=trust_remote_code,
-        )
-    except OSError as e:
-        raise FincheckError(
-            f"cannot load base model {base!r} (safetensors weights required): {e}"
-        ) from None
-    has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
-    tokenizer = AutoTokenizer.from_pretrained(
-        str(adapter_dir) if has_tokenizer else base, trust_remote_code=trust_remote_code
-    )
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
-    if device:
-        model = model.to(device)
-    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
-    model.eval()
-    return model, tokenizer

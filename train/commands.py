@@ -35,16 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_train(args: argparse.Namespace) -> int:
+    import logging
+
     from fincheck.config import describe_config
-    from fincheck.train.recipe import SFTRecipe, load_recipe
+    from fincheck.train.recipe import SFTRecipe
+    from fincheck.train.sft import load_training_recipe, run, share_cpu_threads
 
     if args.list_keys:
         print(describe_config(SFTRecipe))
         return 0
-    recipe = load_recipe(args.config, args.overrides)
-    import logging
-
+    share_cpu_threads()
+    recipe = load_training_recipe(args.config, args.overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from fincheck.train.sft import run
-
     return run(recipe)

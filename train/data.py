@@ -2,10 +2,10 @@
 
 Stages, each a small function:
   1. `load_mixture_config`: which tasks, their weights, caps (configs/data/*.yaml).
-  2. `read_task_pairs`: `<dataset_dir>/<task>/<split>.jsonl`, validated by `fincheck.pairs`.
+  2. `fincheck.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
   3. `fit_pair`: a pair longer than `max_length` tokens is trimmed on its grounding text
-     (`meta["grounding_span"]`), never on the instructions or the target; a pair that cannot fit
-     is dropped. Both are counted per task.
+     (`meta["grounding_span"]`, by `fincheck.inference.fit_messages`), never on the
+     instructions or the target; a pair that cannot fit is dropped. Both are counted per task.
   4. `mix_pairs`: weights (fractions of each task; > 1 repeats) and caps, shuffled with the seed.
   5. `to_prompt_completion`: TRL's conversational prompt-completion form. TRL tokenizes
      prompt (with the generation prompt) and prompt+completion with the model's chat template
@@ -15,26 +15,29 @@ Stages, each a small function:
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import random
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fincheck.config import config_field, load_config
-from fincheck.data_prep.trimming import pair_text, trim_grounding
 from fincheck.errors import FincheckError
-from fincheck.pairs import TASKS, Pair, read_pairs
+from fincheck.inference import fit_messages
+from fincheck.pairs import Pair
+from fincheck.prepared import read_manifest, read_split, require_prepared_dir, split_path
+from fincheck.tasks import BUILTIN, check_task_names
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class DataMixture:
-    tasks: list[str] = config_field(list(TASKS), "tasks to train on (final, qasem, fhsumbench)")
+    tasks: list[str] = config_field(
+        list(BUILTIN), "tasks to train on (any registered task: final, qasem, fhsumbench)"
+    )
     weights: dict[str, float] = config_field(
         {},
         "task -> fraction of its pairs used per epoch (default 1.0; 2.0 repeats each pair twice)",
@@ -49,9 +52,7 @@ class DataMixture:
     )
 
     def __post_init__(self) -> None:
-        unknown = [t for t in [*self.tasks, *self.weights, *self.max_examples] if t not in TASKS]
-        if unknown:
-            raise FincheckError(f"data mixture: unknown task(s) {unknown}; tasks are {list(TASKS)}")
+        check_task_names([*self.tasks, *self.weights, *self.max_examples], "data mixture")
         if any(w < 0 for w in self.weights.values()):
             raise FincheckError("data mixture: weights must be >= 0")
 
@@ -76,67 +77,28 @@ class FitStats:
         }
 
 
-def chat_length(tokenizer: Any, messages: Sequence[dict[str, str]]) -> int:
-    """Tokens of `messages` rendered by the tokenizer's chat template (what TRL trains on)."""
-    out = tokenizer.apply_chat_template(list(messages), tokenize=True)
-    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-    return len(ids)
-
-
 def fit_pair(
     pair: Pair, tokenizer: Any, max_length: int, min_grounding_kept: float = 0.0
 ) -> tuple[Pair | None, str]:
     """Make `pair` fit `max_length` tokens of the chat template by cutting its grounding text.
 
-    Returns (pair, "kept" | "trimmed") or (None, "dropped"). The cut is data-prep's
-    `trim_grounding` (word boundary + " [...]" marker, the same one evaluation uses); the result
-    is re-measured with the real chat template and cut further until it fits, because tokens
-    can merge across message boundaries.
+    Returns (pair, "kept" | "trimmed") or (None, "dropped"): `fincheck.inference.fit_messages`
+    on the whole conversation (the cut evaluation and detection use), and a pair that would
+    keep less than `min_grounding_kept` of its document is dropped too.
     """
-    length = chat_length(tokenizer, pair.messages)
-    if length <= max_length:
-        return pair, "kept"
-    if "grounding_span" not in pair.meta:
+    fit = fit_messages(
+        tokenizer,
+        pair.messages,
+        pair.meta.get("grounding_span"),
+        max_length,
+        add_generation_prompt=False,
+    )
+    if fit.status == "dropped" or fit.kept_fraction < min_grounding_kept:
         return None, "dropped"
-
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-
-    overhead = length - count(pair_text(pair))  # what the chat template adds around the text
-    budget = max_length
-    for _ in range(8):
-        out, _ = trim_grounding(pair, budget, count, overhead)
-        if out is None:
-            return None, "dropped"
-        excess = chat_length(tokenizer, out.messages) - max_length
-        if excess <= 0:
-            start, end = pair.meta["grounding_span"]
-            kept_start, kept_end = out.meta["grounding_span"]
-            if end > start and (kept_end - kept_start) / (end - start) < min_grounding_kept:
-                return None, "dropped"
-            return out, "trimmed"
-        budget -= excess
-    return None, "dropped"
-
-
-def require_dataset_dir(dataset_dir: str | Path) -> Path:
-    """The prepared-data folder, checked before any slow setup (DeepSpeed, model loading)."""
-    dataset_dir = Path(dataset_dir)
-    if not dataset_dir.is_dir():
-        raise FincheckError(
-            f"dataset_dir {dataset_dir} does not exist: run `fincheck prepare` first"
-        )
-    return dataset_dir
-
-
-def read_task_pairs(dataset_dir: Path, task: str, split: str) -> list[Pair]:
-    path = Path(dataset_dir) / task / f"{split}.jsonl"
-    if not path.is_file():
-        raise FincheckError(
-            f"no {split} pairs for task {task!r}: {path} is missing. Run `fincheck prepare` "
-            f"or remove {task!r} from the data mixture."
-        )
-    return list(read_pairs(path))
+    if fit.status == "kept":
+        return pair, "kept"
+    meta = {**pair.meta, "grounding_span": list(fit.span), "trimmed": True}
+    return dataclasses.replace(pair, messages=fit.messages, meta=meta), "trimmed"
 
 
 def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -> list[Pair]:
@@ -165,14 +127,6 @@ def to_prompt_completion(pair: Pair) -> dict[str, Any]:
     }
 
 
-def read_manifest(dataset_dir: Path) -> dict[str, Any]:
-    path = Path(dataset_dir) / "manifest.json"
-    if not path.is_file():
-        log.warning("%s not found: the run will not record the data fingerprint", path)
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 @dataclass
 class PreparedData:
     train_rows: list[dict[str, Any]]
@@ -190,11 +144,11 @@ def build_training_data(
     eval_max_examples: int = 0,
 ) -> PreparedData:
     """Read, fit, mix: the rows for SFTTrainer plus counts for the log and the run metadata."""
-    dataset_dir = require_dataset_dir(dataset_dir)
+    dataset_dir = require_prepared_dir(dataset_dir)
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.
-    by_task = {t: read_task_pairs(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
+    by_task = {t: read_split(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
     fit_stats = FitStats()
     train: list[Pair] = []
     for pair in mix_pairs(by_task, mixture, seed):
@@ -213,8 +167,8 @@ def build_training_data(
         candidates = [
             pair
             for task in mixture.tasks
-            if (dataset_dir / task / f"{mixture.eval_split}.jsonl").is_file()
-            for pair in read_pairs(dataset_dir / task / f"{mixture.eval_split}.jsonl")
+            if split_path(dataset_dir, task, mixture.eval_split).is_file()
+            for pair in read_split(dataset_dir, task, mixture.eval_split)
         ]
         random.Random(seed).shuffle(candidates)
         for pair in candidates:

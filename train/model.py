@@ -83,15 +83,14 @@ def choose_pad_token(tokenizer: Any, requested: str | None) -> str:
 
 
 def torch_dtype_for(recipe: SFTRecipe, bf16: bool, fp16: bool):
-    import torch
+    """The base weights' dtype: the recipe's `torch_dtype`, or auto = the training precision's
+    (fp16 training keeps the LoRA weights in fp32: PEFT's autocast_adapter_dtype)."""
+    from fincheck.inference import parse_dtype, torch_dtype
 
-    if recipe.torch_dtype != "auto":
-        return getattr(torch, recipe.torch_dtype)
-    if bf16:
-        return torch.bfloat16
-    if fp16:
-        return torch.float16  # the LoRA weights stay fp32 (PEFT autocast_adapter_dtype)
-    return torch.float32
+    name = parse_dtype(recipe.torch_dtype)
+    if name == "auto":
+        name = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    return torch_dtype(name)
 
 
 def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any, bf16: bool, fp16: bool):

@@ -1,14 +1,22 @@
-"""The training recipe: one typed dataclass, a YAML file of its keys, `--key=value` overrides.
+"""The training recipe: TRL's `SFTConfig` plus fincheck's own keys, one YAML file of them,
+`--key=value` overrides.
 
-Every key a recipe may set is a field below with its help text (`fincheck train --help` lists
-them); unknown keys and wrong types stop with the file and key named. `build_sft_config` turns a
-recipe into TRL's `SFTConfig` for this machine (GPU or CPU), so the YAML stays short and the
-hardware-dependent settings (precision, process-group backend) are decided in one place.
+`SFTRecipe` subclasses `trl.SFTConfig`, so every Trainer and TRL option (`use_liger_kernel`,
+`neftune_noise_alpha`, `lr_scheduler_kwargs`, ...) is a recipe key with no code change; fincheck
+adds only what TRL does not know (the base model and tokenizer, LoRA, the prepared data and its
+mixture, a precision switch) and sets its own defaults for a few TRL keys. Keys are checked
+against the dataclass: an unknown key or a wrong type stops with the file, the key and a
+did-you-mean (`fincheck train --list-keys` lists all of them with their help).
+
+The recipe adapts itself to the machine when it is built (`__post_init__`): on a machine without
+a GPU it trains on the CPU (`use_cpu`; DeepSpeed and DDP over gloo), `precision: auto` is bf16 on
+a GPU that supports it and fp32 elsewhere, and bf16 on the CPU needs a CPU with bf16 units.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -17,32 +25,34 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from trl import SFTConfig
 
-from fincheck.config import config_field, config_to_dict, load_config, parse_overrides
+from fincheck.config import (
+    config_field,
+    field_types,
+    load_config,
+    parse_overrides,
+    plain_value,
+)
 from fincheck.errors import FincheckError
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 
 @dataclass
-class SFTRecipe:
-    # --- model ---
+class SFTRecipe(SFTConfig):
+    # --- fincheck: model --------------------------------------------------------------------
     model_name_or_path: str = config_field(
         TINY_RANDOM,
-        "base model: a hub id, a local folder, or 'tiny-random' (the 2-layer Qwen2 test model, "
-        "built with no download and saved under <output_dir>/base)",
+        "base model: a hub id, a local folder, a .gguf file, or 'tiny-random' (the 2-layer Qwen2 "
+        "test model, built with no download and saved under <output_dir>/base)",
     )
     tokenizer_name_or_path: str | None = config_field(None, "tokenizer (default: the model's)")
-    chat_template_path: str | None = config_field(
-        None, "a .jinja chat template file replacing the tokenizer's (default: the tokenizer's own)"
-    )
-    pad_token: str | None = config_field(
-        None,
-        "pad token; must differ from EOS so EOS stays a trained target (default: the tokenizer's "
-        "pad, else a reserved token such as <|finetune_right_pad_id|>, else a new <|pad|>)",
-    )
-    torch_dtype: Literal["auto", "bfloat16", "float16", "float32"] = config_field(
-        "auto", "dtype of the base weights: auto = bfloat16 when training in bf16, else float32"
+    torch_dtype: str = config_field(
+        "auto",
+        "dtype of the base weights: auto (that of the training precision), bf16, fp16, fp32 "
+        "(bfloat16, float16, float32 accepted)",
     )
     attn_implementation: str | None = config_field(
         None, "attention kernel: sdpa, eager, flash_attention_2 (default: transformers' choice)"
@@ -51,82 +61,167 @@ class SFTRecipe:
         False, "QLoRA: load the base in 4-bit NF4 (needs a GPU and bitsandbytes)"
     )
     trust_remote_code: bool = config_field(False, "allow model code from the hub")
-    # --- LoRA ---
+    # --- fincheck: LoRA ---------------------------------------------------------------------
     lora_r: int = config_field(16, "LoRA rank")
     lora_alpha: int = config_field(32, "LoRA scaling numerator (scale = alpha / r)")
     lora_dropout: float = config_field(0.05, "dropout on the LoRA input")
     lora_target_modules: list[str] = config_field(
         ["all-linear"], "modules that get adapters: 'all-linear' or names like q_proj,v_proj"
     )
-    # --- data ---
+    # --- fincheck: data ---------------------------------------------------------------------
     dataset_dir: str = config_field(
         "prepared", "a `fincheck prepare` output: <dir>/<task>/<split>.jsonl and manifest.json"
     )
     data_config: str = config_field(
         "configs/data/all-tasks.yaml", "the task mixture file (tasks, weights, max examples)"
     )
-    max_length: int = config_field(
+    eval_max_examples: int = config_field(256, "dev pairs evaluated (per task mixture order)")
+    # --- fincheck: precision and schedule ---------------------------------------------------
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = config_field(
+        "auto",
+        "mixed precision: auto = bf16 on a GPU that supports it, fp32 on the CPU; bf16 on the "
+        "CPU needs bf16 units (AMX / avx512_bf16). Sets TRL's bf16/fp16 keys.",
+    )
+    warmup_ratio: float = config_field(
+        0.03, "fraction of the steps spent warming up, in [0, 1) (used when warmup_steps is 0)"
+    )
+    # --- TRL / transformers keys with fincheck's defaults -----------------------------------
+    max_length: int | None = config_field(
         2048,
         "tokens per example; longer pairs are trimmed on the grounding text (never the target) "
         "or dropped, and counted",
     )
-    packing: bool = config_field(
-        False, "padding-free packing: examples share a row, kept apart by position_ids"
-    )
-    # --- optimisation ---
     num_train_epochs: float = config_field(
         2.0, "epochs over the mixture (ignored if max_steps > 0)"
     )
-    max_steps: int = config_field(-1, "optimizer steps; > 0 overrides num_train_epochs")
     per_device_train_batch_size: int = config_field(4, "examples per process per micro-step")
-    per_device_eval_batch_size: int = config_field(8, "examples per process per eval step")
     gradient_accumulation_steps: int = config_field(
         4, "micro-steps per optimizer step (global batch = per_device x accumulation x processes)"
     )
     learning_rate: float = config_field(2e-4, "peak learning rate")
     lr_scheduler_type: str = config_field("cosine", "schedule: cosine, linear, constant, ...")
-    warmup_ratio: float = config_field(0.03, "fraction of steps spent warming up, in [0, 1)")
-    weight_decay: float = config_field(0.0, "AdamW weight decay")
-    max_grad_norm: float = config_field(1.0, "gradient clipping norm")
     optim: str = config_field("adamw_torch", "optimizer name as in transformers' TrainingArguments")
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = config_field(
-        "auto", "mixed precision: auto = bf16 on a GPU that supports it, fp32 on the CPU"
+    activation_checkpointing: bool | None = config_field(
+        None, "recompute activations in the backward pass, non-reentrant (default: on)"
     )
-    gradient_checkpointing: bool = config_field(
-        True, "recompute activations in the backward pass (non-reentrant)"
+    gradient_checkpointing: bool | None = config_field(
+        None, "the older name of activation_checkpointing (either key works)"
     )
-    seed: int = config_field(42, "seed for init, data order and dropout")
-    # --- hardware layout ---
-    deepspeed: str | None = config_field(
-        None, "DeepSpeed JSON config (configs/deepspeed/zero2.json, zero3.json, zero3_offload.json)"
+    run_name: str | None = config_field(
+        "fincheck-sft", "name of the run (wandb and the output folder)"
     )
-    # --- output, logging, checkpoints ---
-    run_name: str = config_field("fincheck-sft", "name of the run (wandb and the output folder)")
     output_dir: str | None = config_field(
         None, "where the run goes (default: checkpoints/<run_name>)"
     )
-    logging_steps: int = config_field(10, "log loss, lr and tokens/s every N optimizer steps")
-    save_steps: int = config_field(200, "save a resumable checkpoint every N steps")
+    logging_first_step: bool = config_field(True, "log the first step too")
+    save_steps: float = config_field(200, "save a resumable checkpoint every N steps")
     save_total_limit: int | None = config_field(3, "keep at most N checkpoints (oldest removed)")
-    eval_steps: int | None = config_field(
-        None, "evaluate on the dev split every N steps (default: no evaluation during training)"
-    )
-    eval_max_examples: int = config_field(256, "dev pairs evaluated (per task mixture order)")
     report_to: list[str] = config_field(
         ["none"], "loggers: none, wandb, tensorboard (wandb honours WANDB_MODE=offline)"
     )
-    resume_from_checkpoint: str | None = config_field(
-        None, "a checkpoint folder, or 'auto' for the last complete checkpoint in output_dir"
+    disable_tqdm: bool | None = config_field(False, "no progress bar")
+    completion_only_loss: bool | None = config_field(
+        True, "loss on the completion (the target) only: prompt tokens get no loss"
     )
-    dataloader_num_workers: int = config_field(0, "data-loading worker processes")
+
+    def __post_init__(self) -> None:
+        # What the recipe declares (defaults and the user's values), before TRL and
+        # transformers normalise the fields: recipe.yaml and the resume check use this view.
+        self._declared = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        self.output_dir = self.output_dir or f"checkpoints/{self.run_name}"
+        if self.warmup_steps == 0 and self.warmup_ratio:
+            self.warmup_steps = self.warmup_ratio  # a float in [0, 1) is a ratio of the steps
+        if self.eval_steps and str(self.eval_strategy) == "no":
+            self.eval_strategy = "steps"
+        if self.packing:
+            self.padding_free = True
+        if self.data_seed is None:
+            self.data_seed = self.seed
+        if self.activation_checkpointing is None:
+            self.activation_checkpointing = (
+                True if self.gradient_checkpointing is None else self.gradient_checkpointing
+            )
+        self.gradient_checkpointing = self.activation_checkpointing
+        if self.activation_checkpointing_kwargs is None:
+            self.activation_checkpointing_kwargs = {"use_reentrant": False}
+        self._adapt_to_machine()
+        super().__post_init__()
+
+    def _adapt_to_machine(self) -> None:
+        """Precision and process-group backend for this machine (see the module docstring)."""
+        import torch
+
+        gpu = torch.cuda.is_available()
+        precision = self.precision
+        explicit = {"bf16": self.bf16 is True, "fp16": bool(self.fp16)}
+        if precision == "auto":
+            if explicit["bf16"]:
+                precision = "bf16"
+            elif explicit["fp16"]:
+                precision = "fp16"
+            else:
+                precision = "bf16" if gpu and torch.cuda.is_bf16_supported() else "fp32"
+        elif any(on and name != precision for name, on in explicit.items()):
+            raise FincheckError(
+                f"precision={precision} but {[n for n, on in explicit.items() if on]} is set: "
+                "use only precision"
+            )
+        if not gpu and precision == "fp16":
+            raise FincheckError("precision=fp16 needs a GPU; use --precision=fp32 on the CPU")
+        if not gpu and precision == "bf16" and not cpu_has_bf16():
+            raise FincheckError(
+                "precision=bf16 needs a GPU or a CPU with bf16 units (AMX / avx512_bf16); "
+                "use --precision=fp32"
+            )
+        self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
+        if not gpu:
+            # accelerate then counts the processes torch.distributed already has (without it
+            # TRL's metric gathers fail with `expected length 2, got 1`).
+            self.use_cpu = True
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1 or self.deepspeed:
+                self.ddp_backend = "gloo"  # DeepSpeed always runs in a process group
+
+    @property
+    def declared(self) -> dict[str, Any]:
+        """Every key as the recipe declared it (before TRL's normalisation), JSON-ready."""
+        return {k: plain_value(v) for k, v in self._declared.items()}
 
     def resolved_output_dir(self) -> Path:
-        return Path(self.output_dir or f"checkpoints/{self.run_name}")
+        return Path(self.output_dir)
 
+
+def cpu_has_bf16() -> bool:
+    """AMX or avx512_bf16 on this CPU (Linux /proc/cpuinfo flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+# Fields fincheck declares itself (the rest are TRL's / transformers').
+FINCHECK_KEYS = (
+    "model_name_or_path",
+    "tokenizer_name_or_path",
+    "torch_dtype",
+    "attn_implementation",
+    "load_in_4bit",
+    "trust_remote_code",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "dataset_dir",
+    "data_config",
+    "eval_max_examples",
+    "precision",
+    "warmup_ratio",
+)
 
 # Keys that may change when a run is resumed: where it writes, how often it logs/saves, how
-# long it runs (a longer run also stretches the lr schedule from the resume point on).
-# Anything else (base model, LoRA shape, data, optimiser, layout) must match.
+# long it runs (a longer run also stretches the lr schedule from the resume point on), the
+# machine-derived ones. Anything else (base model, LoRA shape, data, optimiser, layout) must
+# match.
 RESUMABLE_CHANGES = frozenset(
     {
         "max_steps",
@@ -135,145 +230,126 @@ RESUMABLE_CHANGES = frozenset(
         "run_name",
         "resume_from_checkpoint",
         "report_to",
-        "logging_steps",
-        "save_steps",
-        "save_total_limit",
-        "eval_steps",
         "dataloader_num_workers",
         "per_device_eval_batch_size",
         "eval_max_examples",
         "dataset_dir",
+        "disable_tqdm",
+        "use_cpu",
+        "ddp_backend",
+        "local_rank",
     }
 )
+RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")
+
+
+def is_resumable_change(key: str) -> bool:
+    return key in RESUMABLE_CHANGES or key.startswith(RESUMABLE_PREFIXES)
+
+
+def recipe_defaults() -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(SFTRecipe):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return {k: plain_value(v) for k, v in out.items()}
 
 
 def load_recipe(
     path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None
 ) -> SFTRecipe:
-    """Recipe defaults <- YAML file <- `--key=value` overrides."""
+    """Recipe defaults <- YAML file <- `--key=value` overrides, built for this machine."""
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    recipe = load_config(SFTRecipe, path, overrides or {})
-    validate_recipe(recipe)
-    return recipe
+    read_recipe_values(path, overrides)  # keys, types and values first, with did-you-mean
+    return load_config(SFTRecipe, path, overrides or {})
 
 
-def validate_recipe(recipe: SFTRecipe) -> None:
-    if recipe.max_length < 64:
-        raise FincheckError(f"max_length={recipe.max_length}: too short for prompt + target")
-    if recipe.lora_r <= 0:
-        raise FincheckError(f"lora_r={recipe.lora_r}: must be positive")
-    if recipe.deepspeed and not Path(recipe.deepspeed).is_file():
-        raise FincheckError(f"deepspeed config not found: {recipe.deepspeed}")
-    if recipe.chat_template_path and not Path(recipe.chat_template_path).is_file():
-        raise FincheckError(f"chat template not found: {recipe.chat_template_path}")
+def read_recipe_values(
+    path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The recipe's keys (defaults <- YAML <- overrides), type-checked, without building it for
+    this machine: what a CPU machine can check of a GPU recipe."""
+    from fincheck.config import coerce, read_yaml_mapping
+
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    types_ = field_types(SFTRecipe)
+    values = recipe_defaults()
+    for key, value in (read_yaml_mapping(path) if path is not None else {}).items():
+        if key not in types_:
+            raise FincheckError(_unknown_key_message(key, str(path)))
+        values[key] = coerce(value, types_[key], f"{path}: {key}")
+    for key, value in (overrides or {}).items():
+        if key not in types_:
+            raise FincheckError(_unknown_key_message(key, "command line"))
+        if isinstance(value, str) and types_[key] is not str:
+            value = yaml.safe_load(value) if value != "" else None
+        values[key] = coerce(value, types_[key], f"--{key}")
+    validate_recipe(values)
+    return values
+
+
+def _unknown_key_message(key: str, where: str) -> str:
+    close = difflib.get_close_matches(key, list(field_types(SFTRecipe)), n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    return (
+        f"{where}: unknown key {key!r} for SFTRecipe.{hint} `fincheck train --list-keys` lists "
+        "every key."
+    )
+
+
+def validate_recipe(values: dict[str, Any]) -> None:
+    """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
+    from fincheck.inference import parse_dtype
+
+    parse_dtype(values["torch_dtype"])
+    if values["max_length"] is None or values["max_length"] < 64:
+        raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
+    if values["lora_r"] <= 0:
+        raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
+    if isinstance(values["deepspeed"], str) and not Path(values["deepspeed"]).is_file():
+        raise FincheckError(f"deepspeed config not found: {values['deepspeed']}")
+    if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
+        raise FincheckError(f"chat template not found: {values['chat_template_path']}")
 
 
 def recipe_to_yaml(recipe: SFTRecipe) -> str:
-    return yaml.safe_dump(config_to_dict(recipe), sort_keys=False, allow_unicode=True)
+    """The resolved recipe as a user would write it: fincheck's keys, then every TRL key whose
+    declared value differs from its default. Reloads to the same recipe."""
+    declared, defaults = recipe.declared, recipe_defaults()
+    derived = {"use_cpu", "ddp_backend", "bf16", "fp16"}  # decided by the machine and precision
+    keys = [k for k in FINCHECK_KEYS] + [
+        k
+        for k in declared
+        if k not in FINCHECK_KEYS and k not in derived and declared[k] != defaults.get(k)
+    ]
+    return yaml.safe_dump({k: declared[k] for k in keys}, sort_keys=False, allow_unicode=True)
+
+
+def _must_match(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not is_resumable_change(k)}
 
 
 def recipe_fingerprint(recipe: SFTRecipe) -> str:
     """sha256 over the keys a resume must keep (see RESUMABLE_CHANGES)."""
-    kept = {k: v for k, v in config_to_dict(recipe).items() if k not in RESUMABLE_CHANGES}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+    kept = _must_match(recipe.declared)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def recipe_differences(old: dict[str, Any], new: SFTRecipe) -> list[str]:
-    """`key: old -> new` for the keys that must not change across a resume."""
-    current = config_to_dict(new)
+    """`key: old -> new` for the keys that must not change across a resume. `old` is a saved
+    recipe.yaml (keys it does not list had their default)."""
+    defaults = recipe_defaults()
+    current = _must_match(new.declared)
     return [
-        f"{key}: {old.get(key)!r} -> {current[key]!r}"
-        for key in current
-        if key not in RESUMABLE_CHANGES and old.get(key) != current[key]
+        f"{key}: {old.get(key, defaults.get(key))!r} -> {value!r}"
+        for key, value in current.items()
+        if old.get(key, defaults.get(key)) != value
     ]
-
-
-def has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def build_sft_config(recipe: SFTRecipe, output_dir: Path, gpu: bool | None = None):
-    """TRL's SFTConfig for this recipe on this machine.
-
-    On a machine without a GPU, DeepSpeed and DDP run over gloo: `use_cpu=True` makes accelerate
-    count the processes torch.distributed already has (without it TRL's metric gathers fail with
-    `expected length 2, got 1`), and bf16 is off (SFTConfig defaults to bf16; the CPU refuses it).
-    """
-    import torch
-    from trl import SFTConfig
-
-    gpu = has_gpu() if gpu is None else gpu
-    precision = recipe.precision
-    if precision == "auto":
-        precision = "bf16" if gpu and torch.cuda.is_bf16_supported() else "fp32"
-    if not gpu and precision != "fp32":
-        raise FincheckError(f"precision={precision} needs a GPU; use --precision=fp32 on the CPU")
-    cpu_only: dict[str, Any] = {}
-    if not gpu:
-        cpu_only["use_cpu"] = True
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 or recipe.deepspeed:
-            cpu_only["ddp_backend"] = "gloo"  # DeepSpeed always runs in a process group
-    eval_on = recipe.eval_steps is not None and recipe.eval_steps > 0
-    return SFTConfig(
-        output_dir=str(output_dir),
-        run_name=recipe.run_name,
-        num_train_epochs=recipe.num_train_epochs,
-        max_steps=recipe.max_steps,
-        per_device_train_batch_size=recipe.per_device_train_batch_size,
-        per_device_eval_batch_size=recipe.per_device_eval_batch_size,
-        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
-        learning_rate=recipe.learning_rate,
-        lr_scheduler_type=recipe.lr_scheduler_type,
-        warmup_steps=recipe.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=recipe.weight_decay,
-        max_grad_norm=recipe.max_grad_norm,
-        optim=recipe.optim,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        **checkpointing_kwargs(SFTConfig, recipe.gradient_checkpointing),
-        seed=recipe.seed,
-        data_seed=recipe.seed,
-        deepspeed=recipe.deepspeed or None,
-        logging_steps=recipe.logging_steps,
-        logging_first_step=True,
-        save_strategy="steps",
-        save_steps=recipe.save_steps,
-        save_total_limit=recipe.save_total_limit,
-        eval_strategy="steps" if eval_on else "no",
-        eval_steps=recipe.eval_steps if eval_on else None,
-        report_to=[r for r in recipe.report_to if r != "none"] or "none",
-        dataloader_num_workers=recipe.dataloader_num_workers,
-        # Data: the pairs arrive as conversational prompt/completion, so TRL masks the prompt
-        # (completion-only loss); every pair already fits max_length (see data.fit_pair).
-        max_length=recipe.max_length,
-        packing=recipe.packing,
-        padding_free=recipe.packing,
-        completion_only_loss=True,
-        shuffle_dataset=False,  # the mixture is shuffled with `seed`; the sampler shuffles per epoch
-        dataset_num_proc=None,
-        remove_unused_columns=True,
-        disable_tqdm=False,
-        **cpu_only,
-    )
-
-
-def checkpointing_kwargs(config_cls: type, enabled: bool) -> dict[str, Any]:
-    """Non-reentrant activation checkpointing, under the name this transformers version uses
-    (`activation_checkpointing`; `gradient_checkpointing` before it was renamed)."""
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    prefix = "activation" if "activation_checkpointing" in names else "gradient"
-    return {
-        f"{prefix}_checkpointing": enabled,
-        f"{prefix}_checkpointing_kwargs": {"use_reentrant": False},
-    }
 
 
 def recipe_paths(directory: str | Path = "configs/train") -> list[Path]:
     return sorted(Path(directory).glob("*.yaml"))
-
-
-def field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(SFTRecipe)]

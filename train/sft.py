@@ -10,7 +10,7 @@ Launch forms (all read the same recipe; any recipe key can be overridden with --
     # on a CPU-only machine, 2 processes (what the tests run):
     deepspeed --num_gpus 2 train/sft.py --config configs/train/tiny-cpu.yaml
 
-Stages: recipe -> TrainingArguments for this machine -> base (tiny: built and saved under the
+Stages: recipe (an SFTConfig, built for this machine) -> base (tiny: built and saved under the
 run) -> resume point (checked against the recipe) -> tokenizer + data mixture (fitted to
 max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run metadata.
 """
@@ -28,11 +28,14 @@ from typing import Any
 from fincheck import __version__
 from fincheck.config import describe_config
 from fincheck.errors import FincheckError
+from fincheck.prepared import require_prepared_dir
 from fincheck.prompting import prompt_hashes
+from fincheck.runs import relative_base
 from fincheck.train.recipe import (
+    TINY_RANDOM,
     SFTRecipe,
-    build_sft_config,
     load_recipe,
+    read_recipe_values,
     recipe_differences,
     recipe_fingerprint,
     recipe_to_yaml,
@@ -98,6 +101,25 @@ def single_process_group_env() -> None:
     )
 
 
+def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
+    """The recipe, built for this machine once what must precede torch.distributed is done.
+
+    Building the recipe sets up its device, which starts the process group under a launcher:
+    a DeepSpeed run outside a launcher first describes a one-process group in the environment,
+    and the tiny random-init base is written before (every process saves its own copy, and
+    transformers saves on rank 0 only once the group exists).
+    """
+    from fincheck.train import model
+
+    values = read_recipe_values(config, overrides)
+    if values["deepspeed"]:
+        single_process_group_env()
+    if values["model_name_or_path"] == TINY_RANDOM:
+        output_dir = Path(values["output_dir"] or f"checkpoints/{values['run_name']}")
+        model.ensure_tiny_base(str((output_dir / "base").resolve()))
+    return load_recipe(config, overrides)
+
+
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
@@ -106,15 +128,13 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     share_cpu_threads()
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
-    if recipe.deepspeed:
-        single_process_group_env()
-    data.require_dataset_dir(recipe.dataset_dir)
+    require_prepared_dir(recipe.dataset_dir)
     output_dir = recipe.resolved_output_dir()
     mixture = data.load_mixture_config(recipe.data_config)
     base_path = model.resolve_base_path(recipe, output_dir)
-    if recipe.model_name_or_path == "tiny-random":
+    if recipe.model_name_or_path == TINY_RANDOM:
         model.ensure_tiny_base(base_path)
-    args = build_sft_config(recipe, output_dir)  # sets up torch.distributed when launched so
+    args = recipe  # an SFTConfig: it set up torch.distributed when launched so
     if args.deepspeed and args.use_cpu:
         # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
         # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
@@ -153,7 +173,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     manifest = prepared.manifest
     metadata = {
         "fincheck_version": __version__,
-        "base_model": checkpoints.relative_base(base_path, output_dir),
+        "base_model": relative_base(base_path, output_dir),
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
         "data_fingerprint": manifest.get("fingerprint"),
@@ -233,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     share_cpu_threads()  # before torch is imported
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        return run(load_recipe(config, rest))
+        return run(load_training_recipe(config, rest))
     except FincheckError as e:
         print(f"train/sft.py: error: {e}", file=sys.stderr)
         return 1

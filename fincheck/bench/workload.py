@@ -1,4 +1,4 @@
-"""The workload of the speed benchmarks (scripts/bench_train.py, scripts/bench_eval.py).
+"""The workload of the speed benchmarks (`fincheck.bench.train_variants`, `.eval_speed`).
 
 Models: random-init models of real architectures, built from the config.json values written out
 in `configs/models/<name>.json` (no weights, no download). Batches: sequences whose lengths follow
@@ -23,16 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.pairs import TASKS, read_pairs
+from fincheck.pairs import read_pairs
+from fincheck.tasks import task_names
 
 CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 5
 GENERATION_PROMPT_TOKENS = 3
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Synthetic lengths when no prepared dir is given: a log-normal shaped like the prepared data
 # measured with the estimate above (all tasks, train split, cap 2,048: median ~ 900 tokens,
 # a tail of long QASem/FHSumBench sources that hits the cap).
 SYNTHETIC_MEDIAN_FRACTION = 0.45
+# Help texts of the options every benchmark shares.
+MODEL_HELP = "configs/models/<name>.json or a config.json path"
+PREPARED_HELP = "a `fincheck prepare` output: {what} lengths from its pairs (default: synthetic)"
+TOKENIZER_HELP = "local tokenizer folder for exact lengths (default: ~4 chars/token estimate)"
 SYNTHETIC_SIGMA = 0.6
 
 
@@ -88,7 +93,7 @@ def count_tokens(
 def prepared_lengths(
     prepared_dir: Path,
     split: str,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] = task_names(),
     tokenizer: Any = None,
     prompt_only: bool = False,
 ) -> dict[str, list[int]]:
@@ -180,24 +185,3 @@ def packed_batch(lengths: Sequence[int], vocab: int, generator) -> dict[str, Any
     labels = ids.clone()
     labels[positions == 0] = -100
     return {"input_ids": ids, "position_ids": positions, "labels": labels}
-
-
-def add_workload_arguments(parser: Any, split: str, what: str) -> None:
-    """The options both benchmarks share: which model, and whose lengths its batches follow."""
-    parser.add_argument(
-        "--model",
-        default="qwen2.5-1.5b",
-        help="configs/models/<name>.json or a config.json path (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--prepared-dir",
-        type=Path,
-        help=f"a `fincheck prepare` output: {what} lengths from its pairs (default: synthetic)",
-    )
-    parser.add_argument(
-        "--split", default=split, help="split of --prepared-dir to read (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        help="local tokenizer folder for exact lengths (default: ~4 chars/token estimate)",
-    )

@@ -1,12 +1,17 @@
-"""What a training run leaves behind, read in one place.
+"""The training run folder, written by `fincheck train` and read here, in one place.
 
-A finished run folder (`checkpoints/<run>/`, written by `fincheck.train.sft`) holds the adapter
-(`adapter_model.safetensors`, `adapter_config.json`), the tokenizer, the resolved recipe
-(`recipe.yaml`), the data manifest (`data_manifest.json`) and the run metadata
-(`fincheck_run.json`: base, base/recipe/data fingerprints, prompt hashes). A run on a random-init
-base (the tiny CPU recipe) also holds that base (`base/`), since it exists nowhere else; the
-base is found the way training records it (`fincheck.train.checkpoints.resolve_adapter_base`).
-Detect, merge and publish all start from `load_run(path)`.
+A finished run folder (`checkpoints/<run>/`) holds:
+    adapter_model.safetensors, adapter_config.json   the LoRA adapter
+    tokenizer files, chat_template.jinja              the tokenizer training used
+    recipe.yaml                                       the resolved recipe
+    data_manifest.json                                the prepared data's manifest
+    fincheck_run.json                                 run metadata: `base_model` (relative to the
+                                                      run folder when the base lives inside it),
+                                                      base/recipe/data fingerprints, prompt hashes
+    base/                                             a random-init base (tiny-cpu), which exists
+                                                      nowhere else
+A `checkpoint-<step>/` folder inside it is a run folder too (adapter, recipe, no metadata).
+Eval, detect, merge and publish all start from `load_run(path)`.
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ class RunArtifacts:
         tasks = self.recipe.get("tasks")
         return list(tasks) if isinstance(tasks, (list, tuple)) else []
 
+    @property
+    def max_length(self) -> int | None:
+        """The training length of the recipe, when it recorded one."""
+        value = self.recipe.get("max_length")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def resolve_base(self, override: str | None = None) -> str:
         """The base to load: the user's choice, else the run's own base (saved copy or hub id)."""
         if override:
@@ -119,8 +130,7 @@ def load_run(path: str | Path) -> RunArtifacts:
         pickled = [p.name for p in path.glob("adapter_model.bin")]
         hint = " (found adapter_model.bin: pickle files are not loaded)" if pickled else ""
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
-    adapter_config = read_json_object(config_path)
-    run = RunArtifacts(path=path, adapter_config=adapter_config)
+    run = RunArtifacts(path=path, adapter_config=read_json_object(config_path))
     if (path / RECIPE_FILE).is_file():
         run.recipe_path = path / RECIPE_FILE
         run.recipe = read_yaml_mapping(run.recipe_path)
@@ -129,17 +139,28 @@ def load_run(path: str | Path) -> RunArtifacts:
         run.manifest = read_json_object(run.manifest_path)
     if (path / RUN_METADATA).is_file():
         run.metadata = read_json_object(path / RUN_METADATA)
-    run.local_base = _find_local_base(path)
+    run.local_base = _local_base(path, run.base_name)
     return run
 
 
-def _find_local_base(path: Path) -> Path | None:
+def _local_base(path: Path, base_name: str) -> Path | None:
     """The base folder when it lives inside the run (a random-init base), else None."""
-    from fincheck.train.checkpoints import resolve_adapter_base
-
-    base = Path(resolve_adapter_base(path))
+    if not base_name:
+        return None
+    base = Path(base_name)
     if not base.is_absolute():
-        base = path / base if (path / base).is_dir() else base
+        base = path / base
     if (base / "config.json").is_file() and base.resolve().is_relative_to(path.resolve()):
         return base
     return None
+
+
+def relative_base(base_path: str, output_dir: Path) -> str:
+    """The base as recorded in fincheck_run.json: relative when it lives inside the run folder."""
+    base = Path(base_path)
+    if base.is_dir():
+        try:
+            return str(base.resolve().relative_to(output_dir.resolve()))
+        except ValueError:
+            return str(base.resolve())
+    return base_path

@@ -1,0 +1,534 @@
+"""LoRA SFT training speed, every variant side by side in one run (`scripts/bench_train.py`).
+
+Random-init models of real architectures (configs/models/*.json), LoRA r=16 on all linear
+layers, AdamW, batches whose lengths follow the prepared data (or a synthetic distribution
+shaped like it), bf16 on a GPU / fp32 on the CPU. For each variant: real (non-pad)
+tokens/s/GPU, seconds per step, MFU by the LoRA convention and by the full-FT 6·N convention
+(see `fincheck.bench.flops` for the arithmetic), and peak memory. Warmup steps are not timed.
+
+Variants (each changes one thing against `packed-sdpa` unless its name says otherwise):
+  padded-sdpa          right-padded batches, PyTorch SDPA attention (the plain baseline)
+  padded-grouped-sdpa  the same examples regrouped by length before padding (group_by_length)
+  packed-sdpa          padding-free packing: one row, position_ids restart per example
+  padded-eager / packed-eager          transformers' eager (matmul + softmax) attention
+  packed-flash         flash_attention_2 varlen kernels     (needs the flash-attn wheel, GPU)
+  packed-flex          torch flex_attention + block mask    (GPU)
+  packed-sdpa-liger    Liger kernels: RMSNorm, RoPE, SwiGLU, fused linear+CE (liger-kernel, GPU)
+  packed-sdpa-gc       gradient checkpointing (non-reentrant)
+  packed-sdpa-zero2 / packed-sdpa-zero3   DeepSpeed ZeRO-2 / ZeRO-3, one process
+  packed-flash-liger   the expected best combination
+A variant that cannot run here (missing package, no GPU) is listed with the reason.
+
+    report = run_train_bench(TrainBenchSettings(model="tiny", steps=2, warmup=1))
+    print(format_train_report(report)); report.results[0].tokens_per_s
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import platform
+import resource
+import socket
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fincheck.bench import workload as wl
+from fincheck.bench.flops import (
+    ModelShape,
+    device_peak_tflops,
+    full_ft_flops,
+    lora_train_flops,
+    mfu,
+)
+from fincheck.config import config_field
+
+
+@dataclass
+class TrainBenchSettings:
+    model: str = config_field("qwen2.5-1.5b", wl.MODEL_HELP)
+    prepared_dir: Path | None = config_field(None, wl.PREPARED_HELP.format(what="example"))
+    split: str = config_field("train", "split of --prepared-dir to read")
+    tokenizer: str | None = config_field(None, wl.TOKENIZER_HELP)
+    max_len: int = config_field(2048, "cap on example length in tokens")
+    batch_size: int = config_field(8, "examples per step, per GPU")
+    steps: int = config_field(10, "timed steps per variant")
+    warmup: int = config_field(3, "untimed steps first")
+    variants: list[str] = config_field(["all"], "comma list of variants, or all")
+    lora_r: int = config_field(16, "LoRA rank")
+    lr: float = config_field(1e-4, "AdamW learning rate")
+    peak_tflops: float | None = config_field(
+        None, "device peak for MFU (default: the GPU's dense bf16 peak; none on a CPU)"
+    )
+    profile: bool = config_field(False, "profile the timed steps: op table + chrome trace")
+    profile_dir: str = config_field("bench-profiles", "where traces go")
+    seed: int = config_field(0, "seed of the init and the sampled batches")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    packed: bool = True
+    grouped: bool = False  # padded batches regrouped by length (HF group_by_length)
+    attn: str = "sdpa"
+    liger: bool = False
+    grad_ckpt: bool = False
+    zero: int | None = None
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("padded-sdpa", packed=False),
+        Variant("padded-grouped-sdpa", packed=False, grouped=True),
+        Variant("packed-sdpa"),
+        Variant("padded-eager", packed=False, attn="eager"),
+        Variant("packed-eager", attn="eager"),
+        Variant("packed-flash", attn="flash_attention_2"),
+        Variant("packed-flex", attn="flex_attention"),
+        Variant("packed-sdpa-gc", grad_ckpt=True),
+        Variant("packed-sdpa-zero2", zero=2),
+        Variant("packed-sdpa-zero3", zero=3),
+        # Liger patches transformers' modules process-wide: these run last.
+        Variant("packed-sdpa-liger", liger=True),
+        Variant("packed-flash-liger", attn="flash_attention_2", liger=True),
+    )
+}
+
+
+@dataclass
+class Result:
+    variant: str
+    status: str = "ok"  # ok | skipped: why | error: what
+    tokens_per_s: float | None = None
+    step_s: float | None = None
+    mfu_lora: float | None = None
+    mfu_6n: float | None = None
+    peak_mem_gib: float | None = None
+    first_loss: float | None = None  # loss of the first (warmup) step: same batches, same init
+    loss: float | None = None
+    settings: dict = field(default_factory=dict)
+
+
+def why_not_runnable(v: Variant, cuda: bool) -> str | None:
+    if v.attn == "flash_attention_2" and not importlib.util.find_spec("flash_attn"):
+        return "flash-attn not importable (pip install flash-attn --no-build-isolation)"
+    if v.attn in ("flash_attention_2", "flex_attention") and not cuda:
+        return f"{v.attn} needs a GPU"
+    if v.liger and not importlib.util.find_spec("liger_kernel"):
+        return "liger-kernel not importable (pip install liger-kernel)"
+    if v.liger and not cuda:
+        return "Liger's Triton kernels need a GPU"
+    if v.zero and not importlib.util.find_spec("deepspeed"):
+        return "deepspeed not importable"
+    return None
+
+
+def build_model(s: TrainBenchSettings, v: Variant, device, dtype):
+    """Random-init model (fixed seed) with LoRA r on every linear layer."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = wl.load_model_config(s.model, attn_implementation=v.attn)
+    config.use_cache = False
+    torch.manual_seed(s.seed)
+    with device:  # initialise on the GPU directly: a 1.5B random init on the CPU takes a while
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if v.liger:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=model)
+    if v.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = LoraConfig(
+        r=s.lora_r,
+        lora_alpha=2 * s.lora_r,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora).to(device), config
+
+
+def deepspeed_engine(model, stage: int, bf16: bool, micro_batch: int, lr: float):
+    """One-process DeepSpeed engine (nccl on a GPU, gloo on the CPU), torch AdamW as client
+    optimizer (DeepSpeed's fused Adam would need a CUDA toolchain to JIT-build)."""
+    import deepspeed
+    import torch
+
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    config = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage, "overlap_comm": True, "contiguous_gradients": True},
+        "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": bf16},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine
+
+
+@contextmanager
+def single_process_group():
+    """A world of one for DeepSpeed (free port), torn down afterwards with the env restored, so
+    the benchmark leaves no process group or RANK/WORLD_SIZE behind (matters under pytest)."""
+    import torch
+
+    saved = {
+        k: os.environ.get(k)
+        for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    }
+    if saved["MASTER_PORT"] is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    for key, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+    }.items():
+        os.environ.setdefault(key, value)
+    was_initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
+    try:
+        yield
+    finally:
+        if (
+            not was_initialized
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        ):
+            torch.distributed.destroy_process_group()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def regroup_by_length(steps: list[list[int]], warmup: int) -> list[list[int]]:
+    """The same examples, sorted by length and re-cut into batches of the same sizes, within
+    the warmup steps and within the timed steps separately (so the timed tokens are unchanged)."""
+
+    def regroup(part: list[list[int]]) -> list[list[int]]:
+        pool = sorted((n for b in part for n in b), reverse=True)
+        out, start = [], 0
+        for b in part:
+            out.append(pool[start : start + len(b)])
+            start += len(b)
+        return out
+
+    return regroup(steps[:warmup]) + regroup(steps[warmup:])
+
+
+def run_variant(
+    s: TrainBenchSettings,
+    v: Variant,
+    steps: list[list[int]],
+    device,
+    cuda: bool,
+    peak: float | None,
+    log: Callable[[str], None],
+) -> Result:
+    """Build the variant's model, run warmup + timed steps on the shared batches, measure."""
+    import torch
+
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model, config = build_model(s, v, device, dtype)
+    shape = ModelShape.from_config(config)
+    engine = None
+    if v.zero:
+        engine = deepspeed_engine(
+            model, v.zero, bf16=cuda, micro_batch=1 if v.packed else s.batch_size, lr=s.lr
+        )
+        forward, optimizer = engine, None
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=s.lr, fused=cuda)
+        forward = model
+    model.train()
+    if v.grouped:
+        steps = regroup_by_length(steps, s.warmup)
+    gen = torch.Generator().manual_seed(s.seed)
+    batches = [
+        wl.packed_batch(b, shape.vocab, gen)
+        if v.packed
+        else wl.padded_batch(b, shape.vocab, 0, gen)
+        for b in steps
+    ]
+    # bf16 base weights; PEFT keeps the adapters in fp32, autocast runs their matmuls in bf16.
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if cuda and not v.zero
+        else torch.autocast("cpu", enabled=False)
+    )
+
+    def step(batch) -> float:
+        batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}
+        with autocast:
+            loss = forward(**batch).loss
+        if engine is not None:
+            engine.backward(loss)
+            engine.step()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:  # the peak covers warmup too: its batches may be the largest
+        torch.cuda.reset_peak_memory_stats()
+    first_loss = None
+    for batch in batches[: s.warmup]:
+        loss = step(batch)
+        first_loss = float(loss) if first_loss is None else first_loss
+    sync()
+    timed = steps[s.warmup :]
+    prof = _profiler(cuda) if s.profile else None
+    start = time.perf_counter()
+    with prof or _null():
+        for batch in batches[s.warmup :]:
+            loss = step(batch)
+            if prof:
+                prof.step()
+        sync()
+    seconds = time.perf_counter() - start
+    tokens = sum(sum(b) for b in timed)
+    lora_flops = sum(lora_train_flops(shape, b, s.lora_r) for b in timed)
+    result = Result(
+        variant=v.name,
+        tokens_per_s=tokens / seconds,
+        step_s=seconds / len(timed),
+        mfu_lora=mfu(lora_flops, seconds, peak),
+        mfu_6n=mfu(full_ft_flops(shape, tokens), seconds, peak),
+        peak_mem_gib=(torch.cuda.max_memory_allocated() if cuda else _rss_bytes()) / 2**30,
+        first_loss=first_loss,
+        loss=float(loss),
+        settings=asdict(v),
+    )
+    if prof:
+        sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+        log(f"\nprofile of {v.name} ({len(timed)} steps), top 20 ops by {sort}:")
+        log(prof.key_averages().table(sort_by=sort, row_limit=20))
+        trace = Path(s.profile_dir) / f"trace-{v.name}.json"
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+        log(f"chrome trace: {trace} (open in https://ui.perfetto.dev)")
+    if engine is not None:
+        engine.destroy()
+    return result
+
+
+def _profiler(cuda: bool):
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(
+        activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+        record_shapes=False,
+    )
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux ru_maxrss is KiB); never decreases."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def format_table(results: list[Result], unit_mem: str) -> str:
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    num = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
+    head = f"{'variant':<20} {'tokens/s/GPU':>13} {'s/step':>8} {'MFU lora':>9} {'MFU 6N':>8} {unit_mem:>11}  status"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(
+            f"{r.variant:<20} {num(r.tokens_per_s, ',.0f'):>13} {num(r.step_s, '.3f'):>8} {pct(r.mfu_lora):>9} "
+            f"{pct(r.mfu_6n):>8} {num(r.peak_mem_gib, '.2f'):>11}  {r.status}"
+        )
+    return "\n".join(lines)
+
+
+def _run_all(
+    s: TrainBenchSettings,
+    names: list[str],
+    steps: list[list[int]],
+    device,
+    cuda: bool,
+    peak: float | None,
+    log: Callable[[str], None],
+) -> list[Result]:
+    import torch
+
+    results = []
+    for name in names:
+        v = VARIANTS[name]
+        reason = why_not_runnable(v, cuda)
+        if reason:
+            log(f"[{name}] skipped: {reason}")
+            results.append(Result(name, status=f"skipped: {reason}", settings=asdict(v)))
+            continue
+        log(f"[{name}] running ...")
+        try:
+            results.append(run_variant(s, v, steps, device, cuda, peak, log))
+        except torch.cuda.OutOfMemoryError:
+            log(f"[{name}] CUDA out of memory")
+            results.append(Result(name, status="error: CUDA out of memory", settings=asdict(v)))
+        except Exception as e:  # one broken variant must not hide the others' figures
+            log(f"[{name}] failed: {type(e).__name__}: {e}")
+            results.append(
+                Result(
+                    name, status=f"error: {type(e).__name__}: {str(e)[:120]}", settings=asdict(v)
+                )
+            )
+        # Outside the except blocks, so no traceback keeps the variant's tensors alive.
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return results
+
+
+@dataclass
+class TrainBenchReport:
+    """What one benchmark run measured, with what it ran on."""
+
+    device: str
+    cuda: bool
+    peak_tflops: float | None
+    model: str
+    matmul_params: int
+    lora_params: int
+    lengths: str  # describe_lengths of the capped lengths
+    lengths_source: str
+    results: list[Result]
+    settings: dict
+    date: str = field(
+        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
+
+    @property
+    def ok(self) -> bool:
+        return all(not r.status.startswith("error") for r in self.results)
+
+    @property
+    def first_losses(self) -> dict[str, float]:
+        """First-step loss per variant on the shared batches (regrouped ones hold others)."""
+        return {
+            r.variant: r.first_loss
+            for r in self.results
+            if r.first_loss is not None and not r.settings.get("grouped")
+        }
+
+    def to_json(self, command: str) -> dict:
+        import torch
+
+        return {
+            "script": "bench_train",
+            "date": self.date,
+            "command": command,
+            "device": self.device,
+            "peak_tflops": self.peak_tflops,
+            "torch": torch.__version__,
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in self.settings.items()},
+            "lengths": self.lengths,
+            "results": [asdict(r) for r in self.results],
+        }
+
+
+def run_train_bench(
+    s: TrainBenchSettings, log: Callable[[str], None] = lambda line: print(line, flush=True)
+) -> TrainBenchReport:
+    """Run every selected variant on the same batches; return what was measured."""
+    import torch
+
+    if s.warmup < 1 or s.steps < 1:
+        raise ValueError(
+            "warmup and steps must be at least 1 (the first warmup step gives the loss check)"
+        )
+    names = list(VARIANTS) if s.variants in ([], ["all"]) else list(s.variants)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    names.sort(key=list(VARIANTS).index)  # Liger patches process-wide: its variants go last
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    device_name = (
+        torch.cuda.get_device_name()
+        if cuda
+        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    )
+    peak = s.peak_tflops or (device_peak_tflops(device_name) if cuda else None)
+    tokenizer = None
+    if s.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(s.tokenizer)
+    if s.prepared_dir:
+        per_task = wl.prepared_lengths(s.prepared_dir, s.split, tokenizer=tokenizer)
+        lengths = [n for ls in per_task.values() for n in ls]
+        how = "tokenizer" if tokenizer else f"~{wl.CHARS_PER_TOKEN} chars/token"
+        source = f"{s.prepared_dir} ({s.split}; {how})"
+    else:
+        lengths, source = wl.synthetic_lengths(4096, s.max_len, s.seed), "synthetic log-normal"
+    lengths = wl.cap_lengths(lengths, s.max_len)
+    steps = wl.sample_steps(lengths, s.batch_size, s.warmup + s.steps, s.seed)
+    shape = ModelShape.from_config(wl.load_model_config(s.model))
+    log(f"device: {device_name}; peak for MFU: {f'{peak} TFLOP/s' if peak else 'unknown'}")
+    log(f"model: {s.model} ({'bf16' if cuda else 'fp32'}); lengths: {source}, cap {s.max_len}")
+    with single_process_group():
+        results = _run_all(s, names, steps, device, cuda, peak, log)
+    return TrainBenchReport(
+        device=device_name,
+        cuda=cuda,
+        peak_tflops=peak,
+        model=s.model,
+        matmul_params=shape.matmul_params(),
+        lora_params=shape.lora_params(s.lora_r),
+        lengths=wl.describe_lengths(lengths),
+        lengths_source=source,
+        results=results,
+        settings=asdict(s),
+    )
+
+
+def format_train_report(report: TrainBenchReport) -> str:
+    """The table and its notes, as the script prints them."""
+    lines = [
+        f"model: {report.model} (N = {report.matmul_params:,} matmul params, LoRA: "
+        f"{report.lora_params:,}); dtype {'bf16' if report.cuda else 'fp32'}",
+        f"lengths: {report.lengths_source}: {report.lengths}",
+        "",
+        format_table(report.results, "peak GiB" if report.cuda else "peak RSS GiB"),
+    ]
+    first = report.first_losses
+    if first:
+        spread = max(first.values()) - min(first.values())
+        lines.append(
+            f"first-step loss, every variant (same init, same examples): "
+            f"{min(first.values()):.5f} .. {max(first.values()):.5f} (spread {spread:.2e}); "
+            "packing and padding must agree (fp32: < 1e-5; bf16: ~1e-2 from rounding)."
+        )
+    lines.append(
+        "tokens/s counts real (non-pad) tokens. MFU lora = (4·N + 6·N_lora)·tokens + 3·causal "
+        "attention fwd; MFU 6N = 6·N·tokens (full fine-tuning convention)."
+    )
+    return "\n".join(lines)

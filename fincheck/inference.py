@@ -1,0 +1,369 @@
+"""The one inference path: eval, detect, the local judge and the baselines load, fit and
+generate through these functions, so a model sees the same prompt everywhere.
+
+    loaded = load_model(model="Qwen/Qwen2.5-0.5B-Instruct", adapter="checkpoints/run", dtype="auto")
+    fit = fit_messages(loaded.tokenizer, messages, grounding_span, budget=1536,
+                       add_generation_prompt=True)
+    texts, p_yes = generate_batch(loaded.model, loaded.tokenizer, [fit.text], 8, want_p_yes=True)
+
+Loading: a local folder, a hub id, a `.gguf` file, or a run folder / adapter (`--adapter`) on
+its recorded base; weights from safetensors only (a GGUF file is read by transformers' own
+reader), model code from the hub only with `trust_remote_code`.
+dtype names: auto (bf16 on a GPU that has it, else fp32), bf16, fp16, fp32; the long torch
+names (bfloat16, float16, float32) are accepted too.
+Fitting: a prompt longer than the budget is cut at the end of its grounding text (the span in
+the user message), at a word boundary, with a " [...]" marker; never the instructions, the
+summary, the question or the target.
+Generation: plain greedy decoding with an explicit config (not the model's shipped sampling
+settings or repetition penalty), left padding, and P(Yes)/(P(Yes)+P(No)) at the first position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fincheck.data_prep.trimming import trim_grounding
+from fincheck.errors import FincheckError
+from fincheck.runs import RunArtifacts, load_run, looks_like_hub_id
+
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+YES_SPELLINGS = ("Yes", " Yes", "yes", " yes")
+NO_SPELLINGS = ("No", " No", "no", " no")
+# Files fetched when an adapter is a hub repo (weights only as safetensors).
+HUB_ADAPTER_PATTERNS = [
+    "*.json",
+    "*.safetensors",
+    "*.jinja",
+    "*.txt",
+    "*.model",
+    "*.yaml",
+    "base/*",
+]
+
+
+# ------------------------------------------------------------------------ devices and dtypes
+
+
+def parse_dtype(name: str | None) -> str:
+    """A dtype name in the project's vocabulary (auto, bf16, fp16, fp32); long names accepted."""
+    name = DTYPE_ALIASES.get(name or "auto", name or "auto")
+    if name not in DTYPES:
+        raise FincheckError(f"dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return name
+
+
+def dtype_argument(value: str) -> str:
+    """`parse_dtype` for argparse (`--dtype`): a bad name is a usage error."""
+    import argparse
+
+    try:
+        return parse_dtype(value)
+    except FincheckError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_dtype(name: str | None, device: str = "cpu"):
+    """The torch dtype for a name; auto = bf16 on a GPU that supports it, else fp32."""
+    import torch
+
+    name = parse_dtype(name)
+    if name == "auto":
+        gpu_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if gpu_bf16 else torch.float32
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+# ------------------------------------------------------------------------ loading
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference (eval mode, on its device, left padding)."""
+
+    model: Any
+    tokenizer: Any
+    base: str
+    adapter: Path | None = None
+    run: RunArtifacts | None = None
+
+    @property
+    def position_limit(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None) or None
+
+    @property
+    def window(self) -> int | None:
+        """Tokens the model may see: the training length when the run recorded one, capped by
+        the model's position limit."""
+        limits = [n for n in (self.position_limit, self.run and self.run.max_length) if n]
+        return min(limits) if limits else None
+
+
+def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
+    """(model, tokenizer) of a base: a folder, a hub id, or a `.gguf` file (dequantized)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(name_or_path)
+    where, weights, gguf = name_or_path, {"use_safetensors": True}, {}
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FincheckError(f"GGUF file not found: {path}")
+        where, gguf = str(path.parent), {"gguf_file": path.name}
+        weights = gguf
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            where, trust_remote_code=trust_remote_code, **gguf
+        )
+    except OSError as e:
+        raise FincheckError(
+            f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): {e}"
+        ) from None
+    return model, tokenizer
+
+
+def local_adapter_dir(adapter: str | Path) -> Path:
+    """A local folder as is; a hub repo id is downloaded (safetensors and config files only)."""
+    path = Path(adapter)
+    if path.exists() or not looks_like_hub_id(str(adapter)):
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(adapter), allow_patterns=HUB_ADAPTER_PATTERNS))
+
+
+def load_adapter_model(
+    adapter_dir: str | Path,
+    base: str | None = None,
+    dtype: Any = None,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """(PeftModel, tokenizer) of a saved adapter on its base (`base`, else the one the run
+    recorded). The tokenizer is the run's own when it saved one, and the base's embeddings are
+    resized to it first, as training did (training may add a pad token; the adapter carries the
+    new rows)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    run = load_run(adapter_dir)
+    model, base_tokenizer = load_base(
+        run.resolve_base(base), dtype or torch.float32, trust_remote_code
+    )
+    has_tokenizer = (run.path / "tokenizer_config.json").is_file()
+    tokenizer = (
+        AutoTokenizer.from_pretrained(str(run.path), trust_remote_code=trust_remote_code)
+        if has_tokenizer
+        else base_tokenizer
+    )
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    if device:
+        model = model.to(device)
+    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+    model.eval()
+    return model, tokenizer
+
+
+def load_model(
+    model: str | None = None,
+    adapter: str | Path | None = None,
+    *,
+    dtype: str | None = "auto",
+    device: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own)."""
+    device = device or default_device()
+    weights = torch_dtype(dtype, device)
+    run = None
+    if adapter is not None:
+        run = load_run(local_adapter_dir(adapter))
+        base = run.resolve_base(model)
+        net, tokenizer = load_adapter_model(
+            run.path, base, weights, device, trust_remote_code=trust_remote_code
+        )
+    elif model:
+        base = model
+        net, tokenizer = load_base(model, weights, trust_remote_code)
+        net = net.to(device)
+    else:
+        raise FincheckError("give a model (name, folder or .gguf file), an adapter, or both")
+    net.eval()
+    tokenizer.padding_side = "left"  # generation continues from the right end of each row
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(net, tokenizer, base, run.path if run else None, run)
+
+
+# ------------------------------------------------------------------------ prompts
+
+
+def render_chat(tokenizer, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
+    """The chat template's text for `messages` (what the model reads)."""
+    if not tokenizer.chat_template:
+        raise FincheckError(
+            f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')} has no chat "
+            "template"
+        )
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+
+
+def count_tokens(tokenizer, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`fit_messages`' answer: the messages that fit (None when nothing fits), how, and the
+    rendered text."""
+
+    messages: list[dict[str, str]] | None
+    status: str  # kept | trimmed | dropped
+    kept_fraction: float  # share of the grounding text's characters kept
+    text: str | None = None
+    span: tuple[int, int] | None = None  # the grounding text in the fitted user message
+
+    @property
+    def trimmed(self) -> bool:
+        return self.status == "trimmed"
+
+
+def fit_messages(
+    tokenizer,
+    messages: Sequence[dict[str, str]],
+    grounding_span: Sequence[int] | None,
+    budget: int | None,
+    *,
+    add_generation_prompt: bool,
+) -> Fit:
+    """Make `messages` fit `budget` tokens of the chat template by cutting the grounding text.
+
+    Training fits the whole conversation (target included), evaluation and detection the
+    prompt with the generation prompt. The cut is data-prep's `trim_grounding`, re-measured
+    on the real chat template and cut further while tokens merge across the boundary.
+    """
+    messages = [dict(m) for m in messages]
+    text = render_chat(tokenizer, messages, add_generation_prompt)
+    length = count_tokens(tokenizer, text)
+    if budget is None or length <= budget:
+        span = tuple(grounding_span) if grounding_span is not None else None
+        return Fit(messages, "kept", 1.0, text, span)
+    if grounding_span is None:
+        return Fit(None, "dropped", 0.0)
+    start, end = grounding_span
+    plain = "\n".join(m["content"] for m in messages)
+    overhead = length - count_tokens(tokenizer, plain)  # what the template adds around the text
+    allowed = budget
+    for _ in range(8):
+        cut = trim_grounding(
+            messages, (start, end), allowed, lambda t: count_tokens(tokenizer, t), overhead
+        )
+        if cut is None:
+            break
+        cut_messages, (kept_start, kept_end) = cut
+        text = render_chat(tokenizer, cut_messages, add_generation_prompt)
+        excess = count_tokens(tokenizer, text) - budget
+        if excess <= 0:
+            kept = (kept_end - kept_start) / (end - start) if end > start else 1.0
+            return Fit(cut_messages, "trimmed", kept, text, (kept_start, kept_end))
+        allowed -= excess
+    return Fit(None, "dropped", 0.0)
+
+
+# ------------------------------------------------------------------------ generation
+
+
+def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool = False):
+    """Plain greedy decoding. A fresh config, not the model's generation_config: instruct models
+    ship sampling settings and a repetition penalty (Qwen2.5: 1.05) that would change the
+    outputs; only the stop tokens are taken from it."""
+    from transformers import GenerationConfig
+
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        repetition_penalty=1.0,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        return_dict_in_generate=True,
+        output_logits=want_logits,
+    )
+
+
+def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
+    """Distinct token sequences of the answer word's spellings."""
+    seqs: list[tuple[int, ...]] = []
+    for word in words:
+        ids = tuple(tokenizer(word, add_special_tokens=False)["input_ids"])
+        if ids and ids not in seqs:
+            seqs.append(ids)
+    return seqs
+
+
+def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) -> Any:
+    """P(spelling | prompt) for each spelling, summed: a (batch,) tensor.
+
+    Single-token spellings read `first_logits` (the first generated position); longer ones are
+    teacher-forced: the prompt plus the spelling's tokens in one forward pass. Position ids skip
+    the left padding (RoPE models would not notice a constant shift; absolute-position models
+    would).
+    """
+    import torch
+
+    first_probs = torch.softmax(first_logits.float(), dim=-1)
+    total = torch.zeros(first_probs.shape[0], device=first_probs.device)
+    for seq in spellings:
+        prob = first_probs[:, seq[0]]
+        if len(seq) > 1:
+            tail = torch.tensor(seq, device=input_ids.device).expand(input_ids.shape[0], -1)
+            ids = torch.cat([input_ids, tail], dim=1)
+            mask = torch.cat([attention_mask, torch.ones_like(tail)], dim=1)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+            n_prompt = input_ids.shape[1]
+            for k in range(1, len(seq)):
+                step = torch.softmax(logits[:, n_prompt + k - 1].float(), dim=-1)
+                prob = prob * step[:, seq[k]]
+        total = total + prob
+    return total
+
+
+def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, want_p_yes: bool):
+    """Greedy outputs for a batch of rendered prompts, and p_yes per prompt when asked."""
+    import torch
+
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+        model.device
+    )
+    with torch.no_grad():
+        out = model.generate(
+            **enc, generation_config=greedy_config(model, tokenizer, max_new_tokens, want_p_yes)
+        )
+    new_tokens = out.sequences[:, enc["input_ids"].shape[1] :]
+    texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+    p_yes = None
+    if want_p_yes:
+        first = out.logits[0]
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        yes = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, YES_SPELLINGS))
+        no = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, NO_SPELLINGS))
+        p_yes = (yes / (yes + no).clamp(min=1e-30)).tolist()
+    return texts, p_yes

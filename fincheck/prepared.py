@@ -1,0 +1,51 @@
+"""A prepared-data folder (what `fincheck prepare --out` writes), read in one place.
+
+    OUT/<task>/<split>.jsonl   pairs (`fincheck.pairs`)
+    OUT/manifest.json          input checksums, config, prompt hashes, counts, `fingerprint`
+Training, evaluation, scoring and the benchmarks read it through these functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.jsonl import read_json_object
+from fincheck.pairs import Pair, read_pairs
+
+MANIFEST = "manifest.json"
+log = logging.getLogger(__name__)
+
+
+def require_prepared_dir(path: str | Path, option: str = "dataset_dir") -> Path:
+    """The folder, checked before any slow setup (DeepSpeed, model loading)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FincheckError(f"{option} {path} does not exist: run `fincheck prepare` first")
+    return path
+
+
+def split_path(dataset_dir: str | Path, task: str, split: str) -> Path:
+    return Path(dataset_dir) / task / f"{split}.jsonl"
+
+
+def read_split(dataset_dir: str | Path, task: str, split: str) -> list[Pair]:
+    """One task's pairs of one split; a missing file says how to make it."""
+    path = split_path(dataset_dir, task, split)
+    if not path.is_file():
+        raise FincheckError(
+            f"no {split} pairs for task {task!r}: {path} is missing. Run `fincheck prepare` "
+            f"(with {task!r} among its tasks) first."
+        )
+    return list(read_pairs(path))
+
+
+def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
+    """The manifest, or {} (with a warning) for a folder that has none."""
+    path = Path(dataset_dir) / MANIFEST
+    if not path.is_file():
+        log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
+        return {}
+    return read_json_object(path)

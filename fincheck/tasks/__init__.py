@@ -1,0 +1,89 @@
+"""The task registry: every stage (prepare, train, eval, score, report, demo, detect, the model
+card) loops over it instead of naming tasks.
+
+    from fincheck.tasks import get_task, task_names
+    task_names()                 # ('final', 'qasem', 'fhsumbench')
+    get_task("qasem").score(...)  # an unknown name is an error that lists the known ones
+
+The built-in tasks are the modules named in `BUILTIN`, imported on first use. A test (or a
+plugin) adds a task for a while with `temporary_tasks(MyTask())`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fincheck.errors import FincheckError
+from fincheck.tasks.base import Task
+
+# Module names under fincheck.tasks, in the order reports and tables list them.
+BUILTIN: tuple[str, ...] = ("final", "qasem", "fhsumbench")
+
+_registry: dict[str, Task] = {}
+
+
+def _load_builtins() -> None:
+    if _registry:
+        return
+    for name in BUILTIN:
+        task = importlib.import_module(f"fincheck.tasks.{name}").TASK
+        _registry[task.name] = task
+
+
+def all_tasks() -> dict[str, Task]:
+    """name -> task, in registry order."""
+    _load_builtins()
+    return dict(_registry)
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(all_tasks())
+
+
+def get_task(name: str) -> Task:
+    tasks = all_tasks()
+    if name not in tasks:
+        raise FincheckError(f"unknown task {name!r}; known tasks: {', '.join(tasks)}")
+    return tasks[name]
+
+
+def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") -> None:
+    """A non-empty list of known task names, or one error naming the unknown ones."""
+    known = task_names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise FincheckError(
+            f"{what}: unknown task(s) {unknown}; known tasks: {', '.join(known)}"
+            if unknown
+            else f"{what}: give at least one of {', '.join(known)}"
+        )
+
+
+@contextmanager
+def temporary_tasks(*tasks: Task) -> Iterator[None]:
+    """Register extra tasks for the duration of a `with` block (tests, experiments)."""
+    _load_builtins()
+    added = [t.name for t in tasks if t.name not in _registry]
+    clash = [t.name for t in tasks if t.name not in added]
+    if clash:
+        raise FincheckError(f"task(s) {clash} already registered")
+    try:
+        for task in tasks:
+            _registry[task.name] = task
+        yield
+    finally:
+        for name in added:
+            _registry.pop(name, None)
+
+
+__all__ = [
+    "BUILTIN",
+    "Task",
+    "all_tasks",
+    "check_task_names",
+    "get_task",
+    "task_names",
+    "temporary_tasks",
+]

@@ -1,0 +1,169 @@
+"""What a task is: the one interface every stage loops over.
+
+A task module (`fincheck/tasks/<name>.py`) subclasses `Task` and says everything that is
+specific to its benchmark, in one place:
+
+    prepare   which raw files it reads (`sources`) and how they become pairs (`collect`)
+    prompt    the prompt file the pairs are rendered with (`prompt_path`)
+    eval      how long its answer is (`max_new_tokens`), whether P(Yes) is read (`reads_p_yes`)
+    score     gold from each pair's `meta`, the paper's metrics on (pair, prediction) rows
+    report    headline figures, its report.md section, its plots, the papers' numbers
+    serve     what `fincheck detect` writes for one output, how the model card names it
+
+Stages never test a task's name: they ask the registry (`fincheck.tasks.get_task`) and call
+these methods, so a new benchmark is a new module, not edits across the stages.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
+    from fincheck.data_prep.prepare import PrepareConfig
+    from fincheck.data_prep.raw_records import RecordStream
+    from fincheck.data_prep.sources import Source
+    from fincheck.eval.predictions import Prediction
+    from fincheck.pairs import Pair
+
+PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    """A published figure shown beside ours. `value` is a fraction in [0, 1] (the QASem paper
+    prints percentages: 75.7 is stored as 0.757); `source` names the paper and its table."""
+
+    system: str
+    metric: str  # the key of the figure in results.json (f1, bacc, auc, f, ...)
+    value: float
+    source: str
+    subset: str | None = None  # QASem: cliff / factscore / verifiability; None = whole test set
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    """How the task appears in a model card's model-index (the hub's eval results)."""
+
+    task_type: str
+    task_name: str
+    dataset_type: str
+    dataset_name: str
+    metrics: tuple[str, ...]  # figures of results.json that go into the card
+
+
+@dataclass(frozen=True)
+class UserFile:
+    """An input file the user names (a FINAL release), as opposed to a pinned `Source`."""
+
+    name: str  # key in the manifest's inputs, e.g. "final_file"
+    path: Path
+    what: str  # for error messages: "FINAL file"
+    option: str  # the option that named it: "--final_file"
+
+
+@dataclass
+class Collected:
+    """What a task's `collect` returns: its pairs (split assigned) and notes for the manifest."""
+
+    pairs: list[Pair]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScoreSettings:
+    """What scoring needs beyond the predictions: the judge (FINAL), CI settings."""
+
+    judge: Any = None  # fincheck.eval.judge.MatchingJudge or None
+    judge_concurrency: int = 8
+    bootstrap_resamples: int = 1000
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class TaskScore:
+    """A task's figures (as in results.json) and one record per example (scored/<task>.jsonl,
+    the report's examples, the plots)."""
+
+    figures: dict
+    examples: list[dict] = field(default_factory=list)
+    judge_errors: int = 0
+    judge_parse_failed: int = 0
+
+
+Joined = Sequence[tuple["Pair", "Prediction"]]
+
+
+class Task(ABC):
+    """One benchmark. Subclasses set the class attributes and implement the abstract methods."""
+
+    name: str  # the id in file names, --tasks, pairs and predictions
+    title: str  # how a reader knows it: "FINAL", "QASemConsistency", "FHSumBench"
+    max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
+    reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
+    paper_numbers: tuple[PaperNumber, ...] = ()
+    comparability: str = ""  # when our figure can stand next to the papers', in one paragraph
+    card: CardInfo
+
+    @property
+    def prompt_path(self) -> Path:
+        return PROMPT_DIR / f"{self.name}.txt"
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def sources(self, config: PrepareConfig) -> list[Source | UserFile]:
+        """The raw files `collect` reads, under the config."""
+
+    @abstractmethod
+    def collect(
+        self, config: PrepareConfig, files: dict[str, Path], stream: RecordStream
+    ) -> Collected:
+        """Raw files (by source name) -> pairs with their split assigned (train/dev/test)."""
+
+    # --- score -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def score(self, joined: Joined, settings: ScoreSettings) -> TaskScore:
+        """The paper's figures over (gold pair, prediction) rows; gold comes from pair.meta."""
+
+    @abstractmethod
+    def headline(self, figures: dict) -> list[tuple[str, float | None]]:
+        """The figures a one-line summary shows (CLI, demo), as (label, value)."""
+
+    def headline_text(self, figures: dict) -> str:
+        return " ".join(
+            f"{label} {format_figure(value)}" for label, value in self.headline(figures)
+        )
+
+    @abstractmethod
+    def report_section(self, figures: dict) -> list[str]:
+        """Markdown lines of this task's section of report.md (table with CIs, notes)."""
+
+    def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
+        """PNG files for the report; none by default."""
+        return []
+
+    def is_right(self, example: dict) -> bool:
+        """Whether a scored example counts as right (the report shows wrong ones first)."""
+        return example.get("predicted") == example.get("gold")
+
+    # --- serve -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+        """What `fincheck detect` reports for one model output of this task."""
+
+
+def format_figure(value: Any) -> str:
+    """A figure for one-line summaries: 3 decimals, '–' when undefined."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, str):
+        return value
+    return f"{value:.3f}"

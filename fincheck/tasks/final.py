@@ -1,0 +1,264 @@
+"""FINAL: describe, one by one, what a summary says that its text does not support.
+
+Data: the FINAL release when the user has it (`--final_file`: its items are the evaluation set),
+else DeFacto, from which FINAL was built: consistent items -> `None`, inconsistent items ->
+lettered descriptions derived from the annotator's explanation (silver). Train = DeFacto train,
+dev = DeFacto val, test = DeFacto test or the FINAL file.
+Metric (the FINAL paper, §4.2 and appendix C): a judge LLM matches predicted descriptions to
+gold ones; TP = distinct gold items matched; micro P = ΣTP/Σ#predicted, R = ΣTP/Σ#gold, F1;
+and the binarized form (flagged = at least one description) scored by balanced accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fincheck.data_prep.defacto import convert_defacto
+from fincheck.data_prep.final_file import convert_final_item
+from fincheck.data_prep.raw_records import iter_records
+from fincheck.data_prep.sources import Source
+from fincheck.eval.final_metrics import FinalItem, parse_descriptions, score_final, true_positives
+from fincheck.tasks.base import (
+    CardInfo,
+    Collected,
+    Joined,
+    PaperNumber,
+    ScoreSettings,
+    Task,
+    TaskScore,
+    UserFile,
+)
+
+_ORIGIN = "https://raw.githubusercontent.com/microsoft/DeFacto/a7e70a2fab6b6953f88a2e56d5b14feb4ff5beef/data"
+_LICENSE = (
+    "DeFacto (Liu et al., XSum-derived); no license file in the repository at the pinned "
+    "commit: research use; ask the authors before redistributing"
+)
+DEFACTO = {
+    split: Source(f"defacto/{split}.jsonl", f"{_ORIGIN}/{split}.jsonl", sha256, _LICENSE)
+    for split, sha256 in (
+        ("train", "53a0e42f2d627170e00d3db32a367bfe8280f2a61c77aee6e2f8a2a354b72f78"),
+        ("val", "f7f4ec9c2526d5e7bb542dcfb05d5df6444d9840cc3036ef6b90a8d5377b6466"),
+        ("test", "5d3539be0cb1d71a9ec5e148a273e5744def10ece3184646bfaaeb033bc4e72c"),
+    )
+}
+DEFACTO_SPLITS = {"train": "train", "val": "dev", "test": "test"}  # DeFacto split -> ours
+FINAL_FILE = "final_file"
+
+_TABLE = "FINAL paper, Table 4 (F1, test, 1,265)"
+
+
+class FinalTask(Task):
+    name = "final"
+    title = "FINAL"
+    max_new_tokens = 384
+    paper_numbers = (
+        PaperNumber("Claude-3.5-Sonnet, CoT", "f1", 0.67, _TABLE),
+        PaperNumber("GPT-4o, CoT", "f1", 0.59, _TABLE),
+        PaperNumber("Llama-3.1-405B, CoT", "f1", 0.56, _TABLE),
+        PaperNumber("FactScore-style pipeline, Claude-3.5-Sonnet", "f1", 0.62, _TABLE),
+        PaperNumber("FactScore-style pipeline, Gemini-1.5-pro", "f1", 0.42, _TABLE),
+    )
+    comparability = (
+        "FINAL numbers are on the FINAL test set (1,265) with a GPT-4o judge, while without the "
+        "FINAL release we evaluate on DeFacto-derived silver descriptions."
+    )
+    card = CardInfo(
+        task_type="text-generation",
+        task_name="Inconsistency descriptions (FINAL)",
+        dataset_type="final",
+        dataset_name="FINAL",
+        metrics=("f1", "precision", "recall", "binary_bacc"),
+    )
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    def sources(self, config) -> list:
+        if not config.final_file:
+            return list(DEFACTO.values())
+        # The FINAL file is the evaluation set: DeFacto's test split is not read.
+        return [
+            DEFACTO["train"],
+            DEFACTO["val"],
+            UserFile(FINAL_FILE, Path(config.final_file), "FINAL file", "--final_file"),
+        ]
+
+    def collect(self, config, files: dict[str, Path], stream) -> Collected:
+        pairs = []
+        explanation_stats: dict[str, dict[str, int]] = {}
+        for source_split, split in DEFACTO_SPLITS.items():
+            name = DEFACTO[source_split].name
+            if name not in files:
+                continue
+            converted = list(
+                stream.convert(
+                    name,
+                    iter_records(files[name]),
+                    lambda r: r["doc_id"],
+                    lambda raw, s=source_split, t=split: convert_defacto(raw, s, t),
+                )
+            )
+            inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
+            explanation_stats[source_split] = {
+                "inconsistent": len(inconsistent),
+                "split_into_several": sum(p.meta["explanation_split"] for p in inconsistent),
+                "descriptions": sum(len(p.meta["descriptions"]) for p in inconsistent),
+            }
+            pairs += converted
+        if FINAL_FILE in files:
+            pairs += stream.convert(
+                FINAL_FILE,
+                iter_records(files[FINAL_FILE]),
+                lambda r: r.get("id"),
+                convert_final_item,
+            )
+        return Collected(pairs, {"defacto_explanations": explanation_stats})
+
+    # --- score -----------------------------------------------------------------------------
+
+    def score(self, joined: Joined, settings: ScoreSettings) -> TaskScore:
+        """With the judge; without one, only examples with an empty list get P/R counts (they
+        need no judge) and the rest are left unjudged: the binarized BAcc is still exact."""
+        judge = settings.judge
+        parsed = [
+            (pair, pred, parse_descriptions(pred.output), pair.meta_value("descriptions", list))
+            for pair, pred in joined
+        ]
+        needs_judge = [i for i, (_, _, p, g) in enumerate(parsed) if p and g]
+        results: dict[int, Any] = {}
+        if judge is not None and needs_judge:
+            requests = [
+                (parsed[i][0].meta_value("summary", str), parsed[i][2], parsed[i][3])
+                for i in needs_judge
+            ]
+            answers = judge.match_many(requests, settings.judge_concurrency, settings.progress)
+            results = dict(zip(needs_judge, answers, strict=True))
+        items, examples = [], []
+        errors = parse_failed = 0
+        judge_set = set(needs_judge)
+        for i, (pair, pred, predicted, gold) in enumerate(parsed):
+            record: dict[str, Any] = {
+                "id": pair.id,
+                "gold": gold,
+                "predicted": predicted,
+                "output": pred.output,
+            }
+            tp: int | None
+            if i not in judge_set:
+                tp = 0
+                record["judge"] = "skipped"
+            elif i in results:
+                result = results[i]
+                record["judge"] = result.status
+                record["matching"] = result.matching
+                if result.status == "ok":
+                    tp = true_positives(result.matching)
+                else:
+                    tp = None
+                    record["judge_raw"] = result.raw
+                    record["judge_error"] = result.error
+                    errors += result.status == "error"
+                    parse_failed += result.status == "parse_failed"
+            else:
+                tp = None
+                record["judge"] = "no_judge"
+            record["true_positives"] = tp
+            items.append(FinalItem(len(predicted), len(gold), tp))
+            examples.append(record)
+        figures = score_final(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
+        if judge is None and needs_judge:
+            # P/R over only the examples that need no judge would be 0 by construction
+            for metric in ("precision", "recall", "f1"):
+                figures[metric] = math.nan
+                figures["ci95"][metric] = None
+        figures["judge_errors"] = errors
+        figures["judge_parse_failed"] = parse_failed
+        figures["judge_parse_failure_rate"] = (
+            parse_failed / len(needs_judge) if needs_judge else 0.0
+        )
+        figures["n_needing_judge"] = len(needs_judge)
+        # FINAL release items vs DeFacto-derived silver descriptions: the paper's are the former
+        origins: dict[str, int] = {}
+        for pair, *_ in parsed:
+            origin = str(pair.meta.get("origin", "unknown"))
+            origins[origin] = origins.get(origin, 0) + 1
+        figures["gold_origin"] = origins
+        figures["judged_with"] = (
+            {**judge.client.identity, "prompt_version": judge.prompt.version} if judge else None
+        )
+        return TaskScore(figures, examples, errors, parse_failed)
+
+    def headline(self, figures: dict) -> list[tuple[str, float | None]]:
+        return [
+            ("P", figures["precision"]),
+            ("R", figures["recall"]),
+            ("F1", figures["f1"]),
+            ("binarized BAcc", figures["binary_bacc"]),
+        ]
+
+    def report_section(self, figures: dict) -> list[str]:
+        from fincheck.eval.report import fmt, fmt_ci, paper_rows
+
+        f = figures
+        out = [
+            "| system | precision | recall | F1 | binarized BAcc |",
+            "| --- | --- | --- | --- | --- |",
+            f"| **this run** | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
+            f"{fmt_ci(f, 'f1')} | {fmt_ci(f, 'binary_bacc')} |",
+        ]
+        for system, numbers in paper_rows(self.paper_numbers).items():
+            out.append(f"| {system} (paper) | – | – | {fmt(numbers.get(('f1', None)))} | – |")
+        judge = f.get("judged_with")
+        judge_line = ", ".join(f"{k} `{v}`" for k, v in judge.items()) if judge else "none"
+        out += [
+            "",
+            f"Paper rows: {_TABLE}. TP (distinct gold items matched) {f['true_positives']}, "
+            f"predicted {f['n_predicted']}, gold {f['n_gold']}; {f['n_needing_judge']} examples "
+            "needed the judge (the rest had an empty list).",
+            f"Judge: {judge_line}; errors {f['judge_errors']}, parse failures "
+            f"{f['judge_parse_failed']} ({fmt(f['judge_parse_failure_rate'], 100, 1)}%), "
+            f"unjudged examples left out of P/R: {f['n_unjudged']}.",
+            "",
+        ]
+        if f.get("gold_origin"):
+            origins = ", ".join(f"{name} {n}" for name, n in sorted(f["gold_origin"].items()))
+            out += [
+                f"Gold descriptions by origin: {origins} (the paper's figures are on the FINAL "
+                "release).",
+                "",
+            ]
+        if judge is None and f["n_needing_judge"]:
+            out += [
+                "No judge was configured: precision/recall/F1 need one (`--judge openai|local`).",
+                "",
+            ]
+        return out
+
+    def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
+        from fincheck.eval import plots
+
+        confusion = score.figures["binary_confusion"]
+        return [
+            plots.plot_confusion(
+                confusion["counts"],
+                confusion["labels"],
+                "FINAL (binarized)",
+                plot_dir / "final_binary_confusion.png",
+            )
+        ]
+
+    def is_right(self, example: dict) -> bool:
+        """Every gold item found, nothing extra."""
+        tp = example["true_positives"]
+        return tp is not None and tp == len(example["gold"]) == len(example["predicted"])
+
+    # --- serve -----------------------------------------------------------------------------
+
+    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+        descriptions = parse_descriptions(text)
+        return {"descriptions": descriptions, "consistent": not descriptions}
+
+
+TASK = FinalTask()

@@ -1,0 +1,240 @@
+"""QASemConsistency: does the reference text support one predicate-argument QA of a response?
+
+Data: the benchmark's dev and test files (one record per response, its QAs inside). Each QA
+becomes one pair: reference text + the response sentence + question + answer -> `Yes` / `No`,
+the majority of three votes where 1 means NOT supported. Our train/dev come from its dev file
+(grouped by response), our test is its test file (1,556 QAs).
+Metric (the QASem paper, Table 4): s = P(Yes)/(P(Yes)+P(No)) at the first answer position,
+supported iff s >= 0.5; balanced accuracy and ROC-AUC of s per sub-dataset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fincheck.data_prep.qasem import convert_qasem_response, qasem_response_id
+from fincheck.data_prep.raw_records import iter_records
+from fincheck.data_prep.sources import Source
+from fincheck.data_prep.splits import split_by_group
+from fincheck.eval.classification import roc_curve
+from fincheck.eval.qasem_metrics import (
+    SUBSETS,
+    THRESHOLD,
+    QasemItem,
+    score_qasem,
+    support_score,
+)
+from fincheck.tasks.base import (
+    CardInfo,
+    Collected,
+    Joined,
+    PaperNumber,
+    ScoreSettings,
+    Task,
+    TaskScore,
+    format_figure,
+)
+
+_ORIGIN = "https://raw.githubusercontent.com/ariecattan/qasem_consistency/6a48e9dfa09ec310f52223284ebbffe281e72c18/data"
+_LICENSE = (
+    "QASemConsistency (Cattan et al.); no license file in the repository at the pinned commit: "
+    "research use; ask the authors before redistributing"
+)
+DEV = Source(
+    "qasem/dev.jsonl",
+    f"{_ORIGIN}/dev.jsonl",
+    "fde80e4c4c61bddd32c37a73b07957611d4020e80e8a7fc450d4f4505897556f",
+    _LICENSE,
+)
+TEST = Source(
+    "qasem/test.jsonl",
+    f"{_ORIGIN}/test.jsonl",
+    "c816457d29088a976abe66fee8c472ee2d9e9d78cd6cfa789ebd875956eb1e5b",
+    _LICENSE,
+)
+
+_TABLE = "QASem paper, Table 4"
+
+
+def _table4(system: str, bacc: tuple[float, ...], auc: tuple[float, ...] | None = None):
+    """One system's row of Table 4 (percent in the paper, fractions here)."""
+    rows = [
+        PaperNumber(system, "bacc", round(v / 100, 4), _TABLE, subset)
+        for subset, v in zip(SUBSETS, bacc, strict=True)
+    ]
+    if auc:
+        rows += [
+            PaperNumber(system, "auc", round(v / 100, 4), _TABLE, subset)
+            for subset, v in zip(SUBSETS, auc, strict=True)
+        ]
+    return rows
+
+
+class QasemTask(Task):
+    name = "qasem"
+    title = "QASemConsistency"
+    max_new_tokens = 8
+    reads_p_yes = True
+    paper_numbers = (
+        *_table4("GPT-4o", (75.7, 82.4, 79.2)),
+        *_table4("MiniCheck-770M", (70.4, 78.0, 76.3), (80.8, 87.3, 83.4)),
+        *_table4("Gemma-2-9B", (70.0, 78.0, 77.1), (82.5, 88.1, 87.1)),
+        *_table4("Llama-3.1-8B", (65.8, 76.5, 68.5), (79.0, 89.4, 83.7)),
+    )
+    comparability = (
+        "QASem numbers are on its test split (1,556 QAs), like ours; the paper's verifiability "
+        "column is called Generative Search."
+    )
+    card = CardInfo(
+        task_type="text-classification",
+        task_name="QA support labels (QASemConsistency)",
+        dataset_type="qasem_consistency",
+        dataset_name="QASemConsistency",
+        metrics=("bacc", "auc"),
+    )
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    def sources(self, config) -> list:
+        return [DEV, TEST]
+
+    def collect(self, config, files: dict[str, Path], stream) -> Collected:
+        dev = list(
+            stream.convert(
+                DEV.name,
+                iter_records(files[DEV.name]),
+                qasem_response_id,
+                lambda raw: convert_qasem_response(raw, "dev", "train"),
+            )
+        )
+        split_by_group(
+            dev,
+            {"train": 1 - config.qasem_dev_fraction, "dev": config.qasem_dev_fraction},
+            config.seed,
+        )
+        test = stream.convert(
+            TEST.name,
+            iter_records(files[TEST.name]),
+            qasem_response_id,
+            lambda raw: convert_qasem_response(raw, "test", "test"),
+        )
+        return Collected(dev + list(test))
+
+    # --- score -----------------------------------------------------------------------------
+
+    def score(self, joined: Joined, settings: ScoreSettings) -> TaskScore:
+        items, examples = [], []
+        for pair, pred in joined:
+            gold = pair.meta_value("label", str) == "Yes"
+            s, failed, from_text = support_score(pred.output, pred.p_yes, gold)
+            item = QasemItem(pair.meta_value("dataset", str), gold, s, failed, from_text)
+            items.append(item)
+            examples.append(
+                {
+                    "id": pair.id,
+                    "subset": item.subset,
+                    "gold": "Yes" if gold else "No",
+                    "output": pred.output,
+                    "score": s,
+                    "predicted": "Yes" if item.predicted else "No",
+                    "parse_failed": failed,
+                }
+            )
+        figures = score_qasem(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
+        return TaskScore(figures, examples)
+
+    def headline(self, figures: dict) -> list[tuple[str, float | None]]:
+        overall = figures["overall"]
+        return [("BAcc", overall["bacc"]), ("ROC-AUC", overall["auc"])]
+
+    def headline_text(self, figures: dict) -> str:
+        return " ".join(
+            f"{name} BAcc {format_figure(figures[name]['bacc'])} "
+            f"AUC {format_figure(figures[name]['auc'])}"
+            for name in (*SUBSETS, "overall")
+            if name in figures
+        )
+
+    def report_section(self, figures: dict) -> list[str]:
+        from fincheck.eval.report import fmt, fmt_ci, paper_rows
+
+        subsets = [s for s in SUBSETS if s in figures]
+        header = (
+            "| system | "
+            + " | ".join(f"{s} BAcc | {s} AUC" for s in subsets)
+            + " | overall BAcc | overall AUC |"
+        )
+        out = [header, "| --- " * (2 * len(subsets) + 3) + "|"]
+        row = "| **this run** | " + " | ".join(
+            f"{fmt_ci(figures[s], 'bacc', 100, 1)} | {fmt_ci(figures[s], 'auc', 100, 1)}"
+            for s in subsets
+        )
+        overall = figures["overall"]
+        out.append(
+            row + f" | {fmt_ci(overall, 'bacc', 100, 1)} | {fmt_ci(overall, 'auc', 100, 1)} |"
+        )
+        for system, numbers in paper_rows(self.paper_numbers).items():
+            cells = " | ".join(
+                f"{fmt(numbers.get(('bacc', s)), 100, 1)} | {fmt(numbers.get(('auc', s)), 100, 1)}"
+                for s in subsets
+            )
+            out.append(f"| {system} (paper) | {cells} | – | – |")
+        out += [
+            "",
+            f"Figures in percent; verifiability is the paper's Generative Search column; paper "
+            f"rows: {_TABLE}. Supported iff P(Yes)/(P(Yes)+P(No)) ≥ {THRESHOLD}. "
+            f"{overall['n_scored_from_text']} predictions had no p_yes and were scored from their "
+            f"text; {overall['n_parse_failed']} were neither Yes nor No (counted wrong).",
+            "",
+        ]
+        if overall["n_scored_from_text"] == overall["n"]:
+            out += [
+                "No prediction carried p_yes: the AUC is that of hard 0/1 scores (it equals the "
+                "BAcc) and is not comparable with the paper's AUC column.",
+                "",
+            ]
+        return out
+
+    def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
+        from fincheck.eval import plots
+
+        made = []
+        groups: dict[str, list[dict]] = {}
+        for ex in score.examples:
+            groups.setdefault(ex["subset"], []).append(ex)
+        groups["overall"] = score.examples
+        curves = {}
+        for name, group in groups.items():
+            gold = [ex["gold"] == "Yes" for ex in group]
+            if all(gold) or not any(gold):
+                continue
+            fpr, tpr = roc_curve(gold, [ex["score"] for ex in group])
+            curves[name] = (fpr, tpr, score.figures[name]["auc"])
+        if curves:
+            made.append(
+                plots.plot_roc(
+                    curves, "QASem ROC (positive = supported)", plot_dir / "qasem_roc.png"
+                )
+            )
+        counts = [
+            [
+                sum(1 for ex in score.examples if ex["gold"] == g and ex["predicted"] == p)
+                for p in ("Yes", "No")
+            ]
+            for g in ("Yes", "No")
+        ]
+        made.append(
+            plots.plot_confusion(
+                counts, ["Yes", "No"], f"QASem (s >= {THRESHOLD})", plot_dir / "qasem_confusion.png"
+            )
+        )
+        return made
+
+    # --- serve -----------------------------------------------------------------------------
+
+    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+        return {"p_yes": p_yes, "supported": p_yes is not None and p_yes >= THRESHOLD}
+
+
+TASK = QasemTask()

@@ -1,0 +1,188 @@
+"""The task registry: every stage loops over it, an unknown task is an error naming the known
+ones, and a new benchmark is the handful of files docs/architecture.md lists -- shown by
+registering a toy fourth task and running prepare -> score -> report on it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fincheck.cli import main
+from fincheck.data_prep.prepare import PrepareConfig, run_prepare
+from fincheck.data_prep.raw_records import RawRecord, iter_records, require
+from fincheck.data_prep.sources import Source
+from fincheck.errors import FincheckError
+from fincheck.eval.score import ScoreOptions, run_score
+from fincheck.pairs import Pair, read_pairs
+from fincheck.prompting import load_prompt
+from fincheck.tasks import BUILTIN, get_task, task_names, temporary_tasks
+from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOY_PROMPT = """\
+# toy prompt: is the claim in the text?
+[system]
+Say Yes if the text states the claim, else No.
+[user]
+Text:
+{text}
+
+Claim: {claim}
+"""
+
+
+def convert_toy(raw: RawRecord) -> Pair:
+    """The toy benchmark's converter: one record -> one pair (what data_prep/<name>.py holds)."""
+    text = require(raw.value, "text", str, raw, non_empty=True)
+    claim = require(raw.value, "claim", str, raw, non_empty=True)
+    label = "Yes" if require(raw.value, "supported", bool, raw) else "No"
+    messages, span = load_prompt("toy").messages(text=text, claim=claim)
+    return Pair(
+        id=f"toy-{raw.line}",
+        task="toy",
+        split=require(raw.value, "split", str, raw),
+        messages=[*messages, {"role": "assistant", "content": label}],
+        meta={"label": label, "group": f"toy-{raw.line}", "grounding_span": list(span)},
+    )
+
+
+class ToyTask(Task):
+    """What fincheck/tasks/<name>.py holds for a new benchmark."""
+
+    name, title, max_new_tokens = "toy", "Toy", 4
+    paper_numbers = (PaperNumber("Some LLM", "accuracy", 0.75, "Toy paper, Table 1"),)
+    comparability = "Toy numbers are on its test split."
+    card = CardInfo("text-classification", "Toy claims", "toy", "Toy", ("accuracy",))
+
+    def __init__(self, prompt_path: Path, source: Source) -> None:
+        self._prompt_path, self.source = prompt_path, source
+
+    @property
+    def prompt_path(self) -> Path:
+        return self._prompt_path
+
+    def sources(self, config):
+        return [self.source]
+
+    def collect(self, config, files, stream) -> Collected:
+        records = iter_records(files[self.source.name])
+        key = lambda r: (r["text"], r["claim"])  # noqa: E731
+        return Collected(list(stream.convert(self.source.name, records, key, convert_toy)))
+
+    def score(self, joined, settings) -> TaskScore:
+        right = [pair.meta_value("label", str) == pred.output.strip() for pair, pred in joined]
+        examples = [
+            {"id": p.id, "gold": p.meta["label"], "predicted": q.output, "output": q.output}
+            for p, q in joined
+        ]
+        return TaskScore({"accuracy": sum(right) / len(right), "n": len(right)}, examples)
+
+    def headline(self, figures):
+        return [("accuracy", figures["accuracy"])]
+
+    def report_section(self, figures):
+        return [f"accuracy {figures['accuracy']:.3f} over {figures['n']} claims", ""]
+
+    def detect_output(self, text, p_yes):
+        return {"stated": text.strip() == "Yes"}
+
+
+@pytest.fixture
+def toy(tmp_path):
+    records = [
+        {"text": "The bridge opened in 1990.", "claim": "It opened in 1990.", "supported": True},
+        {"text": "The bridge opened in 1990.", "claim": "It opened in 1991.", "supported": False},
+        {"text": "Rain fell all day.", "claim": "It was sunny.", "supported": False},
+        {"text": "The team won twice.", "claim": "The team won.", "supported": True},
+    ]
+    data = tmp_path / "data"
+    (data / "toy").mkdir(parents=True)
+    lines = [
+        json.dumps({**r, "split": "train" if i == 0 else "test"}) for i, r in enumerate(records)
+    ]
+    (data / "toy" / "claims.jsonl").write_text("\n".join(lines) + "\n")
+    digest = hashlib.sha256((data / "toy" / "claims.jsonl").read_bytes()).hexdigest()
+    source = Source("toy/claims.jsonl", "https://example.invalid/claims.jsonl", digest, "test")
+    (tmp_path / "toy.txt").write_text(TOY_PROMPT)
+    task = ToyTask(tmp_path / "toy.txt", source)
+    with temporary_tasks(task):
+        yield task, data
+    assert "toy" not in task_names()  # gone after the block
+
+
+def test_a_toy_fourth_task_runs_prepare_score_and_report(toy, tmp_path, capsys):
+    _, data = toy
+    assert task_names() == (*BUILTIN, "toy")
+    manifest = run_prepare(
+        PrepareConfig(tasks=["toy"]), data, tmp_path / "prepared", progress=False, log=print
+    )
+    assert manifest["counts"]["toy"]["test"]["pairs"] == 3
+    assert manifest["prompt_hashes"]["toy"] == load_prompt("toy").hash
+    test_pairs = list(read_pairs(tmp_path / "prepared" / "toy" / "test.jsonl"))
+    predictions = tmp_path / "run" / "predictions"
+    predictions.mkdir(parents=True)
+    with (predictions / "toy.jsonl").open("w") as f:
+        for pair, output in zip(test_pairs, ["No", "No", "No"], strict=True):
+            f.write(json.dumps({"id": pair.id, "task": "toy", "output": output}) + "\n")
+    code = main(
+        ["score", "--data", str(tmp_path / "prepared"), "--predictions", str(predictions),
+         "--out", str(tmp_path / "run"), "--tasks", "toy"]
+    )  # fmt: skip
+    assert code == 0
+    assert "toy: accuracy 0.667" in capsys.readouterr().out  # 2 of 3 right
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["tasks"]["toy"]["accuracy"] == pytest.approx(2 / 3)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## toy" in report and "accuracy 0.667 over 3 claims" in report
+    assert "Toy: Toy numbers are on its test split." in report
+
+
+def test_unknown_task_is_an_error_that_names_the_known_ones(tmp_path, prepared_dir):
+    with pytest.raises(FincheckError, match=r"unknown task 'toy'; known tasks: final, qasem"):
+        get_task("toy")
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    (predictions / "final.jsonl").write_text("")
+    with pytest.raises(FincheckError, match=r"unknown task 'summaries'; known tasks"):
+        run_score(ScoreOptions(prepared_dir, predictions, tmp_path / "out", tasks=("summaries",)))
+
+
+def test_every_stage_loops_over_the_registry_not_task_names():
+    """No stage module names a task: those live in fincheck/tasks and the converters."""
+    stage_files = [
+        *REPO.glob("eval/*.py"),
+        *REPO.glob("serve/*.py"),
+        *REPO.glob("train/*.py"),
+        REPO / "data_prep" / "prepare.py",
+        REPO / "fincheck" / "inference.py",
+        REPO / "scripts" / "demo.py",
+    ]
+    offenders = []
+    for path in stage_files:
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if re.search(r"""(==|!=| in )\s*\(?["'](final|qasem|fhsumbench)["']""", line):
+                offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert offenders == []
+
+
+def test_the_docs_list_the_files_a_new_benchmark_needs(toy):
+    """docs/architecture.md's list is the one the toy task followed: a task module (the class
+    above), a prompt file, a converter (convert_toy), one line in BUILTIN."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("## How to add a benchmark", 1)[1].split("\n## ", 1)[0]
+    files = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
+    assert files == [
+        "fincheck/tasks/<name>.py",
+        "fincheck/prompts/<name>.txt",
+        "data_prep/<name>.py",
+        "fincheck/tasks/__init__.py",
+    ]
+    for builtin in BUILTIN:  # and the built-in tasks follow it
+        assert (REPO / "fincheck" / "tasks" / f"{builtin}.py").is_file()
+        assert get_task(builtin).prompt_path == REPO / "fincheck" / "prompts" / f"{builtin}.txt"
+        assert (REPO / "data_prep" / f"{builtin if builtin != 'final' else 'defacto'}.py").is_file()
