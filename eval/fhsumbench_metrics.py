@@ -1,4 +1,5 @@
-"""FHSumBench scoring, with the semantics of the benchmark's reference scorer (method/score.py).
+"""FHSumBench scoring, with the semantics of the benchmark's reference scorer (method/score.py);
+how that scorer reads an output is `fincheck.eval.fhsumbench_reference`.
 
 A judgement {"Faithfulness": bool, "Factuality": bool} maps to a label:
   faithful + factual        -> no_hallu
@@ -32,12 +33,16 @@ _OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _FIELD = r"[\"']?{name}[\"']?\s*[:=]\s*[\"']?(true|false)\b"
 
 
-def parse_judgement(text: str) -> tuple[bool, bool] | None:
-    """Read (faithfulness, factuality) from a model output, or None when it is not there.
+def lenient_judgement(text: str) -> tuple[bool, bool] | None:
+    """fincheck's lenient reading, a second figure labelled "lenient parse" (the headline uses
+    the reference's, `fhsumbench_reference.reference_judgement`): (faithfulness, factuality) or
+    None.
 
     Tolerates code fences, prose before and after the object, Python-style True/False, quoted
     "true"/"false" values, and key case; takes the first object that has both keys. As a last
-    resort (a truncated or unbalanced object) reads `Faithfulness: x ... Factuality: y`.
+    resort (a truncated or unbalanced object) reads `Faithfulness: x ... Factuality: y`. The
+    reference scorer reads some of these differently (lowercase keys, single quotes and
+    `Faithfulness: x` lines are invalid there; "yes"/"no" and 0/1 values valid).
     """
     if not text:
         return None

@@ -21,12 +21,28 @@ from dataclasses import dataclass
 from fincheck.eval.bootstrap import bootstrap_ci
 from fincheck.eval.classification import balanced_accuracy, harmonic_mean
 
-_NONE_ANSWERS = {"none", "none.", "no inconsistencies", "no inconsistencies.", "n/a", ""}
-# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"
+# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"; a marker
+# alone on its line ("A.") opens an item whose text follows (the paper's few-shot layout).
 _ITEM = re.compile(
-    r"^\s*(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.)](?:\*\*)?\s+(?P<lettered>.+)$"
+    r"^\s*(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?(?:\s+(?P<lettered>.+))?$"
     r"|^\s*[-*•]\s+(?P<bullet>.+)$"
 )
+# The CoT prompts ask for the answer under "Final Output:" (FINAL paper, appendix B.1 / E.2.3).
+_FINAL_OUTPUT = re.compile(r"final\s+output\s*:?", re.IGNORECASE)
+_DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
+# An answer that says there is nothing to report: "None", "None.", "No inconsistencies",
+# "There are no factual inconsistencies in the summary.", "The summary is consistent ...": one
+# short sentence, with no "but"/"except" that would go on to report something.
+_NOTHING = re.compile(
+    r"^(?:(?:none|n/a|nothing)\W*$"
+    r"|no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|problems?\b|hallucinat)"
+    r"|there (?:are|is|were|was) no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|"
+    r"problems?\b|hallucinat|unsupported)"
+    r"|(?:the )?summary is (?:fully |entirely |completely )?(?:factually )?"
+    r"(?:consistent|supported|accurate|faithful)\b)",
+    re.IGNORECASE,
+)
+_GOES_ON = re.compile(r"\b(?:but|except|however|although|though)\b|\n", re.IGNORECASE)
 
 
 def letters(n: int) -> list[str]:
@@ -43,31 +59,56 @@ def letters(n: int) -> list[str]:
     return out
 
 
-def parse_descriptions(text: str) -> list[str]:
-    """A model's answer -> its list of descriptions ([] for 'None').
+@dataclass(frozen=True)
+class ParsedDescriptions:
+    items: list[str]
+    structured: bool  # a None-like answer or marked items; False: free prose, read as one item
 
-    Accepts lettered ('A. ...'), parenthesised, numbered and bulleted lines; a line without a
-    marker continues the previous item. Text with no markers at all (and not 'None') is one
-    description: the model flagged something, in its own format.
+
+def read_descriptions(text: str) -> ParsedDescriptions:
+    """A model's answer -> its descriptions ([] when it reports nothing), and whether it was in
+    a format the prompts ask for.
+
+    - A chain of thought: only what follows the last "Final Output:" counts (its numbered
+      reasoning steps are not descriptions).
+    - Nothing to report: "None", and answers that say so in words ("There are no factual
+      inconsistencies in the summary.", "No errors found.", "The summary is consistent").
+    - Items: lettered ("A. ..."), parenthesised, numbered and bulleted lines; a marker alone on
+      its line opens an item whose text follows, a "Description:" label is dropped; a line
+      without a marker continues the item before it; a preamble before the first marker
+      ("Here are the issues:") is dropped.
+    - Free prose with no marker: one description (the model flagged something in its own
+      format), counted as not structured.
     """
-    stripped = (text or "").strip()
-    if stripped.strip("*").strip().lower() in _NONE_ANSWERS:
-        return []
+    text = (text or "").strip()
+    cuts = list(_FINAL_OUTPUT.finditer(text))
+    if cuts:
+        text = text[cuts[-1].end() :].strip()
+    plain = text.strip("*# \n").strip()
+    if not plain or (_NOTHING.match(plain) and not _GOES_ON.search(plain)):
+        return ParsedDescriptions([], True)
     items: list[str] = []
     loose: list[str] = []
-    for line in stripped.splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         match = _ITEM.match(line)
         if match:
-            items.append((match.group("lettered") or match.group("bullet")).strip())
+            items.append((match.group("lettered") or match.group("bullet") or "").strip())
         elif items:
-            items[-1] = f"{items[-1]} {line.strip()}"
+            items[-1] = f"{items[-1]} {line.strip()}".strip()
         else:
             loose.append(line.strip())
-    if not items:
-        return [" ".join(loose)] if loose else []
-    return items  # a preamble before the first marker ("Here are the issues:") is dropped
+    items = [_DESCRIPTION_LABEL.sub("", item).strip() for item in items]
+    items = [item for item in items if item]
+    if items:
+        return ParsedDescriptions(items, True)
+    return ParsedDescriptions([" ".join(loose)] if loose else [], False)
+
+
+def parse_descriptions(text: str) -> list[str]:
+    """The descriptions of an answer (see `read_descriptions`)."""
+    return read_descriptions(text).items
 
 
 def true_positives(matching: Mapping[str, str | None]) -> int:
@@ -77,23 +118,31 @@ def true_positives(matching: Mapping[str, str | None]) -> int:
 
 @dataclass(frozen=True)
 class FinalItem:
-    """One FINAL example after judging. tp is None when the judge failed on it."""
+    """One FINAL example after judging: its numbers of predicted and gold descriptions and the
+    true positives, None when unknown (`judge_failed`: the judge was asked and failed; else no
+    judge was configured)."""
 
     n_pred: int
     n_gold: int
     tp: int | None
+    judge_failed: bool = False
 
     @property
-    def judged(self) -> bool:
+    def tp_known(self) -> bool:
         return self.tp is not None
 
 
-def final_figures(items: Sequence[FinalItem]) -> dict[str, float]:
-    """Micro P/R/F1 over judged items and binarized BAcc over all items."""
-    judged = [it for it in items if it.judged]
-    tp = sum(it.tp for it in judged)  # type: ignore[misc]
-    n_pred = sum(it.n_pred for it in judged)
-    n_gold = sum(it.n_gold for it in judged)
+def final_figures(items: Sequence[FinalItem], judge_failures: str = "miss") -> dict[str, float]:
+    """Micro P/R/F1 and the binarized BAcc (over all items).
+
+    judge_failures="miss" (the headline, as the paper, which excludes nothing): an example the
+    judge failed on counts its descriptions with no true positive. "exclude": it is left out
+    of P and R (a second figure, beside it). Examples without a judge are always left out.
+    """
+    counted = [it for it in items if it.tp_known or (it.judge_failed and judge_failures == "miss")]
+    tp = sum(it.tp or 0 for it in counted)
+    n_pred = sum(it.n_pred for it in counted)
+    n_gold = sum(it.n_gold for it in counted)
     precision = tp / n_pred if n_pred else math.nan
     recall = tp / n_gold if n_gold else math.nan
     return {
@@ -107,19 +156,23 @@ def final_figures(items: Sequence[FinalItem]) -> dict[str, float]:
 
 
 def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int = 0) -> dict:
-    """Headline figures, counts and bootstrap CIs (resampling examples)."""
+    """Headline figures (judge failures counted as misses), the variant that excludes them,
+    counts named for what they count, and bootstrap CIs (resampling examples)."""
     figures = final_figures(items)
+    excluded = final_figures(items, judge_failures="exclude")
     flagged_gold = [it.n_gold > 0 for it in items]
     flagged_pred = [it.n_pred > 0 for it in items]
-    judged = [it for it in items if it.judged]
+    counted = [it for it in items if it.tp_known or it.judge_failed]
     result: dict = {
         **figures,
+        "excluding_judge_failures": {k: excluded[k] for k in ("precision", "recall", "f1")},
         "n": len(items),
-        "n_judged": len(judged),
-        "n_unjudged": len(items) - len(judged),
-        "true_positives": sum(it.tp for it in judged),  # type: ignore[misc]
-        "n_predicted": sum(it.n_pred for it in judged),
-        "n_gold": sum(it.n_gold for it in judged),
+        "n_tp_known": sum(it.tp_known for it in items),  # judged, or needing no judge
+        "n_judge_failed": sum(it.judge_failed for it in items),  # counted as misses above
+        "n_without_judge": sum(not it.tp_known and not it.judge_failed for it in items),
+        "true_positives": sum(it.tp or 0 for it in counted),
+        "predicted_descriptions": sum(it.n_pred for it in counted),  # the precision's divisor
+        "gold_descriptions": sum(it.n_gold for it in counted),  # the recall's divisor
         "binary_confusion": {
             "labels": ["consistent", "inconsistent"],
             "counts": [

@@ -13,6 +13,7 @@ Outcomes per example (`JudgeResult.status`):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -26,7 +27,11 @@ from typing import Protocol
 from fincheck.errors import FincheckError
 from fincheck.eval.final_metrics import letters
 
-PROMPT_PATH = Path(__file__).parent / "prompts" / "final_judge.txt"
+PROMPTS = Path(__file__).parent / "prompts"
+# The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
+# variant (omissions and multi-fact descriptions match nothing), named in every report.
+JUDGE_PROMPTS = {"paper": PROMPTS / "final_judge.txt", "strict": PROMPTS / "final_judge_strict.txt"}
+PROMPT_PATH = JUDGE_PROMPTS["paper"]
 DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
 
 
@@ -51,6 +56,13 @@ class JudgePrompt:
     system: str
     user: str
     version: str  # sha256 prefix of the prompt file: part of every cache key and result
+    name: str = "paper"
+
+    @classmethod
+    def named(cls, name: str) -> JudgePrompt:
+        if name not in JUDGE_PROMPTS:
+            raise FincheckError(f"judge prompt {name!r}: choose one of {', '.join(JUDGE_PROMPTS)}")
+        return dataclasses.replace(cls.load(JUDGE_PROMPTS[name]), name=name)
 
     @classmethod
     def load(cls, path: Path = PROMPT_PATH) -> JudgePrompt:

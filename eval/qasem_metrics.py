@@ -8,6 +8,9 @@ prediction and ROC-AUC of s, with "supported" as the positive class.
 A prediction without p_yes (an API model, another tool) is scored from its text: an answer that
 starts with yes -> s = 1, no -> s = 0. An answer that is neither is a parse failure and counts as
 wrong: s is set to the opposite of the gold label, so it can only lower BAcc and AUC, never help.
+With p_yes, s = p_yes whatever the text says (the paper reads P(Yes) at the answer position);
+outputs whose text is neither Yes nor No are counted all the same (`n_text_not_yes_no`), since
+a model that answers in prose is scored on a token it did not choose.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class QasemItem:
     score: float
     parse_failed: bool = False
     from_text: bool = False
+    text_not_yes_no: bool = False  # the output text starts with neither Yes nor No
 
     @property
     def predicted(self) -> bool:
@@ -99,6 +103,7 @@ def score_qasem(
             "n_supported": sum(it.gold for it in group),
             "n_parse_failed": sum(it.parse_failed for it in group),
             "n_scored_from_text": sum(it.from_text for it in group),
+            "n_text_not_yes_no": sum(it.text_not_yes_no for it in group),
             "ci95": {},
         }
         for metric in ("bacc", "auc"):

@@ -32,10 +32,11 @@ def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str
 
 
 def paper_rows(numbers: Iterable[PaperNumber]) -> dict[str, dict[tuple[str, str | None], float]]:
-    """system -> {(metric, subset): value}, systems in the order the task lists them."""
+    """Row label -> {(metric, subset): value}, in the order the task lists them; the label
+    names the system and the paper's table ("GPT-4o vanilla (FHSumBench paper, Table 1)")."""
     rows: dict[str, dict[tuple[str, str | None], float]] = {}
     for n in numbers:
-        rows.setdefault(n.system, {})[(n.metric, n.subset)] = n.value
+        rows.setdefault(f"{n.system} ({n.source})", {})[(n.metric, n.subset)] = n.value
     return rows
 
 

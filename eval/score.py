@@ -91,6 +91,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     if opts.judge is not None:
         results["judge"] = {
             **opts.judge.client.identity,
+            "prompt": opts.judge.prompt.name,
             "prompt_version": opts.judge.prompt.version,
             "cache_hits": opts.judge.cache.hits,
             "cache_misses": opts.judge.cache.misses,

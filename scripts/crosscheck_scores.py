@@ -1,5 +1,8 @@
 """Recompute a scored run's QASem and FHSumBench figures with scikit-learn, independently of
-fincheck.eval (own parsing, sklearn metrics), and compare with RUN/results.json.
+fincheck's metric code, and compare with RUN/results.json. QASem outputs are read by this
+script's own Yes/No rule; FHSumBench outputs by the reference scorer's semantics
+(`fincheck.eval.fhsumbench_reference`, checked against the reference on its own), so what is
+cross-checked is the arithmetic: the macro averages over gold ∪ predicted labels and F.
 
     python scripts/crosscheck_scores.py --data prepared --run runs/tiny
 
@@ -15,7 +18,15 @@ import re
 import sys
 from pathlib import Path
 
-from sklearn.metrics import balanced_accuracy_score, precision_score, recall_score, roc_auc_score
+from sklearn.metrics import (
+    accuracy_score,
+    balanced_accuracy_score,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
+
+from fincheck.eval.fhsumbench_reference import reference_judgement
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -49,30 +60,22 @@ def fhsumbench_labels(data: Path, run: Path) -> tuple[list[int], list[int]]:
     y_true, y_pred = [], []
     for pred in read_jsonl(run / "predictions" / "fhsumbench.jsonl"):
         y_true.append(codes[gold[pred["id"]]["meta"]["label"]])
-        text = pred["output"].replace("`", "").replace("json", "")
-        text = text.replace("True", "true").replace("False", "false")
-        found = re.search(r"\{.*?\}", text, re.DOTALL)
-        code = -1
-        try:
-            obj = {k.lower(): v for k, v in json.loads(found.group(0)).items()} if found else {}
-            faithful, factual = obj["faithfulness"], obj["factuality"]
-            if isinstance(faithful, bool) and isinstance(factual, bool):
-                code = {(False, True): 0, (False, False): 1, (True, True): 2}.get(
-                    (faithful, factual), -1
-                )
-        except (json.JSONDecodeError, KeyError, AttributeError):
-            pass
-        y_pred.append(code)
+        judgement, _ = reference_judgement(pred["output"])
+        y_pred.append({(False, True): 0, (False, False): 1, (True, True): 2}.get(judgement, -1))
     return y_true, y_pred
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, required=True, help="prepared data directory")
     parser.add_argument("--run", type=Path, required=True, help="run directory with results.json")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     results = json.loads((args.run / "results.json").read_text())["tasks"]
     checks: list[tuple[str, float, float]] = []
     if "qasem" in results:
@@ -96,7 +99,13 @@ def main() -> int:
             ("fhsumbench/precision", p, ours["precision"]),
             ("fhsumbench/recall", r, ours["recall"]),
             ("fhsumbench/f", 2 * p * r / (p + r) if p + r else 0.0, ours["f"]),
+            ("fhsumbench/accuracy", accuracy_score(y_true, y_pred), ours["accuracy"]),
         ]
+        for code, name in ((0, "fh_acc"), (1, "nfh_acc"), (2, "noh_acc")):
+            rows = [(t, q) for t, q in zip(y_true, y_pred, strict=True) if t == code]
+            if rows:  # the reference: accuracy_score over the rows of that gold class
+                value = accuracy_score([t for t, _ in rows], [q for _, q in rows])
+                checks.append((f"fhsumbench/{name}", value, ours[name]))
     bad = 0
     for name, theirs, ours in checks:
         ok = ours is not None and abs(theirs - ours) <= 1e-9

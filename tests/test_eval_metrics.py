@@ -21,13 +21,15 @@ from fincheck.eval.fhsumbench_metrics import (
     NO_HALLU,
     NON_FACTUAL,
     judgement_to_label,
-    parse_judgement,
+    lenient_judgement,
     score_fhsumbench,
 )
 from fincheck.eval.final_metrics import (
     FinalItem,
+    ParsedDescriptions,
     letters,
     parse_descriptions,
+    read_descriptions,
     score_final,
     true_positives,
 )
@@ -154,8 +156,8 @@ def test_score_qasem_per_subset_and_threshold():
         ("", None),
     ],
 )
-def test_parse_judgement(text, expected):
-    assert parse_judgement(text) == expected
+def test_lenient_judgement(text, expected):
+    assert lenient_judgement(text) == expected
 
 
 def test_label_mapping():
@@ -205,6 +207,41 @@ def test_parse_descriptions_formats():
     assert parse_descriptions("The date is wrong.") == ["The date is wrong."]
 
 
+COT = """Let me check the summary step by step.
+1. The summary says the library opens in 2025. The text says 2027: contradicted.
+2. The summary says the council approved it. The text says so: supported.
+3. The summary names the mayor. Supported.
+
+Final Output:
+A. The summary says the library opens in 2025; the text says 2027."""
+
+
+@pytest.mark.parametrize(
+    ("output", "items", "structured"),
+    [
+        (COT, ["The summary says the library opens in 2025; the text says 2027."], True),
+        ("Reasoning: 1. fine. 2. fine.\nFinal Output: None", [], True),
+        ("Step 1. All claims hold.\n\n**Final Output:**\nNone.", [], True),
+        ("There are no factual inconsistencies in the summary.", [], True),
+        ("No inconsistencies found.", [], True),
+        ("The summary is consistent with the text.", [], True),
+        ("Final output:\nThere are no inconsistencies.", [], True),
+        ("A.\nDescription: The year is wrong.\nB.\nDescription: A name is invented.",
+         ["The year is wrong.", "A name is invented."], True),  # the few-shot layout
+        ("The summary is consistent with the text, except the year.",
+         ["The summary is consistent with the text, except the year."], False),
+        ("None of it holds: the year is wrong.", ["None of it holds: the year is wrong."], False),
+        ("1. The summary gives 2025.\n2. The text gives 2027.\nFinal Output:\n- The year.",
+         ["The year."], True),
+    ],
+)  # fmt: skip
+def test_cot_and_nothing_to_report_answers(output, items, structured):
+    """Only what follows the last "Final Output:" counts (the CoT prompts' marker, FINAL paper
+    appendix B.1); its numbered reasoning is not a description, and an answer that says there is
+    nothing to report is an empty list, not a flagged item."""
+    assert read_descriptions(output) == ParsedDescriptions(items, structured)
+
+
 def test_letters():
     assert letters(3) == ["A", "B", "C"]
     assert letters(28)[-2:] == ["AA", "AB"]
@@ -232,7 +269,18 @@ def test_score_final_micro_and_binarized():
     assert out["binary_confusion"]["counts"] == [[1, 1], [1, 2]]
 
 
-def test_score_final_excludes_unjudged_from_micro_totals():
-    items = [FinalItem(2, 2, 1), FinalItem(4, 4, None)]
+def test_judge_failures_count_as_misses_in_the_headline_and_apart_beside_it():
+    items = [FinalItem(2, 2, 1), FinalItem(4, 4, None, judge_failed=True)]
     out = score_final(items, n_resamples=0)
-    assert out["precision"] == 0.5 and out["n_unjudged"] == 1 and out["n_predicted"] == 2
+    # headline: the failed example's 4 predictions and 4 gold items count, with no TP
+    assert out["precision"] == 1 / 6 and out["recall"] == 1 / 6
+    assert out["predicted_descriptions"] == 6 and out["gold_descriptions"] == 6
+    assert out["excluding_judge_failures"]["precision"] == 0.5
+    assert out["n_judge_failed"] == 1 and out["n_tp_known"] == 1 and out["n_without_judge"] == 0
+
+
+def test_examples_without_a_judge_are_left_out_and_counted_as_such():
+    items = [FinalItem(2, 2, 1), FinalItem(0, 3, 0), FinalItem(4, 4, None)]
+    out = score_final(items, n_resamples=0)
+    assert out["precision"] == 0.5 and out["recall"] == 1 / 5
+    assert out["n_without_judge"] == 1 and out["n_tp_known"] == 2

@@ -152,7 +152,8 @@ def test_figures_match_an_independent_computation(scored_run):
         n_pred += len(pred_items)
         n_gold += len(gold_items)
     final = on_disk["tasks"]["final"]
-    assert (final["true_positives"], final["n_predicted"], final["n_gold"]) == (tp, n_pred, n_gold)
+    counts = (final["true_positives"], final["predicted_descriptions"], final["gold_descriptions"])
+    assert counts == (tp, n_pred, n_gold)
     assert final["precision"] == pytest.approx(tp / n_pred) and final["recall"] == pytest.approx(
         tp / n_gold
     )
@@ -162,14 +163,15 @@ def test_figures_match_an_independent_computation(scored_run):
     assert final["binary_bacc"] == pytest.approx(
         sklearn.balanced_accuracy_score(flagged_gold, flagged_pred)
     )
-    assert final["judge_errors"] == 0 and final["n_unjudged"] == 0
+    assert final["judge_errors"] == 0 and final["n_judge_failed"] == 0
 
 
 def test_outputs_written(scored_run):
     results, _, _, run_dir, _ = scored_run
     report = (run_dir / "report.md").read_text()
-    assert "MiniCheck-770M (paper)" in report and "GPT-4o vanilla (paper)" in report
-    assert "Claude-3.5-Sonnet, CoT (paper)" in report
+    assert "MiniCheck-770M (QASem paper, Table 4)" in report
+    assert "GPT-4o vanilla (FHSumBench paper, Table 1)" in report
+    assert "Claude-3.5-Sonnet, CoT (FINAL paper, Table 4 (F1, test, 1,265))" in report
     for png in ("fhsumbench_confusion", "qasem_roc", "qasem_confusion", "final_binary_confusion"):
         data = (run_dir / "plots" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -279,7 +281,7 @@ def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, m
     assert "1 judge call(s) failed" in capsys.readouterr().err
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["tasks"]["final"]["judge_errors"] == 1
-    assert results["tasks"]["final"]["n_unjudged"] == 1
+    assert results["tasks"]["final"]["n_judge_failed"] == 1  # a miss in the headline P/R
     assert results["judge"]["errors"] == 1
 
 
@@ -344,3 +346,48 @@ def test_crosscheck_script_agrees(scored_run, prepared_dir):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DIFF" not in done.stdout and "figures agree" in done.stdout
+
+
+def test_fhsumbench_figures_equal_the_reference_scorers_on_off_format_outputs(
+    prepared_dir, tmp_path
+):
+    """Every FHSumBench test pair gets one of the table's off-format outputs (fences, prose,
+    yes/no, 0/1, single quotes, key: value lines, truncations, refusals): results.json holds
+    the reference scorer's P, R, F, accuracy and per-class accuracies (sklearn's macro over gold
+    ∪ predicted labels, invalid a class) to 1e-9, and the lenient figures differ."""
+    import subprocess
+    import sys
+
+    from test_fhsumbench_reference import CASES
+
+    from fincheck.eval.fhsumbench_reference import reference_judgement
+
+    sklearn = pytest.importorskip("sklearn.metrics")
+    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
+    run = tmp_path / "run"
+    (run / "predictions").mkdir(parents=True)
+    outputs = [CASES[i % len(CASES)][0] for i in range(len(pairs))]
+    with (run / "predictions" / "fhsumbench.jsonl").open("w") as f:
+        for pair, output in zip(pairs, outputs, strict=True):
+            f.write(json.dumps({"id": pair.id, "task": "fhsumbench", "output": output}) + "\n")
+    args = ["score", "--data", str(prepared_dir), "--predictions", str(run / "predictions"),
+            "--out", str(run), "--bootstrap", "0", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    figures = json.loads((run / "results.json").read_text())["tasks"]["fhsumbench"]
+    codes = {"factual_hallu": 0, "non_factual_hallu": 1, "no_hallu": 2}
+    y_true = [codes[p.meta["label"]] for p in pairs]
+    verdict = {(False, True): 0, (False, False): 1, (True, True): 2}
+    y_pred = [verdict.get(reference_judgement(o)[0], -1) for o in outputs]
+    p = sklearn.precision_score(y_true, y_pred, average="macro", zero_division=0)
+    r = sklearn.recall_score(y_true, y_pred, average="macro", zero_division=0)
+    assert figures["precision"] == pytest.approx(p, abs=1e-9)
+    assert figures["recall"] == pytest.approx(r, abs=1e-9)
+    assert figures["f"] == pytest.approx(2 * p * r / (p + r), abs=1e-9)
+    assert figures["accuracy"] == pytest.approx(sklearn.accuracy_score(y_true, y_pred), abs=1e-9)
+    fh = [(t, q) for t, q in zip(y_true, y_pred, strict=True) if t == 0]
+    assert figures["fh_acc"] == pytest.approx(sum(q == 0 for _, q in fh) / len(fh), abs=1e-9)
+    assert figures["lenient_parse"]["f"] != figures["f"]  # the two readings do differ here
+    script = Path(__file__).resolve().parents[1] / "scripts" / "crosscheck_scores.py"
+    done = subprocess.run([sys.executable, str(script), "--data", str(prepared_dir), "--run", str(run)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0 and "fhsumbench/noh_acc" in done.stdout, done.stdout

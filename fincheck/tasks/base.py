@@ -54,6 +54,7 @@ class CardInfo:
     dataset_type: str
     dataset_name: str
     metrics: tuple[str, ...]  # figures of results.json that go into the card
+    subsets: tuple[str, ...] = ()  # sub-dicts of the figures holding per-subset figures
 
 
 @dataclass(frozen=True)

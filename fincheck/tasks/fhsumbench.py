@@ -18,10 +18,13 @@ from fincheck.data_prep.raw_records import iter_records
 from fincheck.data_prep.sources import Source
 from fincheck.data_prep.splits import split_by_group
 from fincheck.eval.fhsumbench_metrics import (
+    INVALID,
+    fhsumbench_figures,
     judgement_to_label,
-    parse_judgement,
+    lenient_judgement,
     score_fhsumbench,
 )
+from fincheck.eval.fhsumbench_reference import reference_judgement
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
@@ -42,19 +45,30 @@ DATA = Source(
 )
 
 
+# The paper's tables, all on the 1,336 samples (Table 2's retrieval rows may not be: their
+# per-class accuracies in Table 6 do not come out as fractions of the class sizes).
+_T1 = "FHSumBench paper, Table 1"
+_T2 = "FHSumBench paper, Table 2"
+_T7 = "FHSumBench paper, Table 7 (appendix)"
+
+
 class FhsumbenchTask(Task):
     name = "fhsumbench"
     title = "FHSumBench"
     max_new_tokens = 96
     paper_numbers = (
-        PaperNumber("GPT-4o vanilla", "precision", 0.458, "FHSumBench paper"),
-        PaperNumber("GPT-4o vanilla", "recall", 0.465, "FHSumBench paper"),
-        PaperNumber("GPT-4o vanilla", "f", 0.461, "FHSumBench paper"),
-        PaperNumber("Qwen2.5-7B vanilla", "f", 0.465, "FHSumBench paper"),
-        PaperNumber("GPT-4o reflection retrieval (best)", "f", 0.501, "FHSumBench paper"),
-        PaperNumber("Random", "precision", 0.3185, "FHSumBench paper"),
-        PaperNumber("Random", "recall", 0.3184, "FHSumBench paper"),
-        PaperNumber("Random", "f", 0.3185, "FHSumBench paper"),
+        PaperNumber("GPT-4o vanilla", "precision", 0.4575, _T1),
+        PaperNumber("GPT-4o vanilla", "recall", 0.4650, _T1),
+        PaperNumber("GPT-4o vanilla", "f", 0.4612, _T1),
+        PaperNumber("GPT-4o CoT", "f", 0.4637, _T1),
+        PaperNumber("Qwen2.5-7B vanilla", "precision", 0.4587, _T7),
+        PaperNumber("Qwen2.5-7B vanilla", "recall", 0.4706, _T7),
+        PaperNumber("Qwen2.5-7B vanilla", "f", 0.4646, _T7),
+        PaperNumber("GPT-4o reflection retrieval (best of Table 2)", "f", 0.5010, _T2),
+        PaperNumber("Qwen2.5-72B reflection retrieval (best overall)", "f", 0.5022, _T7),
+        PaperNumber("Random", "precision", 0.3185, _T1),
+        PaperNumber("Random", "recall", 0.3184, _T1),
+        PaperNumber("Random", "f", 0.3185, _T1),
     )
     comparability = (
         "FHSumBench numbers are on all 1,336 samples, while a grouped train/test split evaluates "
@@ -98,13 +112,18 @@ class FhsumbenchTask(Task):
     # --- score -----------------------------------------------------------------------------
 
     def score(self, joined: Joined, settings: ScoreSettings) -> TaskScore:
-        gold, pred, failed, examples = [], [], [], []
+        """The headline figures read every output as the reference scorer does; the same
+        figures under fincheck's lenient reading go beside them, labelled."""
+        gold, pred, failed, lenient, examples = [], [], [], [], []
+        stages: dict[str, int] = {}
         for pair, prediction in joined:
-            judgement = parse_judgement(prediction.output)
+            judgement, stage = reference_judgement(prediction.output)
             label = judgement_to_label(judgement)
             gold.append(pair.meta_value("label", str))
             pred.append(label)
             failed.append(judgement is None)
+            lenient.append(judgement_to_label(lenient_judgement(prediction.output)))
+            stages[stage] = stages.get(stage, 0) + 1
             examples.append(
                 {
                     "id": pair.id,
@@ -112,11 +131,18 @@ class FhsumbenchTask(Task):
                     "output": prediction.output,
                     "predicted": label,
                     "parse_failed": judgement is None,
+                    "read_by": stage,
+                    "lenient_predicted": lenient[-1],
                 }
             )
         figures = score_fhsumbench(
             gold, pred, failed, n_resamples=settings.bootstrap_resamples, seed=settings.seed
         )
+        figures["read_by"] = dict(sorted(stages.items()))
+        figures["lenient_parse"] = {
+            **fhsumbench_figures(gold, lenient),
+            "n_invalid": lenient.count(INVALID),
+        }
         return TaskScore(figures, examples)
 
     def headline(self, figures: dict) -> list[tuple[str, float | None]]:
@@ -139,15 +165,24 @@ class FhsumbenchTask(Task):
             f"| **this run** | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
             f"{fmt_ci(f, 'f')} | {fmt(f['fh_acc'])} | {fmt(f['nfh_acc'])} | {fmt(f['noh_acc'])} |",
         ]
+        lenient = f.get("lenient_parse")
+        if lenient:
+            out.append(
+                f"| this run, lenient parse | {fmt(lenient['precision'])} | "
+                f"{fmt(lenient['recall'])} | {fmt(lenient['f'])} | {fmt(lenient['fh_acc'])} | "
+                f"{fmt(lenient['nfh_acc'])} | {fmt(lenient['noh_acc'])} |"
+            )
         for system, numbers in paper_rows(self.paper_numbers).items():
             cells = " | ".join(fmt(numbers.get((m, None))) for m in ("precision", "recall", "f"))
-            out.append(f"| {system} (paper) | {cells} | – | – | – |")
+            out.append(f"| {system} | {cells} | – | – | – |")
         out += [
             "",
             f"F is the harmonic mean of macro-P and macro-R over gold ∪ predicted labels; "
             f"{f['n_invalid']} invalid predictions (faithful+non-factual or unparseable) form "
             f"their own class; parse failures {f['n_parse_failed']} "
-            f"({fmt(f['parse_failure_rate'], 100, 1)}%).",
+            f"({fmt(f['parse_failure_rate'], 100, 1)}%). Outputs are read exactly as the "
+            f"benchmark's reference scorer reads them (stages: {f.get('read_by', {})}); the "
+            "lenient-parse row reads them more tolerantly and is not comparable with the papers.",
             "",
         ]
         return out
@@ -168,7 +203,7 @@ class FhsumbenchTask(Task):
     # --- serve -----------------------------------------------------------------------------
 
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
-        return {"label": judgement_to_label(parse_judgement(text))}
+        return {"label": judgement_to_label(reference_judgement(text)[0])}
 
 
 TASK = FhsumbenchTask()

@@ -19,7 +19,13 @@ from fincheck.data_prep.defacto import convert_defacto
 from fincheck.data_prep.final_file import convert_final_item
 from fincheck.data_prep.raw_records import iter_records
 from fincheck.data_prep.sources import Source
-from fincheck.eval.final_metrics import FinalItem, parse_descriptions, score_final, true_positives
+from fincheck.eval.final_metrics import (
+    FinalItem,
+    parse_descriptions,
+    read_descriptions,
+    score_final,
+    true_positives,
+)
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
@@ -122,9 +128,10 @@ class FinalTask(Task):
         """With the judge; without one, only examples with an empty list get P/R counts (they
         need no judge) and the rest are left unjudged: the binarized BAcc is still exact."""
         judge = settings.judge
+        read = [read_descriptions(pred.output) for _, pred in joined]
         parsed = [
-            (pair, pred, parse_descriptions(pred.output), pair.meta_value("descriptions", list))
-            for pair, pred in joined
+            (pair, pred, r.items, pair.meta_value("descriptions", list))
+            for (pair, pred), r in zip(joined, read, strict=True)
         ]
         needs_judge = [i for i, (_, _, p, g) in enumerate(parsed) if p and g]
         results: dict[int, Any] = {}
@@ -144,8 +151,10 @@ class FinalTask(Task):
                 "gold": gold,
                 "predicted": predicted,
                 "output": pred.output,
+                "structured": read[i].structured,
             }
             tp: int | None
+            failed = False
             if i not in judge_set:
                 tp = 0
                 record["judge"] = "skipped"
@@ -156,7 +165,7 @@ class FinalTask(Task):
                 if result.status == "ok":
                     tp = true_positives(result.matching)
                 else:
-                    tp = None
+                    tp, failed = None, True
                     record["judge_raw"] = result.raw
                     record["judge_error"] = result.error
                     errors += result.status == "error"
@@ -165,7 +174,7 @@ class FinalTask(Task):
                 tp = None
                 record["judge"] = "no_judge"
             record["true_positives"] = tp
-            items.append(FinalItem(len(predicted), len(gold), tp))
+            items.append(FinalItem(len(predicted), len(gold), tp, failed))
             examples.append(record)
         figures = score_final(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
         if judge is None and needs_judge:
@@ -173,6 +182,8 @@ class FinalTask(Task):
             for metric in ("precision", "recall", "f1"):
                 figures[metric] = math.nan
                 figures["ci95"][metric] = None
+                figures["excluding_judge_failures"][metric] = math.nan
+        figures["n_unstructured"] = sum(not r.structured for r in read)
         figures["judge_errors"] = errors
         figures["judge_parse_failed"] = parse_failed
         figures["judge_parse_failure_rate"] = (
@@ -186,7 +197,13 @@ class FinalTask(Task):
             origins[origin] = origins.get(origin, 0) + 1
         figures["gold_origin"] = origins
         figures["judged_with"] = (
-            {**judge.client.identity, "prompt_version": judge.prompt.version} if judge else None
+            {
+                **judge.client.identity,
+                "prompt": judge.prompt.name,
+                "prompt_version": judge.prompt.version,
+            }
+            if judge
+            else None
         )
         return TaskScore(figures, examples, errors, parse_failed)
 
@@ -208,20 +225,36 @@ class FinalTask(Task):
             f"| **this run** | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
             f"{fmt_ci(f, 'f1')} | {fmt_ci(f, 'binary_bacc')} |",
         ]
+        excluded = f.get("excluding_judge_failures") or {}
+        if f.get("n_judge_failed"):
+            out.append(
+                f"| this run, judge failures left out | {fmt(excluded.get('precision'))} | "
+                f"{fmt(excluded.get('recall'))} | {fmt(excluded.get('f1'))} | – |"
+            )
         for system, numbers in paper_rows(self.paper_numbers).items():
-            out.append(f"| {system} (paper) | – | – | {fmt(numbers.get(('f1', None)))} | – |")
+            out.append(f"| {system} | – | – | {fmt(numbers.get(('f1', None)))} | – |")
         judge = f.get("judged_with")
         judge_line = ", ".join(f"{k} `{v}`" for k, v in judge.items()) if judge else "none"
         out += [
             "",
-            f"Paper rows: {_TABLE}. TP (distinct gold items matched) {f['true_positives']}, "
-            f"predicted {f['n_predicted']}, gold {f['n_gold']}; {f['n_needing_judge']} examples "
-            "needed the judge (the rest had an empty list).",
+            f"Paper rows: {_TABLE}. TP (distinct gold items matched) {f['true_positives']}; "
+            f"predicted descriptions {f['predicted_descriptions']} (precision's divisor), gold "
+            f"descriptions {f['gold_descriptions']} (recall's divisor); {f['n_needing_judge']} "
+            "examples needed the judge (the rest had an empty list).",
             f"Judge: {judge_line}; errors {f['judge_errors']}, parse failures "
-            f"{f['judge_parse_failed']} ({fmt(f['judge_parse_failure_rate'], 100, 1)}%), "
-            f"unjudged examples left out of P/R: {f['n_unjudged']}.",
+            f"{f['judge_parse_failed']} ({fmt(f['judge_parse_failure_rate'], 100, 1)}%): "
+            f"{f['n_judge_failed']} examples counted as misses in the headline (as the paper, "
+            "which excludes nothing), left out in the row marked so.",
+            f"Outputs in no asked-for format (free prose, read as one description): "
+            f"{f.get('n_unstructured', 0)} of {f['n']}.",
             "",
         ]
+        if judge and judge.get("prompt") == "strict":
+            out += [
+                "Judged with the strict matching variant (omissions and multi-fact descriptions "
+                "match nothing): not the FINAL paper's criteria, so not comparable with its rows.",
+                "",
+            ]
         if f.get("gold_origin"):
             origins = ", ".join(f"{name} {n}" for name, n in sorted(f["gold_origin"].items()))
             out += [

@@ -22,6 +22,7 @@ from fincheck.eval.qasem_metrics import (
     SUBSETS,
     THRESHOLD,
     QasemItem,
+    parse_yes_no,
     score_qasem,
     support_score,
 )
@@ -92,6 +93,7 @@ class QasemTask(Task):
         dataset_type="qasem_consistency",
         dataset_name="QASemConsistency",
         metrics=("bacc", "auc"),
+        subsets=(*SUBSETS, "overall"),
     )
 
     # --- prepare ---------------------------------------------------------------------------
@@ -128,7 +130,8 @@ class QasemTask(Task):
         for pair, pred in joined:
             gold = pair.meta_value("label", str) == "Yes"
             s, failed, from_text = support_score(pred.output, pred.p_yes, gold)
-            item = QasemItem(pair.meta_value("dataset", str), gold, s, failed, from_text)
+            neither = parse_yes_no(pred.output) is None
+            item = QasemItem(pair.meta_value("dataset", str), gold, s, failed, from_text, neither)
             items.append(item)
             examples.append(
                 {
@@ -139,6 +142,7 @@ class QasemTask(Task):
                     "score": s,
                     "predicted": "Yes" if item.predicted else "No",
                     "parse_failed": failed,
+                    "text_not_yes_no": neither,
                 }
             )
         figures = score_qasem(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
@@ -179,13 +183,16 @@ class QasemTask(Task):
                 f"{fmt(numbers.get(('bacc', s)), 100, 1)} | {fmt(numbers.get(('auc', s)), 100, 1)}"
                 for s in subsets
             )
-            out.append(f"| {system} (paper) | {cells} | – | – |")
+            out.append(f"| {system} | {cells} | – | – |")
         out += [
             "",
             f"Figures in percent; verifiability is the paper's Generative Search column; paper "
             f"rows: {_TABLE}. Supported iff P(Yes)/(P(Yes)+P(No)) ≥ {THRESHOLD}. "
             f"{overall['n_scored_from_text']} predictions had no p_yes and were scored from their "
-            f"text; {overall['n_parse_failed']} were neither Yes nor No (counted wrong).",
+            f"text; {overall['n_parse_failed']} of those were neither Yes nor No (counted wrong). "
+            f"{overall['n_text_not_yes_no']} outputs in all did not start with Yes or No: with "
+            "p_yes they are scored by P(Yes) at the answer position (the paper's protocol), "
+            "whatever the text says.",
             "",
         ]
         if overall["n_scored_from_text"] == overall["n"]:

@@ -5,8 +5,8 @@
     metric.compute(predictions=['{"Faithfulness": false, "Factuality": true}'],
                    references=["factual_hallu"])
 
-predictions: raw model outputs (the JSON judgement, parsed tolerantly; unparseable or
-faithful+non-factual is the class "invalid"); references: gold labels factual_hallu /
+predictions: raw model outputs (the JSON judgement, read exactly as the benchmark's reference
+scorer reads it; unreadable or faithful+non-factual is the class "invalid"); references: gold labels factual_hallu /
 non_factual_hallu / no_hallu. Returns macro P and R over gold ∪ predicted labels, F = their
 harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.eval.fhsumbench_metrics.
 """
@@ -14,7 +14,8 @@ harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.eval.fh
 import datasets
 import evaluate
 
-from fincheck.eval.fhsumbench_metrics import judgement_to_label, parse_judgement, score_fhsumbench
+from fincheck.eval.fhsumbench_metrics import judgement_to_label, score_fhsumbench
+from fincheck.eval.fhsumbench_reference import reference_judgement
 
 _DESCRIPTION = __doc__
 
@@ -31,7 +32,7 @@ class FincheckFhsumbench(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, n_resamples=1000, seed=0):
-        judgements = [parse_judgement(text) for text in predictions]
+        judgements = [reference_judgement(text)[0] for text in predictions]
         labels = [judgement_to_label(j) for j in judgements]
         failed = [j is None for j in judgements]
         return score_fhsumbench(
