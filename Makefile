@@ -35,9 +35,9 @@ lint: install
 test: lint
 	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The fast tier (under a minute on 2 cores): no slow or multi-process tests.
+# The fast tier (under a minute on 2 cores): no slow, multi-process or real-weights tests.
 test-fast: install
-	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "not slow and not distributed" $(PYTEST_ARGS)
+	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "not slow and not distributed and not real_weights" $(PYTEST_ARGS)
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -16,7 +16,7 @@ examples:
   fincheck prepare --out prepared/ --final_file=FINAL_test.jsonl     # your copy of the FINAL release
 
 Without --data-dir (and without FINCHECK_DATA_DIR) the pinned sources are downloaded once to
-~/.cache/fincheck/data (FINCHECK_CACHE_DIR) and checked against their sha256.
+~/.cache/fincheck/data ($FINCHECK_CACHE_DIR/data) and checked against their sha256.
 
 output: OUT/<task>/<split>.jsonl (task: final, qasem, fhsumbench; split: train, dev, test) and
 OUT/manifest.json (input checksums, config, prompt hashes, counts, contamination report).

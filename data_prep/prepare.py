@@ -21,7 +21,7 @@ from fincheck import __version__
 from fincheck.config import config_field, config_to_dict
 from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.data_prep.raw_records import RecordStream
-from fincheck.data_prep.sources import Source, resolve_source, sha256_file
+from fincheck.data_prep.sources import Source, default_cache_dir, resolve_source, sha256_file
 from fincheck.data_prep.trimming import load_token_counter, trim_pair
 from fincheck.errors import FincheckError
 from fincheck.pairs import SPLITS, Pair, write_pairs
@@ -164,6 +164,21 @@ class Stopwatch:
         self._clock = now
 
 
+def refuse_overlap(out_dir: Path, inputs: list[str | Path]) -> None:
+    """The output folder must not be, contain, or sit inside an input: writing there could
+    overwrite the raw benchmark files."""
+    out = Path(out_dir).resolve()
+    for given in inputs:
+        path = Path(given).resolve()
+        if not path.exists():
+            continue  # a missing input is reported by name further on; nothing to overwrite
+        if out == path or out.is_relative_to(path) or path.is_relative_to(out):
+            raise FincheckError(
+                f"--out {out_dir} overlaps the input {given}: pick an output folder outside "
+                "the data (nothing was written)"
+            )
+
+
 def resolve_inputs(
     config: PrepareConfig, data_dir: Path | None, cache_dir: Path | None
 ) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
@@ -185,6 +200,8 @@ def run_prepare(
     log: Callable[[str], None] = print,
 ) -> dict:
     """The whole stage: resolve and verify the sources, then `prepare_from_files`."""
+    sources_dir = data_dir or cache_dir or default_cache_dir()
+    refuse_overlap(out_dir, [d for d in (sources_dir, config.final_file) if d])
     clock = Stopwatch()
     files, inputs = resolve_inputs(config, data_dir, cache_dir)
     clock.stage("resolve sources")

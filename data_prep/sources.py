@@ -20,7 +20,6 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
-CACHE_DIR_ENV = "FINCHECK_CACHE_DIR"
 
 
 @dataclass(frozen=True)
@@ -40,10 +39,10 @@ def sha256_file(path: Path) -> str:
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fincheck" / "data"
+    """<fincheck cache>/data: $FINCHECK_CACHE_DIR/data, else ~/.cache/fincheck/data."""
+    from fincheck.models import cache_root
+
+    return cache_root() / "data"
 
 
 def default_data_dir() -> Path | None:

@@ -37,6 +37,18 @@ def _tasks(value: str) -> tuple[str, ...]:
     return tasks
 
 
+def _json_object(value: str) -> dict:
+    import json
+
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return parsed
+
+
 def default_max_new_tokens() -> dict[str, int]:
     return {name: task.max_new_tokens for name, task in all_tasks().items()}
 
@@ -105,8 +117,16 @@ def register(subparsers) -> None:
     p.add_argument(
         "--max-input-tokens",
         type=int,
-        help="trim the grounding text of longer prompts "
-        "(default: the model's window minus --max-new-tokens)",
+        help="prompt tokens at most: longer prompts have their grounding text trimmed (default: "
+        "the window -- an adapter's training max_length, capped by the model's positions -- "
+        "minus the task's --max-new-tokens; the rule detect uses too)",
+    )
+    p.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        default=None,
+        help="keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for "
+        "Qwen3 (default: those the adapter was trained with, else none)",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     p.add_argument(
@@ -115,6 +135,13 @@ def register(subparsers) -> None:
         type=dtype_argument,
         help="weights dtype: auto, bf16, fp16, fp32 (default auto: bf16 on a GPU that has it, "
         "else fp32)",
+    )
+    p.add_argument(
+        "--no-prefix-reuse",
+        action="store_true",
+        help="QASem through the plain generate path (for comparison and debugging): by default "
+        "prompts sharing a reference document share one forward pass over it, and P(Yes) needs "
+        "no generation",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
@@ -151,6 +178,13 @@ def register(subparsers) -> None:
         help="FINAL matching judge (default: none = FINAL P/R/F1 not computed)",
     )
     s.add_argument("--judge-model", help="judge model name (openai) or path (local)")
+    s.add_argument(
+        "--judge-prompt",
+        default="paper",
+        choices=("paper", "strict"),
+        help="FINAL matching criteria: paper = the FINAL paper's (prompt E.4, default); strict = "
+        "also no match for omissions and multi-fact descriptions (a variant, named in the report)",
+    )
     s.add_argument("--judge-base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
     s.add_argument(
         "--judge-api-key-env",
@@ -211,6 +245,8 @@ def eval_command(args) -> int:
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
         max_input_tokens=args.max_input_tokens,
+        template_kwargs=args.chat_template_kwargs,
+        prefix_reuse=not args.no_prefix_reuse,
         device=args.device,
         dtype=args.dtype,
         progress=not args.no_progress,
@@ -228,7 +264,7 @@ def eval_command(args) -> int:
 
 
 def build_judge(args):
-    from fincheck.eval.judge import JudgeCache, MatchingJudge
+    from fincheck.eval.judge import JudgeCache, JudgePrompt, MatchingJudge
 
     if args.judge == "none":
         return None
@@ -251,7 +287,8 @@ def build_judge(args):
         args.judge_concurrency = 1
     cache_path = args.judge_cache or args.out / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
-    return MatchingJudge(client, JudgeCache(cache_path), sampling=sampling)
+    prompt = JudgePrompt.named(args.judge_prompt)
+    return MatchingJudge(client, JudgeCache(cache_path), prompt=prompt, sampling=sampling)
 
 
 def score_command(args) -> int:

@@ -24,8 +24,15 @@ from fincheck.eval.predictions import (
     PredictionWriter,
     check_eval_config,
     record_generation,
+    record_template,
 )
-from fincheck.inference import LoadedModel, fit_messages, generate_batch, load_model
+from fincheck.inference import (
+    fit_messages,
+    generate_batch,
+    load_model,
+    score_yes_no,
+    shared_prefix_groups,
+)
 from fincheck.pairs import Pair
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task, task_names
@@ -46,6 +53,8 @@ class EvalOptions:
     max_input_tokens: int | None = None
     device: str | None = None
     dtype: str = "auto"
+    template_kwargs: dict | None = None  # default: the adapter's run's
+    prefix_reuse: bool = True  # QASem: one forward over a shared prefix (off: the plain path)
     progress: bool = True
 
     @property
@@ -69,7 +78,9 @@ def resolve_base_model(model: str | None, adapter: str | None) -> str:
     )
 
 
-def fit_prompt(tokenizer, pair: Pair, max_tokens: int | None) -> tuple[str, bool]:
+def fit_prompt(
+    tokenizer, pair: Pair, max_tokens: int | None, template_kwargs: dict | None = None
+) -> tuple[str, bool]:
     """The rendered prompt of a pair, its grounding text cut to fit `max_tokens`.
     Returns (prompt, trimmed?). Unlike training, evaluation never drops an example."""
     fit = fit_messages(
@@ -78,6 +89,7 @@ def fit_prompt(tokenizer, pair: Pair, max_tokens: int | None) -> tuple[str, bool
         pair.meta.get("grounding_span"),
         max_tokens,
         add_generation_prompt=True,
+        template_kwargs=template_kwargs,
     )
     if fit.text is None:
         raise FincheckError(
@@ -110,35 +122,35 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         )
         for task in opts.tasks
     }
-    loaded = load_model(opts.model, opts.adapter, dtype=opts.dtype, device=opts.device)
-    max_input = opts.max_input_tokens or _model_window(loaded, opts)
+    loaded = load_model(
+        opts.model,
+        opts.adapter,
+        dtype=opts.dtype,
+        device=opts.device,
+        template_kwargs=opts.template_kwargs,
+    )
+    record_template(opts.predictions_dir, loaded.check_template(), loaded.template_kwargs)
     summary: dict[str, dict[str, int]] = {}
     for task, pairs in task_pairs.items():
         writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
         todo = [p for p in pairs if p.id not in writer.done]
+        budget = loaded.prompt_budget(opts.answer_budget(task), opts.max_input_tokens)
         prompts, n_trimmed = {}, 0
         for pair in todo:
-            prompts[pair.id], trimmed = fit_prompt(loaded.tokenizer, pair, max_input)
+            prompts[pair.id], trimmed = fit_prompt(
+                loaded.tokenizer, pair, budget, loaded.template_kwargs
+            )
             n_trimmed += trimmed
-        todo.sort(key=lambda p: -len(prompts[p.id]))
         bar = tqdm(
             total=len(pairs),
             initial=len(pairs) - len(todo),
             desc=f"eval {task}",
             unit="ex",
             disable=not opts.progress,
+            smoothing=0.1,  # the ETA follows the recent rate (long prompts come first)
         )
-        reads_p_yes = get_task(task).reads_p_yes
         try:
-            for start in range(0, len(todo), opts.batch_size):
-                batch = todo[start : start + opts.batch_size]
-                texts, p_yes = generate_batch(
-                    loaded.model,
-                    loaded.tokenizer,
-                    [prompts[p.id] for p in batch],
-                    opts.answer_budget(task),
-                    reads_p_yes,
-                )
+            for batch, texts, p_yes in answer_batches(loaded, task, todo, prompts, opts):
                 writer.write_batch(
                     [
                         Prediction(p.id, task, text, p_yes[i] if p_yes else None)
@@ -159,6 +171,43 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
     return summary
 
 
+def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str], opts: EvalOptions):
+    """(pairs, texts, p_yes or None) batch by batch, each batch written before the next.
+
+    A task that reads P(Yes) (QASem) goes through `score_yes_no` group by group: prompts that
+    share a prefix (the same reference document) reuse its KV cache, one forward gives P(Yes),
+    and text is decoded only past a first token that is not Yes or No. `--no-prefix-reuse`
+    and the generation tasks take the plain path: length-sorted batches (longest first, so an
+    out-of-memory shows in the first one), left padding, greedy `generate`, rows stopping at
+    their end-of-turn token.
+    """
+    budget = opts.answer_budget(task)
+    if get_task(task).reads_p_yes and opts.prefix_reuse:
+        ids = [loaded.tokenizer(prompts[p.id], add_special_tokens=False)["input_ids"] for p in todo]
+        for _, members in shared_prefix_groups(ids):
+            batch = [todo[i] for i in members]
+            texts, p_yes = score_yes_no(
+                loaded.model,
+                loaded.tokenizer,
+                [prompts[p.id] for p in batch],
+                budget,
+                opts.batch_size,
+            )
+            yield batch, texts, p_yes
+        return
+    todo = sorted(todo, key=lambda p: -len(prompts[p.id]))
+    for start in range(0, len(todo), opts.batch_size):
+        batch = todo[start : start + opts.batch_size]
+        texts, p_yes = generate_batch(
+            loaded.model,
+            loaded.tokenizer,
+            [prompts[p.id] for p in batch],
+            budget,
+            get_task(task).reads_p_yes,
+        )
+        yield batch, texts, p_yes
+
+
 def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
     """A seeded random sample of `limit` pairs, in file order (all pairs when limit is None).
 
@@ -169,10 +218,3 @@ def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
         return pairs
     keep = sorted(random.Random(seed).sample(range(len(pairs)), limit))
     return [pairs[i] for i in keep]
-
-
-def _model_window(loaded: LoadedModel, opts: EvalOptions) -> int | None:
-    window = loaded.position_limit
-    if not window:
-        return None
-    return window - max(opts.answer_budget(t) for t in opts.tasks)

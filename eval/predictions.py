@@ -199,3 +199,10 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
         "trimmed": previous["trimmed"] + counts["trimmed"],
     }
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
+
+
+def record_template(predictions_dir: Path, fingerprint: str, kwargs: dict[str, Any]) -> None:
+    """The chat template's fingerprint and kwargs of this evaluation, beside its config."""
+    record = read_eval_config(predictions_dir)
+    record.update({"chat_template_hash": fingerprint, "chat_template_kwargs": kwargs})
+    _write_json(Path(predictions_dir) / EVAL_CONFIG, record)

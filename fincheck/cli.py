@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "fincheck.train.commands",
     "fincheck.eval.commands",
     "fincheck.serve.commands",
+    "fincheck.models",
 )
 
 

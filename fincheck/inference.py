@@ -20,8 +20,9 @@ settings or repetition penalty), left padding, and P(Yes)/(P(Yes)+P(No)) at the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from fincheck.data_prep.trimming import trim_grounding
 from fincheck.errors import FincheckError
 from fincheck.runs import RunArtifacts, load_run, looks_like_hub_id
 
+log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 YES_SPELLINGS = ("Yes", " Yes", "yes", " yes")
@@ -95,6 +97,7 @@ class LoadedModel:
     base: str
     adapter: Path | None = None
     run: RunArtifacts | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def position_limit(self) -> int | None:
@@ -107,18 +110,60 @@ class LoadedModel:
         limits = [n for n in (self.position_limit, self.run and self.run.max_length) if n]
         return min(limits) if limits else None
 
+    def prompt_budget(self, max_new_tokens: int, max_input_tokens: int | None = None) -> int | None:
+        """The one trimming rule of eval and detect: a prompt may take `max_input_tokens` when
+        given, else the window (the adapter's training length, capped by the model's
+        positions) minus the answer's budget; its grounding text is cut to fit."""
+        if max_input_tokens:
+            return max_input_tokens
+        return None if self.window is None else self.window - max_new_tokens
+
+    def fit_prompt(
+        self, messages: Sequence[dict[str, str]], span: Sequence[int] | None, budget: int | None
+    ) -> Fit:
+        """`fit_messages` for a prompt, with the generation prompt and this model's template
+        kwargs."""
+        return fit_messages(
+            self.tokenizer,
+            messages,
+            span,
+            budget,
+            add_generation_prompt=True,
+            template_kwargs=self.template_kwargs,
+        )
+
+    def check_template(self) -> str:
+        """The template's fingerprint now; a warning when it renders differently from training
+        (a template that writes today's date, another tokenizer, other kwargs)."""
+        now = template_fingerprint(self.tokenizer, self.template_kwargs)
+        trained = (self.run.metadata if self.run else {}).get("chat_template_hash")
+        if trained and trained != now:
+            log.warning(
+                "the chat template renders differently from training (%s now, %s then): the "
+                "model is evaluated on prompts it was not trained on",
+                now,
+                trained,
+            )
+        return now
+
 
 def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
-    """(model, tokenizer) of a base: a folder, a hub id, or a `.gguf` file (dequantized)."""
+    """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
+    `fincheck models` knows (fetched on first use)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from fincheck.models import resolve_model
+
+    name_or_path = resolve_model(name_or_path, log=log.info)
     path = Path(name_or_path)
     where, weights, gguf = name_or_path, {"use_safetensors": True}, {}
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FincheckError(f"GGUF file not found: {path}")
+        from transformers import GgufConfig
+
         where, gguf = str(path.parent), {"gguf_file": path.name}
-        weights = gguf
+        weights = {**gguf, "quantization_config": GgufConfig(dequantize=True)}
     try:
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
@@ -184,8 +229,10 @@ def load_model(
     dtype: str | None = "auto",
     device: str | None = None,
     trust_remote_code: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> LoadedModel:
-    """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own)."""
+    """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own).
+    Chat template kwargs: `template_kwargs`, else those the adapter's run trained with."""
     device = device or default_device()
     weights = torch_dtype(dtype, device)
     run = None
@@ -205,22 +252,50 @@ def load_model(
     tokenizer.padding_side = "left"  # generation continues from the right end of each row
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LoadedModel(net, tokenizer, base, run.path if run else None, run)
+    if template_kwargs is None:
+        template_kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
+    return LoadedModel(net, tokenizer, base, run.path if run else None, run, template_kwargs)
 
 
 # ------------------------------------------------------------------------ prompts
 
 
-def render_chat(tokenizer, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
-    """The chat template's text for `messages` (what the model reads)."""
+def render_chat(
+    tokenizer,
+    messages: Sequence[dict[str, str]],
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """The chat template's text for `messages` (what the model reads). `template_kwargs` go to
+    the template (Qwen3: {"enable_thinking": false}); training records them with the run."""
     if not tokenizer.chat_template:
         raise FincheckError(
             f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')} has no chat "
             "template"
         )
     return tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        list(messages),
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
+        **(template_kwargs or {}),
     )
+
+
+# A fixed conversation whose render fingerprints a chat template as the model sees it: two
+# renders differ when the template's text, its kwargs, or what it injects (a date) differ.
+TEMPLATE_PROBE = (
+    {"role": "system", "content": "System text."},
+    {"role": "user", "content": "User text."},
+    {"role": "assistant", "content": "Answer."},
+)
+
+
+def template_fingerprint(tokenizer, template_kwargs: dict[str, Any] | None = None) -> str:
+    """sha256 prefix of the rendered probe conversation (recorded with runs and evaluations)."""
+    import hashlib
+
+    text = render_chat(tokenizer, TEMPLATE_PROBE, False, template_kwargs)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def count_tokens(tokenizer, text: str) -> int:
@@ -250,6 +325,7 @@ def fit_messages(
     budget: int | None,
     *,
     add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> Fit:
     """Make `messages` fit `budget` tokens of the chat template by cutting the grounding text.
 
@@ -258,7 +334,7 @@ def fit_messages(
     on the real chat template and cut further while tokens merge across the boundary.
     """
     messages = [dict(m) for m in messages]
-    text = render_chat(tokenizer, messages, add_generation_prompt)
+    text = render_chat(tokenizer, messages, add_generation_prompt, template_kwargs)
     length = count_tokens(tokenizer, text)
     if budget is None or length <= budget:
         span = tuple(grounding_span) if grounding_span is not None else None
@@ -276,7 +352,7 @@ def fit_messages(
         if cut is None:
             break
         cut_messages, (kept_start, kept_end) = cut
-        text = render_chat(tokenizer, cut_messages, add_generation_prompt)
+        text = render_chat(tokenizer, cut_messages, add_generation_prompt, template_kwargs)
         excess = count_tokens(tokenizer, text) - budget
         if excess <= 0:
             kept = (kept_end - kept_start) / (end - start) if end > start else 1.0
@@ -366,4 +442,154 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
         yes = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, YES_SPELLINGS))
         no = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, NO_SPELLINGS))
         p_yes = (yes / (yes + no).clamp(min=1e-30)).tolist()
+    return texts, p_yes
+
+
+# ------------------------------------------------------------------------ Yes/No with a shared prefix
+
+
+def shared_prefix_groups(ids: list[list[int]], min_shared: int = 32) -> list[tuple[int, list[int]]]:
+    """Prompts grouped by a shared token prefix: [(shared length, indices), ...].
+
+    Sorted lexicographically, prompts over the same document are neighbours; a prompt joins the
+    group of the one before it when the group's shared prefix stays at least half of the prompt
+    (and `min_shared` tokens): prompts that share only the instructions go apart. The shared
+    length of a group is its members' common prefix, minus one token at least (each member
+    keeps a suffix whose last position gives the answer's logits).
+    """
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    groups: list[tuple[int, list[int]]] = []
+    for i in order:
+        if groups:
+            shared, members = groups[-1]
+            first = ids[members[0]]
+            common = min(_common_prefix(first, ids[i]), shared)
+            if common >= max(min_shared, len(ids[i]) // 2):
+                groups[-1] = (min(common, len(ids[i]) - 1), [*members, i])
+                continue
+        groups.append((len(ids[i]) - 1, [i]))
+    return groups
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for k in range(n):
+        if a[k] != b[k]:
+            return k
+    return n
+
+
+def score_yes_no(
+    model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 8
+) -> tuple[list[str], list[float]]:
+    """(greedy answer text, P(Yes)/(P(Yes)+P(No))) per prompt, as `generate_batch` gives them,
+    with the work of shared prefixes done once.
+
+    QASem's prompts share their start (instructions + reference document + response sentence):
+    the prefix of each group is run once into a KV cache, and every member's short suffix (the
+    question and answer) runs from a copy of it, left-padded within the suffix so all rows end
+    on the same column. The answer spellings' probabilities come from those logits (a spelling
+    of several tokens is teacher-forced as an extra row), and the text is decoded greedily from
+    the same cache: one token when it is Yes or No (P(Yes) is what is scored), up to
+    `max_new_tokens` otherwise, each row stopping at its end-of-turn token. Positions are those
+    of the unpadded prompt, so P(Yes) equals the plain path's up to float reassociation, and
+    the text equals its first token, or all of it when that token is not Yes or No.
+    """
+    import copy
+
+    import torch
+
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    yes_seqs = answer_spellings(tokenizer, YES_SPELLINGS)
+    no_seqs = answer_spellings(tokenizer, NO_SPELLINGS)
+    longer = [s for s in (*yes_seqs, *no_seqs) if len(s) > 1]
+    texts: list[str] = [""] * len(prompts)
+    p_yes: list[float] = [0.0] * len(prompts)
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = model.device
+    with torch.no_grad():
+        for shared, members in shared_prefix_groups(ids):
+            prefix = torch.tensor([ids[members[0]][:shared]], device=device)
+            cached = model(input_ids=prefix, use_cache=True).past_key_values
+            # rows: each member's suffix, then (member, spelling) rows for multi-token spellings
+            for start in range(0, len(members), max(1, batch_size)):
+                chunk = members[start : start + batch_size]
+                rows = [ids[i][shared:] for i in chunk]
+                rows += [ids[i][shared:] + list(seq) for i in chunk for seq in longer]
+                width = max(len(r) for r in rows)
+                input_ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+                suffix_mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+                for r, row in enumerate(rows):
+                    input_ids[r, width - len(row) :] = torch.tensor(row, device=device)
+                    suffix_mask[r, width - len(row) :] = 1
+                mask = torch.cat(
+                    [torch.ones((len(rows), shared), dtype=torch.long, device=device), suffix_mask],
+                    dim=1,
+                )
+                positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+                cache = copy.deepcopy(cached)
+                cache.batch_repeat_interleave(len(rows))
+                out = model(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                probs = torch.softmax(out.logits.float(), dim=-1)
+                n = len(chunk)
+                first = probs[:n, -1]
+                for k, i in enumerate(chunk):
+                    total = {}
+                    for name, seqs in (("yes", yes_seqs), ("no", no_seqs)):
+                        value = 0.0
+                        for seq in seqs:
+                            if len(seq) == 1:
+                                value += float(first[k, seq[0]])
+                                continue
+                            r = n + k * len(longer) + longer.index(seq)
+                            prob = float(first[k, seq[0]])
+                            for j in range(1, len(seq)):
+                                prob *= float(probs[r, -len(seq) - 1 + j, seq[j]])
+                            value += prob
+                        total[name] = value
+                    p_yes[i] = total["yes"] / max(total["yes"] + total["no"], 1e-30)
+                # greedy text from the members' rows of the same cache
+                cache = out.past_key_values
+                cache.batch_select_indices(torch.arange(n, device=device))
+                generated = [[] for _ in chunk]
+                next_ids = out.logits[:n, -1].argmax(-1)
+                # An answer that starts with Yes or No needs no more tokens (P(Yes) is what is
+                # scored); any other is decoded on, so a report can show what it says.
+                answer_starts = {seq[0] for seq in (*yes_seqs, *no_seqs)}
+                done = [False] * n
+                stop_after_first = [int(t) in answer_starts for t in next_ids]
+                mask = mask[:n]
+                last = positions[:n, -1]
+                for step in range(max_new_tokens):
+                    for k in range(n):
+                        if not done[k]:
+                            token = int(next_ids[k])
+                            if token in eos_ids:
+                                done[k] = True
+                            else:
+                                generated[k].append(token)
+                                done[k] = step == 0 and stop_after_first[k]
+                    if all(done) or step == max_new_tokens - 1:
+                        break
+                    mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long, device=device)], 1)
+                    last = last + 1
+                    step_out = model(
+                        input_ids=next_ids[:, None],
+                        attention_mask=mask,
+                        position_ids=last[:, None],
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    cache = step_out.past_key_values
+                    next_ids = step_out.logits[:, -1].argmax(-1)
+                for k, i in enumerate(chunk):
+                    texts[i] = tokenizer.decode(generated[k], skip_special_tokens=True).strip()
     return texts, p_yes

@@ -10,7 +10,8 @@ A finished run folder (`checkpoints/<run>/`) holds:
                                                       base/recipe/data fingerprints, prompt hashes
     base/                                             a random-init base (tiny-cpu), which exists
                                                       nowhere else
-A `checkpoint-<step>/` folder inside it is a run folder too (adapter, recipe, no metadata).
+A `checkpoint-<step>/` folder inside it is a run folder too: its `fincheck_complete.json` holds
+the same metadata (base paths relative to the run folder around it).
 Eval, detect, merge and publish all start from `load_run(path)`.
 """
 
@@ -30,6 +31,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 RECIPE_FILE = "recipe.yaml"
 MANIFEST_FILE = "data_manifest.json"
 RUN_METADATA = "fincheck_run.json"
+CHECKPOINT_METADATA = "fincheck_complete.json"  # a complete checkpoint's copy of the metadata
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -58,6 +60,7 @@ class RunArtifacts:
     manifest: dict[str, Any] = field(default_factory=dict)
     manifest_path: Path | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # fincheck_run.json
+    root: Path | None = None  # the run folder (a checkpoint's parent), where relative bases live
     local_base: Path | None = None  # a base model saved inside the run (random-init tiny base)
 
     @property
@@ -75,10 +78,18 @@ class RunArtifacts:
 
     @property
     def hub_base_id(self) -> str | None:
-        """The base's hub id when it has one (None for a base that only exists in this run)."""
+        """The base's hub id when it has one: what training recorded (a fetched model knows its
+        origin, a recipe may name it), else the base name when it is a hub id; None for a base
+        that only exists in this run."""
         if self.local_base is not None:
             return None
+        if self.metadata.get("base_model_id"):
+            return str(self.metadata["base_model_id"])
         return self.base_name if looks_like_hub_id(self.base_name) else None
+
+    @property
+    def base_revision(self) -> str | None:
+        return self.metadata.get("base_model_revision")
 
     @property
     def tokenizer_files(self) -> list[Path]:
@@ -137,20 +148,24 @@ def load_run(path: str | Path) -> RunArtifacts:
     if (path / MANIFEST_FILE).is_file():
         run.manifest_path = path / MANIFEST_FILE
         run.manifest = read_json_object(run.manifest_path)
+    run.root = path
     if (path / RUN_METADATA).is_file():
         run.metadata = read_json_object(path / RUN_METADATA)
-    run.local_base = _local_base(path, run.base_name)
+    elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
+        run.metadata = read_json_object(path / CHECKPOINT_METADATA)
+        run.root = path.parent
+    run.local_base = _local_base(run.root, run.base_name)
     return run
 
 
-def _local_base(path: Path, base_name: str) -> Path | None:
+def _local_base(root: Path, base_name: str) -> Path | None:
     """The base folder when it lives inside the run (a random-init base), else None."""
     if not base_name:
         return None
     base = Path(base_name)
     if not base.is_absolute():
-        base = path / base
-    if (base / "config.json").is_file() and base.resolve().is_relative_to(path.resolve()):
+        base = root / base
+    if (base / "config.json").is_file() and base.resolve().is_relative_to(root.resolve()):
         return base
     return None
 

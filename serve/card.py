@@ -49,9 +49,9 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
         if not isinstance(section, dict):
             continue
         rows += _rows(task, None, section)
-        for subset, inner in section.items():
-            if isinstance(inner, dict) and subset not in ("ci95", "confusion", "binary_confusion"):
-                rows += _rows(task, subset, inner)
+        for subset in get_task(task).card.subsets:
+            if isinstance(section.get(subset), dict):
+                rows += _rows(task, subset, section[subset])
     return rows
 
 
@@ -72,6 +72,7 @@ def build_metadata(
     repo_id: str,
     results: dict[str, Any] | None,
     license: str,
+    base_model: str | None = None,
 ) -> dict[str, Any]:
     """The card's YAML header, as the hub expects it (model-index only when results exist)."""
     from huggingface_hub import EvalResult, ModelCardData
@@ -94,7 +95,7 @@ def build_metadata(
         for row in metrics_from_results(results or {})
     ]
     data = ModelCardData(
-        base_model=run.hub_base_id,
+        base_model=base_model,
         library_name="peft",
         license=license,
         datasets=list(DATASET_TAGS),
@@ -112,11 +113,17 @@ def render_card(
     repo_id: str,
     results: dict[str, Any] | None = None,
     license: str = "apache-2.0",
+    published: Any = None,
 ) -> str:
-    """The README.md text for `run` published as `repo_id`."""
-    metadata = build_metadata(run, repo_id, results, license)
+    """The README.md text for `run` published as `repo_id` (`published`: the base as the repo
+    names it, `fincheck.serve.publish.PublishedBase`)."""
+    from fincheck.serve.publish import published_base
+
+    published = published or published_base(run)
+    metadata = build_metadata(run, repo_id, results, license, published.hub_id)
     rows = metrics_from_results(results or {})
-    base = run.hub_base_id
+    base = published.hub_id
+    revision = f" at revision `{published.revision}`" if published.revision else ""
     lora = run.adapter_config
     lora_text = (
         f" (r={lora.get('r')}, alpha={lora.get('lora_alpha')}, dropout={lora.get('lora_dropout')}, "
@@ -128,10 +135,10 @@ def render_card(
         "metadata_yaml": yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True),
         "model_name": repo_id.split("/")[-1],
         "repo_id": repo_id,
-        "base_description": f"[{base}](https://huggingface.co/{base})"
+        "base_description": f"[{base}](https://huggingface.co/{base}){revision}"
         if base
-        else "a small randomly initialised base model shipped with the adapter (folder "
-        f"`{run.local_base.name if run.local_base is not None else 'base'}/`)",
+        else "a small randomly initialised base model shipped with the adapter (folder `base/`)",
+        "base_origin": published.origin,
         "base_comment": f"# base: {base} (pass base=... to use a local copy)\n"
         if base
         else "# base: the random-init base shipped in this repo, found automatically\n",

@@ -77,6 +77,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default: each task's own, as in `fincheck eval`",
     )
     detect.add_argument(
+        "--max-input-tokens",
+        type=int,
+        default=None,
+        help="prompt tokens at most: longer documents are trimmed (default: the adapter's "
+        "training max_length, capped by the model's positions, minus the answer's budget; the "
+        "rule `fincheck eval` uses)",
+    )
+    detect.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"
     )
     detect.add_argument(
@@ -123,11 +131,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     publish.add_argument("--repo-id", required=True, help="ORG/NAME on the hub")
     publish.add_argument("--private", action="store_true", help="create the repo as private")
     publish.add_argument("--revision", default=None, help="branch to publish to (default main)")
-    publish.add_argument("--results", default=None, help="results.json from `fincheck score` (its figures go into the model card)")
+    publish.add_argument(
+        "--results",
+        default=None,
+        help="results.json from `fincheck score` (its figures go into the model card)",
+    )
     publish.add_argument(
         "--license",
         default="apache-2.0",
         help="card license (default apache-2.0; must be compatible with the base model's)",
+    )
+    publish.add_argument(
+        "--base-model-id",
+        default=None,
+        help="the hub id of the base (default: the one training recorded; needed when the run "
+        "trained on a local folder it could not name)",
     )
     publish.add_argument(
         "--dry-run",
@@ -176,6 +194,7 @@ def _publish(args: argparse.Namespace) -> int:
         results_path=args.results,
         dry_run=args.dry_run,
         license=args.license,
+        base_model_id=args.base_model_id,
     )
     if result is None:
         print("not rank 0: nothing published", file=sys.stderr)

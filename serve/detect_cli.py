@@ -105,6 +105,7 @@ def run_detect(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         batch_size=args.batch_size,
+        max_input_tokens=args.max_input_tokens,
         max_new_tokens={
             name: args.max_new_tokens for name, task in all_tasks().items() if not task.reads_p_yes
         }

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, fit_messages, generate_batch, load_model
+from fincheck.inference import LoadedModel, generate_batch, load_model
 from fincheck.prompting import GROUNDING_FIELD, load_prompt
 from fincheck.tasks import all_tasks, get_task
 
@@ -57,7 +57,18 @@ class Detector:
         self.max_new_tokens = {name: task.max_new_tokens for name, task in all_tasks().items()} | (
             max_new_tokens or {}
         )
-        self.window = max_input_tokens or loaded.window
+        self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
+        loaded.check_template()
+        origin = str((loaded.run.metadata if loaded.run else {}).get("base_origin", ""))
+        if origin.startswith("random-init"):
+            log.warning(
+                "this adapter sits on a random-init toy base (%s): its answers carry no meaning",
+                loaded.base,
+            )
+
+    @property
+    def window(self) -> int | None:
+        return self.loaded.window
 
     @property
     def model(self):
@@ -154,20 +165,23 @@ class Detector:
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
-        max_tokens = None if self.window is None else self.window - budget  # room for the answer
-        fit = fit_messages(self.tokenizer, messages, span, max_tokens, add_generation_prompt=True)
+        max_tokens = self.loaded.prompt_budget(budget, self.max_input_tokens)
+        fit = self.loaded.fit_prompt(messages, span, max_tokens)
         if fit.text is None:
             others = [f for f in fields if f != GROUNDING_FIELD]
             raise FincheckError(
-                f"{task}: the instructions and {', '.join(others)} alone exceed the model's "
-                f"window of {self.window} tokens (with {budget} for the answer)"
+                f"{task}: the instructions and {', '.join(others)} alone exceed the "
+                f"{max_tokens} prompt tokens left in the model's window of {self.window} after "
+                f"{budget} for the answer: pass a smaller --max-new-tokens or a larger "
+                "--max-input-tokens (up to the model's positions)"
             )
         if fit.trimmed:
             log.warning(
-                "%s: document of %d characters trimmed to fit the model's window "
-                "(%d tokens incl. %d for the answer)",
+                "%s: document of %d characters trimmed to fit %d prompt tokens "
+                "(the window %s minus %d for the answer)",
                 task,
                 span[1] - span[0],
+                max_tokens,
                 self.window,
                 budget,
             )

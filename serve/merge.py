@@ -46,6 +46,10 @@ def merge_adapter(
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
     merged = model.merge_and_unload()
     merged = merged.to(torch_dtype(dtype))
+    # One pad id everywhere: the tokenizer's (training chose one distinct from EOS), not the one
+    # the base shipped in its config and generation config (often EOS itself).
+    merged.config.pad_token_id = tokenizer.pad_token_id
+    merged.generation_config.pad_token_id = tokenizer.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

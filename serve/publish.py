@@ -75,29 +75,62 @@ def is_main_process(env: dict[str, str] | None = None) -> bool:
         return True
 
 
+@dataclass
+class PublishedBase:
+    """The base as the published repo names it: a hub id, or a random-init base shipped in it."""
+
+    hub_id: str | None
+    revision: str | None
+    shipped: Path | None  # the local folder copied into the repo as base/
+    origin: str
+
+
+def published_base(run: RunArtifacts, base_model_id: str | None = None) -> PublishedBase:
+    """Never a path on this machine: the hub id the run recorded (or the one named now), or the
+    run's random-init base, shipped; any other local base stops with what to do."""
+    origin = str(run.metadata.get("base_origin") or "")
+    if base_model_id:
+        return PublishedBase(base_model_id, None, None, origin or "named at publish time")
+    if run.hub_base_id:
+        return PublishedBase(run.hub_base_id, run.base_revision, None, origin or "Hugging Face Hub")
+    if run.local_base is not None:
+        return PublishedBase(None, None, run.local_base, origin or "random-init base of the run")
+    raise FincheckError(
+        f"the adapter's base {run.base_name or '?'} is a local folder with no known hub id: pass "
+        "--base-model-id ORG/NAME (the hub model it is a copy of); a path on this machine means "
+        "nothing to the people who download the adapter"
+    )
+
+
 def build_upload_folder(
     run: RunArtifacts,
     repo_id: str,
     out_dir: Path,
     results: dict[str, Any] | None = None,
     license: str = "apache-2.0",
+    base_model_id: str | None = None,
 ) -> list[str]:
     """Write the repo's files to `out_dir` (empty or new); return their relative paths, sorted."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
+    base = published_base(run, base_model_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS)
     adapter_config = dict(run.adapter_config)
     metadata = dict(run.metadata)
-    if run.local_base is not None:
-        # The base exists only in this run: ship it (same relative folder, e.g. `base/`) and
-        # point the adapter at the shipped copy instead of a path on this machine.
-        folder = run.local_base.resolve().relative_to(run.path.resolve()).as_posix()
-        shutil.copytree(run.local_base, out_dir / folder, ignore=_skip_pickles)
-        adapter_config["base_model_name_or_path"] = folder
+    if base.shipped is not None:
+        # The base exists only in this run: ship it as base/ and point the adapter at the
+        # shipped copy instead of a path on this machine.
+        shutil.copytree(base.shipped, out_dir / "base", ignore=_skip_pickles)
+        adapter_config["base_model_name_or_path"] = "base"
         if metadata:
-            metadata["base_model"] = folder
+            metadata["base_model"] = "base"
+    else:
+        adapter_config["base_model_name_or_path"] = base.hub_id
+        if metadata:
+            metadata["base_model"] = base.hub_id
+            metadata["base_model_id"] = base.hub_id
     (out_dir / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
     if metadata:
         (out_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
@@ -110,7 +143,7 @@ def build_upload_folder(
     if results is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "README.md").write_text(
-        render_card(run, repo_id, results, license), encoding="utf-8"
+        render_card(run, repo_id, results, license, base), encoding="utf-8"
     )
     return sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
 
@@ -250,6 +283,7 @@ def publish(
     endpoint: str | None = None,
     attempts: int = 5,
     base_delay: float = 2.0,
+    base_model_id: str | None = None,
 ) -> PublishResult | None:
     """Publish a run folder as `repo_id`; None when this process is not rank 0."""
     if not is_main_process():
@@ -261,11 +295,13 @@ def publish(
     results = read_results(results_path) if results_path else None
     rev = revision or "main"
     if dry_run is not None:
-        files = build_upload_folder(run, repo_id, Path(dry_run), results, license)
+        files = build_upload_folder(run, repo_id, Path(dry_run), results, license, base_model_id)
         return PublishResult(repo_id, rev, None, False, files)
     token = resolve_token()
     with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
-        files = build_upload_folder(run, repo_id, Path(tmp) / "repo", results, license)
+        files = build_upload_folder(
+            run, repo_id, Path(tmp) / "repo", results, license, base_model_id
+        )
         url, changed = push_folder(
             Path(tmp) / "repo", repo_id, token, private, revision, endpoint, attempts, base_delay
         )

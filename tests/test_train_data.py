@@ -73,15 +73,15 @@ def test_labels_cover_exactly_the_target_and_eos_for_every_task(masked_run, prep
     }
     for row in rows:
         ids, labels = row["input_ids"], row["labels"]
-        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True)["input_ids"]
-        n = len(prompt)
-        assert ids[:n] == prompt
-        assert all(label == -100 for label in labels[:n]), "system/user tokens must not be trained"
-        trained = labels[n:]
-        assert trained and all(label != -100 for label in trained), f"{row['id']}: empty mask"
-        assert trained == ids[n:]
-        assert tok.eos_token_id in trained
-        assert tok.decode(trained) == targets[row["id"]] + "<|im_end|>\n"
+        trained_at = [i for i, label in enumerate(labels) if label != -100]
+        n, end = trained_at[0], trained_at[-1] + 1
+        assert trained_at == list(range(n, end)), f"{row['id']}: one contiguous answer"
+        assert tok.decode(ids[:n]).endswith("<|im_start|>assistant\n")  # the generation prompt
+        assert labels[n:end] == ids[n:end]
+        # exactly the answer and the token that ends its turn: ChatML's trailing newline is
+        # not trained, the system/user tokens are not either
+        assert tok.decode(ids[n:end]) == targets[row["id"]] + "<|im_end|>"
+        assert tok.decode(ids[end:]) == "\n"
         assert tok.pad_token_id not in ids
 
 

@@ -25,6 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPES = recipe_paths(REPO / "configs" / "train")
 EXPECTED = {
     "tiny-cpu",
+    "smollm2-135m-cpu",
+    "smollm2-135m-instruct",
+    "qwen3-1.7b",
     "qwen2.5-0.5b-instruct",
     "qwen2.5-1.5b-instruct",
     "qwen2.5-7b-instruct",

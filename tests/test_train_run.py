@@ -309,3 +309,46 @@ def test_resume_on_another_base_model_stops_clearly(
     recipe = tiny_recipe(prepared_dir, small_mixture, copy, "--resume_from_checkpoint=auto")
     with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model differs"):
         build_trainer(recipe)
+
+
+def test_resuming_a_finished_run_trains_nothing_and_keeps_the_adapter(
+    finished, prepared_dir, small_mixture, capsys
+):
+    out = finished.output_dir
+    before = (out / "adapter_model.safetensors").read_bytes()
+    recipe = tiny_recipe(
+        prepared_dir, small_mixture, out, "--max_steps=6", "--resume_from_checkpoint=auto"
+    )
+    run = build_trainer(recipe)
+    assert train_and_save(run) == 0
+    assert (
+        "the run is already complete: checkpoint-6 reached step 6 of 6" in capsys.readouterr().err
+    )
+    assert run.trainer.state.global_step == 0  # train() was never called
+    assert (out / "adapter_model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+
+
+def test_first_step_learns_and_the_token_count_continues_after_a_resume(
+    prepared_dir, small_mixture, tmp_path
+):
+    out = tmp_path / "warm"
+    args = ["--max_steps=4", "--save_steps=2", "--warmup_ratio=0.2", "--lr_scheduler_type=linear"]
+    assert train_and_save(build_trainer(tiny_recipe(prepared_dir, small_mixture, out, *args))) == 0
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    lr = {e["step"]: e["learning_rate"] for e in history if "learning_rate" in e}
+    # warmup of ceil(0.2 * 4) = 1 step: step 1 at half the peak (not 0), then linear decay
+    assert lr[1] == pytest.approx(3e-3 / 2) and lr[2] == pytest.approx(3e-3 * 3 / 3)
+    tokens = {e["step"]: e["num_tokens"] for e in history if "num_tokens" in e}
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed)
+    shutil.rmtree(resumed / "checkpoint-4")
+    again = tiny_recipe(
+        prepared_dir, small_mixture, resumed, *args, "--resume_from_checkpoint=auto"
+    )
+    assert train_and_save(build_trainer(again)) == 0
+    history = json.loads((resumed / "checkpoint-4" / "trainer_state.json").read_text())
+    tokens_resumed = {
+        e["step"]: e["num_tokens"] for e in history["log_history"] if "num_tokens" in e
+    }
+    assert tokens_resumed[3] == tokens[3] and tokens_resumed[4] == tokens[4]  # not from 0

@@ -14,7 +14,7 @@ from transformers import ProgressCallback, TrainerCallback
 from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
-from fincheck.train.checkpoints import mark_complete
+from fincheck.train.checkpoints import mark_complete, rotate_checkpoints
 
 
 class NonFiniteLossError(FincheckError):
@@ -38,8 +38,52 @@ def _any_rank(flag: bool, device: Any) -> bool:
     return bool(t.item())
 
 
+def warmup_from_the_first_step(schedule, warmup_steps: int):
+    """transformers' warmup multiplies the learning rate by step / warmup, so the first step
+    trains at lr 0 (a wasted step, and with a ratio rounded up to one warmup step at small step
+    counts, the only warmup step). This warmup climbs (step + 1) / (warmup + 1) instead and hands
+    over to the schedule unchanged at step == warmup."""
+
+    def multiplier(step: int) -> float:
+        return (step + 1) / (warmup_steps + 1) if step < warmup_steps else schedule(step)
+
+    return multiplier
+
+
 class FincheckSFTTrainer(SFTTrainer):
-    """SFTTrainer that stops on a non-finite loss and logs tokens/s."""
+    """SFTTrainer that stops on a non-finite loss, logs tokens/s, warms up from the first step,
+    and keeps counting tokens across a resume."""
+
+    def _save_checkpoint(self, model, trial):
+        """Save without transformers' rotation: it would delete the last complete checkpoint
+        before this one is marked complete (a kill in between left nothing to resume from).
+        `CompleteCheckpointCallback` rotates once the new checkpoint is complete."""
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        from torch.optim.lr_scheduler import LambdaLR
+
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        warmup = self.args.get_warmup_steps(num_training_steps)
+        if warmup > 0 and isinstance(scheduler, LambdaLR) and not hasattr(scheduler, "_warmup"):
+            scheduler.lr_lambdas = [
+                warmup_from_the_first_step(f, warmup) for f in scheduler.lr_lambdas
+            ]
+            scheduler._warmup = warmup
+            for group, base, f in zip(
+                scheduler.optimizer.param_groups,
+                scheduler.base_lrs,
+                scheduler.lr_lambdas,
+                strict=True,
+            ):
+                group["lr"] = base * f(scheduler.last_epoch)  # the lr of the first step
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+        return scheduler
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         import torch
@@ -61,6 +105,19 @@ class FincheckSFTTrainer(SFTTrainer):
         if "loss" in logs or last is None:
             self._tps_last = (now, tokens)
         super().log(logs, start_time)
+
+
+class TokenCountCallback(TrainerCallback):
+    """TRL counts the tokens trained on (`num_tokens` in the logs) from 0 in each process run;
+    after a resume, continue from the count the checkpoint's log history ends with."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        counts = [e["num_tokens"] for e in state.log_history if "num_tokens" in e]
+        if counts and getattr(self.trainer, "_total_train_tokens", 0) == 0:
+            self.trainer._total_train_tokens = counts[-1]
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -89,7 +146,8 @@ class StepLogCallback(TrainerCallback):
 
 
 class CompleteCheckpointCallback(TrainerCallback):
-    """After every process has written checkpoint-N, mark it complete (resume only trusts these)."""
+    """After every process has written checkpoint-N, mark it complete (resume only trusts these),
+    then, and only then, remove the checkpoints beyond save_total_limit."""
 
     def __init__(self, info: dict[str, Any], recipe_yaml: str) -> None:
         self.info, self.recipe_yaml = info, recipe_yaml
@@ -105,6 +163,7 @@ class CompleteCheckpointCallback(TrainerCallback):
                 mark_complete(
                     checkpoint, {**self.info, "step": state.global_step}, self.recipe_yaml
                 )
+                rotate_checkpoints(Path(args.output_dir), args.save_total_limit)
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
 

@@ -47,6 +47,27 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return next((p for p in checkpoint_dirs(output_dir) if is_complete(p)), None)
 
 
+def rotate_checkpoints(output_dir: Path, limit: int | None) -> list[Path]:
+    """Keep the newest `limit` complete checkpoints; remove older complete ones and the
+    incomplete leftovers older than the newest complete one (an interrupted save). Called only
+    after a new checkpoint is marked complete, so a kill at any moment leaves one to resume."""
+    import shutil
+
+    if not limit or limit <= 0:
+        return []
+    all_checkpoints = checkpoint_dirs(output_dir)  # highest step first
+    complete = [p for p in all_checkpoints if is_complete(p)]
+    if not complete:
+        return []
+    newest = int(complete[0].name.split("-")[1])
+    doomed = complete[limit:] + [
+        p for p in all_checkpoints if not is_complete(p) and int(p.name.split("-")[1]) < newest
+    ]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
 def base_fingerprint(base_path: str) -> str:
     """sha256 of the base's config.json (local folder) or its name (hub id not downloaded yet)."""
     config = Path(base_path) / "config.json"
@@ -59,6 +80,76 @@ def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> N
     tmp = checkpoint / (COMPLETE_MARKER + ".tmp")
     tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
     tmp.replace(checkpoint / COMPLETE_MARKER)
+
+
+def disk_of(path: Path) -> str:
+    """The device (and mount point) holding `path`, for messages: "/dev/vdb (/data)"."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    best, device = "", "its disk"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, mount = line.split()[:2]
+            if str(path).startswith(mount) and len(mount) > len(best):
+                best, device = mount, f"{dev} ({mount})"
+    except OSError:
+        pass
+    return device
+
+
+def is_out_of_space(error: BaseException) -> bool:
+    """ENOSPC/EDQUOT, or what torch's C++ writer says when the disk fills up mid-save."""
+    import errno
+
+    text = str(error)
+    return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        s in text for s in ("No space left", "iostream error", "file write failed")
+    )
+
+
+def out_of_space_message(output_dir: Path, step: int) -> str:
+    import shutil
+
+    last = last_complete_checkpoint(output_dir)
+    where = output_dir.resolve()
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free / 2**30
+    keep = f"{last.name} is still complete" if last else "no complete checkpoint is left"
+    return (
+        f"no space left on {disk_of(output_dir)} ({free:.1f} GiB free) while saving at step "
+        f"{step}: {keep}. Free some space (or point --output_dir at a larger disk) and rerun "
+        "with --resume_from_checkpoint=auto"
+    )
+
+
+RUN_OUTPUTS = ("adapter_model.safetensors", "adapter_config.json", "fincheck_run.json")
+
+
+def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:
+    """A fresh start must not silently replace a run: with checkpoints or an adapter in
+    `output_dir` and no resume, stop and say what to do; with `overwrite`, delete them first
+    (the main process only) and start over."""
+    import shutil
+
+    if resume:
+        return
+    found = [p for p in checkpoint_dirs(output_dir)] + [
+        output_dir / name for name in RUN_OUTPUTS if (output_dir / name).is_file()
+    ]
+    if not found:
+        return
+    if not overwrite:
+        names = ", ".join(p.name for p in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise FincheckError(
+            f"{output_dir} already holds a run ({names}): resume it with "
+            "--resume_from_checkpoint=auto, start over with --overwrite_output_dir (deletes its "
+            "checkpoints and adapter), or pick another --output_dir"
+        )
+    if main:
+        for path in found:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
@@ -76,6 +167,27 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
             "interrupted); use an earlier checkpoint or 'auto'"
         )
     return path
+
+
+def finished_at(checkpoint: Path, max_steps: int) -> int | None:
+    """The checkpoint's step when its run has nothing left to train (it reached `max_steps`, or
+    without one the step count the run derived from its epochs), else None."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    target = max_steps if max_steps > 0 else state.get("max_steps")
+    step = int(state.get("global_step", 0))
+    return step if target and step >= target else None
+
+
+def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
+    """Put the checkpoint's adapter in the run folder when the final save did not happen (a
+    kill after the last checkpoint); False when the final adapter is already there."""
+    import shutil
+
+    if (output_dir / "adapter_model.safetensors").is_file():
+        return False
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        shutil.copy2(checkpoint / name, output_dir / name)
+    return True
 
 
 def check_resume_compatible(checkpoint: Path, recipe_diffs: list[str], base_fp: str) -> None:

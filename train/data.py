@@ -7,10 +7,9 @@ Stages, each a small function:
      (`meta["grounding_span"]`, by `fincheck.inference.fit_messages`), never on the
      instructions or the target; a pair that cannot fit is dropped. Both are counted per task.
   4. `mix_pairs`: weights (fractions of each task; > 1 repeats) and caps, shuffled with the seed.
-  5. `to_prompt_completion`: TRL's conversational prompt-completion form. TRL tokenizes
-     prompt (with the generation prompt) and prompt+completion with the model's chat template
-     and trains only on the completion: the target, the EOS that closes the turn, and what the
-     template puts after it.
+  5. `tokenize_pair`: token ids and labels, rendered with the chat template the way evaluation
+     renders (`fincheck.inference.render_chat`); the loss covers the target and the token that
+     ends its turn, nothing else (TRL takes the pre-tokenized rows as they are).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any
 
 from fincheck.config import config_field, load_config
 from fincheck.errors import FincheckError
-from fincheck.inference import fit_messages
+from fincheck.inference import fit_messages, render_chat
 from fincheck.pairs import Pair
 from fincheck.prepared import read_manifest, read_split, require_prepared_dir, split_path
 from fincheck.tasks import BUILTIN, check_task_names
@@ -78,7 +77,11 @@ class FitStats:
 
 
 def fit_pair(
-    pair: Pair, tokenizer: Any, max_length: int, min_grounding_kept: float = 0.0
+    pair: Pair,
+    tokenizer: Any,
+    max_length: int,
+    min_grounding_kept: float = 0.0,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Pair | None, str]:
     """Make `pair` fit `max_length` tokens of the chat template by cutting its grounding text.
 
@@ -92,6 +95,7 @@ def fit_pair(
         pair.meta.get("grounding_span"),
         max_length,
         add_generation_prompt=False,
+        template_kwargs=template_kwargs,
     )
     if fit.status == "dropped" or fit.kept_fraction < min_grounding_kept:
         return None, "dropped"
@@ -99,6 +103,73 @@ def fit_pair(
         return pair, "kept"
     meta = {**pair.meta, "grounding_span": list(fit.span), "trimmed": True}
     return dataclasses.replace(pair, messages=fit.messages, meta=meta), "trimmed"
+
+
+def tokenize_pair(
+    pair: Pair, tokenizer: Any, template_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The training row of a pair: token ids and labels, the loss on the answer and the token
+    that ends the turn, nothing else.
+
+    The prompt is rendered exactly as evaluation renders it (the generation prompt included)
+    and tokenized alone, so the model learns to answer the very token sequence it will see;
+    the answer is the rest of the whole conversation's render. Labels are -100 for the prompt
+    and for whatever the template writes after the end-of-turn token (ChatML's newline).
+    """
+    prompt = render_chat(tokenizer, pair.prompt_messages, True, template_kwargs)
+    full = render_chat(tokenizer, pair.messages, False, template_kwargs)
+    where = f"{pair.task}/{pair.id}"
+    if not full.startswith(prompt):
+        raise FincheckError(
+            f"{where}: the chat template renders the prompt differently with and without the "
+            "answer, so the model could not be trained on what it sees at inference"
+        )
+    completion = full[len(prompt) :]
+    if not completion.startswith(pair.target):
+        extra = completion[: completion.find(pair.target)] if pair.target in completion else "?"
+        raise FincheckError(
+            f"{where}: the chat template writes {extra!r} between the generation prompt and the "
+            "answer (Qwen3's empty think block: set chat_template_kwargs: {enable_thinking: "
+            "false}, which moves it into the prompt)"
+        )
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if tokenizer.eos_token_id not in completion_ids:
+        raise FincheckError(
+            f"{where}: the chat template does not end the answer with the tokenizer's EOS "
+            f"{tokenizer.eos_token!r}; set eos_token to the template's end-of-turn token"
+        )
+    end = completion_ids.index(tokenizer.eos_token_id) + 1  # the answer and its end of turn
+    labels = [-100] * len(prompt_ids) + completion_ids[:end] + [-100] * (len(completion_ids) - end)
+    return {
+        "id": pair.id,
+        "task": pair.task,
+        "input_ids": prompt_ids + completion_ids,
+        "labels": labels,
+    }
+
+
+def training_row(
+    pair: Pair,
+    tokenizer: Any,
+    max_length: int,
+    min_grounding_kept: float = 0.0,
+    template_kwargs: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any] | None, str]:
+    """(row, "kept" | "trimmed") or (None, "dropped"): the pair fitted, then tokenized. The row
+    is tokenized in two parts, which can be a token longer than the whole render that was
+    fitted: then it is fitted again, shorter."""
+    budget = max_length
+    for _ in range(4):
+        fitted, status = fit_pair(pair, tokenizer, budget, min_grounding_kept, template_kwargs)
+        if fitted is None:
+            return None, "dropped"
+        row = tokenize_pair(fitted, tokenizer, template_kwargs)
+        excess = len(row["input_ids"]) - max_length
+        if excess <= 0:
+            return row, status
+        budget -= excess
+    return None, "dropped"
 
 
 def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -> list[Pair]:
@@ -117,16 +188,6 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
     return mixed
 
 
-def to_prompt_completion(pair: Pair) -> dict[str, Any]:
-    """TRL's conversational prompt-completion row (loss on the completion only)."""
-    return {
-        "id": pair.id,
-        "task": pair.task,
-        "prompt": pair.prompt_messages,
-        "completion": [pair.messages[-1]],
-    }
-
-
 @dataclass
 class PreparedData:
     train_rows: list[dict[str, Any]]
@@ -142,20 +203,24 @@ def build_training_data(
     max_length: int,
     seed: int,
     eval_max_examples: int = 0,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> PreparedData:
-    """Read, fit, mix: the rows for SFTTrainer plus counts for the log and the run metadata."""
+    """Read, fit, mix, tokenize: the rows for SFTTrainer plus counts for the log and the run
+    metadata."""
     dataset_dir = require_prepared_dir(dataset_dir)
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.
     by_task = {t: read_split(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
     fit_stats = FitStats()
-    train: list[Pair] = []
+    train: list[dict[str, Any]] = []
     for pair in mix_pairs(by_task, mixture, seed):
-        out, status = fit_pair(pair, tokenizer, max_length, mixture.min_grounding_kept)
+        row, status = training_row(
+            pair, tokenizer, max_length, mixture.min_grounding_kept, template_kwargs
+        )
         getattr(fit_stats, status)[pair.task] += 1
-        if out is not None:
-            train.append(out)
+        if row is not None:
+            train.append(row)
     empty = [t for t in mixture.tasks if fit_stats.kept[t] + fit_stats.trimmed[t] == 0]
     if empty and any(mixture.weights.get(t, 1.0) > 0 for t in empty):
         raise FincheckError(
@@ -174,17 +239,19 @@ def build_training_data(
         for pair in candidates:
             if len(eval_rows) == eval_max_examples:
                 break
-            out, _ = fit_pair(pair, tokenizer, max_length, mixture.min_grounding_kept)
-            if out is not None:
-                eval_rows.append(to_prompt_completion(out))
+            row, _ = training_row(
+                pair, tokenizer, max_length, mixture.min_grounding_kept, template_kwargs
+            )
+            if row is not None:
+                eval_rows.append(row)
 
     stats = {
         "fit": fit_stats.as_dict(),
-        "train_examples": dict(Counter(p.task for p in train)),
+        "train_examples": dict(Counter(row["task"] for row in train)),
         "eval_examples": len(eval_rows),
     }
     return PreparedData(
-        train_rows=[to_prompt_completion(p) for p in train],
+        train_rows=train,
         eval_rows=eval_rows,
         stats=stats,
         manifest=read_manifest(dataset_dir),

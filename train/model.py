@@ -18,10 +18,44 @@ RESERVED_PAD_TOKENS = ("<|finetune_right_pad_id|>", "<|endoftext|>", "<pad>", "<
 
 
 def resolve_base_path(recipe: SFTRecipe, output_dir: Path) -> str:
-    """Where the base weights come from: the hub id / folder, or <output_dir>/base for tiny."""
+    """Where the base weights come from: the hub id or folder, a name `fincheck models` knows
+    (its fetched folder), or <output_dir>/base for tiny."""
+    from fincheck.models import resolve_model
+
     if recipe.model_name_or_path == TINY_RANDOM:
         return str((output_dir / "base").resolve())
-    return recipe.model_name_or_path
+    return resolve_model(recipe.model_name_or_path, log=log.info)
+
+
+def base_identity(recipe: SFTRecipe, base_path: str, model: Any) -> dict[str, Any]:
+    """Who the base is, for fincheck_run.json and the model card: its hub id and revision where
+    known (the recipe's base_model_id, a fetched folder's origin record, a hub id's commit),
+    and where the weights came from."""
+    from fincheck.models import read_model_info
+    from fincheck.runs import looks_like_hub_id
+
+    if recipe.model_name_or_path == TINY_RANDOM:
+        return {
+            "base_model_id": None,
+            "base_model_revision": None,
+            "base_origin": "random-init tiny Qwen2 built by fincheck (saved in the run as base/)",
+        }
+    hub_id, revision, origin = None, None, f"local folder {base_path}"
+    info = read_model_info(base_path)
+    if info is not None:
+        hub_id, origin = info.hub_id, f"{info.package} from the package index: {info.note}"
+    elif looks_like_hub_id(recipe.model_name_or_path):
+        hub_id, origin = recipe.model_name_or_path, "Hugging Face Hub"
+        revision = getattr(model.config, "_commit_hash", None)
+    if recipe.base_model_id:
+        hub_id = recipe.base_model_id
+    if hub_id is None:
+        log.warning(
+            "the base %s has no known hub id: the model card will not name it "
+            "(set --base_model_id=ORG/NAME if it is a copy of a hub model)",
+            base_path,
+        )
+    return {"base_model_id": hub_id, "base_model_revision": revision, "base_origin": origin}
 
 
 def ensure_tiny_base(base_path: str) -> None:
@@ -53,9 +87,15 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
         tokenizer.chat_template = Path(recipe.chat_template_path).read_text(encoding="utf-8")
     if not tokenizer.chat_template:
         raise FincheckError(
-            f"{base_path}: the tokenizer has no chat template; set chat_template_path "
-            "(e.g. train/assets/chatml.jinja)"
+            f"{base_path}: the tokenizer has no chat template; set chat_template_path to the "
+            f"template of its model family ({suggest_chat_template(tokenizer)})"
         )
+    if recipe.eos_token:  # the token that ends the assistant's turn, when not the tokenizer's EOS
+        if recipe.eos_token not in tokenizer.get_vocab():
+            raise FincheckError(
+                f"eos_token {recipe.eos_token!r} is not in the tokenizer's vocabulary"
+            )
+        tokenizer.eos_token = recipe.eos_token
     if tokenizer.eos_token is None:
         raise FincheckError(f"{base_path}: the tokenizer has no EOS token")
     pad = choose_pad_token(tokenizer, recipe.pad_token)
@@ -65,6 +105,21 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
     tokenizer.pad_token = pad
     tokenizer.padding_side = "right"
     return tokenizer
+
+
+CHAT_TEMPLATES = Path(__file__).resolve().parent / "assets"
+
+
+def suggest_chat_template(tokenizer: Any) -> str:
+    """The project's template file for the tokenizer's family, from its special tokens."""
+    vocab = tokenizer.get_vocab()
+    if "<|start_header_id|>" in vocab:
+        return (
+            f"Llama 3.x: {CHAT_TEMPLATES / 'llama-3.2-instruct.jinja'} with eos_token: <|eot_id|>"
+        )
+    if "<|im_start|>" in vocab:
+        return f"ChatML: {CHAT_TEMPLATES / 'chatml.jinja'}"
+    return "the instruct template its model card names; ChatML fits only <|im_start|> vocabularies"
 
 
 def choose_pad_token(tokenizer: Any, requested: str | None) -> str:

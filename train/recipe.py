@@ -48,6 +48,11 @@ class SFTRecipe(SFTConfig):
         "base model: a hub id, a local folder, a .gguf file, or 'tiny-random' (the 2-layer Qwen2 "
         "test model, built with no download and saved under <output_dir>/base)",
     )
+    base_model_id: str | None = config_field(
+        None,
+        "the base's hub id when model_name_or_path is a local copy of a hub model: recorded in "
+        "the run and written as base_model in the model card",
+    )
     tokenizer_name_or_path: str | None = config_field(None, "tokenizer (default: the model's)")
     torch_dtype: str = config_field(
         "auto",
@@ -61,6 +66,11 @@ class SFTRecipe(SFTConfig):
         False, "QLoRA: load the base in 4-bit NF4 (needs a GPU and bitsandbytes)"
     )
     trust_remote_code: bool = config_field(False, "allow model code from the hub")
+    chat_template_kwargs: dict[str, Any] = config_field(
+        {},
+        "keyword arguments of the chat template, used in training and recorded for evaluation "
+        "and detection (Qwen3: {enable_thinking: false} puts its empty think block in the prompt)",
+    )
     # --- fincheck: LoRA ---------------------------------------------------------------------
     lora_r: int = config_field(16, "LoRA rank")
     lora_alpha: int = config_field(32, "LoRA scaling numerator (scale = alpha / r)")
@@ -76,6 +86,11 @@ class SFTRecipe(SFTConfig):
         "configs/data/all-tasks.yaml", "the task mixture file (tasks, weights, max examples)"
     )
     eval_max_examples: int = config_field(256, "dev pairs evaluated (per task mixture order)")
+    overwrite_output_dir: bool = config_field(
+        False,
+        "start over in an output_dir that holds a run: its checkpoints and adapter are deleted "
+        "(without it such a run stops and says to resume or start over)",
+    )
     # --- fincheck: precision and schedule ---------------------------------------------------
     precision: Literal["auto", "bf16", "fp16", "fp32"] = config_field(
         "auto",
@@ -202,11 +217,13 @@ def cpu_has_bf16() -> bool:
 # Fields fincheck declares itself (the rest are TRL's / transformers').
 FINCHECK_KEYS = (
     "model_name_or_path",
+    "base_model_id",
     "tokenizer_name_or_path",
     "torch_dtype",
     "attn_implementation",
     "load_in_4bit",
     "trust_remote_code",
+    "chat_template_kwargs",
     "lora_r",
     "lora_alpha",
     "lora_dropout",
@@ -214,6 +231,7 @@ FINCHECK_KEYS = (
     "dataset_dir",
     "data_config",
     "eval_max_examples",
+    "overwrite_output_dir",
     "precision",
     "warmup_ratio",
 )
@@ -235,6 +253,7 @@ RESUMABLE_CHANGES = frozenset(
         "eval_max_examples",
         "dataset_dir",
         "disable_tqdm",
+        "overwrite_output_dir",
         "use_cpu",
         "ddp_backend",
         "local_rank",

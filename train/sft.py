@@ -28,6 +28,8 @@ from typing import Any
 from fincheck import __version__
 from fincheck.config import describe_config
 from fincheck.errors import FincheckError
+from fincheck.inference import template_fingerprint
+from fincheck.models import resolve_model
 from fincheck.prepared import require_prepared_dir
 from fincheck.prompting import prompt_hashes
 from fincheck.runs import relative_base
@@ -117,6 +119,8 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     if values["model_name_or_path"] == TINY_RANDOM:
         output_dir = Path(values["output_dir"] or f"checkpoints/{values['run_name']}")
         model.ensure_tiny_base(str((output_dir / "base").resolve()))
+    else:
+        resolve_model(values["model_name_or_path"])  # a known name: fetched once, here
     return load_recipe(config, overrides)
 
 
@@ -142,6 +146,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 
         deepspeed.init_distributed(dist_backend="gloo")
 
+    checkpoints.guard_output_dir(
+        output_dir,
+        recipe.resume_from_checkpoint,
+        recipe.overwrite_output_dir,
+        main=args.process_index == 0,
+    )
     base_fp = checkpoints.base_fingerprint(base_path)
     resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
     if resume_from is not None:
@@ -156,6 +166,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         recipe.max_length,
         recipe.seed,
         eval_max_examples=recipe.eval_max_examples if recipe.eval_steps else 0,
+        template_kwargs=recipe.chat_template_kwargs,
     )
     if args.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
@@ -174,10 +185,13 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     metadata = {
         "fincheck_version": __version__,
         "base_model": relative_base(base_path, output_dir),
+        **model.base_identity(recipe, base_path, base),
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
         "data_fingerprint": manifest.get("fingerprint"),
         "prompt_hashes": manifest.get("prompt_hashes") or prompt_hashes(mixture.tasks),
+        "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
+        "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": prepared.stats,
         "world_size": args.world_size,
     }
@@ -188,6 +202,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         trainer.remove_callback(callbacks.ProgressCallback)
         trainer.add_callback(callbacks.QuietProgressCallback())
     trainer.add_callback(callbacks.StepLogCallback())
+    trainer.add_callback(callbacks.TokenCountCallback(trainer))
     trainer.add_callback(callbacks.CompleteCheckpointCallback(metadata, recipe_yaml))
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
@@ -213,12 +228,33 @@ def train_and_save(r: Run) -> int:
     from fincheck.train import checkpoints
 
     trainer, recipe = r.trainer, r.recipe
+    done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
+    if done:  # resuming would train one step past the end and overwrite the adapter
+        if trainer.args.process_index == 0:
+            copied = checkpoints.finish_from_checkpoint(r.resume_from, r.output_dir)
+            if copied:
+                checkpoints.write_run_files(
+                    r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata
+                )
+            print(
+                f"the run is already complete: {r.resume_from.name} reached step {done} of "
+                f"{recipe.max_steps if recipe.max_steps > 0 else done}; nothing to train"
+                + (f" (its adapter copied to {r.output_dir})" if copied else ""),
+                file=sys.stderr,
+            )
+        return 0
     if trainer.args.process_index == 0:
         if r.resume_from is not None:
             log.info("resuming from %s", r.resume_from)
         elif recipe.resume_from_checkpoint == "auto":
             log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
+    except (OSError, RuntimeError) as e:  # torch's writer: "basic_ios::clear: iostream error"
+        if not checkpoints.is_out_of_space(e):
+            raise
+        step = trainer.state.global_step
+        raise FincheckError(checkpoints.out_of_space_message(r.output_dir, step)) from e
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
             print(

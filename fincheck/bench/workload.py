@@ -79,28 +79,30 @@ def estimate_tokens(messages: Sequence[dict[str, str]], add_generation_prompt: b
 
 
 def count_tokens(
-    tokenizer, messages: Sequence[dict[str, str]], add_generation_prompt: bool = False
+    tokenizer,
+    messages: Sequence[dict[str, str]],
+    add_generation_prompt: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> int:
-    """Exact token count through the tokenizer's chat template."""
-    ids = tokenizer.apply_chat_template(
-        list(messages), tokenize=True, add_generation_prompt=add_generation_prompt
-    )
-    if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    return len(ids)
+    """Exact token count through the tokenizer's chat template (the render the model reads)."""
+    from fincheck import inference
+
+    text = inference.render_chat(tokenizer, messages, add_generation_prompt, template_kwargs)
+    return inference.count_tokens(tokenizer, text)
 
 
 def prepared_lengths(
     prepared_dir: Path,
     split: str,
-    tasks: Sequence[str] = task_names(),
+    tasks: Sequence[str] | None = None,
     tokenizer: Any = None,
     prompt_only: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, list[int]]:
     """Token length of every pair per task: the full conversation (training) or, with
     `prompt_only`, system + user with the generation prompt (what evaluation feeds the model)."""
     out: dict[str, list[int]] = {}
-    for task in tasks:
+    for task in tasks or task_names():
         path = Path(prepared_dir) / task / f"{split}.jsonl"
         if not path.exists():
             raise FincheckError(f"{path} not found: is {prepared_dir} a `fincheck prepare` output?")
@@ -108,7 +110,7 @@ def prepared_lengths(
         for pair in read_pairs(path):
             messages = pair.prompt_messages if prompt_only else pair.messages
             if tokenizer is not None:
-                lengths.append(count_tokens(tokenizer, messages, add_generation_prompt=prompt_only))
+                lengths.append(count_tokens(tokenizer, messages, prompt_only, template_kwargs))
             else:
                 lengths.append(estimate_tokens(messages, add_generation_prompt=prompt_only))
         out[task] = lengths
@@ -125,6 +127,12 @@ def synthetic_lengths(n: int, max_len: int, seed: int = 0) -> list[int]:
 def cap_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
     """Training trims over-long pairs on the grounding text, so they arrive at exactly max_len."""
     return [min(n, max_len) for n in lengths]
+
+
+def percentiles(lengths: Sequence[int], qs: Sequence[float] = (0.5, 0.9, 0.99)) -> list[int]:
+    """Nearest-rank percentiles (the q-th value of the sorted lengths) and the maximum."""
+    s = sorted(lengths)
+    return [s[min(len(s) - 1, math.ceil(q * len(s)) - 1)] for q in qs] + [s[-1]]
 
 
 def describe_lengths(lengths: Sequence[int]) -> str:
