@@ -8,7 +8,6 @@ its pinned URL on first use. Either way the sha256 is checked before anything re
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
@@ -28,14 +28,6 @@ class Source:
     url: str
     sha256: str
     license: str
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:

@@ -24,7 +24,10 @@ SCORE_EXAMPLES = """examples:
       --judge openai --judge-model gpt-4o-2024-11-20
   fincheck score ... --judge openai --judge-base-url http://localhost:8000/v1 --judge-model Qwen/Qwen2.5-72B-Instruct
   fincheck score ... --judge local --judge-model path/to/model
-Exit status: 0 when everything was scored, 3 when some judge calls failed (see report.md)."""
+  # --judge-base-url (an OpenAI-compatible server) implies --judge openai
+Exit status: 0 when everything was scored; 3 when more than --max-judge-failure-rate (2%) of the
+FINAL examples needing the judge got no usable answer (call failed, or unreadable after a re-ask):
+results.json and report.md are written either way, and a rerun retries only what failed."""
 
 
 def _tasks(value: str) -> tuple[str, ...]:
@@ -53,9 +56,9 @@ def default_max_new_tokens() -> dict[str, int]:
     return {name: task.max_new_tokens for name, task in all_tasks().items()}
 
 
-def _max_new_tokens(value: str) -> dict[str, int]:
-    """'256' (every task) or 'final=512,fhsumbench=128'."""
-    out = default_max_new_tokens()
+def per_task_numbers(value: str, defaults: dict[str, int | None]) -> dict[str, int | None]:
+    """'256' (every task) or 'final=512,fhsumbench=128' (the others keep `defaults`)."""
+    out = dict(defaults)
     try:
         if "=" not in value:
             return dict.fromkeys(out, int(value))
@@ -65,8 +68,22 @@ def _max_new_tokens(value: str) -> dict[str, int]:
                 raise ValueError(task)
             out[task.strip()] = int(n)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or task=N,... got {value!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected N or task=N,... (tasks: {','.join(out)}), got {value!r}"
+        ) from None
     return out
+
+
+def _max_new_tokens(value: str) -> dict[str, int]:
+    """Only the tasks given: the others keep their default, fitted to the window."""
+    given = per_task_numbers(value, dict.fromkeys(task_names()))
+    return {task: n for task, n in given.items() if n is not None}
+
+
+def _limit(value: str) -> int | dict[str, int | None]:
+    if "=" not in value:
+        return int(value) if value.isdigit() else per_task_numbers(value, {})
+    return per_task_numbers(value, dict.fromkeys(task_names()))
 
 
 def register(subparsers) -> None:
@@ -100,7 +117,9 @@ def register(subparsers) -> None:
         "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
     )
     p.add_argument(
-        "--limit", type=int, help="a seeded random sample of N examples per task (default: all)"
+        "--limit",
+        type=_limit,
+        help="a seeded random sample of N examples per task, or task=N,... (default: all)",
     )
     p.add_argument(
         "--sample-seed", type=int, default=0, help="seed of the --limit sample (default: 0)"
@@ -111,8 +130,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--max-new-tokens",
         type=_max_new_tokens,
-        default=defaults,
-        help=f"N, or task=N,... (default: {','.join(f'{k}={v}' for k, v in defaults.items())})",
+        default={},
+        help="answer tokens at most: N, or task=N,... (default: "
+        f"{','.join(f'{k}={v}' for k, v in defaults.items())}, each at most a quarter of the "
+        "window)",
     )
     p.add_argument(
         "--max-input-tokens",
@@ -120,6 +141,13 @@ def register(subparsers) -> None:
         help="prompt tokens at most: longer prompts have their grounding text trimmed (default: "
         "the window -- an adapter's training max_length, capped by the model's positions -- "
         "minus the task's --max-new-tokens; the rule detect uses too)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        help="tokens the model may see, prompt and answer (default: an adapter's training "
+        "max_length, capped by the model's positions): gives an untuned base the same prompts "
+        "as its adapter",
     )
     p.add_argument(
         "--chat-template-kwargs",
@@ -142,6 +170,11 @@ def register(subparsers) -> None:
         help="QASem through the plain generate path (for comparison and debugging): by default "
         "prompts sharing a reference document share one forward pass over it, and P(Yes) needs "
         "no generation",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the base model's own Python code from its repository (off by default)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
@@ -173,11 +206,20 @@ def register(subparsers) -> None:
     )
     s.add_argument(
         "--judge",
-        default="none",
+        default=None,
         choices=("none", "openai", "local"),
-        help="FINAL matching judge (default: none = FINAL P/R/F1 not computed)",
+        help="FINAL matching judge (default: openai when --judge-base-url is given, local when "
+        "--judge-model is an existing folder, openai when it is a model name; else none = "
+        "FINAL P/R/F1 not computed)",
     )
     s.add_argument("--judge-model", help="judge model name (openai) or path (local)")
+    s.add_argument(
+        "--max-judge-failure-rate",
+        type=float,
+        default=0.02,
+        help="exit 3 when a larger share of the FINAL examples needing the judge got no usable "
+        "answer (default: 0.02)",
+    )
     s.add_argument(
         "--judge-prompt",
         default="paper",
@@ -245,8 +287,10 @@ def eval_command(args) -> int:
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
         max_input_tokens=args.max_input_tokens,
+        window=args.window,
         template_kwargs=args.chat_template_kwargs,
         prefix_reuse=not args.no_prefix_reuse,
+        trust_remote_code=args.trust_remote_code,
         device=args.device,
         dtype=args.dtype,
         progress=not args.no_progress,
@@ -263,9 +307,27 @@ def eval_command(args) -> int:
     return 0
 
 
+def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> str:
+    """The judge backend the options name. A base URL or a judge model never goes unused: given
+    without --judge they choose it, and with --judge none they are an error."""
+    if judge is None:
+        if base_url:
+            return "openai"
+        if model:
+            return "local" if Path(model).is_dir() else "openai"
+        return "none"
+    if judge == "none" and (model or base_url):
+        given = "--judge-base-url" if base_url else "--judge-model"
+        raise FincheckError(f"{given} was given with --judge none: drop one of them")
+    if judge == "local" and base_url:
+        raise FincheckError("--judge-base-url is for --judge openai, not --judge local")
+    return judge
+
+
 def build_judge(args):
     from fincheck.eval.judge import JudgeCache, JudgePrompt, MatchingJudge
 
+    args.judge = judge_kind(args.judge, args.judge_model, args.judge_base_url)
     if args.judge == "none":
         return None
     if not args.judge_model:
@@ -306,7 +368,7 @@ def score_command(args) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
-    results, judge_errors = run_score(opts)
+    results, _ = run_score(opts)
     for task, figures in results["tasks"].items():
         print(f"{task}: {get_task(task).headline_text(figures)}")
     print(f"report: {args.out / 'report.md'}")
@@ -314,11 +376,29 @@ def score_command(args) -> int:
         from fincheck.eval.wandb_report import log_to_wandb
 
         log_to_wandb(results, args.out, args.wandb_project)
-    if judge_errors:
+    return judge_exit_status(results.get("judge"), args.max_judge_failure_rate)
+
+
+def judge_exit_status(judge: dict | None, max_rate: float) -> int:
+    """3 when too many examples got no usable judge answer (their figures count them as misses,
+    so the headline would understate the model), else 0; one line either way."""
+    if not judge or not judge.get("asked"):
+        return 0
+    failed = judge["errors"] + judge["parse_failed"]
+    if not failed:
+        return 0
+    rate = failed / judge["asked"]
+    what = (
+        f"{failed} of {judge['asked']} FINAL examples ({rate:.1%}) got no usable judge answer "
+        f"({judge['errors']} calls failed, {judge['parse_failed']} answers unreadable; first: "
+        f"{(judge.get('first_error') or '?')[:120]})"
+    )
+    if rate > max_rate:
         print(
-            f"fincheck score: {judge_errors} judge call(s) failed; those examples are not scored "
-            "(rerun to retry them: answers already received are cached)",
+            f"fincheck score: error: {what}, above --max-judge-failure-rate {max_rate:.0%}: the "
+            "FINAL figures are not comparable (rerun to retry: answers received are cached)",
             file=sys.stderr,
         )
         return 3
+    print(f"fincheck score: warning: {what}; counted as misses", file=sys.stderr)
     return 0

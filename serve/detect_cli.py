@@ -48,6 +48,7 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FincheckError(f"input file not found: {path}")
     records = []
+    first_line: dict[str, int] = {}
     for n, record in iter_json_objects(path):
         if any(k in record for k in SUPPORT_KEYS) and not isinstance(record.get("sentence"), str):
             # A QA without its sentence is read against the whole answer text, if given.
@@ -56,6 +57,12 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
         if not tasks:
             raise InvalidRecordError(str(path), n, missing[0], "missing or not a non-empty string")
         record.setdefault("id", str(n))
+        key = str(record["id"])
+        if key in first_line:
+            raise InvalidRecordError(
+                str(path), n, "id", f"{key!r} repeats line {first_line[key]}: ids must be unique"
+            )
+        first_line[key] = n
         records.append(record)
     if not records:
         raise FincheckError(f"{path}: no input lines")

@@ -54,9 +54,10 @@ class Detector:
     ) -> None:
         self.loaded = loaded
         self.batch_size = batch_size
-        self.max_new_tokens = {name: task.max_new_tokens for name, task in all_tasks().items()} | (
-            max_new_tokens or {}
-        )
+        # each task's default answer budget fitted to the window, unless given
+        self.max_new_tokens = {
+            name: loaded.answer_budget(task.max_new_tokens) for name, task in all_tasks().items()
+        } | (max_new_tokens or {})
         self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
         loaded.check_template()
         origin = str((loaded.run.metadata if loaded.run else {}).get("base_origin", ""))

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from fincheck.errors import FincheckError
 from fincheck.runs import (
     ADAPTER_CONFIG,
@@ -36,6 +38,7 @@ from fincheck.runs import (
     RUN_METADATA,
     TOKENIZER_FILES,
     RunArtifacts,
+    adapter_sha256,
     load_run,
 )
 from fincheck.serve.card import read_results, render_card
@@ -115,14 +118,16 @@ def build_upload_folder(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
     base = published_base(run, base_model_id)
+    if results is not None:
+        check_results_provenance(run, results)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS)
+    copy_regular_file(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS, run.root)
     adapter_config = dict(run.adapter_config)
     metadata = dict(run.metadata)
     if base.shipped is not None:
         # The base exists only in this run: ship it as base/ and point the adapter at the
         # shipped copy instead of a path on this machine.
-        shutil.copytree(base.shipped, out_dir / "base", ignore=_skip_pickles)
+        shutil.copytree(base.shipped, out_dir / "base", ignore=_skip_pickles_and_links)
         adapter_config["base_model_name_or_path"] = "base"
         if metadata:
             metadata["base_model"] = "base"
@@ -135,11 +140,13 @@ def build_upload_folder(
     if metadata:
         (out_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
     for path in run.tokenizer_files:
-        shutil.copy2(path, out_dir / path.name)
-    if run.recipe_path is not None:
-        shutil.copy2(run.recipe_path, out_dir / run.recipe_path.name)
+        copy_regular_file(path, out_dir / path.name, run.root)
+    if run.recipe:
+        (out_dir / RECIPE_FILE).write_text(
+            yaml.safe_dump(public_recipe(run.recipe, base.hub_id), sort_keys=False)
+        )
     if run.manifest_path is not None:
-        shutil.copy2(run.manifest_path, out_dir / MANIFEST_FILE)
+        copy_regular_file(run.manifest_path, out_dir / MANIFEST_FILE, run.root)
     if results is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "README.md").write_text(
@@ -148,8 +155,86 @@ def build_upload_folder(
     return sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
 
 
-def _skip_pickles(_dir: str, names: list[str]) -> list[str]:
-    return [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl"))]
+def copy_regular_file(source: Path, target: Path, root: Path) -> None:
+    """Copy a file of the run into the upload only if it is a regular file inside the run folder:
+    a symlink could pull anything on this machine (a token, a key) into a public repo."""
+    if source.is_symlink() or not source.is_file():
+        raise FincheckError(
+            f"{source} is a symlink or not a regular file: publish uploads only regular files "
+            "inside the run folder (replace the link with the file itself)"
+        )
+    if not source.resolve().is_relative_to(Path(root).resolve()):
+        raise FincheckError(f"{source} lies outside the run folder {root}: not uploaded")
+    shutil.copyfile(source, target)
+
+
+def _skip_pickles_and_links(directory: str, names: list[str]) -> list[str]:
+    """copytree filter for base/: no pickles, nothing but regular files and folders."""
+    skipped = []
+    for name in names:
+        path = Path(directory) / name
+        if path.is_symlink():
+            log.warning("not uploading %s: a symlink", path)
+            skipped.append(name)
+        elif name.endswith((".bin", ".pt", ".pth", ".pkl")):
+            skipped.append(name)
+    return skipped
+
+
+# Recipe keys whose values are places on the training machine: the uploaded recipe names them
+# only when they are relative to the repository (configs/...), never an absolute path.
+MACHINE_KEYS = ("output_dir", "logging_dir", "resume_from_checkpoint", "hub_token")
+
+
+def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> dict[str, Any]:
+    """The resolved recipe as it can be shown to the world: the base as its hub id, and no
+    absolute paths of the machine that trained it."""
+    public: dict[str, Any] = {}
+    for key, value in recipe.items():
+        if key in MACHINE_KEYS:
+            continue
+        if key == "model_name_or_path" and base_hub_id:
+            value = base_hub_id
+        elif isinstance(value, str) and (value.startswith(("/", "~")) or ":\\" in value):
+            value = f"<local: {Path(value).name}>"
+        public[key] = value
+    return public
+
+
+def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:
+    """Results go up with an adapter only if they were computed with that very adapter: the
+    sha256 `fincheck eval` recorded must be the sha256 of the weights being uploaded."""
+    recorded = ((results.get("run") or {}).get("adapter_sha256")) or None
+    actual = adapter_sha256(run.path)
+    if recorded is None:
+        raise FincheckError(
+            "--results does not record which adapter it evaluated (an evaluation of a base model, "
+            "or results from an older fincheck): evaluate this checkpoint with `fincheck eval "
+            f"--adapter {run.path}` and `fincheck score`, then publish those results"
+        )
+    if recorded != actual:
+        raise FincheckError(
+            f"--results were computed with another adapter (sha256 {recorded[:12]}...) than the "
+            f"one being published ({run.path / ADAPTER_WEIGHTS}: {actual[:12]}...): evaluate this "
+            "checkpoint and publish its own results"
+        )
+
+
+def check_repo_id(repo_id: str) -> None:
+    """ORG/NAME as the hub accepts it (letters, digits, '-', '_', '.'; no spaces), checked before
+    anything is built or uploaded."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if repo_id.count("/") != 1:
+            raise HFValidationError("expected exactly one '/'")
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = " ".join(str(error).split())
+        raise FincheckError(
+            f"--repo-id {repo_id!r} is not a valid hub repo id (ORG/NAME or USER/NAME; letters, "
+            f"digits, '-', '_', '.'): {reason}"
+        ) from None
 
 
 def is_managed_path(path: str) -> bool:
@@ -289,8 +374,7 @@ def publish(
     if not is_main_process():
         log.info("not rank 0: skipping publish")
         return None
-    if "/" not in repo_id or repo_id.count("/") != 1:
-        raise FincheckError(f"--repo-id {repo_id!r}: expected ORG/NAME (or USER/NAME)")
+    check_repo_id(repo_id)
     run = load_run(checkpoint)
     results = read_results(results_path) if results_path else None
     rev = revision or "main"

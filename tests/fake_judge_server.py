@@ -5,6 +5,7 @@ order (the last one repeats):
   ("ok", text)                   200 with `text` as the assistant message
   ("status", code, headers)      an error status with the given headers
   ("sleep", seconds, text)       answer `text` after sleeping (to trip client timeouts)
+  ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class FakeJudgeServer:
                 kind = action[0]
                 if kind == "status":
                     self._send(action[1], {"error": {"message": "scripted failure"}}, action[2])
+                    return
+                if kind == "html":
+                    data = action[1].encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 if kind == "sleep":
                     time.sleep(action[1])

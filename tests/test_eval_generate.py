@@ -309,3 +309,84 @@ def test_prefix_reuse_gives_the_plain_paths_p_yes(tiny_base, small_prepared, tmp
     for qa_id, row in fast_rows.items():
         assert row["p_yes"] == pytest.approx(plain_rows[qa_id]["p_yes"], abs=1e-4)
         assert plain_rows[qa_id]["output"].startswith(row["output"])
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_adapter_is_refused_before_anything_is_loaded(
+    tiny_base, small_prepared, tmp_path, capsys
+):
+    import torch
+
+    adapter = tmp_path / "pickled"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": str(tiny_base)})
+    )
+    marker = tmp_path / "code-ran"
+    torch.save({"w": _RunsCode(marker)}, adapter / "adapter_model.bin")
+    args = ["eval", "--adapter", str(adapter), "--data", str(small_prepared)]
+    assert main([*args, "--out", str(tmp_path / "out"), "--tasks", "qasem"]) == 1
+    assert "pickle files are not loaded" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_a_resumed_eval_reports_the_trimmed_prompts_of_an_uninterrupted_one(
+    tiny_base, prepared_dir, tmp_path, monkeypatch
+):
+    from fincheck.eval.predictions import read_eval_summary
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    args = ("--tasks", "fhsumbench")
+    assert main(_eval_args(tiny_base, prepared_dir, whole, 4, *args)) == 0
+    expected = read_eval_summary(whole / "predictions")["fhsumbench"]
+    assert expected["trimmed"] > 0  # 512 tokens is short for FHSumBench documents
+
+    real = generate.generate_batch
+    calls = {"n": 0}
+
+    def crash_on_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    monkeypatch.setattr(generate, "generate_batch", crash_on_second)
+    with pytest.raises(RuntimeError):
+        main(_eval_args(tiny_base, prepared_dir, resumed, 4, *args))
+    monkeypatch.setattr(generate, "generate_batch", real)
+    assert main(_eval_args(tiny_base, prepared_dir, resumed, 4, *args)) == 0
+    assert read_eval_summary(resumed / "predictions")["fhsumbench"] == expected
+
+
+def test_counting_a_long_document_raises_no_sequence_length_warning(tiny_base, capfd):
+    """The tiny tokenizer says model_max_length 512; prompts are fitted, never truncated, so
+    transformers' "Token indices sequence length ..." warning would only be noise."""
+    loaded = inference.load_model(str(tiny_base), device="cpu")
+    assert len(loaded.tokenizer("word " * 2000)["input_ids"]) > 512
+    assert "Token indices sequence length" not in capfd.readouterr().err
+
+
+def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
+    tiny_base, small_prepared, tmp_path
+):
+    """--window 1024: answers get at most a quarter of it (FINAL's 384 -> 256), prompts the rest."""
+    out = tmp_path / "w"
+    args = ["eval", "--model", str(tiny_base), "--data", str(small_prepared), "--out", str(out)]
+    limit = ["--limit", "final=2,qasem=2,fhsumbench=1", "--max-new-tokens", "final=4"]
+    assert main([*args, "--window", "1024", *limit]) == 0
+    config = json.loads((out / "predictions" / "eval_config.json").read_text())
+    assert config["window"] == 1024
+    assert config["max_new_tokens"] == {"final": 4, "qasem": 8, "fhsumbench": 96}
+    assert config["limit"] == {"final": 2, "qasem": 2, "fhsumbench": 1}
+    assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
+    loaded = inference.load_model(str(tiny_base), device="cpu", window=1024)
+    assert loaded.answer_budget(384) == 256 and loaded.prompt_budget(256) == 768

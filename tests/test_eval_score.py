@@ -278,7 +278,9 @@ def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, m
             ]
         )
     assert code == 3
-    assert "1 judge call(s) failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "1 of 3 FINAL examples (33.3%) got no usable judge answer (1 calls failed" in err
+    assert "above --max-judge-failure-rate 2%" in err
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["tasks"]["final"]["judge_errors"] == 1
     assert results["tasks"]["final"]["n_judge_failed"] == 1  # a miss in the headline P/R
@@ -391,3 +393,144 @@ def test_fhsumbench_figures_equal_the_reference_scorers_on_off_format_outputs(
     done = subprocess.run([sys.executable, str(script), "--data", str(prepared_dir), "--run", str(run)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0 and "fhsumbench/noh_acc" in done.stdout, done.stdout
+
+
+def _score_with_fake_judge(prepared_dir, tmp_path, server, *extra):
+    return main(
+        [
+            "score",
+            "--data",
+            str(prepared_dir),
+            "--predictions",
+            str(tmp_path / "run" / "predictions"),
+            "--out",
+            str(tmp_path / "run"),
+            "--judge-model",
+            "fake",
+            "--judge-base-url",
+            server.base_url,
+            "--judge-max-retries",
+            "0",
+            "--bootstrap",
+            "0",
+            "--no-progress",
+            *extra,
+        ]
+    )
+
+
+def _final_predictions(prepared_dir, tmp_path, n=3):
+    pairs = [p for p in read_pairs(prepared_dir / "final" / "test.jsonl") if p.target != "None"][:n]
+    _write(
+        tmp_path / "run" / "predictions" / "final.jsonl",
+        [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
+    )
+    return pairs
+
+
+def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, capsys):
+    """No --judge: the URL and model are used, not ignored with empty FINAL figures."""
+    pairs = _final_predictions(prepared_dir, tmp_path)
+    with FakeJudgeServer() as server:
+        for p in pairs:
+            server.script[p.target.splitlines()[0][3:]] = [("ok", '{"A": "A"}')]
+        assert _score_with_fake_judge(prepared_dir, tmp_path, server) == 0
+        assert len(server.requests) == 3
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["judge"]["backend"] == "openai"
+    assert results["tasks"]["final"]["precision"] is not None
+
+
+def test_judge_options_that_would_go_unused_are_an_error():
+    from fincheck.eval.commands import judge_kind
+
+    assert judge_kind(None, None, None) == "none"
+    assert judge_kind(None, "gpt-4o", None) == "openai"
+    assert judge_kind(None, None, "http://localhost:8000/v1") == "openai"
+    with pytest.raises(FincheckError, match="--judge-base-url was given with --judge none"):
+        judge_kind("none", None, "http://x/v1")
+    with pytest.raises(FincheckError, match="--judge-model was given with --judge none"):
+        judge_kind("none", "m", None)
+
+
+def test_a_judge_that_never_answers_in_json_fails_the_run_and_keeps_the_results(
+    prepared_dir, tmp_path, capsys
+):
+    pairs = _final_predictions(prepared_dir, tmp_path)
+    with FakeJudgeServer() as server:
+        for p in pairs:
+            server.script[p.target.splitlines()[0][3:]] = [("ok", "I think they match.")]
+        code = _score_with_fake_judge(prepared_dir, tmp_path, server)
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "3 of 3 FINAL examples (100.0%) got no usable judge answer" in err
+    assert "3 answers unreadable" in err and "Traceback" not in err
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["judge"]["parse_failed"] == 3 and (tmp_path / "run" / "report.md").is_file()
+
+
+def test_an_html_reply_is_one_line_and_the_results_are_written(prepared_dir, tmp_path, capsys):
+    pairs = _final_predictions(prepared_dir, tmp_path)
+    with FakeJudgeServer() as server:
+        for p in pairs:
+            server.script[p.target.splitlines()[0][3:]] = [("html", "<html>Sign in</html>")]
+        code = _score_with_fake_judge(prepared_dir, tmp_path, server)
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "not a chat completion: '<html>Sign in</html>'" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "run" / "results.json").is_file()
+
+
+def test_few_judge_failures_below_the_threshold_are_a_warning(capsys):
+    from fincheck.eval.commands import judge_exit_status
+
+    judge = {"asked": 100, "errors": 1, "parse_failed": 1, "first_error": "x"}
+    assert judge_exit_status(judge, 0.02) == 0
+    assert "warning: 2 of 100 FINAL examples (2.0%)" in capsys.readouterr().err
+    assert judge_exit_status({**judge, "parse_failed": 2}, 0.02) == 3
+
+
+def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_path):
+    """40 CLIFF QAs and 10 FactScore QAs: CLIFF and overall get CIs, FactScore shows its n."""
+    predictions = tmp_path / "run" / "predictions"
+    write_predictions(prepared_dir, predictions)  # FHSumBench and FINAL: 60 each
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    chosen = [p for p in pairs if p.meta["dataset"] == "cliff"][:40]
+    chosen += [p for p in pairs if p.meta["dataset"] == "factscore"][:10]
+    rng = random.Random(0)
+    _write(
+        predictions / "qasem.jsonl",
+        [{"id": p.id, "task": "qasem", "output": "Yes", "p_yes": rng.random()} for p in chosen],
+    )
+    results, _ = run_score(
+        ScoreOptions(prepared_dir, predictions, tmp_path / "run", bootstrap_resamples=50)
+    )
+    qasem = results["tasks"]["qasem"]
+    assert qasem["factscore"]["n"] == 10 and qasem["factscore"]["ci95"]["auc"] is None
+    assert qasem["cliff"]["ci95"]["auc"] is not None
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "factscore BAcc (n=10)" in report and "cliff BAcc (n=40)" in report
+    assert "(n=10, too few for a CI)" in report
+    assert "| **this run** | 60 |" in report  # FHSumBench and FINAL tables carry n
+    assert "none below 30 examples" in report
+
+
+def test_plots_name_the_model_and_gold_has_no_invalid_row(monkeypatch, tmp_path):
+    from fincheck.eval import plots
+    from fincheck.eval.score import model_label
+    from fincheck.tasks import get_task
+    from fincheck.tasks.base import TaskScore
+
+    calls = []
+    monkeypatch.setattr(plots, "plot_confusion", lambda *a, **k: calls.append((a, k)) or a[3])
+    labels = ["no_hallu", "factual_hallu", "non_factual_hallu", "invalid"]
+    figures = {"confusion": {"labels": labels, "counts": [[1, 0, 0, 1]] * 3 + [[0, 0, 0, 0]]}}
+    label = model_label({"model": "/x/base", "adapter": "/runs/smollm2-135m-cpu"})
+    assert label == "smollm2-135m-cpu (on base)"
+    get_task("fhsumbench").plots(TaskScore(figures), tmp_path, label)
+    (counts, got_labels, title, _), kwargs = calls[0]
+    assert title == "FHSumBench: smollm2-135m-cpu (on base)"
+    assert kwargs["gold_labels"] == labels[:3]
+    monkeypatch.undo()  # the real function draws 3 gold rows x 4 predicted columns
+    assert plots.plot_confusion(counts, got_labels, title, tmp_path / "c.png", labels[:3]).is_file()

@@ -235,6 +235,14 @@ def test_cli_bad_input_line_names_file_line_and_field(run_dir: Path, tmp_path: P
     assert f"{src}:2: summary: missing" in capsys.readouterr().err
 
 
+def test_cli_duplicate_ids_are_refused_with_both_lines(run_dir: Path, tmp_path: Path, capsys):
+    src = tmp_path / "dup.jsonl"
+    line = {"id": "a1", "text": TEXT, "summary": SUMMARY}
+    src.write_text("\n".join(json.dumps(x) for x in (line, {**line, "id": "b"}, line)) + "\n")
+    assert main(["detect", "--adapter", str(run_dir), "--input", str(src)]) == 1
+    assert f"{src}:3: id: 'a1' repeats line 1: ids must be unique" in capsys.readouterr().err
+
+
 def test_cli_needs_one_input_form(run_dir: Path, capsys):
     assert main(["detect", "--adapter", str(run_dir)]) == 1
     assert "either --text FILE --summary FILE, or --input" in capsys.readouterr().err

@@ -68,9 +68,13 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def results_file(tmp_path: Path) -> Path:
+def results_file(tmp_path: Path, run_dir: Path) -> Path:
+    """RESULTS as `fincheck score` writes them for the adapter of `run_dir` (its sha256)."""
+    from fincheck.runs import adapter_sha256
+
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(RESULTS))
+    results = {**RESULTS, "run": {**RESULTS["run"], "adapter_sha256": adapter_sha256(run_dir)}}
+    path.write_text(json.dumps(results))
     return path
 
 
@@ -140,7 +144,8 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     for task, digest in load_run(run_dir).prompt_hashes.items():
         assert f"`{task}`: `{digest}`" in card
     assert (
-        "| qasem | cliff | bacc | 0.610 [0.500, 0.700] | GPT-4o 0.757; MiniCheck-770M 0.704" in card
+        "| qasem | cliff | bacc | 0.610 [0.500, 0.700] | 40 | GPT-4o 0.757; MiniCheck-770M 0.704"
+        in card
     )
     assert "Detector.from_pretrained(" in card
 
@@ -201,7 +206,7 @@ def test_dry_run_writes_the_exact_repo_folder(
         json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "base"
     )
     assert json.loads((out / "fincheck_run.json").read_text())["base_model"] == "base"
-    assert json.loads((out / "results.json").read_text()) == RESULTS
+    assert json.loads((out / "results.json").read_text()) == json.loads(results_file.read_text())
 
 
 def test_dry_run_refuses_a_non_empty_folder(run_dir: Path, tmp_path: Path):
@@ -366,3 +371,102 @@ def test_card_rejected_by_the_hub_is_a_clear_error(run_dir: Path, hub: FakeHub):
     with pytest.raises(FincheckError, match=r"upload: Invalid metadata in README\.md"):
         publish(run_dir, "me/tiny", base_delay=0.01)
     assert hub.repos["me/tiny"].commits == 0
+
+
+def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, results_file, tmp_path):
+    results = json.loads(results_file.read_text())
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**results, "run": {**results["run"], "adapter_sha256": "0" * 64}}))
+    with pytest.raises(FincheckError, match="computed with another adapter"):
+        publish(run_dir, "me/tiny", results_path=other, dry_run=tmp_path / "a")
+    other.write_text(json.dumps(RESULTS))  # no adapter recorded: a base model's results
+    with pytest.raises(FincheckError, match="does not record which adapter"):
+        publish(run_dir, "me/tiny", results_path=other, dry_run=tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("repo_id", ["me/x y", "me", "a/b/c", "me/x..y", "-me/x"])
+def test_an_invalid_repo_id_is_refused_before_anything_is_built(run_dir, tmp_path, repo_id):
+    with pytest.raises(FincheckError, match="not a valid hub repo id"):
+        publish(run_dir, repo_id, dry_run=tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
+def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hf_SECRET")
+    (run / "tokenizer_config.json").unlink()
+    (run / "tokenizer_config.json").symlink_to(secret)
+    with pytest.raises(FincheckError, match="symlink or not a regular file"):
+        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+    (run / "tokenizer_config.json").unlink()
+    shutil.copy2(run_dir / "tokenizer_config.json", run / "tokenizer_config.json")
+    (run / "base" / "notes.txt").symlink_to(secret)  # inside the shipped base: skipped
+    publish(run, "me/tiny", dry_run=tmp_path / "repo2")
+    uploaded = [p for p in (tmp_path / "repo2").rglob("*") if p.is_file()]
+    assert all("hf_SECRET" not in p.read_text(errors="ignore") for p in uploaded)
+    assert not (tmp_path / "repo2" / "base" / "notes.txt").exists()
+
+
+def test_a_sample_is_labelled_with_its_n_and_kept_out_of_the_model_index(run_dir):
+    from huggingface_hub import ModelCard
+
+    from fincheck.runs import load_run
+
+    sample = {**RESULTS, "counts": {"final": {"n_gold": 1075, "n_scored": 12}}}
+    card = render_card(load_run(run_dir), "me/tiny", sample)
+    assert "| final | all | f1 | 0.333 [0.200, 0.400] | 12 of 1,075 (sample) |" in card
+    assert "final: computed on a sample of the evaluation split" in card
+    parsed = ModelCard(card).data.eval_results
+    assert parsed and all(e.dataset_type != "final" for e in parsed)
+
+
+def test_the_card_names_no_local_path_and_no_github_repo_as_a_dataset(run_dir, tmp_path):
+    from fincheck.runs import load_run
+
+    run = load_run(run_dir)
+    run.recipe = {**run.recipe, "output_dir": "/home/me/runs/x", "dataset_dir": "/data/prepared"}
+    card = render_card(run, "me/tiny", RESULTS)
+    meta = _front_matter(card)
+    assert "datasets" not in meta
+    assert "/home/me" not in card and "/data/prepared" not in card
+    assert str(tmp_path.parent) not in card and str(run_dir) not in card
+    assert "SPEC" not in card
+
+
+def test_a_checkpoint_folder_publishes_the_runs_base_and_no_local_path(run_dir, tmp_path):
+    """`--checkpoint run/checkpoint-20`: the random-init base lives in run/base, one level up."""
+    import shutil
+
+    from fincheck.train.checkpoints import COMPLETE_MARKER
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    checkpoint = run / "checkpoint-20"
+    checkpoint.mkdir()
+    for name in (
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "recipe.yaml",
+    ):
+        shutil.copy2(run / name, checkpoint / name)
+    metadata = json.loads((run / "fincheck_run.json").read_text())
+    (checkpoint / COMPLETE_MARKER).write_text(json.dumps({**metadata, "step": 20}))
+    out = tmp_path / "repo"
+    publish(checkpoint, "me/tiny", dry_run=out)
+    assert (out / "base" / "config.json").is_file() and (
+        out / "base" / "model.safetensors"
+    ).is_file()
+    assert (
+        json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "base"
+    )
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".md", ".yaml"):
+            assert str(tmp_path) not in path.read_text(), path
+    assert "shipped with the adapter (folder `base/`)" in (out / "README.md").read_text()

@@ -91,6 +91,14 @@ class ToyTask(Task):
     def detect_output(self, text, p_yes):
         return {"stated": text.strip() == "Yes"}
 
+    compare_metrics = (("accuracy", "accuracy"),)
+
+    def example_figures(self, examples):
+        return {"accuracy": sum(e["gold"] == e["predicted"] for e in examples) / len(examples)}
+
+    def unreadable_outputs(self, figures):
+        return 0, figures["n"], "outputs neither Yes nor No"
+
 
 @pytest.fixture
 def toy(tmp_path):

@@ -30,7 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def deepspeed_launch(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def deepspeed_launch(
+    script: str, *args: str, timeout: int = 600, check: bool = True
+) -> subprocess.CompletedProcess:
     """`deepspeed --num_gpus 2 SCRIPT ARGS` (the README's launch line), on a free port."""
     launcher = Path(sys.executable).parent / "deepspeed"
     cmd = [
@@ -44,7 +46,8 @@ def deepspeed_launch(script: str, *args: str, timeout: int = 600) -> subprocess.
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
 
@@ -127,6 +130,65 @@ def test_resume_auto_repeats_the_uninterrupted_losses_with_two_processes(
         assert abs(resumed[step] - expected[step]) <= 1e-5, (step, resumed[step], expected[step])
 
 
+def test_resuming_with_another_number_of_processes_is_one_clear_line(
+    zero2_run, prepared_dir, mixture, tmp_path
+):
+    copy = tmp_path / "run"
+    shutil.copytree(zero2_run, copy)
+    shutil.rmtree(copy / f"checkpoint-{STEPS}")
+    fincheck = Path(sys.executable).parent / "fincheck"
+    proc = subprocess.run(
+        [
+            str(fincheck),
+            "train",
+            *common_args(prepared_dir, mixture, copy),
+            "--deepspeed=configs/deepspeed/zero2.json",
+            "--resume_from_checkpoint=auto",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "saved by 2 processes and this run has 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+class RunsCode:
+    """A pickle that runs a command when loaded, as a crafted state file would."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_resume_refuses_a_crafted_deepspeed_state_file_without_running_it(
+    zero2_run, prepared_dir, mixture, tmp_path
+):
+    import torch
+
+    copy = tmp_path / "run"
+    shutil.copytree(zero2_run, copy)
+    shutil.rmtree(copy / f"checkpoint-{STEPS}")  # resume from checkpoint-16
+    marker = tmp_path / "code-ran"
+    state = copy / "checkpoint-16" / "global_step16" / "mp_rank_00_model_states.pt"
+    assert state.is_file()
+    torch.save({"module": RunsCode(marker)}, state)
+    proc = deepspeed_launch(
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, copy),
+        "--deepspeed=configs/deepspeed/zero2.json",
+        "--resume_from_checkpoint=auto",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "mp_rank_00_model_states.pt would run code" in proc.stderr
+    assert not marker.exists()
+
+
 def test_zero3_two_processes_save_the_gathered_adapter(prepared_dir, mixture, tmp_path):
     out = tmp_path / "run"
     args = common_args(prepared_dir, mixture, out)
@@ -180,6 +242,52 @@ def test_sigterm_to_torchrun_saves_one_complete_checkpoint_across_both_processes
     assert len(saved) == 1 and (saved[0] / COMPLETE_MARKER).is_file()
     step = int(saved[0].name.split("-")[1])
     assert 3 <= step < 400
+    assert {p.name for p in saved[0].glob("rng_state_*.pth")} == {
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    }
+
+
+def test_killing_the_deepspeed_launcher_stops_both_ranks_with_a_checkpoint(
+    prepared_dir, mixture, tmp_path
+):
+    """`kill <deepspeed pid>`: DeepSpeed's runner dies at once and forwards nothing; the ranks
+    notice their launcher is gone, save one complete checkpoint together and exit."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    launcher = Path(sys.executable).parent / "deepspeed"
+    cmd = [
+        str(launcher) if launcher.exists() else "deepspeed",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "train/sft.py",
+        *common_args(prepared_dir, mixture, out),
+        "--max_steps=400",
+        "--save_steps=1000",
+        "--deepspeed=configs/deepspeed/zero2.json",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "step 3/400 | loss" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    assert proc.wait(timeout=10) == -signal.SIGTERM  # the shell reports 143
+    # The ranks still hold the pipe: it closes only when every one of them has exited.
+    start = time.monotonic()
+    rest = proc.stderr.read()
+    assert time.monotonic() - start < 150, "the ranks outlived their launcher"
+    assert "its launcher exiting" in rest, "".join(seen[-10:]) + rest[-3000:]
+    saved = list(out.glob("checkpoint-*"))
+    assert len(saved) == 1 and (saved[0] / COMPLETE_MARKER).is_file(), rest[-3000:]
     assert {p.name for p in saved[0].glob("rng_state_*.pth")} == {
         "rng_state_0.pth",
         "rng_state_1.pth",

@@ -141,3 +141,36 @@ def test_resume_guard_ignores_run_length_but_not_the_model():
     old = yaml.safe_load(recipe_to_yaml(SFTRecipe()))
     assert recipe_differences(old, SFTRecipe(max_steps=99, output_dir="elsewhere")) == []
     assert recipe_differences(old, SFTRecipe(lora_r=4)) == ["lora_r: 16 -> 4"]
+
+
+def test_a_recipe_launched_from_another_directory_finds_the_project_files(tmp_path, monkeypatch):
+    from fincheck.train.recipe import _must_match
+
+    monkeypatch.chdir(tmp_path)  # not the repository: configs/... do not exist from here
+    values = read_recipe_values(REPO / "configs" / "train" / "tiny-cpu.yaml")
+    assert values["deepspeed"] == str(REPO / "configs" / "deepspeed" / "zero2.json")
+    assert values["data_config"] == str(REPO / "configs" / "data" / "tiny.yaml")
+    # ...and a resume from here matches a run started in the repository
+    assert _must_match({"deepspeed": values["deepspeed"]}) == _must_match(
+        {"deepspeed": "configs/deepspeed/zero2.json"}
+    )
+    with pytest.raises(FincheckError, match=r"deepspeed config not found: configs/nope\.json"):
+        read_recipe_values(
+            REPO / "configs" / "train" / "tiny-cpu.yaml", ["--deepspeed=configs/nope.json"]
+        )
+
+
+def test_the_first_deepspeed_cpu_run_says_it_compiles(tmp_path, monkeypatch, capsys):
+    from fincheck.train import sft
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    folder = sft.deepspeed_build_pending()
+    assert folder is not None and folder.is_relative_to(tmp_path)
+    sft.announce_deepspeed_build()
+    assert "compiles its CPU communication kernel" in capsys.readouterr().err
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "deepspeed_shm_comm.so").write_bytes(b"")  # built: nothing more to say
+    assert sft.deepspeed_build_pending() is None
+    sft.announce_deepspeed_build()
+    assert capsys.readouterr().err == ""

@@ -183,9 +183,15 @@ def test_nan_loss_stops_naming_the_step(prepared_dir, small_mixture, tmp_path):
     run.trainer.add_callback(poison_after_step(2))
     from fincheck.train.callbacks import NonFiniteLossError
 
-    with pytest.raises(NonFiniteLossError, match="loss is nan at step 3") as info:
+    with pytest.raises(NonFiniteLossError, match="loss is nan at step 3 on rank 0") as info:
         run.trainer.train()
     assert info.value.step == 3
+    ids = str(info.value).split("batch of pairs ")[1].split(":")[0].split(", ")
+    assert len(ids) == 2  # per_device_train_batch_size=2, every row found
+    known = {r for r in run.trainer.pair_ids_by_row.values()}
+    assert set(ids) <= known and all(
+        i.split("-")[0] in ("final", "defacto", "qasem", "fhsumbench") for i in ids
+    )
 
 
 def test_packed_batch_gives_the_same_per_example_loss(prepared_dir, small_mixture, tmp_path):
@@ -352,3 +358,61 @@ def test_first_step_learns_and_the_token_count_continues_after_a_resume(
         e["step"]: e["num_tokens"] for e in history["log_history"] if "num_tokens" in e
     }
     assert tokens_resumed[3] == tokens[3] and tokens_resumed[4] == tokens[4]  # not from 0
+
+
+def test_a_fresh_start_on_a_run_folder_stops_and_keeps_the_run(
+    finished, prepared_dir, small_mixture
+):
+    out = finished.output_dir
+    before = sorted(p.name for p in out.glob("checkpoint-*"))
+    recipe = tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=6")
+    with pytest.raises(FincheckError, match=r"already holds a run .*resume_from_checkpoint=auto"):
+        build_trainer(recipe)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == before
+
+
+def test_a_kill_while_saving_keeps_the_last_complete_checkpoint(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    """save_total_limit=1: checkpoint-2 may go only once checkpoint-4 is complete."""
+    from fincheck.train import callbacks
+
+    real_mark = callbacks.mark_complete
+
+    def killed_at_step_4(checkpoint, info, recipe_yaml):
+        if checkpoint.name == "checkpoint-4":
+            raise KeyboardInterrupt  # the job is killed before the marker is written
+        real_mark(checkpoint, info, recipe_yaml)
+
+    monkeypatch.setattr(callbacks, "mark_complete", killed_at_step_4)
+    out = tmp_path / "killed"
+    args = ["--max_steps=6", "--save_steps=2", "--save_total_limit=1"]
+    with pytest.raises(KeyboardInterrupt):
+        train_and_save(build_trainer(tiny_recipe(prepared_dir, small_mixture, out, *args)))
+    assert last_complete_checkpoint(out) == out / "checkpoint-2"
+    assert resolve_resume("auto", out) == out / "checkpoint-2"
+
+
+def test_a_resumed_run_continues_the_same_wandb_run(
+    prepared_dir, small_mixture, tmp_path, monkeypatch, fresh_wandb
+):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for name in ("WANDB_RUN_ID", "WANDB_RESUME"):  # restored (unset) after the test
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+    out = tmp_path / "wb"
+    args = ["--save_steps=2", "--report_to=wandb"]
+    first = tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=2", *args)
+    assert train_and_save(build_trainer(first)) == 0
+    fresh_wandb.finish()
+    fresh_wandb.teardown()
+    run_id = (out / "wandb_run_id").read_text()
+    again = tiny_recipe(
+        prepared_dir, small_mixture, out, "--max_steps=4", "--resume_from_checkpoint=auto", *args
+    )
+    assert train_and_save(build_trainer(again)) == 0
+    fresh_wandb.finish()
+    runs = sorted(p.name for p in tmp_path.glob("wandb/offline-run-*"))
+    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), runs

@@ -18,12 +18,29 @@ from fincheck.train.checkpoints import mark_complete, rotate_checkpoints
 
 
 class NonFiniteLossError(FincheckError):
-    def __init__(self, step: int, loss: float) -> None:
+    def __init__(self, step: int, loss: float, where: str = "") -> None:
         self.step = step
         super().__init__(
-            f"loss is {loss} at step {step}: training stopped. Lower learning_rate, check the data, "
-            "or resume from an earlier checkpoint (--resume_from_checkpoint=auto)."
+            f"loss is {loss} at step {step}{where}: training stopped. Lower learning_rate, check "
+            "the data, or resume from an earlier checkpoint (--resume_from_checkpoint=auto)."
         )
+
+
+def row_key(token_ids: Any) -> tuple[int, ...]:
+    """What identifies a training row in a batch: its first and last tokens and its length
+    (the trainer drops the `id` column before batching)."""
+    ids = [int(t) for t in token_ids]
+    return (len(ids), *ids[:48], *ids[-16:])
+
+
+def batch_pair_ids(inputs: dict[str, Any], ids_by_key: dict[tuple[int, ...], str]) -> list[str]:
+    """The pair ids of the rows of a padded batch ("?" for a row not found: a packed batch)."""
+    if "attention_mask" not in inputs:
+        return []
+    found = []
+    for row, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True):
+        found.append(ids_by_key.get(row_key(row[mask.bool()].tolist()), "?"))
+    return found
 
 
 def _any_rank(flag: bool, device: Any) -> bool:
@@ -90,9 +107,16 @@ class FincheckSFTTrainer(SFTTrainer):
 
         out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         loss = out[0] if return_outputs else out
-        if model.training and _any_rank(not bool(torch.isfinite(loss.detach()).all()), loss.device):
+        here = not bool(torch.isfinite(loss.detach()).all())
+        if model.training and _any_rank(here, loss.device):
+            rank = self.args.process_index
+            if here:
+                ids = batch_pair_ids(inputs, getattr(self, "pair_ids_by_row", {}))
+                where = f" on rank {rank}" + (f", batch of pairs {', '.join(ids)}" if ids else "")
+            else:
+                where = f" on another rank than {rank}"
             raise NonFiniteLossError(
-                self.state.global_step + 1, float(loss.detach().float().item())
+                self.state.global_step + 1, float(loss.detach().float().item()), where
             )
         return out
 
@@ -169,18 +193,35 @@ class CompleteCheckpointCallback(TrainerCallback):
 
 
 class SigtermCallback(TrainerCallback):
-    """On SIGTERM (preemption, `scancel`, `kill`): finish the step, save a checkpoint, stop."""
+    """On SIGTERM (preemption, `scancel`, `kill`), or when the launcher above this rank is gone
+    (`kill` of the deepspeed runner leaves the ranks behind): finish the step, save a
+    checkpoint, stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch_launcher: bool = True) -> None:
         self.requested = False
         self.stopped_at: int | None = None
+        self.reason = "SIGTERM"
         self._previous: Any = None
+        self._watch_launcher = watch_launcher
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
 
+    def _launcher_gone(self, process) -> None:
+        from fincheck.train.launcher_watch import LAUNCHER_MARKS
+
+        words = process.command.split()
+        word = next((w for w in words if any(m in w for m in LAUNCHER_MARKS)), process.command)
+        self.reason = f"its launcher exiting (pid {process.pid}, {Path(word).name})"
+        print(f"{self.reason}: stopping after this step", file=sys.stderr, flush=True)
+        self.requested = True
+
     def on_train_begin(self, args, state, control, **kwargs):
+        from fincheck.train.launcher_watch import watch_launchers
+
         self._previous = signal.signal(signal.SIGTERM, self._handle)
+        if self._watch_launcher:
+            watch_launchers(self._launcher_gone)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._previous is not None:
@@ -200,15 +241,33 @@ class SigtermCallback(TrainerCallback):
             control.should_training_stop = True
             if state.is_world_process_zero:
                 print(
-                    f"SIGTERM: saving checkpoint-{state.global_step} and stopping",
+                    f"{self.reason}: saving checkpoint-{state.global_step} and stopping",
                     file=sys.stderr,
                     flush=True,
                 )
         return control
 
 
+WANDB_RUN_ID_FILE = "wandb_run_id"  # in the run folder: a resume continues the same wandb run
+
+
+def continue_wandb_run(output_dir: Path) -> str | None:
+    """Before a resumed run starts wandb: point it at the run the first attempt created (unless
+    the user chose one with WANDB_RUN_ID), so one training run stays one wandb run."""
+    import os
+
+    path = output_dir / WANDB_RUN_ID_FILE
+    if "WANDB_RUN_ID" in os.environ or not path.is_file():
+        return None
+    run_id = path.read_text(encoding="utf-8").strip()
+    os.environ["WANDB_RUN_ID"] = run_id
+    os.environ.setdefault("WANDB_RESUME", "allow")
+    return run_id
+
+
 class RunConfigCallback(TrainerCallback):
-    """Adds the recipe, the data fingerprint and the prompt hashes to the wandb run config."""
+    """Adds the recipe, the data fingerprint and the prompt hashes to the wandb run config, and
+    records the wandb run id in the run folder for a resume."""
 
     def __init__(self, run_config: dict[str, Any]) -> None:
         self.run_config = run_config
@@ -220,3 +279,5 @@ class RunConfigCallback(TrainerCallback):
 
         if wandb.run is not None:
             wandb.config.update({"fincheck": self.run_config}, allow_val_change=True)
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(args.output_dir) / WANDB_RUN_ID_FILE).write_text(wandb.run.id, encoding="utf-8")

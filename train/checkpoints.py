@@ -169,6 +169,60 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
     return path
 
 
+# What DeepSpeed's and the Trainer's own state files pickle besides tensors (torch's weights-only
+# loader already accepts tensors, dicts, lists and numbers): nothing here runs code when loaded.
+ALLOWED_PICKLE_GLOBALS = frozenset(
+    {
+        "deepspeed.utils.tensor_fragment.fragment_address",
+        "deepspeed.runtime.zero.config.ZeroStageEnum",
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.core.multiarray._reconstruct",
+        "numpy._core.multiarray.scalar",
+        "numpy.core.multiarray.scalar",
+        "numpy.dtype",
+        "numpy.ndarray",
+    }
+)
+STATE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl")
+NOT_LOADED_ON_RESUME = ("training_args.bin",)  # written for reference; resume never reads it
+
+
+def check_state_files(checkpoint: Path) -> None:
+    """Refuse to resume from a checkpoint whose pickled state (DeepSpeed's model and optimizer
+    states, the Trainer's scheduler and RNG states) would run code when loaded: DeepSpeed loads
+    them with full unpickling, so a crafted file would execute. The globals each pickle needs
+    are read without running anything and compared with what DeepSpeed and the Trainer write."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    for path in sorted(checkpoint.rglob("*")):
+        if not path.is_file() or path.suffix not in STATE_SUFFIXES:
+            continue
+        if path.name in NOT_LOADED_ON_RESUME:
+            continue
+        try:
+            needed = get_unsafe_globals_in_checkpoint(str(path))
+        except Exception as error:  # not a torch zip file: a legacy or foreign pickle
+            raise FincheckError(
+                f"cannot resume from {checkpoint}: {path.relative_to(checkpoint)} is not a torch "
+                f"checkpoint file that can be checked ({type(error).__name__}); it was not "
+                "written by this trainer. Resume from another checkpoint or start a new run."
+            ) from error
+        unsafe = sorted(
+            g
+            for g in needed
+            if g not in ALLOWED_PICKLE_GLOBALS and not g.startswith("numpy.dtypes.")
+        )
+        if unsafe:
+            raise FincheckError(
+                f"cannot resume from {checkpoint}: {path.relative_to(checkpoint)} would run code "
+                f"when loaded ({', '.join(unsafe[:3])}{', ...' if len(unsafe) > 3 else ''}); "
+                "training state holds only tensors and a few DeepSpeed records, so the file was "
+                "not written by this trainer or was tampered with. Nothing was loaded."
+            )
+
+
 def finished_at(checkpoint: Path, max_steps: int) -> int | None:
     """The checkpoint's step when its run has nothing left to train (it reached `max_steps`, or
     without one the step count the run derived from its epochs), else None."""
@@ -190,9 +244,20 @@ def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
     return True
 
 
-def check_resume_compatible(checkpoint: Path, recipe_diffs: list[str], base_fp: str) -> None:
-    """Stop before resuming a checkpoint made with another base model or recipe."""
+def check_resume_compatible(
+    checkpoint: Path, recipe_diffs: list[str], base_fp: str, world_size: int | None = None
+) -> None:
+    """Stop before resuming a checkpoint made with another base model, recipe or number of
+    processes (each process saved its own share of the optimizer state and its RNG state)."""
     info = json.loads((checkpoint / COMPLETE_MARKER).read_text(encoding="utf-8"))
+    saved_by = info.get("world_size")
+    if world_size is not None and saved_by not in (None, world_size):
+        raise FincheckError(
+            f"cannot resume from {checkpoint}: it was saved by {saved_by} processes and this run "
+            f"has {world_size}; each process saved its own share of the optimizer and RNG state. "
+            f"Relaunch with {saved_by} processes (e.g. deepspeed --num_gpus {saved_by}), or start "
+            "a new run in another output_dir"
+        )
     problems = list(recipe_diffs)
     if info.get("base_fingerprint") not in (None, base_fp):
         problems.insert(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -76,13 +77,29 @@ def ensure_tiny_base(base_path: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def remote_code_explained(name: str):
+    """transformers' refusal of a model's own code names `trust_remote_code=True`, a Python
+    argument; say which recipe key or option turns it on."""
+    from fincheck.inference import remote_code_message
+
+    try:
+        yield
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        raise FincheckError(remote_code_message(name)) from None
+
+
 def load_tokenizer(recipe: SFTRecipe, base_path: str):
     """The base's tokenizer with a pad token distinct from EOS, and the recipe's chat template."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        recipe.tokenizer_name_or_path or base_path, trust_remote_code=recipe.trust_remote_code
-    )
+    source = recipe.tokenizer_name_or_path or base_path
+    with remote_code_explained(source):
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, trust_remote_code=recipe.trust_remote_code
+        )
     if recipe.chat_template_path:
         tokenizer.chat_template = Path(recipe.chat_template_path).read_text(encoding="utf-8")
     if not tokenizer.chat_template:
@@ -160,7 +177,8 @@ def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any, bf16: boo
         kwargs["attn_implementation"] = recipe.attn_implementation
     if recipe.load_in_4bit:
         kwargs["quantization_config"] = build_4bit_config(kwargs["dtype"])
-    model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+    with remote_code_explained(base_path):
+        model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id

@@ -282,8 +282,36 @@ def load_recipe(
     """Recipe defaults <- YAML file <- `--key=value` overrides, built for this machine."""
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    read_recipe_values(path, overrides)  # keys, types and values first, with did-you-mean
-    return load_config(SFTRecipe, path, overrides or {})
+    values = read_recipe_values(path, overrides)  # keys, types and values first, did-you-mean
+    found = {k: values[k] for k in PROJECT_PATH_KEYS if values[k] != _raw(path, overrides, k)}
+    return load_config(SFTRecipe, path, {**(overrides or {}), **found})
+
+
+# Keys naming files of the project (configs/deepspeed/..., configs/data/..., train/assets/...):
+# relative to the current directory when they exist there, else to the folder above the recipe
+# that holds them (the repository), so a launch from another directory finds them.
+PROJECT_PATH_KEYS = ("deepspeed", "data_config", "chat_template_path")
+
+
+def _raw(path: str | Path | None, overrides: dict[str, Any] | None, key: str) -> Any:
+    """The key's value as written (override, else YAML, else default), before resolution."""
+    from fincheck.config import read_yaml_mapping
+
+    if overrides and key in overrides:
+        return overrides[key]
+    written = read_yaml_mapping(path) if path is not None else {}
+    return written.get(key, recipe_defaults()[key])
+
+
+def resolve_project_path(value: str, recipe_path: str | Path | None) -> str:
+    """`value` itself when it exists from here (or is absolute), else the same relative path
+    under the nearest folder above the recipe that has it."""
+    if not value or Path(value).is_absolute() or Path(value).exists() or recipe_path is None:
+        return value
+    for folder in Path(recipe_path).resolve().parents:
+        if (folder / value).exists():
+            return str(folder / value)
+    return value
 
 
 def read_recipe_values(
@@ -307,6 +335,9 @@ def read_recipe_values(
         if isinstance(value, str) and types_[key] is not str:
             value = yaml.safe_load(value) if value != "" else None
         values[key] = coerce(value, types_[key], f"--{key}")
+    for key in PROJECT_PATH_KEYS:
+        if isinstance(values[key], str):
+            values[key] = resolve_project_path(values[key], path)
     validate_recipe(values)
     return values
 
@@ -349,7 +380,27 @@ def recipe_to_yaml(recipe: SFTRecipe) -> str:
 
 
 def _must_match(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if not is_resumable_change(k)}
+    """The keys a resume must keep, project files named by where they are (a launch from the
+    repository and one from elsewhere spell the same file differently)."""
+    return {
+        k: _same_file(v) if k in PROJECT_PATH_KEYS else v
+        for k, v in values.items()
+        if not is_resumable_change(k)
+    }
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the repository (editable install)
+
+
+def _same_file(value: Any) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    for candidate in (Path(value), PROJECT_ROOT / value):
+        if candidate.exists():
+            found = candidate.resolve()
+            inside = found.is_relative_to(PROJECT_ROOT)
+            return found.relative_to(PROJECT_ROOT).as_posix() if inside else str(found)
+    return value
 
 
 def recipe_fingerprint(recipe: SFTRecipe) -> str:
@@ -363,10 +414,11 @@ def recipe_differences(old: dict[str, Any], new: SFTRecipe) -> list[str]:
     recipe.yaml (keys it does not list had their default)."""
     defaults = recipe_defaults()
     current = _must_match(new.declared)
+    before = _must_match({key: old.get(key, defaults.get(key)) for key in current})
     return [
-        f"{key}: {old.get(key, defaults.get(key))!r} -> {value!r}"
+        f"{key}: {before[key]!r} -> {value!r}"
         for key, value in current.items()
-        if old.get(key, defaults.get(key)) != value
+        if before[key] != value
     ]
 
 

@@ -103,6 +103,33 @@ def single_process_group_env() -> None:
     )
 
 
+def deepspeed_build_pending() -> Path | None:
+    """Where DeepSpeed will compile its CPU communication kernel when it has not yet done so on
+    this machine (it does, silently, on the first CPU run: minutes on 2 cores), else None."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        folder = Path(_get_build_directory("deepspeed_shm_comm", verbose=False))
+    except Exception:  # a private helper of torch: no notice rather than no training
+        return None
+    return None if (folder / "deepspeed_shm_comm.so").exists() else folder
+
+
+def announce_deepspeed_build() -> None:
+    folder = deepspeed_build_pending()
+    if folder is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(
+            "DeepSpeed compiles its CPU communication kernel (deepspeed_shm_comm) on this first "
+            f"run: about 1-3 minutes on 2 cores, once per machine (cached in {folder})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     """The recipe, built for this machine once what must precede torch.distributed is done.
 
@@ -116,6 +143,7 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     values = read_recipe_values(config, overrides)
     if values["deepspeed"]:
         single_process_group_env()
+        announce_deepspeed_build()
     if values["model_name_or_path"] == TINY_RANDOM:
         output_dir = Path(values["output_dir"] or f"checkpoints/{values['run_name']}")
         model.ensure_tiny_base(str((output_dir / "base").resolve()))
@@ -156,7 +184,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
     if resume_from is not None:
         old = checkpoints.read_checkpoint_recipe(resume_from)
-        checkpoints.check_resume_compatible(resume_from, recipe_differences(old, recipe), base_fp)
+        checkpoints.check_resume_compatible(
+            resume_from, recipe_differences(old, recipe), base_fp, args.world_size
+        )
+        checkpoints.check_state_files(resume_from)
+        if "wandb" in recipe.report_to:
+            callbacks.continue_wandb_run(output_dir)
 
     tokenizer = model.load_tokenizer(recipe, base_path)
     prepared = data.build_training_data(
@@ -180,6 +213,10 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         processing_class=tokenizer,
         peft_config=model.build_lora_config(recipe),
     )
+    # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
+    trainer.pair_ids_by_row = {
+        callbacks.row_key(r["input_ids"]): r["id"] for r in prepared.train_rows
+    }
 
     manifest = prepared.manifest
     metadata = {
@@ -258,7 +295,8 @@ def train_and_save(r: Run) -> int:
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
             print(
-                f"stopped by SIGTERM after step {r.sigterm.stopped_at}; checkpoint saved. Resume "
+                f"stopped by {r.sigterm.reason} after step {r.sigterm.stopped_at}; checkpoint "
+                "saved. Resume "
                 f"with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
                 file=sys.stderr,
             )

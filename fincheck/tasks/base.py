@@ -93,8 +93,10 @@ class TaskScore:
 
     figures: dict
     examples: list[dict] = field(default_factory=list)
-    judge_errors: int = 0
-    judge_parse_failed: int = 0
+    judge_errors: int = 0  # judge calls that failed (after retries)
+    judge_parse_failed: int = 0  # judge answers that could not be read, even after a re-ask
+    judge_asked: int = 0  # examples that needed the judge, with one present
+    judge_first_error: str | None = None  # what went wrong first, for the one-line message
 
 
 Joined = Sequence[tuple["Pair", "Prediction"]]
@@ -153,6 +155,19 @@ class Task(ABC):
     def is_right(self, example: dict) -> bool:
         """Whether a scored example counts as right (the report shows wrong ones first)."""
         return example.get("predicted") == example.get("gold")
+
+    # --- compare ---------------------------------------------------------------------------
+
+    compare_metrics: tuple[tuple[str, str], ...] = ()  # (key of example_figures, label)
+
+    @abstractmethod
+    def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
+        """The headline figures recomputed from scored example records (scored/<task>.jsonl):
+        what `fincheck compare` bootstraps, paired by id, to compare two runs."""
+
+    @abstractmethod
+    def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
+        """(count, n, what): outputs in none of the forms the task asks for."""
 
     # --- serve -----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ gold ∪ predicted labels, "invalid" a class of its own, F their harmonic mean; 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,16 @@ class FhsumbenchTask(Task):
         }
         return TaskScore(figures, examples)
 
+    compare_metrics = (("f", "F"), ("precision", "macro P"), ("recall", "macro R"))
+
+    def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
+        return fhsumbench_figures(
+            [ex["gold"] for ex in examples], [ex["predicted"] for ex in examples]
+        )
+
+    def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
+        return figures["n_parse_failed"], figures["n"], "outputs the reference parser cannot read"
+
     def headline(self, figures: dict) -> list[tuple[str, float | None]]:
         return [
             ("P", figures["precision"]),
@@ -160,21 +171,21 @@ class FhsumbenchTask(Task):
 
         f = figures
         out = [
-            "| system | macro P | macro R | F | FH-Acc | NFH-Acc | NoH-Acc |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-            f"| **this run** | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
+            "| system | n | macro P | macro R | F | FH-Acc | NFH-Acc | NoH-Acc |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            f"| **this run** | {f['n']} | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
             f"{fmt_ci(f, 'f')} | {fmt(f['fh_acc'])} | {fmt(f['nfh_acc'])} | {fmt(f['noh_acc'])} |",
         ]
         lenient = f.get("lenient_parse")
         if lenient:
             out.append(
-                f"| this run, lenient parse | {fmt(lenient['precision'])} | "
+                f"| this run, lenient parse | {f['n']} | {fmt(lenient['precision'])} | "
                 f"{fmt(lenient['recall'])} | {fmt(lenient['f'])} | {fmt(lenient['fh_acc'])} | "
                 f"{fmt(lenient['nfh_acc'])} | {fmt(lenient['noh_acc'])} |"
             )
         for system, numbers in paper_rows(self.paper_numbers).items():
             cells = " | ".join(fmt(numbers.get((m, None))) for m in ("precision", "recall", "f"))
-            out.append(f"| {system} | {cells} | – | – | – |")
+            out.append(f"| {system} | – | {cells} | – | – | – |")
         out += [
             "",
             f"F is the harmonic mean of macro-P and macro-R over gold ∪ predicted labels; "
@@ -195,8 +206,9 @@ class FhsumbenchTask(Task):
             plots.plot_confusion(
                 confusion["counts"],
                 confusion["labels"],
-                "FHSumBench",
+                f"FHSumBench: {model}" if model else "FHSumBench",
                 plot_dir / "fhsumbench_confusion.png",
+                gold_labels=[label for label in confusion["labels"] if label != INVALID],
             )
         ]
 

@@ -12,6 +12,7 @@ and the binarized form (flagged = at least one description) scored by balanced a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fincheck.data_prep.raw_records import iter_records
 from fincheck.data_prep.sources import Source
 from fincheck.eval.final_metrics import (
     FinalItem,
+    final_figures,
     parse_descriptions,
     read_descriptions,
     score_final,
@@ -144,6 +146,7 @@ class FinalTask(Task):
             results = dict(zip(needs_judge, answers, strict=True))
         items, examples = [], []
         errors = parse_failed = 0
+        first_error: str | None = None
         judge_set = set(needs_judge)
         for i, (pair, pred, predicted, gold) in enumerate(parsed):
             record: dict[str, Any] = {
@@ -170,6 +173,7 @@ class FinalTask(Task):
                     record["judge_error"] = result.error
                     errors += result.status == "error"
                     parse_failed += result.status == "parse_failed"
+                    first_error = first_error or result.error
             else:
                 tp = None
                 record["judge"] = "no_judge"
@@ -205,7 +209,8 @@ class FinalTask(Task):
             if judge
             else None
         )
-        return TaskScore(figures, examples, errors, parse_failed)
+        asked = len(needs_judge) if judge is not None else 0
+        return TaskScore(figures, examples, errors, parse_failed, asked, first_error)
 
     def headline(self, figures: dict) -> list[tuple[str, float | None]]:
         return [
@@ -220,19 +225,20 @@ class FinalTask(Task):
 
         f = figures
         out = [
-            "| system | precision | recall | F1 | binarized BAcc |",
-            "| --- | --- | --- | --- | --- |",
-            f"| **this run** | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
+            "| system | n | precision | recall | F1 | binarized BAcc |",
+            "| --- | --- | --- | --- | --- | --- |",
+            f"| **this run** | {f['n']} | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
             f"{fmt_ci(f, 'f1')} | {fmt_ci(f, 'binary_bacc')} |",
         ]
         excluded = f.get("excluding_judge_failures") or {}
         if f.get("n_judge_failed"):
             out.append(
-                f"| this run, judge failures left out | {fmt(excluded.get('precision'))} | "
+                f"| this run, judge failures left out | {f['n'] - f['n_judge_failed']} | "
+                f"{fmt(excluded.get('precision'))} | "
                 f"{fmt(excluded.get('recall'))} | {fmt(excluded.get('f1'))} | – |"
             )
         for system, numbers in paper_rows(self.paper_numbers).items():
-            out.append(f"| {system} | – | – | {fmt(numbers.get(('f1', None)))} | – |")
+            out.append(f"| {system} | – | – | – | {fmt(numbers.get(('f1', None)))} | – |")
         judge = f.get("judged_with")
         judge_line = ", ".join(f"{k} `{v}`" for k, v in judge.items()) if judge else "none"
         out += [
@@ -277,10 +283,31 @@ class FinalTask(Task):
             plots.plot_confusion(
                 confusion["counts"],
                 confusion["labels"],
-                "FINAL (binarized)",
+                f"FINAL (binarized): {model}" if model else "FINAL (binarized)",
                 plot_dir / "final_binary_confusion.png",
             )
         ]
+
+    compare_metrics = (("f1", "F1"), ("binary_bacc", "binarized BAcc"))
+
+    def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
+        items = [
+            FinalItem(
+                len(ex["predicted"]),
+                len(ex["gold"]),
+                ex["true_positives"],
+                ex.get("judge") in ("error", "parse_failed"),
+            )
+            for ex in examples
+        ]
+        figures = final_figures(items)
+        if any(not it.tp_known and not it.judge_failed for it in items):
+            for metric in ("precision", "recall", "f1"):
+                figures[metric] = math.nan  # no judge: P/R/F1 unknown, not 0
+        return figures
+
+    def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
+        return figures.get("n_unstructured", 0), figures["n"], "outputs in no asked-for format"
 
     def is_right(self, example: dict) -> bool:
         """Every gold item found, nothing extra."""

@@ -10,6 +10,7 @@ supported iff s >= 0.5; balanced accuracy and ROC-AUC of s per sub-dataset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from fincheck.data_prep.qasem import convert_qasem_response, qasem_response_id
 from fincheck.data_prep.raw_records import iter_records
 from fincheck.data_prep.sources import Source
 from fincheck.data_prep.splits import split_by_group
-from fincheck.eval.classification import roc_curve
+from fincheck.eval.classification import balanced_accuracy, roc_auc, roc_curve
 from fincheck.eval.qasem_metrics import (
     SUBSETS,
     THRESHOLD,
@@ -148,6 +149,19 @@ class QasemTask(Task):
         figures = score_qasem(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
         return TaskScore(figures, examples)
 
+    compare_metrics = (("auc", "ROC-AUC"), ("bacc", "BAcc"))
+
+    def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
+        gold = [ex["gold"] == "Yes" for ex in examples]
+        return {
+            "bacc": balanced_accuracy(gold, [ex["predicted"] == "Yes" for ex in examples]),
+            "auc": roc_auc(gold, [ex["score"] for ex in examples]),
+        }
+
+    def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
+        overall = figures["overall"]
+        return overall["n_text_not_yes_no"], overall["n"], "answers not starting with Yes or No"
+
     def headline(self, figures: dict) -> list[tuple[str, float | None]]:
         overall = figures["overall"]
         return [("BAcc", overall["bacc"]), ("ROC-AUC", overall["auc"])]
@@ -166,8 +180,8 @@ class QasemTask(Task):
         subsets = [s for s in SUBSETS if s in figures]
         header = (
             "| system | "
-            + " | ".join(f"{s} BAcc | {s} AUC" for s in subsets)
-            + " | overall BAcc | overall AUC |"
+            + " | ".join(f"{s} BAcc (n={figures[s]['n']}) | {s} AUC" for s in subsets)
+            + f" | overall BAcc (n={figures['overall']['n']}) | overall AUC |"
         )
         out = [header, "| --- " * (2 * len(subsets) + 3) + "|"]
         row = "| **this run** | " + " | ".join(
@@ -221,7 +235,9 @@ class QasemTask(Task):
         if curves:
             made.append(
                 plots.plot_roc(
-                    curves, "QASem ROC (positive = supported)", plot_dir / "qasem_roc.png"
+                    curves,
+                    f"QASem ROC: {model}" if model else "QASem ROC (positive = supported)",
+                    plot_dir / "qasem_roc.png",
                 )
             )
         counts = [
@@ -233,7 +249,10 @@ class QasemTask(Task):
         ]
         made.append(
             plots.plot_confusion(
-                counts, ["Yes", "No"], f"QASem (s >= {THRESHOLD})", plot_dir / "qasem_confusion.png"
+                counts,
+                ["Yes", "No"],
+                f"QASem (s >= {THRESHOLD})" + (f": {model}" if model else ""),
+                plot_dir / "qasem_confusion.png",
             )
         )
         return made

@@ -1,0 +1,226 @@
+"""`fincheck compare`: scored runs side by side, per task, with the papers' numbers.
+
+Each run is a `fincheck score` output folder (results.json + scored/<task>.jsonl). For every
+task the runs share, the table shows each run's figures with their 95% CIs and n, how many of
+its outputs were in no readable form, and, for every run after the first, its difference from
+the first run with a **paired** bootstrap CI: the same resampled example ids for both runs, so
+the interval is that of the difference itself (two overlapping marginal CIs can still hide a
+clear difference). A run "beats" the first only when that interval lies above 0.
+
+Figures are comparable with each other when the runs were scored on the same examples (the
+table says how many ids they share) and with the papers' rows when the task's comparability
+note says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fincheck.errors import FincheckError
+from fincheck.eval.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
+from fincheck.jsonl import iter_json_objects, read_json_object
+from fincheck.tasks import all_tasks, get_task
+
+
+@dataclass
+class ScoredRun:
+    name: str
+    path: Path
+    results: dict
+    examples: dict[str, list[dict]] = field(default_factory=dict)  # task -> scored records
+
+
+def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
+    """A `fincheck score --out` folder: results.json and the scored example records."""
+    path = Path(path)
+    results_path = path / "results.json"
+    if not results_path.is_file():
+        raise FincheckError(f"{path}: no results.json (run `fincheck score --out {path}` first)")
+    results = read_json_object(results_path)
+    run = ScoredRun(name or path.name, path, results)
+    for task in results.get("tasks", {}):
+        scored = path / "scored" / f"{task}.jsonl"
+        if scored.is_file():
+            run.examples[task] = [record for _, record in iter_json_objects(scored)]
+    return run
+
+
+@dataclass(frozen=True)
+class Difference:
+    metric: str
+    delta: float  # other - first, on the shared ids
+    ci95: Interval | None
+    n: int  # shared ids
+
+    @property
+    def verdict(self) -> str:
+        if self.ci95 is None:
+            return "too few shared examples to tell" if self.n < MIN_ITEMS_FOR_CI else "undefined"
+        if self.ci95.low > 0:
+            return "better"
+        if self.ci95.high < 0:
+            return "worse"
+        return "no clear difference"
+
+
+def paired_difference(
+    task: str,
+    first: Sequence[dict],
+    other: Sequence[dict],
+    metric: str,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> Difference:
+    """metric(other) - metric(first) over the examples both runs scored, with a paired
+    percentile bootstrap CI (ids resampled together; resamples where either figure is
+    undefined are skipped)."""
+    by_id = {ex["id"]: ex for ex in first}
+    shared = [(by_id[ex["id"]], ex) for ex in other if ex["id"] in by_id]
+    figures = get_task(task).example_figures
+
+    def delta(rows: Sequence[tuple[dict, dict]]) -> float:
+        a = figures([r[0] for r in rows])[metric]
+        b = figures([r[1] for r in rows])[metric]
+        return b - a
+
+    if not shared:
+        return Difference(metric, math.nan, None, 0)
+    observed = delta(shared)
+    if len(shared) < MIN_ITEMS_FOR_CI or n_resamples <= 0:
+        return Difference(metric, observed, None, len(shared))
+    rng = random.Random(seed)
+    values = []
+    for _ in range(n_resamples):
+        sample = [shared[rng.randrange(len(shared))] for _ in shared]
+        value = delta(sample)
+        if not math.isnan(value):
+            values.append(value)
+    if len(values) < n_resamples / 2:
+        return Difference(metric, observed, None, len(shared))
+    values.sort()
+    ci = Interval(percentile(values, 0.025), percentile(values, 0.975))
+    return Difference(metric, observed, ci, len(shared))
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3f}"
+
+
+def _figure(figures: dict, metric: str) -> tuple[float | None, list | None]:
+    """A headline figure and its CI from results.json (QASem's sit under "overall")."""
+    section = figures.get("overall", figures) if metric in ("auc", "bacc") else figures
+    ci = (section.get("ci95") or {}).get(metric)
+    return section.get(metric), ci
+
+
+def compare_runs(
+    runs: Sequence[ScoredRun], n_resamples: int = 1000, seed: int = 0
+) -> tuple[str, dict]:
+    """(markdown, data): one section per task that every run scored."""
+    if len(runs) < 2:
+        raise FincheckError("compare needs at least two scored runs")
+    tasks = [t for t in all_tasks() if all(t in run.results.get("tasks", {}) for run in runs)]
+    if not tasks:
+        raise FincheckError("the runs share no scored task")
+    lines = ["# fincheck comparison", ""]
+    lines += [f"- **{run.name}**: `{run.path}`" for run in runs]
+    lines += [
+        "",
+        f"Differences are against **{runs[0].name}**, on the example ids both runs scored, with "
+        f"a paired 95% bootstrap CI ({n_resamples} resamples); 'better' or 'worse' only when "
+        "the interval excludes 0.",
+        "",
+    ]
+    data: dict = {"runs": [run.name for run in runs], "tasks": {}}
+    for name in tasks:
+        task = get_task(name)
+        metrics = task.compare_metrics
+        lines += [f"## {task.title}", ""]
+        header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
+        lines += [header, "|" + " --- |" * (len(metrics) + 3)]
+        data["tasks"][name] = {"runs": {}, "differences": {}}
+        for run in runs:
+            figures = run.results["tasks"][name]
+            n_bad, n, _ = task.unreadable_outputs(figures)
+            cells = []
+            for key, _ in metrics:
+                value, ci = _figure(figures, key)
+                cells.append(_fmt(value) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""))
+            lines.append(f"| {run.name} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
+            data["tasks"][name]["runs"][run.name] = {
+                "n": n,
+                "unreadable": n_bad,
+                **{key: _figure(figures, key)[0] for key, _ in metrics},
+            }
+        what = task.unreadable_outputs(runs[0].results["tasks"][name])[2]
+        lines += ["", f"Unreadable: {what}.", ""]
+        for run in runs[1:]:
+            if name not in run.examples or name not in runs[0].examples:
+                lines.append(f"- {run.name}: no scored examples to pair (scored/{name}.jsonl)")
+                continue
+            diffs = [
+                paired_difference(
+                    name, runs[0].examples[name], run.examples[name], key, n_resamples, seed
+                )
+                for key, _ in metrics
+            ]
+            parts = []
+            for (_, label), d in zip(metrics, diffs, strict=True):
+                interval = f" [{_fmt(d.ci95.low)}, {_fmt(d.ci95.high)}]" if d.ci95 else ""
+                parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
+            shared = diffs[0].n if diffs else 0
+            lines.append(
+                f"- **{run.name}** vs {runs[0].name} ({shared} shared): " + "; ".join(parts)
+            )
+            data["tasks"][name]["differences"][run.name] = {
+                d.metric: {
+                    "delta": d.delta,
+                    "ci95": [d.ci95.low, d.ci95.high] if d.ci95 else None,
+                    "n": d.n,
+                    "verdict": d.verdict,
+                }
+                for d in diffs
+            }
+        if task.comparability:
+            lines += ["", f"With the papers: {task.comparability}"]
+        lines.append("")
+    return "\n".join(lines), data
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="put scored runs side by side per task, with paired differences to the first",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  fincheck compare runs/base runs/tiny --names base,tuned --out "
+        "runs/compare.md",
+    )
+    p.add_argument("runs", nargs="+", type=Path, help="`fincheck score --out` folders")
+    p.add_argument("--names", help="comma-separated run names (default: the folder names)")
+    p.add_argument("--out", type=Path, help="write the markdown here (and NAME.json beside it)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="resamples (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.set_defaults(func=compare_command)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    names = args.names.split(",") if args.names else [None] * len(args.runs)
+    if len(names) != len(args.runs):
+        raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
+    runs = [load_scored_run(path, name) for path, name in zip(args.runs, names, strict=True)]
+    markdown, data = compare_runs(runs, args.bootstrap, args.seed)
+    print(markdown)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown, encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return 0

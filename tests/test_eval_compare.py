@@ -1,0 +1,77 @@
+"""`fincheck compare`: paired differences between scored runs, by hand and end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.eval.compare import compare_runs, load_scored_run, paired_difference
+
+
+def qasem_examples(scores: list[float], gold: list[str]) -> list[dict]:
+    return [
+        {"id": f"q{i}", "gold": g, "score": s, "predicted": "Yes" if s >= 0.5 else "No"}
+        for i, (s, g) in enumerate(zip(scores, gold, strict=True))
+    ]
+
+
+def test_paired_difference_by_hand():
+    gold = ["Yes", "No", "Yes", "No"]
+    first = qasem_examples([0.6, 0.7, 0.4, 0.3], gold)  # AUC: pairs (Y,N) right 2 of 4 = 0.5
+    other = qasem_examples([0.9, 0.2, 0.8, 0.1], gold)  # AUC 1.0
+    d = paired_difference("qasem", first, other, "auc")
+    assert d.delta == pytest.approx(0.5) and d.n == 4
+    assert d.ci95 is None and d.verdict == "too few shared examples to tell"  # 4 < 30
+    # ids the other run did not score are left out of both sides
+    d = paired_difference("qasem", first, other[:2], "bacc")
+    assert d.n == 2 and d.delta == pytest.approx(1.0 - 0.5)
+
+
+def test_a_clear_difference_is_called_and_a_tie_is_not():
+    rng = random.Random(0)
+    gold = ["Yes" if i % 2 else "No" for i in range(200)]
+    noise = qasem_examples([rng.random() for _ in gold], gold)
+    good = qasem_examples([0.8 if g == "Yes" else 0.2 for g in gold], gold)
+    better = paired_difference("qasem", noise, good, "auc", n_resamples=200)
+    assert better.verdict == "better" and better.ci95.low > 0
+    assert paired_difference("qasem", good, noise, "auc", n_resamples=200).verdict == "worse"
+    same = paired_difference("qasem", noise, noise, "auc", n_resamples=200)
+    assert same.delta == 0 and same.verdict == "no clear difference"
+
+
+def _write_run(path: Path, examples: list[dict], auc: float) -> None:
+    (path / "scored").mkdir(parents=True)
+    figures = {"overall": {"auc": auc, "bacc": 0.5, "n": len(examples), "n_text_not_yes_no": 1}}
+    (path / "results.json").write_text(json.dumps({"tasks": {"qasem": figures}}))
+    (path / "scored" / "qasem.jsonl").write_text("".join(json.dumps(e) + "\n" for e in examples))
+
+
+def test_cli_writes_the_table_and_the_numbers(tmp_path, capsys):
+    rng = random.Random(1)
+    gold = ["Yes" if i % 2 else "No" for i in range(60)]
+    _write_run(tmp_path / "base", qasem_examples([rng.random() for _ in gold], gold), 0.5)
+    _write_run(
+        tmp_path / "tuned", qasem_examples([0.9 if g == "Yes" else 0.1 for g in gold], gold), 1.0
+    )
+    out = tmp_path / "cmp.md"
+    args = [str(tmp_path / "base"), str(tmp_path / "tuned"), "--names", "zero-shot,adapter"]
+    assert main(["compare", *args, "--out", str(out), "--bootstrap", "100"]) == 0
+    text = out.read_text()
+    assert "| adapter | 60 | 1.000 | 0.500 | 1 of 60 |" in text
+    assert "**adapter** vs zero-shot (60 shared): ROC-AUC +" in text and ": better" in text
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["tasks"]["qasem"]["differences"]["adapter"]["auc"]["verdict"] == "better"
+    assert text.strip() in capsys.readouterr().out
+
+
+def test_one_run_or_a_folder_without_results_is_a_clear_error(tmp_path):
+    with pytest.raises(FincheckError, match=r"no results\.json"):
+        load_scored_run(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps({"tasks": {}}))
+    with pytest.raises(FincheckError, match="at least two"):
+        compare_runs([load_scored_run(tmp_path)])

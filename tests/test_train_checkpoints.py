@@ -1,0 +1,99 @@
+"""Run-folder safety without training: a fresh start never replaces a run, rotation keeps a
+complete checkpoint, a full disk is named, and pickled state that would run code is refused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fincheck.errors import FincheckError
+from fincheck.train.checkpoints import (
+    COMPLETE_MARKER,
+    check_state_files,
+    guard_output_dir,
+    is_out_of_space,
+    mark_complete,
+    out_of_space_message,
+    rotate_checkpoints,
+)
+
+
+def make_checkpoint(run: Path, step: int, complete: bool = True) -> Path:
+    path = run / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "adapter_model.safetensors").write_bytes(b"x")
+    if complete:
+        mark_complete(path, {"step": step}, "max_steps: 10\n")
+    return path
+
+
+def test_a_fresh_start_refuses_a_folder_holding_a_run(tmp_path):
+    run = tmp_path / "run"
+    make_checkpoint(run, 20)
+    with pytest.raises(FincheckError, match=r"resume_from_checkpoint=auto.*overwrite_output_dir"):
+        guard_output_dir(run, resume=None, overwrite=False, main=True)
+    assert (run / "checkpoint-20" / COMPLETE_MARKER).is_file()  # nothing touched
+    guard_output_dir(run, resume="auto", overwrite=False, main=True)  # resuming is fine
+    guard_output_dir(tmp_path / "new", resume=None, overwrite=False, main=True)  # so is empty
+    guard_output_dir(run, resume=None, overwrite=True, main=True)  # asked for: starts over
+    assert not (run / "checkpoint-20").exists()
+
+
+def test_rotation_keeps_the_complete_checkpoint_until_the_new_one_is_complete(tmp_path):
+    run = tmp_path / "run"
+    make_checkpoint(run, 2)
+    make_checkpoint(run, 4, complete=False)  # a save in progress (or killed mid-way)
+    assert rotate_checkpoints(run, 1) == []  # the only complete checkpoint stays
+    mark_complete(run / "checkpoint-4", {"step": 4}, "")
+    assert rotate_checkpoints(run, 1) == [run / "checkpoint-2"]
+    assert [p.name for p in run.iterdir()] == ["checkpoint-4"]
+
+
+def test_a_full_disk_is_named_with_the_checkpoint_still_complete(tmp_path):
+    run = tmp_path / "run"
+    make_checkpoint(run, 10)
+    make_checkpoint(run, 20, complete=False)
+    assert is_out_of_space(
+        RuntimeError(
+            "[enforce fail at inline_container.cc:626] . "
+            "unexpected pos 64 vs 0 basic_ios::clear: iostream error"
+        )
+    )
+    assert is_out_of_space(OSError(28, "No space left on device"))
+    assert not is_out_of_space(RuntimeError("shape mismatch"))
+    message = out_of_space_message(run, 20)
+    assert message.startswith("no space left on ")
+    assert "checkpoint-10 is still complete" in message and "resume_from_checkpoint=auto" in message
+
+
+class RunsCode:
+    """A pickle that runs a command when loaded, as a crafted state file would."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_state_files_that_would_run_code_are_refused_unloaded(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "run", 8)
+    state = checkpoint / "global_step8"
+    state.mkdir()
+    # What DeepSpeed and the Trainer write: tensors, numbers, numpy arrays (the RNG state).
+    torch.save({"module": {"w": torch.ones(2)}, "rng": np.arange(3)}, state / "optim_states.pt")
+    torch.save({"python": 1}, checkpoint / "rng_state.pth")
+    check_state_files(checkpoint)
+
+    marker = tmp_path / "ran"
+    torch.save({"module": RunsCode(marker)}, state / "mp_rank_00_model_states.pt")
+    with pytest.raises(FincheckError, match=r"mp_rank_00_model_states.pt would run code .*system"):
+        check_state_files(checkpoint)
+    assert not marker.exists()
+    (state / "mp_rank_00_model_states.pt").write_bytes(b"\x80\x02}q\x00.")  # a bare old pickle
+    with pytest.raises(FincheckError, match="not a torch checkpoint file"):
+        check_state_files(checkpoint)
