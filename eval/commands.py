@@ -15,7 +15,15 @@ EVAL_EXAMPLES = """examples:
   fincheck eval --model Qwen/Qwen2.5-0.5B-Instruct --data prepared --limit 50 --out runs/base
   # a LoRA adapter (its base is read from adapter_config.json unless --model is given)
   fincheck eval --adapter checkpoints/tiny-cpu --data prepared --tasks qasem,fhsumbench --out runs/tiny
-A rerun with the same --out resumes: ids already in predictions/<task>.jsonl are skipped."""
+  # the papers' systems as baselines (docs/baselines.md): any OpenAI-compatible endpoint...
+  OPENAI_API_KEY=... fincheck eval --method e2e-cot --backend openai --model gpt-4o-2024-11-20 \
+      --data prepared --tasks final --out runs/gpt4o-cot
+  # ...or a local model; FINAL's pipeline and 2-step setups, FIZZ with an NLI model
+  fincheck eval --method pipeline --model smollm2-135m-instruct --data prepared --limit 20 --out runs/pipeline
+  fincheck eval --method two-step --step1 oracle --step2 cot-hint --model smollm2-135m-instruct ...
+  fincheck eval --method fizz --nli-model tals/albert-xlarge-vitaminc-mnli --model ... --tasks final
+A rerun with the same --out resumes: ids already in predictions/<task>.jsonl are skipped (and a
+baseline's LLM calls already answered come from OUT/llm_cache.jsonl)."""
 
 SCORE_EXAMPLES = """examples:
   fincheck score --data prepared --predictions runs/tiny/predictions --out runs/tiny
@@ -176,6 +184,57 @@ def register(subparsers) -> None:
         action="store_true",
         help="allow the base model's own Python code from its repository (off by default)",
     )
+    b = p.add_argument_group(
+        "baselines: the papers' systems (--method; docs/baselines.md)",
+        "Run a paper's protocol with any LLM instead of the fincheck task prompt. --model names "
+        "the LLM: a local model (--backend local) or an endpoint's model (--backend openai).",
+    )
+    b.add_argument(
+        "--method",
+        choices=("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz"),
+        help="e2e / e2e-fewshot / e2e-cot: every task; pipeline, two-step: FINAL; fizz: FINAL "
+        "and FHSumBench (default: none, the fincheck prompt and an optional --adapter)",
+    )
+    b.add_argument(
+        "--backend",
+        choices=("local", "openai"),
+        default="local",
+        help="where --model runs (default: local)",
+    )
+    b.add_argument("--base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
+    b.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (default: OPENAI_API_KEY); the key is "
+        "never written anywhere",
+    )
+    b.add_argument("--concurrency", type=int, default=8, help="examples in flight (default: 8)")
+    b.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default: 120)")
+    b.add_argument(
+        "--max-retries",
+        type=int,
+        default=6,
+        help="retries on 429/5xx/timeouts, honouring Retry-After (default: 6)",
+    )
+    b.add_argument(
+        "--llm-max-tokens",
+        type=int,
+        default=512,
+        help="answer tokens per call, reasoning included (default: 512)",
+    )
+    b.add_argument(
+        "--step1",
+        default="self",
+        help="two-step, step 1: self (the model's binary CoT), oracle (the gold label), or a "
+        "fincheck adapter folder (default: self)",
+    )
+    b.add_argument(
+        "--step2",
+        default="cot",
+        choices=("cot", "cot-hint"),
+        help="two-step, step 2: cot or cot-hint (default: cot)",
+    )
+    b.add_argument("--nli-model", help="fizz: a Hugging Face NLI sequence classifier")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=eval_command)
 
@@ -272,9 +331,67 @@ def register(subparsers) -> None:
     s.set_defaults(func=score_command)
 
 
+def baseline_command(args) -> int:
+    from fincheck.eval.baselines.runner import BaselineOptions, run_baseline
+
+    if not args.model:
+        raise FincheckError("--method needs --model (the LLM that runs it)")
+    if args.adapter:
+        raise FincheckError(
+            "--method runs a paper's system with --model; a fincheck adapter goes in --step1 "
+            "(two-step) or in a plain `fincheck eval --adapter` run"
+        )
+    opts = BaselineOptions(
+        method=args.method,
+        model=args.model,
+        data_dir=args.data,
+        out_dir=args.out,
+        backend=args.backend,
+        tasks=args.tasks,
+        split=args.split,
+        limit=args.limit,
+        sample_seed=args.sample_seed,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        max_tokens=args.llm_max_tokens,
+        step1=args.step1,
+        step2=args.step2,
+        nli_model=args.nli_model,
+        device=args.device,
+        window=args.window,
+        progress=not args.no_progress,
+    )
+    summary = run_baseline(opts)
+    failed = 0
+    for task, counts in summary.items():
+        failed += len(counts["failed"])
+        print(
+            f"{task}: {counts['generated']} done, {counts['resumed']} already done, "
+            f"{len(counts['failed'])} failed, {counts['calls_per_example']:.1f} LLM calls per "
+            f"example -> {opts.predictions_dir / (task + '.jsonl')}"
+        )
+    print(
+        f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}"
+    )
+    if failed:
+        first = next(c["failed"][0] for c in summary.values() if c["failed"])
+        print(
+            f"fincheck eval: {failed} example(s) failed (first: {first}); rerun to retry them "
+            "(answers received are cached)",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
 def eval_command(args) -> int:
     from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
 
+    if args.method:
+        return baseline_command(args)
     opts = EvalOptions(
         model=resolve_base_model(args.model, args.adapter),
         adapter=args.adapter,
@@ -325,7 +442,8 @@ def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> st
 
 
 def build_judge(args):
-    from fincheck.eval.judge import JudgeCache, JudgePrompt, MatchingJudge
+    from fincheck.eval.judge import JudgePrompt, MatchingJudge
+    from fincheck.eval.llm import RequestCache
 
     args.judge = judge_kind(args.judge, args.judge_model, args.judge_base_url)
     if args.judge == "none":
@@ -333,7 +451,7 @@ def build_judge(args):
     if not args.judge_model:
         raise FincheckError(f"--judge {args.judge} needs --judge-model")
     if args.judge == "openai":
-        from fincheck.eval.judge_backends import OpenAIChatClient
+        from fincheck.eval.llm_backends import OpenAIChatClient
 
         client = OpenAIChatClient(
             args.judge_model,
@@ -343,14 +461,14 @@ def build_judge(args):
             args.judge_max_retries,
         )
     else:
-        from fincheck.eval.judge_backends import TransformersChatClient
+        from fincheck.eval.llm_backends import TransformersChatClient
 
         client = TransformersChatClient(args.judge_model)
         args.judge_concurrency = 1
     cache_path = args.judge_cache or args.out / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
     prompt = JudgePrompt.named(args.judge_prompt)
-    return MatchingJudge(client, JudgeCache(cache_path), prompt=prompt, sampling=sampling)
+    return MatchingJudge(client, RequestCache(cache_path), prompt=prompt, sampling=sampling)
 
 
 def score_command(args) -> int:

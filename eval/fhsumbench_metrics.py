@@ -19,7 +19,12 @@ import re
 from collections.abc import Sequence
 
 from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import confusion_matrix, harmonic_mean, macro_precision_recall
+from fincheck.eval.classification import (
+    balanced_accuracy,
+    confusion_matrix,
+    harmonic_mean,
+    macro_precision_recall,
+)
 
 FACTUAL = "factual_hallu"
 NON_FACTUAL = "non_factual_hallu"
@@ -107,6 +112,11 @@ def fhsumbench_figures(gold: Sequence[str], pred: Sequence[str]) -> dict[str, fl
     for label, name in ACCURACY_NAMES.items():
         members = [p for g, p in zip(gold, pred, strict=True) if g == label]
         figures[name] = sum(p == label for p in members) / len(members) if members else float("nan")
+    # Not in the paper: faithful or not (no_hallu vs either hallucination), the binary question
+    # faithfulness metrics such as FIZZ answer; balanced over the two classes.
+    figures["faithfulness_bacc"] = balanced_accuracy(
+        [g == NO_HALLU for g in gold], [p == NO_HALLU for p in pred]
+    )
     return figures
 
 
@@ -135,7 +145,7 @@ def score_fhsumbench(
         },
         "ci95": {},
     }
-    for metric in ("f", "precision", "recall"):
+    for metric in ("f", "precision", "recall", "faithfulness_bacc"):
         ci = bootstrap_ci(
             lambda idx, m=metric: fhsumbench_figures(
                 [gold[i] for i in idx], [pred[i] for i in idx]

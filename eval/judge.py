@@ -1,8 +1,9 @@
 """The FINAL matching judge: prompt, strict answer parsing, caching, and the run over a corpus.
 
-The judge is an injected `ChatClient` (an OpenAI-compatible endpoint, a local transformers
-model, or a test fake): this module only builds requests and reads answers. Every answer is
-cached on disk under a key of the full request, so a rerun after a crash repeats no call.
+The judge is an injected `ChatClient` (`fincheck.eval.llm`: an OpenAI-compatible endpoint, a
+local transformers model, or a test fake): this module only builds requests and reads answers.
+Every answer is cached on disk under a key of the full request, so a rerun after a crash repeats
+no call.
 
 Outcomes per example (`JudgeResult.status`):
   skipped       either list is empty: no call, every prediction unmatched (TP = 0)
@@ -17,15 +18,14 @@ import dataclasses
 import hashlib
 import json
 import re
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from fincheck.errors import FincheckError
 from fincheck.eval.final_metrics import letters
+from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
@@ -33,19 +33,6 @@ PROMPTS = Path(__file__).parent / "prompts"
 JUDGE_PROMPTS = {"paper": PROMPTS / "final_judge.txt", "strict": PROMPTS / "final_judge_strict.txt"}
 PROMPT_PATH = JUDGE_PROMPTS["paper"]
 DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
-
-
-class JudgeCallError(Exception):
-    """A judge call that failed for good (after the client's retries)."""
-
-
-class ChatClient(Protocol):
-    """Answers a chat conversation with text. `identity` names the model and endpoint for the
-    cache key (never a secret)."""
-
-    identity: dict[str, str]
-
-    def complete(self, messages: list[dict[str, str]], sampling: dict) -> str: ...
 
 
 # ---------------------------------------------------------------- prompt
@@ -148,63 +135,6 @@ REASK = (
 )
 
 
-# ---------------------------------------------------------------- cache
-
-
-class JudgeCache:
-    """Append-only JSONL of {key, response}: one line per completed call, flushed at once, so a
-    crash loses at most the call in flight. Only successful answers are stored."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = Path(path) if path else None
-        self._entries: dict[str, str] = {}
-        self._lock = threading.Lock()
-        if self.path and self.path.exists():
-            text = self.path.read_text(encoding="utf-8")
-            for line in text.splitlines():
-                try:
-                    record = json.loads(line)
-                    self._entries[record["key"]] = record["response"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a torn last line from a crash
-            if text and not text.endswith("\n"):  # end the torn line so appends start clean
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write("\n")
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def key(identity: dict, prompt_version: str, messages: list, sampling: dict) -> str:
-        request = {
-            "judge": identity,
-            "prompt_version": prompt_version,
-            "messages": messages,
-            "sampling": sampling,
-        }
-        canonical = json.dumps(request, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            response = self._entries.get(key)
-            if response is None:
-                self.misses += 1
-            else:
-                self.hits += 1
-            return response
-
-    def put(self, key: str, response: str) -> None:
-        with self._lock:
-            self._entries[key] = response
-            if self.path:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write(
-                        json.dumps({"key": key, "response": response}, ensure_ascii=False) + "\n"
-                    )
-                    f.flush()
-
-
 # ---------------------------------------------------------------- judging
 
 
@@ -220,12 +150,12 @@ class JudgeResult:
 @dataclass
 class MatchingJudge:
     client: ChatClient
-    cache: JudgeCache
+    cache: RequestCache
     prompt: JudgePrompt = field(default_factory=JudgePrompt.load)
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
 
     def _ask(self, messages: list[dict[str, str]], result: JudgeResult) -> str:
-        key = JudgeCache.key(self.client.identity, self.prompt.version, messages, self.sampling)
+        key = RequestCache.key(self.client.identity, self.prompt.version, messages, self.sampling)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
@@ -261,7 +191,7 @@ class MatchingJudge:
                             {"role": "assistant", "content": answer},
                             {"role": "user", "content": reask},
                         ]
-        except JudgeCallError as e:
+        except LLMCallError as e:
             result.status, result.error = "error", str(e)
         return result
 

@@ -195,6 +195,9 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
     invocation generated, so a resumed evaluation reports what an uninterrupted one does."""
     record = read_eval_summary(predictions_dir)
     record[task] = {"n_predictions": counts["total"], "trimmed": counts["trimmed"]}
+    if "calls_per_example" in counts:  # a baseline method: LLM calls per example, failures
+        record[task]["calls_per_example"] = round(counts["calls_per_example"], 3)
+        record[task]["failed"] = len(counts.get("failed") or [])
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
 
 

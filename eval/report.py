@@ -54,6 +54,10 @@ def render_report(
     for key in (
         "model",
         "adapter",
+        "method",
+        "method_source",
+        "backend",
+        "llm_calls_per_example",
         "split",
         "data_dir",
         "data_fingerprint",

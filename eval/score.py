@@ -144,6 +144,12 @@ def _run_info(opts: ScoreOptions) -> dict:
     counts = read_eval_summary(opts.predictions_dir)
     if counts:
         info["prompts_trimmed"] = {task: c.get("trimmed", 0) for task, c in counts.items()}
+        calls = {t: c["calls_per_example"] for t, c in counts.items() if "calls_per_example" in c}
+        if calls:
+            info["llm_calls_per_example"] = calls
+    for key in ("method", "method_source", "backend", "client"):
+        if config and config.get(key) is not None:
+            info[key] = config[key]
     return info
 
 

@@ -55,13 +55,35 @@ class Prompt:
         parts.append(self.user[pos:])
         return self.system, "".join(parts), span
 
+    def fields_of(self, user: str) -> dict[str, str]:
+        """The values this prompt was rendered with, read back from its user message (how a
+        baseline with its own prompt gets a prepared pair's document, summary or QA)."""
+        pattern, pos = [], 0
+        for match in _PLACEHOLDER.finditer(self.user):
+            pattern.append(re.escape(self.user[pos : match.start()]))
+            name = match.group(1)
+            pattern.append(f"(?P={name})" if name in pattern_names(pattern) else f"(?P<{name}>.*?)")
+            pos = match.end()
+        pattern.append(re.escape(self.user[pos:]))
+        found = re.fullmatch("".join(pattern), user, flags=re.DOTALL)
+        if found is None:
+            raise FincheckError(
+                f"the message was not rendered from {self.path}: re-run `fincheck prepare` with "
+                "the installed prompts"
+            )
+        return found.groupdict()
+
     def messages(self, **values: str) -> tuple[list[dict[str, str]], tuple[int, int]]:
         """Chat messages (system, user) for these values, and the grounding span."""
         system, user, span = self.render(**values)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}], span
 
 
-def parse_prompt_file(path: Path, task: str) -> Prompt:
+def pattern_names(parts: list[str]) -> set[str]:
+    return set(re.findall(r"\(\?P<([a-z_]+)>", "".join(parts)))
+
+
+def parse_prompt_file(path: Path, task: str, needs_grounding: bool = True) -> Prompt:
     raw = path.read_bytes()
     sections: dict[str, list[str]] = {}
     current: str | None = None
@@ -77,7 +99,7 @@ def parse_prompt_file(path: Path, task: str) -> Prompt:
     if set(sections) != {"system", "user"}:
         raise FincheckError(f"{path}: a prompt file needs a [system] and a [user] section")
     system, user = ("\n".join(sections[k]).strip() for k in ("system", "user"))
-    if "{" + GROUNDING_FIELD + "}" not in user:
+    if needs_grounding and "{" + GROUNDING_FIELD + "}" not in user:
         raise FincheckError(f"{path}: the [user] section must contain {{{GROUNDING_FIELD}}}")
     digest = hashlib.sha256(raw).hexdigest()[:16]
     return Prompt(task=task, system=system, user=user, hash=digest, path=path)

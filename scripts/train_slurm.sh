@@ -5,9 +5,10 @@
 #       --dataset_dir=/shared/prepared --gradient_accumulation_steps=1
 #
 # Global batch = per_device_train_batch_size x gradient_accumulation_steps x (nodes x 8).
-# Preemption: SLURM sends SIGTERM before killing (see --signal below); train/sft.py saves a
-# checkpoint at the next step and exits 143. With --requeue the job restarts and
-# --resume_from_checkpoint=auto picks up the last complete checkpoint.
+# Preemption: SLURM sends SIGTERM before killing (see --signal below); the workers save a
+# checkpoint at the next step and exit 143 (torchrun itself then exits 1: its own status, see
+# docs/reliability.md). With --requeue the job restarts and --resume_from_checkpoint=auto picks
+# up the last complete checkpoint.
 #SBATCH --job-name=fincheck-sft
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
@@ -25,6 +26,8 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_PORT=${MASTER_PORT:-29500}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# On SIGTERM torchrun waits this long for its workers (finish the step, save) before killing them.
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-240}
 mkdir -p logs
 
 # `srun` starts one torchrun per node; each torchrun starts GPUS_PER_NODE workers. `exec` inside

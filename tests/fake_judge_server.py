@@ -6,6 +6,8 @@ order (the last one repeats):
   ("status", code, headers)      an error status with the given headers
   ("sleep", seconds, text)       answer `text` after sleeping (to trip client timeouts)
   ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
+  ("logprobs", text, {tok: lp})  `text`, and those top logprobs at the first token when the
+                                 request asks for logprobs
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class FakeJudgeServer:
                     return
                 if kind == "sleep":
                     time.sleep(action[1])
-                text = action[-1]
+                text = action[1] if kind == "logprobs" else action[-1]
                 completion = {
                     "id": "cmpl-fake",
                     "object": "chat.completion",
@@ -75,6 +77,13 @@ class FakeJudgeServer:
                     ],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }
+                if kind == "logprobs" and body.get("logprobs"):
+                    top = [
+                        {"token": token, "logprob": lp, "bytes": None}
+                        for token, lp in action[2].items()
+                    ]
+                    first = {**top[0], "top_logprobs": top}
+                    completion["choices"][0]["logprobs"] = {"content": [first]}
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self._send(200, completion, {})  # the client may have timed out and gone
 

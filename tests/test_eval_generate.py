@@ -238,15 +238,16 @@ def test_missing_adapter_is_a_clear_error(tmp_path):
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
-    from fincheck.eval.judge import JudgeCache, MatchingJudge
-    from fincheck.eval.judge_backends import TransformersChatClient
+    from fincheck.eval.judge import MatchingJudge
+    from fincheck.eval.llm import RequestCache
+    from fincheck.eval.llm_backends import TransformersChatClient
 
     client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
-    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    judge = MatchingJudge(client, RequestCache(tmp_path / "cache.jsonl"))
     result = judge.match("A summary.", ["a wrong date"], ["the date"])
     # a random-init model cannot answer in JSON: one re-ask, then parse_failed with the raw text
     assert result.status == "parse_failed" and len(result.raw) == 2 and result.calls == 2
-    again = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl")).match(
+    again = MatchingJudge(client, RequestCache(tmp_path / "cache.jsonl")).match(
         "A summary.", ["a wrong date"], ["the date"]
     )
     assert again.calls == 0 and again.raw == result.raw

@@ -12,8 +12,9 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.errors import FincheckError
 from fincheck.eval.final_metrics import FinalItem, final_figures, true_positives
-from fincheck.eval.judge import JudgeCache, JudgePrompt, MatchingJudge, parse_matching
-from fincheck.eval.judge_backends import OpenAIChatClient
+from fincheck.eval.judge import JudgePrompt, MatchingJudge, parse_matching
+from fincheck.eval.llm import RequestCache
+from fincheck.eval.llm_backends import OpenAIChatClient
 
 SENTINEL_KEY = "sk-test-SENTINEL-never-written-0123456789"
 
@@ -41,7 +42,7 @@ def make_judge(server, tmp_path, monkeypatch):
             timeout_s=timeout_s,
             max_retries=max_retries,
         )
-        return MatchingJudge(client, JudgeCache(tmp_path / "judge_cache.jsonl"))
+        return MatchingJudge(client, RequestCache(tmp_path / "judge_cache.jsonl"))
 
     return build
 
@@ -157,24 +158,24 @@ def test_concurrency_limit_is_respected(server, make_judge):
 
 def test_cache_survives_a_torn_last_line(tmp_path):
     path = tmp_path / "cache.jsonl"
-    first = JudgeCache(path)
+    first = RequestCache(path)
     first.put("k1", "answer one")
     with path.open("a") as f:
         f.write('{"key": "k2", "respo')  # killed mid-write
-    second = JudgeCache(path)
+    second = RequestCache(path)
     assert second.get("k1") == "answer one" and second.get("k2") is None
     second.put("k3", "answer three")
-    third = JudgeCache(path)
+    third = RequestCache(path)
     assert third.get("k1") == "answer one" and third.get("k3") == "answer three"
 
 
 def test_cache_key_covers_model_prompt_and_sampling():
     messages = [{"role": "user", "content": "x"}]
-    base = JudgeCache.key({"model": "m"}, "v1", messages, {"temperature": 0})
-    assert base != JudgeCache.key({"model": "m2"}, "v1", messages, {"temperature": 0})
-    assert base != JudgeCache.key({"model": "m"}, "v2", messages, {"temperature": 0})
-    assert base != JudgeCache.key({"model": "m"}, "v1", messages, {"temperature": 1})
-    assert base == JudgeCache.key({"model": "m"}, "v1", list(messages), {"temperature": 0})
+    base = RequestCache.key({"model": "m"}, "v1", messages, {"temperature": 0})
+    assert base != RequestCache.key({"model": "m2"}, "v1", messages, {"temperature": 0})
+    assert base != RequestCache.key({"model": "m"}, "v2", messages, {"temperature": 0})
+    assert base != RequestCache.key({"model": "m"}, "v1", messages, {"temperature": 1})
+    assert base == RequestCache.key({"model": "m"}, "v1", list(messages), {"temperature": 0})
 
 
 def test_wrong_key_stops_the_run(server, make_judge):
@@ -208,7 +209,7 @@ def test_unreachable_endpoint_stops_the_run(monkeypatch, tmp_path):
         max_retries=0,
         max_consecutive_unreachable=3,
     )
-    judge = MatchingJudge(client, JudgeCache(tmp_path / "cache.jsonl"))
+    judge = MatchingJudge(client, RequestCache(tmp_path / "cache.jsonl"))
     assert judge.match("S", ["p"], ["g"]).status == "error"  # one failure is an error...
     with pytest.raises(FincheckError, match="is unreachable"):  # ...several in a row stop the run
         judge.match_many([("S", ["p"], ["g"])] * 10, concurrency=1, progress=False)

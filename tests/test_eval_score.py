@@ -13,7 +13,8 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.cli import main
 from fincheck.errors import FincheckError
-from fincheck.eval.judge import JudgeCache, MatchingJudge
+from fincheck.eval.judge import MatchingJudge
+from fincheck.eval.llm import RequestCache
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import read_pairs
 
@@ -84,7 +85,7 @@ def scored_run(prepared_dir, tmp_path):
     predictions = tmp_path / "run" / "predictions"
     gold = write_predictions(prepared_dir, predictions)
     client = EchoJudge()
-    judge = MatchingJudge(client, JudgeCache(tmp_path / "run" / "judge_cache.jsonl"))
+    judge = MatchingJudge(client, RequestCache(tmp_path / "run" / "judge_cache.jsonl"))
     opts = ScoreOptions(
         prepared_dir,
         predictions,
@@ -187,7 +188,7 @@ def test_rescoring_reuses_the_judge_cache(scored_run, prepared_dir):
     _, _, _, run_dir, first_client = scored_run
     assert first_client.calls > 0
     client = EchoJudge()
-    judge = MatchingJudge(client, JudgeCache(run_dir / "judge_cache.jsonl"))
+    judge = MatchingJudge(client, RequestCache(run_dir / "judge_cache.jsonl"))
     run_score(
         ScoreOptions(
             prepared_dir,

@@ -107,3 +107,67 @@ def test_debug_shows_the_traceback(tmp_path):
         main(
             ["--debug", "prepare", "--data-dir", str(tmp_path / "missing"), "--out", str(tmp_path)]
         )
+
+
+@pytest.mark.parametrize("inside", ["same", "inside", "around"])
+def test_prepare_never_writes_over_its_inputs(tmp_path, capsys, inside):
+    """--out equal to, inside, or around the data directory would overwrite the raw files."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data / "x")  # any files
+    before = sorted(p.read_bytes() for p in data.rglob("*") if p.is_file())
+    out = {"same": data, "inside": data / "prepared", "around": tmp_path}[inside]
+    code, err = run_cli(capsys, "prepare", "--data-dir", str(data), "--out", str(out))
+    assert code == 1 and "overlaps the input" in err and "nothing was written" in err
+    assert sorted(p.read_bytes() for p in data.rglob("*") if p.is_file()) == before
+
+
+def test_a_local_judge_that_does_not_exist_is_one_line(tmp_path, capsys):
+    code, err = run_cli(
+        capsys, "score", "--data", str(tmp_path), "--predictions", str(tmp_path),
+        "--out", str(tmp_path / "o"), "--judge", "local", "--judge-model", str(tmp_path / "nope"),
+    )  # fmt: skip
+    assert (
+        code == 1 and err == f"fincheck score: error: model folder not found: {tmp_path / 'nope'}"
+    )
+
+
+def test_a_hub_adapter_while_offline_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    code, err = run_cli(
+        capsys, "detect", "--adapter", "some-org/some-adapter", "--text", __file__,
+        "--summary", __file__,
+    )  # fmt: skip
+    assert code == 1
+    assert err.startswith("fincheck detect: error: cannot download the adapter some-org/some-")
+    assert "pass the adapter's local folder" in err and len(err.splitlines()) == 1
+
+
+def test_a_base_with_its_own_code_names_the_option(tmp_path, capsys):
+    import json
+
+    base = tmp_path / "custom"
+    base.mkdir()
+    (base / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "custom_x",
+                "architectures": ["XForCausalLM"],
+                "auto_map": {
+                    "AutoConfig": "configuration_x.XConfig",
+                    "AutoModelForCausalLM": "modeling_x.XForCausalLM",
+                },
+            }
+        )
+    )
+    prepared = Path(__file__).parent / "assets" / "prepared"
+    code, err = run_cli(
+        capsys, "eval", "--model", str(base), "--data", str(prepared), "--out",
+        str(tmp_path / "o"), "--tasks", "qasem",
+    )  # fmt: skip
+    assert code == 1 and "add --trust-remote-code" in err and "trust_remote_code=True" not in err

@@ -416,3 +416,31 @@ def test_a_resumed_run_continues_the_same_wandb_run(
     fresh_wandb.finish()
     runs = sorted(p.name for p in tmp_path.glob("wandb/offline-run-*"))
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), runs
+
+
+def test_a_full_disk_while_saving_names_the_disk_and_the_complete_checkpoint(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    import torch
+
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def disk_full_on_the_second_checkpoint(obj, f, *a, **k):
+        if "checkpoint-4" in str(f):
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0 "
+                "basic_ios::clear: iostream error"
+            )
+        calls["n"] += 1
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", disk_full_on_the_second_checkpoint)
+    out = tmp_path / "full"
+    args = ["--max_steps=6", "--save_steps=2"]
+    with pytest.raises(FincheckError) as info:
+        train_and_save(build_trainer(tiny_recipe(prepared_dir, small_mixture, out, *args)))
+    message = str(info.value)
+    assert message.startswith("no space left on ") and "while saving at step 4" in message
+    assert "checkpoint-2 is still complete" in message and "resume_from_checkpoint=auto" in message
+    assert last_complete_checkpoint(out) == out / "checkpoint-2"

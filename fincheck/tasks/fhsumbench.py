@@ -146,7 +146,12 @@ class FhsumbenchTask(Task):
         }
         return TaskScore(figures, examples)
 
-    compare_metrics = (("f", "F"), ("precision", "macro P"), ("recall", "macro R"))
+    compare_metrics = (
+        ("f", "F"),
+        ("precision", "macro P"),
+        ("recall", "macro R"),
+        ("faithfulness_bacc", "faithful BAcc*"),
+    )
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
         return fhsumbench_figures(
@@ -194,6 +199,10 @@ class FhsumbenchTask(Task):
             f"({fmt(f['parse_failure_rate'], 100, 1)}%). Outputs are read exactly as the "
             f"benchmark's reference scorer reads them (stages: {f.get('read_by', {})}); the "
             "lenient-parse row reads them more tolerantly and is not comparable with the papers.",
+            "",
+            f"Faithful or not (no_hallu vs either hallucination), balanced accuracy: "
+            f"{fmt_ci(f, 'faithfulness_bacc')}. A fincheck figure, not in the paper: the binary "
+            "question a faithfulness metric such as FIZZ answers.",
             "",
         ]
         return out

@@ -1,0 +1,1 @@
+"""The papers' systems as baselines (`fincheck eval --method`): see `methods` for the list."""

@@ -1,0 +1,173 @@
+"""FINAL's multi-call systems (FINAL paper §4.1, appendix B.2 and B.3).
+
+pipeline (FactScore-style), per summary:
+    1. atomic facts of each summary sentence            one call per sentence
+    2. is each fact consistent with the text? if not,   one call per fact
+       one "- " bullet per inconsistency
+    3. merge descriptions of the same wrong information one call when there are two or more
+    -> a lettered list, or None
+
+two-step: step 1 decides consistent / inconsistent, step 2 describes the inconsistent ones:
+    step 1   self      the model's own binary CoT answer (prompt E.3)       one call
+             oracle    the gold label (an upper bound, as the paper's Oracle rows)
+             ADAPTER   a trained fincheck adapter on FINAL's own prompt (its list empty or not)
+    step 2   cot       the end-to-end CoT prompt                            one call
+             cot-hint  the same, told the summary is inconsistent (E.2.4)
+    a summary judged consistent in step 1 gets None without a step 2 call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from fincheck.eval.baselines.methods import (
+    METHODS,
+    Example,
+    Method,
+    MethodOutput,
+    ask,
+    last_yes_no,
+)
+from fincheck.eval.final_metrics import letters, parse_descriptions
+from fincheck.eval.llm import CachedLLM
+
+# ---------------------------------------------------------------------- pure parts
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s+[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str, min_chars: int = 0) -> list[str]:
+    """Sentences of a text: a break after ., ! or ? (and closing quotes or brackets) followed by
+    whitespace and a capital letter or digit. Sentences of `min_chars` characters or fewer are
+    dropped (FIZZ drops those of 10 or fewer)."""
+    parts, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        parts.append(text[start : end.end()].strip())
+        start = end.end()
+    parts.append(text[start:].strip())
+    return [p for p in parts if p and len(p) > min_chars]
+
+
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(.*\S)\s*$")
+
+
+def bullets(text: str) -> list[str]:
+    """The items of a "- " (or "* ", "1.") list in an answer; other lines are ignored."""
+    return [m.group(1) for line in text.splitlines() if (m := _BULLET.match(line))]
+
+
+def parse_fact_check(answer: str) -> tuple[bool | None, list[str]]:
+    """(consistent?, descriptions) from a per-fact answer: "yes" / "no" on the first line that
+    has one, then the "- " bullets. An answer with neither yes nor no reads as None (unknown):
+    its bullets, if any, still count as descriptions."""
+    verdict = None
+    for line in answer.splitlines():
+        found = re.match(r"\W*(yes|no)\b", line.strip(), re.IGNORECASE)
+        if found:
+            verdict = found.group(1).lower() == "yes"
+            break
+    found_bullets = bullets(answer)
+    if verdict is None and found_bullets:
+        verdict = False
+    return verdict, ([] if verdict else found_bullets)
+
+
+def lettered(items: list[str]) -> str:
+    return "\n".join(
+        f"{letter}. {item}" for letter, item in zip(letters(len(items)), items, strict=True)
+    )
+
+
+def merged_descriptions(answer: str, originals: list[str]) -> list[str] | None:
+    """The merge step's list, or None when the answer is not a list of the given descriptions
+    (it must keep descriptions word for word and add none): the caller keeps the originals."""
+    kept = parse_descriptions(answer)
+    if not kept:
+        return None
+    norm = {re.sub(r"\s+", " ", d).strip().lower(): d for d in originals}
+    chosen = []
+    for item in kept:
+        key = re.sub(r"\s+", " ", item).strip().lower()
+        if key not in norm:
+            return None
+        if norm[key] not in chosen:
+            chosen.append(norm[key])
+    return chosen
+
+
+def as_final_output(descriptions: list[str]) -> str:
+    return lettered(descriptions) if descriptions else "None"
+
+
+# ---------------------------------------------------------------------- pipeline
+
+
+def run_pipeline(example: Example, llm: CachedLLM) -> MethodOutput:
+    text, summary = example.fields["text"], example.fields["summary"]
+    facts: list[str] = []
+    for sentence in split_sentences(summary) or [summary]:
+        facts += bullets(ask(llm, "atomic_facts", max_tokens=256, sentence=sentence))
+    checks = []
+    descriptions: list[str] = []
+    for fact in facts:
+        answer = ask(llm, "final_pipeline_check", max_tokens=256, text=text, fact=fact)
+        consistent, found = parse_fact_check(answer)
+        checks.append({"fact": fact, "consistent": consistent, "descriptions": found})
+        descriptions += [d for d in found if d not in descriptions]
+    merged = descriptions
+    merge_answer = None
+    if len(descriptions) > 1:
+        merge_answer = ask(
+            llm, "final_pipeline_merge", summary=summary, descriptions=lettered(descriptions)
+        )
+        merged = merged_descriptions(merge_answer, descriptions) or descriptions
+    trace = {"facts": checks, "merge_answer": merge_answer, "merged": merged}
+    return MethodOutput(as_final_output(merged), None, trace)
+
+
+# ---------------------------------------------------------------------- two-step
+
+
+def gold_is_consistent(example: Example) -> bool:
+    return not example.pair.meta_value("descriptions", list)
+
+
+def self_step1(example: Example, llm: CachedLLM) -> tuple[bool | None, dict]:
+    answer = ask(
+        llm, "final_binary_cot", text=example.fields["text"], summary=example.fields["summary"]
+    )
+    verdict = last_yes_no(answer)
+    return (None if verdict is None else verdict == "Yes"), {"step1_answer": answer}
+
+
+Step1 = Callable[[Example, CachedLLM], tuple[bool | None, dict]]
+
+
+def run_two_step(example: Example, llm: CachedLLM, step1: Step1, step2: str) -> MethodOutput:
+    """Step 1's verdict (None, unreadable, counts as inconsistent: the summary goes on to
+    step 2, as a filter should not silently drop work), then step 2 on the inconsistent."""
+    consistent, trace = step1(example, llm)
+    trace["step1_consistent"] = consistent
+    if consistent:
+        return MethodOutput("None", None, trace)
+    prompt = {"cot": "final_e2e_cot", "cot-hint": "final_cot_hint"}[step2]
+    answer = ask(llm, prompt, text=example.fields["text"], summary=example.fields["summary"])
+    return MethodOutput(answer, None, trace)
+
+
+def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:
+    return Method(
+        f"two-step:{step1_name}+{step2}",
+        ("final",),
+        lambda example, llm: run_two_step(example, llm, step1, step2),
+        "FINAL §4.1, B.3 (E.3, E.2.3, E.2.4)",
+    )
+
+
+STEP1: dict[str, Step1] = {
+    "self": self_step1,
+    "oracle": lambda example, llm: (gold_is_consistent(example), {"step1": "oracle"}),
+}
+
+METHODS["pipeline"] = Method("pipeline", ("final",), run_pipeline, "FINAL §4.1, B.2 (E.2.5)")

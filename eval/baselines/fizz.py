@@ -1,0 +1,203 @@
+"""FIZZ (FIZZ paper §3, algorithms 1-2; its reference code `plm3332/FIZZ` read for the details).
+
+    facts    atomic facts of each summary sentence (sentences of more than 10 characters), one
+             LLM call per sentence (`atomic_facts.txt`)
+    filter   keep a fact when, for some summary sentence as premise, entailment is the argmax of
+             the NLI labels; none kept -> the summary sentences themselves are the facts
+    score    per fact, the entailment probability against every document sentence; t = the
+             best, at sentence i*; if entailment is not the argmax there, every contiguous
+             window of 2-3 document sentences containing i* is scored too and t = the best of all
+    summary  score = min over facts of t (a summary is as faithful as its least supported fact)
+    decide   consistent iff score > threshold; the threshold is the percentile (0, 0.2, ...,
+             99.8) of the dev scores that maximises balanced accuracy on dev (ties: the later)
+
+The NLI model is any Hugging Face sequence-classification NLI model (`--nli-model`; the paper's
+is tals/albert-xlarge-vitaminc-mnli); its entailment, contradiction and neutral labels are found
+in its config. Coreference resolution (the paper's mT5 model + name substitution) is not used:
+the decomposition prompt asks for names instead of pronouns, and the report says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fincheck.errors import FincheckError
+from fincheck.eval.baselines.final_methods import bullets, split_sentences
+from fincheck.eval.baselines.methods import Example, MethodOutput, ask
+from fincheck.eval.classification import balanced_accuracy
+from fincheck.eval.llm import CachedLLM
+
+MIN_SENTENCE_CHARS = 10
+MAX_WINDOW = 3
+
+
+@dataclass(frozen=True)
+class Entailment:
+    entailment: float
+    contradiction: float
+    neutral: float
+
+    @property
+    def entailed(self) -> bool:
+        """Entailment is the argmax (strictly), FIZZ's filtering and expansion test."""
+        return self.entailment > self.contradiction and self.entailment > self.neutral
+
+
+class NLIScorer:
+    """Softmax probabilities of an NLI sequence classifier for (premise, hypothesis) pairs."""
+
+    def __init__(self, model_name: str, device: str | None = None, batch_size: int = 16) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from fincheck.inference import default_device
+
+        self.device = device or default_device()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_name)
+            self.model = AutoModelForSequenceClassification.from_pretrained(model_name)
+        except OSError as e:
+            raise FincheckError(f"cannot load the NLI model {model_name!r}: {e}") from None
+        self.model.to(self.device).eval()
+        self.index = label_indices(self.model.config.id2label)
+        self.batch_size = batch_size
+        self.name = model_name
+        self._lock = threading.Lock()
+        self._torch = torch
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[Entailment]:
+        torch = self._torch
+        out: list[Entailment] = []
+        with self._lock, torch.no_grad():
+            for start in range(0, len(pairs), self.batch_size):
+                chunk = pairs[start : start + self.batch_size]
+                enc = self.tokenizer(
+                    [p for p, _ in chunk],
+                    [h for _, h in chunk],
+                    truncation=True,
+                    padding=True,
+                    return_tensors="pt",
+                ).to(self.device)
+                probs = torch.softmax(self.model(**enc).logits.float(), dim=-1).tolist()
+                out += [
+                    Entailment(
+                        *(row[self.index[k]] for k in ("entailment", "contradiction", "neutral"))
+                    )
+                    for row in probs
+                ]
+        return out
+
+
+def label_indices(id2label: dict) -> dict[str, int]:
+    """Which output index is entailment, contradiction, neutral, from the model's config."""
+    found: dict[str, int] = {}
+    for index, label in id2label.items():
+        name = str(label).lower()
+        for key in ("entailment", "contradiction", "neutral"):
+            if name.startswith(key[:5]):
+                found[key] = int(index)
+    if set(found) != {"entailment", "contradiction", "neutral"}:
+        raise FincheckError(
+            f"the NLI model's labels {dict(id2label)} do not name entailment, contradiction and "
+            "neutral: pass an NLI model (--nli-model)"
+        )
+    return found
+
+
+def windows(n_sentences: int, center: int, max_size: int = MAX_WINDOW) -> list[tuple[int, ...]]:
+    """Every contiguous run of 1..max_size sentence indices that contains `center`, clipped at
+    the document's edges, shortest first (the reference code's order)."""
+    found = []
+    for size in range(1, max_size + 1):
+        for start in range(center - size + 1, center + 1):
+            if start >= 0 and start + size <= n_sentences:
+                found.append(tuple(range(start, start + size)))
+    return found
+
+
+def fact_score(fact: str, doc_sentences: list[str], nli: NLIScorer) -> tuple[float, dict]:
+    """t of one fact: the best entailment over document sentences, expanded to windows of up
+    to three sentences around the best one when entailment is not its argmax there."""
+    scores = nli([(sentence, fact) for sentence in doc_sentences])
+    best = max(range(len(scores)), key=lambda i: scores[i].entailment)
+    t = scores[best].entailment
+    expanded = None
+    if not scores[best].entailed:
+        spans = [w for w in windows(len(doc_sentences), best) if len(w) > 1]
+        window_scores = nli([(" ".join(doc_sentences[i] for i in w), fact) for w in spans])
+        if window_scores:
+            expanded = max(s.entailment for s in window_scores)
+            t = max(t, expanded)
+    return t, {"best_sentence": best, "t": t, "expanded": expanded}
+
+
+def filter_facts(facts: list[str], summary_sentences: list[str], nli: NLIScorer) -> list[str]:
+    """The facts some summary sentence entails (argmax); the sentences themselves if none."""
+    kept = []
+    for fact in facts:
+        if any(e.entailed for e in nli([(s, fact) for s in summary_sentences])):
+            kept.append(fact)
+    return kept or list(summary_sentences)
+
+
+def fizz_score(example: Example, llm: CachedLLM, nli: NLIScorer) -> tuple[float, dict]:
+    document, summary = example.fields["text"], example.fields["summary"]
+    summary_sentences = split_sentences(summary, MIN_SENTENCE_CHARS) or [summary]
+    doc_sentences = split_sentences(document, MIN_SENTENCE_CHARS) or [document]
+    facts: list[str] = []
+    for sentence in summary_sentences:
+        facts += bullets(ask(llm, "atomic_facts", max_tokens=256, sentence=sentence))
+    kept = filter_facts(facts, summary_sentences, nli)
+    per_fact = {}
+    for fact in kept:
+        per_fact[fact] = fact_score(fact, doc_sentences, nli)
+    weakest = min(per_fact, key=lambda f: per_fact[f][0])
+    score = per_fact[weakest][0]
+    trace = {
+        "facts": facts,
+        "kept": kept,
+        "scores": {fact: detail for fact, (_, detail) in per_fact.items()},
+        "weakest": weakest,
+        "score": score,
+    }
+    return score, trace
+
+
+def choose_threshold(scores: Sequence[float], consistent: Sequence[bool]) -> float:
+    """The percentile of the dev scores (0, 0.2, ..., 99.8) whose rule score > threshold =
+    consistent has the best balanced accuracy on dev; ties go to the later percentile."""
+    import numpy as np
+
+    if not scores:
+        raise FincheckError("FIZZ needs dev-split scores to choose its threshold")
+    best, best_bacc = float("nan"), -1.0
+    for q in np.arange(0, 100, 0.2):
+        threshold = float(np.percentile(scores, q))
+        bacc = balanced_accuracy(list(consistent), [s > threshold for s in scores])
+        if bacc >= best_bacc:
+            best, best_bacc = threshold, bacc
+    return best
+
+
+def fizz_output(task: str, consistent: bool, trace: dict) -> str:
+    """What the task's scorer reads: FINAL None or one description naming the least supported
+    fact; FHSumBench the JSON judgement of faithfulness (FIZZ says nothing of factuality: an
+    unfaithful summary is written as factual, so only the faithfulness figure is meaningful)."""
+    if task == "fhsumbench":
+        return '{"Faithfulness": %s, "Factuality": true}' % ("true" if consistent else "false")
+    if consistent:
+        return "None"
+    return f"A. The text does not support this: {trace['weakest']}"
+
+
+def run_fizz(
+    example: Example, llm: CachedLLM, nli: NLIScorer, threshold: float | None
+) -> MethodOutput:
+    score, trace = fizz_score(example, llm, nli)
+    if threshold is None:  # the dev pass: scores only
+        return MethodOutput("", None, trace)
+    consistent = score > threshold
+    trace["threshold"] = threshold
+    return MethodOutput(fizz_output(example.pair.task, consistent, trace), None, trace)

@@ -1,0 +1,143 @@
+"""The papers' systems as methods: what one evaluation example costs and returns.
+
+A method turns one prepared pair into the text a task's scorer reads (and QASem's P(Yes)),
+asking an injected LLM (`fincheck.eval.llm.CachedLLM`: an endpoint or a local model). Methods:
+
+    e2e, e2e-fewshot, e2e-cot   every task: the papers' end-to-end prompts
+                                (FINAL §4.1/B.1; FHSumBench vanilla, +ICL, +CoT; QASem §5.1)
+    pipeline                    FINAL: FactScore-style decomposition, per-fact check, merge (B.2)
+    two-step                    FINAL: a binary step 1 (self, oracle, or a fincheck adapter),
+                                then CoT or CoT&Hint on the inconsistent ones (B.3)
+    fizz                        FINAL, FHSumBench: atomic facts + NLI with granularity expansion
+                                (FIZZ §3), thresholded on the dev split
+
+Prompts are files in `eval/prompts/baselines/` whose headers cite the section they follow.
+Each method's `run` returns a `MethodOutput`: the output text, P(Yes) when read, and a trace of
+its intermediate answers (written beside the predictions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.eval.llm import CachedLLM
+from fincheck.pairs import Pair
+from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
+
+PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
+
+
+@dataclass
+class MethodOutput:
+    output: str
+    p_yes: float | None = None
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Example:
+    """A prepared pair with the values its task prompt was rendered from (text, summary, ...)."""
+
+    pair: Pair
+    fields: dict[str, str]
+
+    @classmethod
+    def of(cls, pair: Pair) -> Example:
+        return cls(pair, load_prompt(pair.task).fields_of(pair.user_content))
+
+
+@cache
+def baseline_prompt(name: str) -> Prompt:
+    path = PROMPT_DIR / f"{name}.txt"
+    if not path.is_file():
+        raise FincheckError(f"no baseline prompt {name!r}: expected {path}")
+    return parse_prompt_file(path, name, needs_grounding=False)
+
+
+def ask(llm: CachedLLM, prompt_name: str, max_tokens: int | None = None, **values: str) -> str:
+    """One call with a baseline prompt; its grounding text, when it has one, may be trimmed to
+    a local model's window."""
+    prompt = baseline_prompt(prompt_name)
+    messages, span = prompt.messages(**values)
+    has_text = "text" in prompt.fields
+    return llm.ask(messages, prompt.hash, span if has_text else None, max_tokens)
+
+
+# ---------------------------------------------------------------------- end to end
+
+E2E_PROMPTS = {"e2e": "e2e", "e2e-fewshot": "e2e_fewshot", "e2e-cot": "e2e_cot"}
+FINAL_ANSWER = re.compile(r"final answer\s*[:\-]?\s*\**\s*(yes|no)\b", re.IGNORECASE)
+YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def last_yes_no(text: str) -> str | None:
+    """The final yes/no of a reasoned answer: after "Final answer:", else the last yes or no."""
+    found = FINAL_ANSWER.findall(text) or YES_NO.findall(text)
+    return found[-1].capitalize() if found else None
+
+
+def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
+    task = example.pair.task
+    name = f"{task}_{E2E_PROMPTS[variant]}"
+    values = {k: v for k, v in example.fields.items() if k in baseline_prompt(name).fields}
+    if task == "qasem" and variant != "e2e-cot":
+        # the paper's protocol: the first answer token's P(Yes), and the short answer's text
+        prompt = baseline_prompt(name)
+        messages, span = prompt.messages(**values)
+        p_yes = llm.p_yes(messages, prompt.hash, span)
+        text = llm.ask(messages, prompt.hash, span, max_tokens=8)
+        return MethodOutput(text, p_yes)
+    text = ask(llm, name, **values)
+    if task == "qasem":  # reasoning first: the final Yes/No is the answer (no P(Yes))
+        return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text})
+    return MethodOutput(text)
+
+
+# ---------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    tasks: tuple[str, ...]
+    run: Callable[[Example, CachedLLM], MethodOutput]
+    source: str  # the paper section it follows
+    prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
+
+
+def e2e_method(variant: str, source: str) -> Method:
+    return Method(
+        variant,
+        ("final", "qasem", "fhsumbench"),
+        lambda example, llm: run_e2e(variant, example, llm),
+        source,
+    )
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        e2e_method("e2e", "FINAL §4.1, B.1 (E.2.1); FHSumBench §4.1 vanilla; QASem §5.1"),
+        e2e_method("e2e-fewshot", "FINAL B.1 (E.2.2); FHSumBench §4.1 +ICL; QASem Table 5"),
+        e2e_method("e2e-cot", "FINAL B.1 (E.2.3 V2); FHSumBench §4.1 +CoT; QASem variant"),
+    )
+}
+
+
+def get_method(name: str) -> Method:
+    from fincheck.eval.baselines import final_methods, fizz  # noqa: F401  (they register)
+
+    if name not in METHODS:
+        raise FincheckError(f"unknown method {name!r}; choose from {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def method_names() -> list[str]:
+    get_method("e2e")
+    return sorted(METHODS)

@@ -1,0 +1,282 @@
+"""`fincheck eval --method M`: run a paper's system over the prepared pairs, like a model.
+
+Stages: build the client (an OpenAI-compatible endpoint or a local model) behind the request
+cache -> build the method (two-step's step 1, FIZZ's NLI model and dev threshold) -> for each
+task the method covers: the same seeded sample as `fincheck eval`, examples run `concurrency`
+at a time, each prediction written as soon as it is done (a rerun skips them, and the cache
+answers the calls of half-finished ones) -> a trace of every example's intermediate answers
+and calls beside the predictions. `fincheck score` then scores them like any model's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_method
+from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
+from fincheck.eval.predictions import (
+    Prediction,
+    PredictionWriter,
+    check_eval_config,
+    record_generation,
+    record_loaded,
+)
+from fincheck.prepared import read_split
+from fincheck.tasks import task_names
+
+
+@dataclass
+class BaselineOptions:
+    method: str
+    model: str
+    data_dir: Path
+    out_dir: Path
+    backend: str = "local"  # local | openai
+    tasks: tuple[str, ...] = field(default_factory=task_names)
+    split: str = "test"
+    limit: int | dict[str, int] | None = None
+    sample_seed: int = 0
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    timeout: float = 120.0
+    max_retries: int = 6
+    max_tokens: int = 512  # answer budget per call (reasoning included)
+    step1: str = "self"  # two-step: self | oracle | a fincheck adapter folder
+    step2: str = "cot"  # two-step: cot | cot-hint
+    nli_model: str | None = None  # fizz
+    device: str | None = None
+    window: int | None = None  # local backend: tokens the model may see
+    progress: bool = True
+
+    @property
+    def predictions_dir(self) -> Path:
+        return self.out_dir / "predictions"
+
+    def limit_for(self, task: str) -> int | None:
+        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
+
+
+def build_client(opts: BaselineOptions):
+    if opts.backend == "openai":
+        from fincheck.eval.llm_backends import OpenAIChatClient
+
+        return OpenAIChatClient(
+            opts.model, opts.base_url, opts.api_key_env, opts.timeout, opts.max_retries
+        )
+    if opts.backend != "local":
+        raise FincheckError(f"--backend {opts.backend!r}: choose local or openai")
+    if opts.base_url:
+        raise FincheckError("--base-url is for --backend openai")
+    from fincheck.eval.llm_backends import TransformersChatClient
+
+    return TransformersChatClient(
+        opts.model,
+        max_new_tokens=opts.max_tokens,
+        device=opts.device,
+        batch_size=max(1, opts.concurrency),
+        window=opts.window,
+    )
+
+
+def adapter_step1(adapter: str, device: str | None):
+    """Step 1 by a trained fincheck adapter: its FINAL answer (the training prompt), consistent
+    when it lists nothing. One model, shared by the example threads under a lock."""
+    from fincheck.serve.detector import Detector
+
+    detector = Detector.from_pretrained(adapter=adapter, device=device)
+    lock = threading.Lock()
+
+    def step1(example: Example, llm: CachedLLM) -> tuple[bool | None, dict]:
+        with lock:
+            found = detector.describe(example.fields["text"], example.fields["summary"])
+        return (not found), {"step1": f"adapter {adapter}", "step1_descriptions": found}
+
+    return step1
+
+
+def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
+    if opts.method == "two-step":
+        from fincheck.eval.baselines.final_methods import STEP1, two_step_method
+
+        if opts.step2 not in ("cot", "cot-hint"):
+            raise FincheckError(f"--step2 {opts.step2!r}: choose cot or cot-hint")
+        if opts.step1 in STEP1:
+            return two_step_method(opts.step1, STEP1[opts.step1], opts.step2)
+        if not Path(opts.step1).is_dir():
+            raise FincheckError(
+                f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder"
+            )
+        step1 = adapter_step1(opts.step1, opts.device)
+        return two_step_method(Path(opts.step1).name, step1, opts.step2)
+    if opts.method == "fizz":
+        return fizz_method(opts, llm)
+    return get_method(opts.method)
+
+
+def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
+    """FIZZ with its NLI model, and a threshold per task chosen on the dev split first."""
+    from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
+    from fincheck.eval.generate import sample_pairs
+
+    if not opts.nli_model:
+        raise FincheckError(
+            "--method fizz needs --nli-model (a Hugging Face NLI classifier, e.g. "
+            "tals/albert-xlarge-vitaminc-mnli as in the FIZZ paper)"
+        )
+    nli = NLIScorer(opts.nli_model, opts.device)
+    thresholds: dict[str, float] = {}
+
+    def run(example: Example, llm: CachedLLM) -> MethodOutput:
+        return run_fizz(example, llm, nli, thresholds.get(example.pair.task))
+
+    def prepare(task: str) -> None:
+        """The dev pass: score the dev split's sample (the same --limit), pick the threshold."""
+        dev = read_split(opts.data_dir, task, "dev")
+        dev = sample_pairs(dev, opts.limit_for(task), opts.sample_seed)
+        scores: list[tuple[float, bool]] = []
+
+        def done(pair, output: MethodOutput, n_calls: int) -> None:
+            if task == "final":
+                consistent = not pair.meta_value("descriptions", list)
+            else:
+                consistent = pair.meta_value("label", str) == "no_hallu"
+            scores.append((output.trace["score"], consistent))
+
+        dev_method = Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3")
+        failures = run_examples(
+            dev_method, llm, dev, opts.concurrency, done, opts.progress, f"fizz {task} dev"
+        )
+        if failures:
+            raise FincheckError(f"FIZZ dev pass for {task}: {len(failures)} failed: {failures[0]}")
+        thresholds[task] = choose_threshold([s for s, _ in scores], [c for _, c in scores])
+        record_loaded(opts.predictions_dir, **{f"fizz_threshold_{task}": thresholds[task]})
+
+    return Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3", prepare)
+
+
+def run_examples(
+    method: Method,
+    llm: CachedLLM,
+    pairs: list,
+    concurrency: int,
+    on_done,
+    progress: bool,
+    desc: str,
+) -> list[str]:
+    """Run the method on each pair, `concurrency` at a time; `on_done(pair, output, calls)` as
+    each finishes. Returns the failures ("id: reason"); a run-stopping error stops the rest."""
+    from tqdm.auto import tqdm
+
+    def one(pair) -> tuple[Any, MethodOutput, int]:
+        llm.start_example()
+        output = method.run(Example.of(pair), llm)
+        return pair, output, llm.calls
+
+    failures: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    futures = {pool.submit(one, pair): pair for pair in pairs}
+    try:
+        with tqdm(total=len(pairs), desc=desc, unit="ex", disable=not progress) as bar:
+            for future in as_completed(futures):
+                try:
+                    pair, output, calls = future.result()
+                except LLMCallError as error:
+                    failures.append(f"{futures[future].id}: {error}")
+                else:
+                    on_done(pair, output, calls)
+                bar.update(1)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # a wrong key, Ctrl-C: send no more
+        raise
+    pool.shutdown(wait=True)
+    return failures
+
+
+def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
+    """Predictions of the method for each task it covers; returns per-task counts."""
+    from fincheck.eval.generate import sample_pairs
+
+    client = build_client(opts)
+    cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
+    llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})
+    method = build_method(opts, llm)
+    tasks = [t for t in opts.tasks if t in method.tasks]
+    if not tasks:
+        raise FincheckError(
+            f"--method {opts.method} covers {', '.join(method.tasks)}, not {', '.join(opts.tasks)}"
+        )
+    identity = "/".join(str(v) for v in client.identity.values())
+    check_eval_config(
+        opts.predictions_dir,
+        {
+            "model": identity,
+            "adapter": None,
+            "split": opts.split,
+            "method": method.name,
+            "method_source": method.source,
+            "backend": opts.backend,
+            "limit": opts.limit,
+            "sample_seed": opts.sample_seed,
+            "tasks": tasks,
+            "max_tokens": opts.max_tokens,
+            "nli_model": opts.nli_model,
+        },
+    )
+    record_loaded(opts.predictions_dir, client=client.identity)
+    summary: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        pairs = sample_pairs(
+            read_split(opts.data_dir, task, opts.split), opts.limit_for(task), opts.sample_seed
+        )
+        if method.prepare is not None:
+            method.prepare(task)
+        summary[task] = run_task(method, llm, opts, task, pairs)
+        summary[task]["trimmed"] = getattr(client, "trimmed", 0)
+        record_generation(opts.predictions_dir, task, summary[task])
+    return summary
+
+
+def run_task(
+    method: Method, llm: CachedLLM, opts: BaselineOptions, task: str, pairs: list
+) -> dict[str, Any]:
+    """One task's predictions (those not written yet) and a trace line per example."""
+    writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
+    todo = [p for p in pairs if p.id not in writer.done]
+    trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
+    lock = threading.Lock()
+
+    def done(pair, output: MethodOutput, n_calls: int) -> None:
+        with lock:
+            writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes)])
+            record = {"id": pair.id, "calls": n_calls, **output.trace}
+            with trace_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    try:
+        failures = run_examples(
+            method, llm, todo, opts.concurrency, done, opts.progress, f"{method.name} {task}"
+        )
+    finally:
+        writer.close()
+    # calls per example over every example written, this run's and earlier ones' (the trace)
+    wanted = {p.id for p in pairs}
+    per_id = {}
+    if trace_path.is_file():
+        for line in trace_path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if record.get("id") in wanted:
+                per_id[record["id"]] = record["calls"]
+    return {
+        "total": len(pairs),
+        "resumed": len(pairs) - len(todo),
+        "generated": len(todo) - len(failures),
+        "failed": failures,
+        "calls_per_example": sum(per_id.values()) / len(per_id) if per_id else 0.0,
+    }

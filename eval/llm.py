@@ -1,0 +1,152 @@
+"""LLM clients as the evaluation sees them: the FINAL judge and the baselines ask through here.
+
+A `ChatClient` answers a chat conversation with text and names itself (`identity`, never a
+secret). `fincheck.eval.llm_backends` has two: an OpenAI-compatible endpoint and a local
+transformers model (the project's one inference path). On top of a client, `CachedLLM` keeps a
+`RequestCache` (every answer on disk under a key of the whole request: client, prompt version,
+messages, sampling), so an interrupted run resumes without repeating a call, and counts the
+calls each example made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+
+class LLMCallError(Exception):
+    """A call that failed for good (after the client's retries): recorded, never scored."""
+
+
+class ChatClient(Protocol):
+    """Answers a chat conversation with text. `identity` names the model and endpoint for the
+    cache key. `span`: where the grounding text sits in the last user message, for a client
+    that must trim it to its window (a local model); others ignore it."""
+
+    identity: dict[str, str]
+
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        sampling: dict,
+        span: Sequence[int] | None = None,
+    ) -> str: ...
+
+
+class YesNoClient(ChatClient, Protocol):
+    """A client that can also read P(Yes) / (P(Yes) + P(No)) at the first answer token
+    (QASem's score): a local model from its logits, an endpoint from its logprobs. None when
+    the endpoint gives no logprobs."""
+
+    def p_yes(
+        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+    ) -> float | None: ...
+
+
+class RequestCache:
+    """Append-only JSONL of {key, response}: one line per completed call, flushed at once, so a
+    crash loses at most the calls in flight. Only successful answers are stored."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = Path(path) if path else None
+        self._entries: dict[str, str] = {}
+        self._lock = threading.Lock()
+        if self.path and self.path.exists():
+            text = self.path.read_text(encoding="utf-8")
+            for line in text.splitlines():
+                try:
+                    record = json.loads(line)
+                    self._entries[record["key"]] = record["response"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a torn last line from a crash
+            if text and not text.endswith("\n"):  # end the torn line so appends start clean
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write("\n")
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(identity: dict, prompt_version: str, messages: list, sampling: dict) -> str:
+        request = {
+            "client": identity,
+            "prompt_version": prompt_version,
+            "messages": messages,
+            "sampling": sampling,
+        }
+        canonical = json.dumps(request, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            response = self._entries.get(key)
+            if response is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return response
+
+    def put(self, key: str, response: str) -> None:
+        with self._lock:
+            self._entries[key] = response
+            if self.path:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(
+                        json.dumps({"key": key, "response": response}, ensure_ascii=False) + "\n"
+                    )
+                    f.flush()
+
+
+class CachedLLM:
+    """A client behind the request cache, counting the requests of each caller thread (one
+    example at a time per thread), cache hits included: a method's calls per example."""
+
+    def __init__(self, client: ChatClient, cache: RequestCache, sampling: dict) -> None:
+        self.client = client
+        self.cache = cache
+        self.sampling = dict(sampling)
+        self._calls = threading.local()
+
+    def start_example(self) -> None:
+        self._calls.n = 0
+
+    @property
+    def calls(self) -> int:
+        return getattr(self._calls, "n", 0)
+
+    def ask(
+        self,
+        messages: list[dict[str, str]],
+        prompt_version: str,
+        span: Sequence[int] | None = None,
+        max_tokens: int | None = None,
+    ) -> str:
+        sampling = {**self.sampling, **({"max_tokens": max_tokens} if max_tokens else {})}
+        key = RequestCache.key(self.client.identity, prompt_version, messages, sampling)
+        self._calls.n = self.calls + 1
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        answer = self.client.complete(messages, sampling, span)
+        self.cache.put(key, answer)
+        return answer
+
+    def p_yes(
+        self, messages: list[dict[str, str]], prompt_version: str, span: Sequence[int] | None = None
+    ) -> float | None:
+        """P(Yes) at the first answer token, cached like an answer ("none" when unavailable)."""
+        reader = getattr(self.client, "p_yes", None)
+        if reader is None:
+            return None
+        key = RequestCache.key(self.client.identity, prompt_version, messages, {"read": "p_yes"})
+        self._calls.n = self.calls + 1
+        cached = self.cache.get(key)
+        if cached is None:
+            value = reader(messages, span)
+            cached = "none" if value is None else repr(float(value))
+            self.cache.put(key, cached)
+        return None if cached == "none" else float(cached)

@@ -1,0 +1,244 @@
+"""LLM backends for the judge and the baselines: an OpenAI-compatible chat-completions endpoint,
+and a local transformers model.
+
+Both satisfy `fincheck.eval.llm.ChatClient` (and `YesNoClient`). The HTTP backend leans on the
+`openai` client for the hard parts: per-request timeout, retries with exponential backoff and
+jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
+`Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
+`LLMCallError` (recorded, never scored). A 401/403 stops the run at once: retrying a wrong key
+on every example helps nobody. The local backend is the project's one inference path (chat
+template, fitting the prompt to the window on its grounding text, plain greedy decoding), and
+batches the calls that arrive together from the example threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+
+from fincheck.errors import FincheckError
+from fincheck.eval.llm import LLMCallError
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+class OpenAIChatClient:
+    """Chat completions over HTTP. The API key is read from an environment variable and only
+    handed to the `openai` client: it is not stored on this object, printed, or cached."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        timeout_s: float = 120.0,
+        max_retries: int = 6,
+        max_consecutive_unreachable: int = 5,
+    ) -> None:
+        import openai
+
+        key = os.environ.get(api_key_env)
+        if not key:
+            if base_url is None:
+                raise FincheckError(
+                    f"the judge needs an API key: set ${api_key_env} (or point --judge-api-key-env "
+                    "at the variable that holds it)"
+                )
+            key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
+        self._client = openai.OpenAI(
+            api_key=key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+        )
+        self.identity = {
+            "backend": "openai",
+            "model": model,
+            "base_url": str(self._client.base_url),
+        }
+        self.model = model
+        # Circuit breaker: this many calls in a row that could not connect (each after all its
+        # retries) means the endpoint is down or mistyped; stop instead of failing every example.
+        self.max_consecutive_unreachable = max_consecutive_unreachable
+        self._unreachable_in_a_row = 0
+        self._lock = threading.Lock()
+
+    def complete(
+        self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
+    ) -> str:
+        response = self._create(messages, sampling)
+        if not response.choices:
+            raise LLMCallError("the endpoint returned no choices")
+        content = response.choices[0].message.content
+        if content is None:
+            raise LLMCallError("the endpoint returned an empty message")
+        return content
+
+    def p_yes(
+        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+    ) -> float | None:
+        """P(Yes)/(P(Yes)+P(No)) over the first token's top logprobs (spellings: Yes, yes, YES,
+        with or without a leading space); None when the endpoint returns no logprobs or neither
+        word is among them (the answer is then read from the text)."""
+        sampling = {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+        try:
+            response = self._create(messages, sampling)
+            top = response.choices[0].logprobs.content[0].top_logprobs
+        except (AttributeError, IndexError, TypeError, LLMCallError):
+            return None
+        yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
+        no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")
+        return yes / (yes + no) if yes + no > 0 else None
+
+    def _create(self, messages: list[dict[str, str]], sampling: dict):
+        import openai
+
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=messages, **sampling
+            )
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+            raise FincheckError(
+                f"the judge endpoint {self.identity['base_url']} refused the API key "
+                f"(HTTP {e.status_code}); check the key variable and the model name"
+            ) from None
+        except openai.NotFoundError as e:
+            raise FincheckError(
+                f"the judge endpoint {self.identity['base_url']} has no model {self.model!r} "
+                f"(HTTP {e.status_code})"
+            ) from None
+        except openai.APIConnectionError as e:  # also timeouts; after all retries
+            with self._lock:
+                self._unreachable_in_a_row += 1
+                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
+            if stop:
+                raise FincheckError(
+                    f"the judge endpoint {self.identity['base_url']} is unreachable "
+                    f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {_short(e)}); "
+                    "check --judge-base-url and the network, then rerun (answers so far are cached)"
+                ) from None
+            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+        except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
+            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+        if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
+            with self._lock:
+                self._unreachable_in_a_row += 1
+                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
+            body = " ".join(str(response).split())[:80]
+            if stop:
+                raise FincheckError(
+                    f"the judge endpoint {self.identity['base_url']} does not answer with chat "
+                    f"completions (a 200 reply began {body!r}): is --judge-base-url the API's "
+                    "/v1 URL? Answers so far are cached; rerun once it is fixed"
+                ) from None
+            raise LLMCallError(f"not a chat completion: {body!r}")
+        with self._lock:
+            self._unreachable_in_a_row = 0
+        return response
+
+
+def _short(e: Exception) -> str:
+    text = str(e).replace("\n", " ")
+    return text[:300]
+
+
+class TransformersChatClient:
+    """A local causal LM through the project's one inference path: chat template, the prompt
+    fitted to the model's window by trimming its grounding text (when the caller says where it
+    is), explicit greedy decoding (not the model's shipped sampling or repetition penalty).
+
+    Calls arrive from several example threads at once; a worker thread gathers what is waiting
+    (up to `batch_size`, same kind of call) and runs it as one batch, so a method written one
+    example at a time still feeds the model full batches."""
+
+    def __init__(
+        self,
+        model_path: str,
+        max_new_tokens: int = 512,
+        device: str | None = None,
+        adapter: str | None = None,
+        batch_size: int = 8,
+        window: int | None = None,
+    ):
+        from fincheck.inference import load_model
+
+        self.loaded = load_model(model_path, adapter, dtype="auto", device=device, window=window)
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.identity = {"backend": "transformers", "model": str(model_path)}
+        if adapter:
+            self.identity["adapter"] = str(adapter)
+        self.trimmed = 0  # prompts whose grounding text was cut to fit the window
+        # A fast tokenizer's padding state is shared: the worker's padded batches and the
+        # callers' token counts must not interleave.
+        self._tokenizer_lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    # -- the ChatClient interface: called from any thread ----------------------------------
+
+    def complete(
+        self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
+    ) -> str:
+        max_new = min(int(sampling.get("max_tokens", self.max_new_tokens)), self.max_new_tokens)
+        return self._submit(("generate", max_new), self._prompt(messages, span, max_new))
+
+    def p_yes(
+        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+    ) -> float | None:
+        return self._submit(("p_yes", 8), self._prompt(messages, span, 8))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _prompt(self, messages, span, max_new: int) -> str:
+        budget = self.loaded.prompt_budget(max_new)
+        with self._tokenizer_lock:
+            fit = self.loaded.fit_prompt(messages, span, budget)
+        if fit.text is None:
+            raise LLMCallError(
+                f"the prompt does not fit the model's window ({budget} prompt tokens) even with "
+                "its grounding text trimmed"
+            )
+        self.trimmed += fit.trimmed
+        return fit.text
+
+    def _submit(self, kind: tuple[str, int], prompt: str):
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, daemon=True)
+                self._worker.start()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((kind, prompt, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        from fincheck.inference import generate_batch, score_yes_no
+
+        while True:
+            batch = [self._queue.get()]
+            time.sleep(0.01)  # let the other example threads' calls arrive
+            while len(batch) < self.batch_size:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(item)
+            for kind in dict.fromkeys(item[0] for item in batch):
+                group = [item for item in batch if item[0] == kind]
+                prompts = [item[1] for item in group]
+                model, tokenizer = self.loaded.model, self.loaded.tokenizer
+                try:
+                    with self._tokenizer_lock:
+                        if kind[0] == "p_yes":
+                            _, values = score_yes_no(model, tokenizer, prompts, kind[1])
+                        else:
+                            values, _ = generate_batch(model, tokenizer, prompts, kind[1], False)
+                except Exception as error:  # every waiting caller hears of it
+                    for item in group:
+                        item[2].set_exception(error)
+                    continue
+                for item, value in zip(group, values, strict=True):
+                    item[2].set_result(value)

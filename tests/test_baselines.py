@@ -1,0 +1,303 @@
+"""The papers' systems as baselines: pure parts by hand, every method end to end against the
+fake OpenAI-compatible server (a 429 and malformed answers included), and on a local model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from fake_judge_server import FakeJudgeServer
+
+from fincheck.cli import main
+from fincheck.eval.baselines.final_methods import (
+    bullets,
+    merged_descriptions,
+    parse_fact_check,
+    run_two_step,
+    split_sentences,
+)
+from fincheck.eval.baselines.fizz import choose_threshold, label_indices, windows
+from fincheck.eval.baselines.methods import Example, last_yes_no
+from fincheck.pairs import read_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = REPO / "tests" / "assets" / "prepared"
+
+# ---------------------------------------------------------------------- pure parts
+
+
+def test_sentences_split_on_end_marks_before_a_capital_and_short_ones_drop():
+    text = 'He said "Go." Then he left! Was it 3 p.m.? 42 people came. ok. U.S. troops stayed.'
+    assert split_sentences(text) == [
+        'He said "Go."',
+        "Then he left!",
+        "Was it 3 p.m.?",
+        "42 people came. ok.",
+        "U.S. troops stayed.",
+    ]
+    assert split_sentences(text, min_chars=13) == [  # 13 characters or fewer drop
+        "Was it 3 p.m.?",
+        "42 people came. ok.",
+        "U.S. troops stayed.",
+    ]
+
+
+def test_bullets_and_per_fact_answers():
+    assert bullets("Facts:\n- A is B.\n* C is D.\n1. E.\nnot a bullet\n  -   F  ") == [
+        "A is B.",
+        "C is D.",
+        "E.",
+        "F",
+    ]
+    assert parse_fact_check("Yes, it is stated.\n- stray") == (True, [])
+    assert parse_fact_check("No.\n- The text says 34, not 43.\n- No arrest.") == (
+        False,
+        ["The text says 34, not 43.", "No arrest."],
+    )
+    assert parse_fact_check("**No**\n- x") == (False, ["x"])
+    assert parse_fact_check("- The date is wrong.") == (False, ["The date is wrong."])
+    assert parse_fact_check("I am not sure.") == (None, [])
+
+
+def test_the_merge_keeps_descriptions_word_for_word_or_is_ignored():
+    originals = ["The age is wrong.", "The woman's age differs.", "No charge was made."]
+    assert merged_descriptions("A. The age is wrong.\nB. No charge was made.", originals) == [
+        "The age is wrong.",
+        "No charge was made.",
+    ]
+    assert merged_descriptions("A. the  age is WRONG.", originals) == ["The age is wrong."]
+    assert merged_descriptions("A. A rewritten description.", originals) is None
+    assert merged_descriptions("I merged them.", originals) is None
+
+
+def test_granularity_windows_contain_the_best_sentence_and_stay_inside():
+    assert windows(10, 5) == [(5,), (4, 5), (5, 6), (3, 4, 5), (4, 5, 6), (5, 6, 7)]
+    assert windows(3, 0) == [(0,), (0, 1), (0, 1, 2)]
+    assert windows(2, 1) == [(1,), (0, 1)]
+    assert windows(1, 0) == [(0,)]
+
+
+def test_threshold_maximises_dev_balanced_accuracy_ties_to_the_later():
+    scores = [0.1, 0.2, 0.3, 0.8, 0.9]
+    consistent = [False, False, False, True, True]
+    # score > t separates the classes for every t in [0.3, 0.8): percentiles 50 to 74.8 of the
+    # dev scores; the tie goes to the last, 74.8: position 0.748 * 4 = 2.992 -> 0.3 + 0.992 * 0.5
+    assert choose_threshold(scores, consistent) == pytest.approx(0.796)
+
+
+def test_nli_labels_come_from_the_config():
+    assert label_indices({0: "ENTAILMENT", 1: "CONTRADICTION", 2: "NEUTRAL"}) == {
+        "entailment": 0,
+        "contradiction": 1,
+        "neutral": 2,
+    }
+    assert (
+        label_indices({"0": "contradiction", "1": "entailment", "2": "neutral"})["entailment"] == 1
+    )
+    from fincheck.errors import FincheckError
+
+    with pytest.raises(FincheckError, match="do not name entailment"):
+        label_indices({0: "LABEL_0", 1: "LABEL_1"})
+
+
+def test_the_final_yes_or_no_of_a_reasoned_answer():
+    assert last_yes_no("No wait... yes.\nFinal answer: No") == "No"
+    assert last_yes_no("It is supported, so yes") == "Yes"
+    assert last_yes_no("Unclear.") is None
+
+
+class CountingLLM:
+    """A stand-in for CachedLLM: scripted answers by the first matching trigger, calls counted."""
+
+    def __init__(self, script: dict[str, str]) -> None:
+        self.script, self.calls = script, 0
+
+    def ask(self, messages, version, span=None, max_tokens=None) -> str:
+        self.calls += 1
+        text = messages[-1]["content"]
+        return next(answer for trigger, answer in self.script.items() if trigger in text)
+
+
+def final_examples() -> list[Example]:
+    return [Example.of(p) for p in read_pairs(SMALL / "final" / "test.jsonl")]
+
+
+def test_two_step_routes_consistent_summaries_to_none_without_step_2():
+    from fincheck.eval.baselines.final_methods import STEP1
+
+    example = final_examples()[0]
+    llm = CountingLLM({"Final answer": "All supported.\nFinal answer: yes"})
+    out = run_two_step(example, llm, STEP1["self"], "cot")
+    assert (out.output, llm.calls, out.trace["step1_consistent"]) == ("None", 1, True)
+    llm = CountingLLM({"contains factually": "Final Output:\nA. Wrong date.", "Final answer": "no"})
+    out = run_two_step(example, llm, STEP1["self"], "cot-hint")
+    assert (out.output, llm.calls) == ("Final Output:\nA. Wrong date.", 2)
+    llm = CountingLLM({"Final answer": "I cannot tell.", "Final Output": "Final Output:\nNone"})
+    out = run_two_step(example, llm, STEP1["self"], "cot")  # unreadable step 1: goes on
+    assert llm.calls == 2 and out.trace["step1_consistent"] is None
+    oracle = STEP1["oracle"]
+    for ex in final_examples():
+        llm = CountingLLM({"Final Output": "Final Output:\nA. x"})
+        out = run_two_step(ex, llm, oracle, "cot")
+        gold_consistent = not ex.pair.meta_value("descriptions", list)
+        assert (out.output == "None") == gold_consistent and llm.calls == (
+            0 if gold_consistent else 1
+        )
+
+
+# ---------------------------------------------------------------------- end to end, fake server
+
+
+def _eval(out: Path, server: FakeJudgeServer, method: str, *extra: str) -> int:
+    return main(
+        [
+            "eval", "--method", method, "--backend", "openai", "--model", "fake-gpt",
+            "--base-url", server.base_url, "--data", str(SMALL), "--out", str(out),
+            "--max-retries", "2", "--concurrency", "2", "--no-progress", *extra,
+        ]
+    )  # fmt: skip
+
+
+def _score(out: Path) -> dict:
+    args = ["score", "--data", str(SMALL), "--predictions", str(out / "predictions")]
+    assert main([*args, "--out", str(out), "--bootstrap", "0", "--no-progress"]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_e2e_on_every_task_over_an_endpoint_retries_reads_logprobs_and_resumes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-written")
+    out = tmp_path / "run"
+    with FakeJudgeServer() as server:
+        server.script = {
+            # FINAL: a 429 first (retried, honouring retry-after-ms), then a list
+            "factual inconsistency in the summary": [
+                ("status", 429, {"retry-after-ms": "5"}),
+                ("ok", "A. The summary gives the wrong year."),
+            ],
+            # FHSumBench: prose the reference parser cannot read (invalid), for every summary
+            "Faithfulness: the information": [("ok", "I think it is faithful.")],
+            # QASem: logprobs at the first token give P(Yes)
+            "QA pair supported": [("logprobs", "Yes", {"Yes": math.log(0.6), "No": math.log(0.2)})],
+        }
+        assert _eval(out, server, "e2e") == 0
+        first = len(server.requests)
+        # 4 FINAL examples + the one retried after the 429
+        assert server.calls_for("factual inconsistency in the summary") == 5
+        # a rerun sends nothing: every prediction is there
+        assert _eval(out, server, "e2e") == 0
+        assert len(server.requests) == first
+    qasem = _lines(out / "predictions" / "qasem.jsonl")
+    assert all(r["p_yes"] == pytest.approx(0.75) and r["output"] == "Yes" for r in qasem)
+    results = _score(out)
+    assert results["run"]["method"] == "e2e" and results["run"]["backend"] == "openai"
+    assert results["tasks"]["fhsumbench"]["n_parse_failed"] == 4  # the prose: invalid
+    assert results["tasks"]["final"]["n"] == 4
+    assert results["run"]["llm_calls_per_example"] == {
+        "final": 1.0,
+        "qasem": 2.0,
+        "fhsumbench": 1.0,
+    }
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert "sk-test-never-written" not in path.read_text(errors="ignore"), path
+
+
+def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path):
+    out = tmp_path / "pipe"
+    with FakeJudgeServer() as server:
+        server.script = {
+            "Break the sentence": [("ok", "- Fact one.\n- Fact two.")],
+            "Fact: Fact one.": [("ok", "no\n- The year is wrong.\n- The place is not stated.")],
+            "Fact: Fact two.": [("ok", "no\n- The year is not 2020.")],
+            "remove duplicates": [("ok", "A. The year is wrong.\nB. The place is not stated.")],
+        }
+        assert _eval(out, server, "pipeline", "--tasks", "final") == 0
+    outputs = {r["id"]: r["output"] for r in _lines(out / "predictions" / "final.jsonl")}
+    assert set(outputs.values()) == {"A. The year is wrong.\nB. The place is not stated."}
+    traces = _lines(out / "predictions" / "final.trace.jsonl")
+    sentences = {t["id"]: len(t["facts"]) // 2 for t in traces}  # two facts per sentence
+    for trace in traces:  # sentences decomposed + 2 checks each + one merge
+        assert trace["calls"] == sentences[trace["id"]] * 3 + 1
+    assert _score(out)["run"]["llm_calls_per_example"]["final"] > 3
+
+
+def test_two_step_with_the_oracle_and_a_malformed_step_2(tmp_path):
+    out = tmp_path / "two"
+    with FakeJudgeServer() as server:
+        server.script = {"contains factually": [("ok", "I refuse to answer.")]}
+        args = ["--tasks", "final", "--step1", "oracle", "--step2", "cot-hint"]
+        assert _eval(out, server, "two-step", *args) == 0
+    gold = {p.id: p.meta["descriptions"] for p in read_pairs(SMALL / "final" / "test.jsonl")}
+    outputs = {r["id"]: r["output"] for r in _lines(out / "predictions" / "final.jsonl")}
+    for pair_id, output in outputs.items():
+        assert (output == "None") == (not gold[pair_id])
+    results = _score(out)
+    assert results["run"]["method"] == "two-step:oracle+cot-hint"
+    assert results["tasks"]["final"]["n_unstructured"] == sum(1 for g in gold.values() if g)
+
+
+def test_an_unknown_task_for_the_method_and_a_missing_model_are_clear(tmp_path, capsys):
+    with FakeJudgeServer() as server:
+        assert _eval(tmp_path / "x", server, "pipeline", "--tasks", "qasem") == 1
+    assert "--method pipeline covers final, not qasem" in capsys.readouterr().err
+    args = ["eval", "--method", "e2e", "--data", str(SMALL), "--out", str(tmp_path / "y")]
+    assert main(args) == 1
+    assert "--method needs --model" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- local models
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory) -> Path:
+    from fincheck.train.tiny_model import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("tiny") / "base")
+
+
+@pytest.fixture(scope="module")
+def tiny_nli(tiny_base, tmp_path_factory) -> Path:
+    """A random 2-layer BERT NLI classifier with the tiny tokenizer, built from a config."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=1024, num_labels=3,
+        id2label={0: "contradiction", 1: "entailment", 2: "neutral"},
+        label2id={"contradiction": 0, "entailment": 1, "neutral": 2},
+    )  # fmt: skip
+    out = tmp_path_factory.mktemp("nli") / "nli"
+    BertForSequenceClassification(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_every_method_runs_on_a_local_model(tiny_base, tiny_nli, tmp_path):
+    common = ["--model", str(tiny_base), "--data", str(SMALL), "--llm-max-tokens", "8"]
+    for method, extra in (
+        ("e2e", []),
+        ("e2e-fewshot", []),
+        ("e2e-cot", []),
+        ("pipeline", []),
+        ("two-step", ["--step1", "self"]),
+        ("fizz", ["--nli-model", str(tiny_nli)]),
+    ):
+        out = tmp_path / method
+        args = ["eval", "--method", method, *common, "--out", str(out), "--no-progress", *extra]
+        assert main(args) == 0, method
+        results = _score(out)
+        expected = {"pipeline": {"final"}, "two-step": {"final"}, "fizz": {"final", "fhsumbench"}}
+        assert set(results["tasks"]) == expected.get(method, {"final", "qasem", "fhsumbench"})
+    config = json.loads((tmp_path / "fizz" / "predictions" / "eval_config.json").read_text())
+    assert {"fizz_threshold_final", "fizz_threshold_fhsumbench"} <= set(config)
+    trace = _lines(tmp_path / "fizz" / "predictions" / "final.trace.jsonl")[0]
+    assert trace["kept"] and trace["score"] == min(s["t"] for s in trace["scores"].values())
