@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 # Local copy of the benchmark files (else `fincheck prepare` downloads the pinned originals).
-DATA_DIR ?= $(or $(FINCHECK_DATA_DIR),$(wildcard ../shared/data))
+DATA_DIR ?= $(abspath $(or $(FINCHECK_DATA_DIR),$(wildcard ../shared/data)))
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 

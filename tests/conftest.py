@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def find_data_dir() -> Path:
     env = os.environ.get("FINCHECK_DATA_DIR")
-    candidate = Path(env) if env else REPO.parent / "shared" / "data"
+    candidate = (Path(env) if env else REPO.parent / "shared" / "data").resolve()
     if not (candidate / "CHECKSUMS.sha256").is_file():
         pytest.fail(
             f"real data not found at {candidate}: set FINCHECK_DATA_DIR to a folder laid out like ../shared/data"

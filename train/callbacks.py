@@ -15,6 +15,7 @@ from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
 from fincheck.train.checkpoints import mark_complete, rotate_checkpoints
+from fincheck.train.host_memory import release_freed_memory
 
 
 class NonFiniteLossError(FincheckError):
@@ -129,6 +130,14 @@ class FincheckSFTTrainer(SFTTrainer):
         if "loss" in logs or last is None:
             self._tps_last = (now, tokens)
         super().log(logs, start_time)
+
+
+class ReleaseHostMemoryCallback(TrainerCallback):
+    """At the end of each step, the host memory the step freed goes back to the OS
+    (`fincheck.train.host_memory`): resident memory follows the working set."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        release_freed_memory()
 
 
 class TokenCountCallback(TrainerCallback):

@@ -100,6 +100,12 @@ class SFTRecipe(SFTConfig):
     warmup_ratio: float = config_field(
         0.03, "fraction of the steps spent warming up, in [0, 1) (used when warmup_steps is 0)"
     )
+    release_host_memory: bool = config_field(
+        True,
+        "after each step, hand the host memory freed by the step back to the OS (glibc "
+        "malloc_trim; CPU training on Linux): resident memory then follows the working set "
+        "instead of staying at the largest step's",
+    )
     # --- TRL / transformers keys with fincheck's defaults -----------------------------------
     max_length: int | None = config_field(
         2048,
@@ -257,6 +263,7 @@ RESUMABLE_CHANGES = frozenset(
         "use_cpu",
         "ddp_backend",
         "local_rank",
+        "release_host_memory",
     }
 )
 RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")

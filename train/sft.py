@@ -240,6 +240,8 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         trainer.add_callback(callbacks.QuietProgressCallback())
     trainer.add_callback(callbacks.StepLogCallback())
     trainer.add_callback(callbacks.TokenCountCallback(trainer))
+    if recipe.release_host_memory and args.use_cpu:
+        trainer.add_callback(callbacks.ReleaseHostMemoryCallback())
     trainer.add_callback(callbacks.CompleteCheckpointCallback(metadata, recipe_yaml))
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))

@@ -1,0 +1,141 @@
+"""Host memory of a real training run, step by step (`scripts/bench_memory.py`).
+
+It runs the `fincheck train` path itself (`train.sft.build_trainer` on a recipe) in one process
+and records, at the end of every step, the resident memory (`VmRSS`) and the process's peak so
+far (`VmHWM`), both from /proc (Linux). The question it answers: does memory grow with steps?
+So it holds the batch shape fixed: with `max_length` below the shortest pair, every pair is
+trimmed to the same length and every step sees the same tensors; any growth between step 10
+and step 50 is then the process's, not the data's. The goal: peak at step 50 within 10% of the
+peak at step 10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def status_mib() -> dict[str, float]:
+    """VmRSS (resident now) and VmHWM (peak resident so far) of this process, in MiB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+@dataclass
+class MemorySettings:
+    config: Path = field(
+        default=Path("configs/train/smollm2-135m-cpu.yaml"), metadata={"help": "training recipe"}
+    )
+    dataset_dir: Path = field(default=Path("prepared"), metadata={"help": "prepared data"})
+    steps: int = field(default=50, metadata={"help": "optimizer steps"})
+    max_length: int = field(
+        default=384, metadata={"help": "tokens per pair: below the shortest pair, a fixed shape"}
+    )
+    batch_size: int = field(default=2, metadata={"help": "pairs per step"})
+    keep_host_memory: bool = field(
+        default=False,
+        metadata={"help": "release_host_memory: false, the behaviour before the fix"},
+    )
+    output_dir: Path = field(
+        default=Path("runs/bench-memory"), metadata={"help": "scratch run folder (replaced)"}
+    )
+
+
+@dataclass
+class MemoryReport:
+    settings: dict[str, Any]
+    steps: list[dict[str, float]]  # per step: step, seconds, rss_mib, peak_mib, shape
+
+    def peak_at(self, step: int) -> float:
+        return next(s["peak_mib"] for s in self.steps if s["step"] == step)
+
+    def to_json(self, command: str) -> dict[str, Any]:
+        return {"command": command, "settings": self.settings, "steps": self.steps}
+
+
+def run_memory_bench(s: MemorySettings) -> MemoryReport:
+    import shutil
+
+    from transformers import TrainerCallback
+
+    from fincheck.train.sft import build_trainer, load_training_recipe
+
+    if s.output_dir.exists():
+        shutil.rmtree(s.output_dir)  # the benchmark's own scratch folder
+    overrides = [
+        f"--dataset_dir={s.dataset_dir}",
+        f"--output_dir={s.output_dir}",
+        f"--max_steps={s.steps}",
+        f"--max_length={s.max_length}",
+        f"--per_device_train_batch_size={s.batch_size}",
+        "--gradient_accumulation_steps=1",
+        "--deepspeed=",
+        f"--save_steps={s.steps * 10}",
+        f"--release_host_memory={str(not s.keep_host_memory).lower()}",
+        "--disable_tqdm=true",
+        "--logging_steps=1000",
+    ]
+    run = build_trainer(load_training_recipe(s.config, overrides))
+    steps: list[dict[str, float]] = []
+    shapes: list[list[int]] = []
+    trainer = run.trainer
+    original_step = trainer.training_step
+
+    def training_step(model, inputs, *args, **kwargs):
+        shapes.append(list(inputs["input_ids"].shape))
+        return original_step(model, inputs, *args, **kwargs)
+
+    trainer.training_step = training_step
+
+    class Probe(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            memory = status_mib()
+            steps.append(
+                {
+                    "step": state.global_step,
+                    "seconds": round(time.perf_counter() - self.started, 2),
+                    "rss_mib": round(memory["VmRSS"], 1),
+                    "peak_mib": round(memory["VmHWM"], 1),
+                    "shape": shapes[-1] if shapes else None,
+                }
+            )
+
+    trainer.add_callback(Probe())  # after the release callback: RSS is the resting memory
+    trainer.train()
+    return MemoryReport(dataclasses.asdict(s) | {"config": str(s.config)}, steps)
+
+
+def format_memory_report(report: MemoryReport) -> str:
+    rows = [
+        "| step | s/step | shape | resident MiB | peak so far MiB |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    marks = {1, 5, 10, 20, 30, 40, 50, report.steps[-1]["step"]}
+    for s in report.steps:
+        if s["step"] in marks:
+            shape = "x".join(map(str, s["shape"])) if s["shape"] else "-"
+            rows.append(
+                f"| {s['step']} | {s['seconds']:.1f} | {shape} | {s['rss_mib']:,.0f} | "
+                f"{s['peak_mib']:,.0f} |"
+            )
+    last = report.steps[-1]["step"]
+    if last >= 10:
+        ratio = report.peak_at(last) / report.peak_at(10)
+        rows.append("")
+        rows.append(f"peak at step {last} / peak at step 10 = {ratio:.3f} (goal: within 1.10)")
+    return "\n".join(rows)
+
+
+def report_json(report: MemoryReport, command: str) -> str:
+    return json.dumps(report.to_json(command), indent=2, default=str) + "\n"
