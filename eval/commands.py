@@ -35,7 +35,8 @@ SCORE_EXAMPLES = """examples:
   # --judge-base-url (an OpenAI-compatible server) implies --judge openai
 Exit status: 0 when everything was scored; 3 when more than --max-judge-failure-rate (2%) of the
 FINAL examples needing the judge got no usable answer (call failed, or unreadable after a re-ask):
-results.json and report.md are written either way, and a rerun retries only what failed."""
+results.json and report.md are written either way. A rerun retries the failed calls; answers
+received (malformed ones too) come from the cache: --judge-cache NEW re-asks those."""
 
 
 def _tasks(value: str) -> tuple[str, ...]:
@@ -65,21 +66,26 @@ def default_max_new_tokens() -> dict[str, int]:
 
 
 def per_task_numbers(value: str, defaults: dict[str, int | None]) -> dict[str, int | None]:
-    """'256' (every task) or 'final=512,fhsumbench=128' (the others keep `defaults`)."""
+    """'256' (every task) or 'final=512,fhsumbench=128' (the others keep `defaults`); each
+    number at least 1."""
     out = dict(defaults)
     try:
         if "=" not in value:
-            return dict.fromkeys(out, int(value))
-        for part in value.split(","):
-            task, n = part.split("=")
-            if task.strip() not in out:
-                raise ValueError(task)
-            out[task.strip()] = int(n)
+            numbers = dict.fromkeys(out, int(value))
+        else:
+            numbers = dict(out)
+            for part in value.split(","):
+                task, n = part.split("=")
+                if task.strip() not in out:
+                    raise ValueError(task)
+                numbers[task.strip()] = int(n)
+        if any(n is not None and n < 1 for n in numbers.values()):
+            raise ValueError(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected N or task=N,... (tasks: {','.join(out)}), got {value!r}"
+            f"expected N or task=N,... with N >= 1 (tasks: {','.join(out)}), got {value!r}"
         ) from None
-    return out
+    return numbers
 
 
 def _max_new_tokens(value: str) -> dict[str, int]:
@@ -89,9 +95,11 @@ def _max_new_tokens(value: str) -> dict[str, int]:
 
 
 def _limit(value: str) -> int | dict[str, int | None]:
+    """N (every task) or task=N,... (the tasks not named: all their examples)."""
+    numbers = per_task_numbers(value, dict.fromkeys(task_names()))
     if "=" not in value:
-        return int(value) if value.isdigit() else per_task_numbers(value, {})
-    return per_task_numbers(value, dict.fromkeys(task_names()))
+        return next(iter(numbers.values()))
+    return numbers
 
 
 def register(subparsers) -> None:
@@ -236,7 +244,10 @@ def register(subparsers) -> None:
     )
     b.add_argument("--nli-model", help="fizz: a Hugging Face NLI sequence classifier")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=eval_command)
+    p.set_defaults(
+        func=eval_command,
+        mode_defaults={dest: p.get_default(dest) for dest in (*PLAIN_ONLY, *METHOD_ONLY)},
+    )
 
     s = subparsers.add_parser(
         "score",
@@ -387,9 +398,44 @@ def baseline_command(args) -> int:
     return 0
 
 
+# Options that only one mode reads: given to the other, they are an error, never ignored.
+PLAIN_ONLY = {
+    "batch_size": "--batch-size",
+    "max_new_tokens": "--max-new-tokens",
+    "max_input_tokens": "--max-input-tokens",
+    "chat_template_kwargs": "--chat-template-kwargs",
+    "dtype": "--dtype",
+    "no_prefix_reuse": "--no-prefix-reuse",
+    "trust_remote_code": "--trust-remote-code",
+}
+METHOD_ONLY = {
+    "backend": "--backend",
+    "base_url": "--base-url",
+    "api_key_env": "--api-key-env",
+    "concurrency": "--concurrency",
+    "timeout": "--timeout",
+    "max_retries": "--max-retries",
+    "llm_max_tokens": "--llm-max-tokens",
+    "step1": "--step1",
+    "step2": "--step2",
+    "nli_model": "--nli-model",
+}
+
+
+def unused_options(args) -> list[str]:
+    """The options given that the chosen mode (plain eval, or --method) would not read."""
+    other = PLAIN_ONLY if args.method else METHOD_ONLY
+    defaults = getattr(args, "mode_defaults", {})
+    return [flag for dest, flag in other.items() if getattr(args, dest) != defaults.get(dest)]
+
+
 def eval_command(args) -> int:
     from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
 
+    unused = unused_options(args)
+    if unused:
+        mode = f"--method {args.method}" if args.method else "a plain eval (no --method)"
+        raise FincheckError(f"{', '.join(unused)}: not used by {mode}; leave them out")
     if args.method:
         return baseline_command(args)
     opts = EvalOptions(
@@ -463,8 +509,8 @@ def build_judge(args):
     else:
         from fincheck.eval.llm_backends import TransformersChatClient
 
-        client = TransformersChatClient(args.judge_model)
-        args.judge_concurrency = 1
+        # Concurrent calls are batched by the client's worker thread.
+        client = TransformersChatClient(args.judge_model, max_new_tokens=args.judge_max_tokens)
     cache_path = args.judge_cache or args.out / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
     prompt = JudgePrompt.named(args.judge_prompt)
@@ -514,7 +560,8 @@ def judge_exit_status(judge: dict | None, max_rate: float) -> int:
     if rate > max_rate:
         print(
             f"fincheck score: error: {what}, above --max-judge-failure-rate {max_rate:.0%}: the "
-            "FINAL figures are not comparable (rerun to retry: answers received are cached)",
+            "FINAL figures are not comparable (a rerun retries the failed calls; answers received, "
+            "malformed ones too, are cached: point --judge-cache elsewhere to re-ask those)",
             file=sys.stderr,
         )
         return 3

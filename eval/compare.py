@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.eval.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
-from fincheck.jsonl import iter_json_objects, read_json_object
+from fincheck.jsonl import iter_json_objects, read_json_object, strict_json
 from fincheck.tasks import all_tasks, get_task
 
 
@@ -175,7 +175,10 @@ def compare_runs(
             parts = []
             for (_, label), d in zip(metrics, diffs, strict=True):
                 interval = f" [{_fmt(d.ci95.low)}, {_fmt(d.ci95.high)}]" if d.ci95 else ""
-                parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
+                if math.isnan(d.delta):  # e.g. FINAL F1 scored without a judge
+                    parts.append(f"{label}: {d.verdict}")
+                else:
+                    parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
             shared = diffs[0].n if diffs else 0
             lines.append(
                 f"- **{run.name}** vs {runs[0].name} ({shared} shared): " + "; ".join(parts)
@@ -213,6 +216,10 @@ def register(subparsers) -> None:
 
 
 def compare_command(args: argparse.Namespace) -> int:
+    if args.out and args.out.suffix == ".json":
+        raise FincheckError(
+            f"--out {args.out}: name the markdown file (.md); the JSON goes beside it"
+        )
     names = args.names.split(",") if args.names else [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
@@ -222,5 +229,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+        args.out.with_suffix(".json").write_text(
+            json.dumps(strict_json(data), indent=2), encoding="utf-8"
+        )
     return 0

@@ -123,6 +123,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             "limit": opts.limit,
             "sample_seed": opts.sample_seed,
             "max_input_tokens": opts.max_input_tokens,
+            "requested_window": opts.window,  # the loaded model's own is recorded as "window"
             "tasks": list(opts.tasks),
         },
     )

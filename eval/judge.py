@@ -8,8 +8,10 @@ no call.
 Outcomes per example (`JudgeResult.status`):
   skipped       either list is empty: no call, every prediction unmatched (TP = 0)
   ok            a valid matching
-  parse_failed  malformed twice (one re-ask): raw answers kept, the example is not scored
-  error         the client gave up (retries exhausted, timeout): kept apart, never scored
+  parse_failed  malformed twice (one re-ask): raw answers kept; counts as a miss in the headline
+  error         the client gave up (retries exhausted, timeout): not cached; counts as a miss in
+                the headline (as the paper, which leaves nothing out), left out of the
+                `excluding_judge_failures` variant
 """
 
 from __future__ import annotations

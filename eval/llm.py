@@ -19,7 +19,8 @@ from typing import Protocol
 
 
 class LLMCallError(Exception):
-    """A call that failed for good (after the client's retries): recorded, never scored."""
+    """A call that failed for good (after the client's retries): recorded and not cached, so a
+    rerun asks again."""
 
 
 class ChatClient(Protocol):

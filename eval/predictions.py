@@ -14,7 +14,6 @@ reads and writes both, for eval (resume checks) and score (the report's "what wa
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +78,6 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
                 where, line, "p_yes", f"expected a number in [0, 1], got {p_yes!r}"
             )
         p_yes = float(p_yes)
-        if math.isnan(p_yes):
-            p_yes = None
     return Prediction(record["id"], record["task"], record["output"], p_yes, line)
 
 
@@ -169,17 +166,43 @@ def read_eval_config(predictions_dir: Path) -> dict[str, Any]:
     return read_json_object(path) if path.is_file() else {}
 
 
+def _limit_of(config: dict[str, Any], task: str) -> Any:
+    limit = config.get("limit")
+    return limit.get(task) if isinstance(limit, dict) else limit
+
+
+# What decides which examples are predicted and what the model sees: predictions written under
+# other values would be mixed with new ones (`random.sample` of 341 and of 342 items differ).
+SAME_RUN_KEYS = (
+    "model",
+    "adapter",
+    "split",
+    "method",
+    "sample_seed",
+    "requested_window",
+    "max_input_tokens",
+)
+
+
 def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
-    """Record what produces the predictions; refuse to mix two models' outputs in one folder."""
+    """Record what produces the predictions; refuse to mix two runs' outputs in one folder."""
     previous = read_eval_config(predictions_dir)
     changed = [
-        k for k in ("model", "adapter", "split") if k in previous and previous[k] != config[k]
+        k for k in SAME_RUN_KEYS if k in previous and k in config and previous[k] != config[k]
     ]
+    was = {k: previous.get(k) for k in changed}
+    now = {k: config.get(k) for k in changed}
+    for task in sorted(set(previous.get("tasks", [])) & set(config.get("tasks", []))):
+        if _limit_of(previous, task) != _limit_of(config, task):
+            changed.append(f"--limit of {task}")
+            was[f"limit {task}"], now[f"limit {task}"] = (
+                _limit_of(previous, task),
+                _limit_of(config, task),
+            )
     if changed:
         raise FincheckError(
             f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
-            f"differ: {[previous.get(k) for k in changed]} vs {[config[k] for k in changed]}); "
-            "use another --out"
+            f"differ: {was} before, {now} now); use another --out"
         )
     _write_json(Path(predictions_dir) / EVAL_CONFIG, config)
 

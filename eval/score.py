@@ -2,13 +2,12 @@
 
 Stages: read the gold split of each task that has a predictions file, join by id (unknown or
 duplicate id = error with file:line; missing ids reported), score each task, write outputs.
-A FINAL judge failure is recorded per example and makes the command exit non-zero.
+FINAL judge failures are recorded per example; above --max-judge-failure-rate the command exits 3.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from fincheck.eval.predictions import (
     read_predictions,
 )
 from fincheck.eval.report import render_report
+from fincheck.jsonl import strict_json
 from fincheck.prepared import read_manifest, read_split, split_path
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
@@ -106,7 +106,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "results.json").write_text(
-        json.dumps(_json_safe(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        json.dumps(strict_json(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     (opts.out_dir / "report.md").write_text(
         render_report(results, plot_paths, examples), encoding="utf-8"
@@ -157,15 +157,4 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(_json_safe(record), ensure_ascii=False) + "\n")
-
-
-def _json_safe(value):
-    """NaN (an undefined figure) -> null, so results.json is strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
+            f.write(json.dumps(strict_json(record), ensure_ascii=False) + "\n")

@@ -122,9 +122,22 @@ class LoadedModel:
         """The one trimming rule of eval and detect: a prompt may take `max_input_tokens` when
         given, else the window (the adapter's training length, capped by the model's
         positions) minus the answer's budget; its grounding text is cut to fit."""
+        limit = self.position_limit
         if max_input_tokens:
+            if limit and max_input_tokens + max_new_tokens > limit:
+                raise FincheckError(
+                    f"--max-input-tokens {max_input_tokens} + an answer of {max_new_tokens} "
+                    f"tokens exceed the model's {limit} positions"
+                )
             return max_input_tokens
-        return None if self.window is None else self.window - max_new_tokens
+        if self.window is None:
+            return None
+        if max_new_tokens >= self.window:
+            raise FincheckError(
+                f"an answer budget of {max_new_tokens} tokens leaves nothing of the "
+                f"{self.window}-token window for the prompt: lower --max-new-tokens or raise --window"
+            )
+        return self.window - max_new_tokens
 
     def fit_prompt(
         self, messages: Sequence[dict[str, str]], span: Sequence[int] | None, budget: int | None

@@ -4,6 +4,7 @@ JSON objects (run metadata, results)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,3 +43,15 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FincheckError(f"{path}: expected a JSON object")
     return data
+
+
+def strict_json(value: Any) -> Any:
+    """NaN (an undefined figure) -> null, recursively: `json.dumps` would write `NaN`, which
+    is not JSON and breaks strict readers (jq, JavaScript, other languages)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value

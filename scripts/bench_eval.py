@@ -1,42 +1,77 @@
 #!/usr/bin/env python
-"""Evaluation speed: prefill (prompt tokens/s) and examples/s per task (fincheck.bench.eval_speed).
+"""Evaluation speed, two ways, picked by --model.
 
-Examples:
-  # the issue's goal (eval prefill >= 50k prompt tokens/s on one H100):
+A real model (a `fincheck models` name, a folder or a hub id): the eval path itself
+(fincheck.bench.eval_paths), naive vs batched vs prefix-reuse on the same examples, with the
+largest p_yes difference between them:
+  # QASem: 16 whole (response, sentence) groups in every mode, then the whole split fast
+  python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
+      --tasks qasem --qasem-groups 16 --json-out docs/bench/cpu-smollm2-eval-paths.json
+  python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
+      --tasks qasem --qasem-groups 0 --modes prefix-reuse
+  # FINAL and FHSumBench with an adapter: batch 1 vs batched
+  python scripts/bench_eval.py --model smollm2-135m-instruct --adapter checkpoints/smollm2-135m-cpu \\
+      --prepared-dir prepared --tasks final,fhsumbench --limit 32
+
+An architecture (configs/models/<name>.json, random-init weights: no download), prefill and
+generation speed of that shape (fincheck.bench.eval_speed):
+  # the GPU goal (eval prefill >= 50k prompt tokens/s on one H100):
   python scripts/bench_eval.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
       --limit 256 --batch-size 32 --json-out bench-eval-h100.json
-  # full-length outputs as the harness generates them
-  python scripts/bench_eval.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
-      --max-new-tokens final=384,qasem=8,fhsumbench=96
   # CPU smoke run (seconds): the tiny config, what CI runs
   python scripts/bench_eval.py --model tiny --limit 4 --batch-size 2 --max-input 128
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from pathlib import Path
 
-from fincheck.bench import eval_speed
+from fincheck.bench import eval_paths, eval_speed
+from fincheck.bench.eval_paths import EvalPathSettings, format_paths_report, run_eval_paths
 from fincheck.bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
 from fincheck.bench.options import options_parser, settings_from_args
+from fincheck.bench.workload import model_config_path
+from fincheck.errors import FincheckError
 
 
-def build_parser():
-    return options_parser(EvalBenchSettings, __doc__ + "\n" + eval_speed.__doc__)
+def is_architecture(model: str) -> bool:
+    try:
+        model_config_path(model)
+    except FincheckError:
+        return False
+    return True
+
+
+def build_parser(model: str = "tiny") -> argparse.ArgumentParser:
+    if is_architecture(model):
+        return options_parser(EvalBenchSettings, __doc__ + "\n" + eval_speed.__doc__)
+    return options_parser(EvalPathSettings, __doc__ + "\n" + eval_paths.__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--model", default=EvalBenchSettings.model)
+    model = probe.parse_known_args(argv)[0].model
+    architecture = is_architecture(model)
+    args = build_parser(model).parse_args(argv)
     try:
-        report = run_eval_bench(settings_from_args(EvalBenchSettings, args))
+        if architecture:
+            report = run_eval_bench(settings_from_args(EvalBenchSettings, args))
+            text = format_eval_report(report)
+        else:
+            report = run_eval_paths(settings_from_args(EvalPathSettings, args))
+            text = format_paths_report(report)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    print("\n" + format_eval_report(report))
+    print("\n" + text)
     if args.json_out:
-        command = " ".join(["bench_eval.py", *(argv if argv is not None else sys.argv[1:])])
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(report.to_json(command), indent=2) + "\n")
+        command = " ".join(["bench_eval.py", *argv])
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(report.to_json(command), indent=2) + "\n")
         print(f"wrote {args.json_out}")
     return 0
 

@@ -35,10 +35,10 @@ def read_jsonl(path: Path) -> list[dict]:
     ]
 
 
-def qasem_rows(data: Path, run: Path) -> dict[str, tuple[list[bool], list[float]]]:
+def qasem_rows(data: Path, predictions: Path) -> dict[str, tuple[list[bool], list[float]]]:
     gold = {r["id"]: r for r in read_jsonl(data / "qasem" / "test.jsonl")}
     groups: dict[str, tuple[list[bool], list[float]]] = {}
-    for pred in read_jsonl(run / "predictions" / "qasem.jsonl"):
+    for pred in read_jsonl(predictions / "qasem.jsonl"):
         pair = gold[pred["id"]]
         supported = pair["messages"][-1]["content"].strip() == "Yes"
         if pred.get("p_yes") is not None:
@@ -53,12 +53,12 @@ def qasem_rows(data: Path, run: Path) -> dict[str, tuple[list[bool], list[float]
     return groups
 
 
-def fhsumbench_labels(data: Path, run: Path) -> tuple[list[int], list[int]]:
+def fhsumbench_labels(data: Path, predictions: Path) -> tuple[list[int], list[int]]:
     """0 factual, 1 non-factual, 2 no hallucination, -1 invalid: the reference scorer's codes."""
     codes = {"factual_hallu": 0, "non_factual_hallu": 1, "no_hallu": 2}
     gold = {r["id"]: r for r in read_jsonl(data / "fhsumbench" / "test.jsonl")}
     y_true, y_pred = [], []
-    for pred in read_jsonl(run / "predictions" / "fhsumbench.jsonl"):
+    for pred in read_jsonl(predictions / "fhsumbench.jsonl"):
         y_true.append(codes[gold[pred["id"]]["meta"]["label"]])
         judgement, _ = reference_judgement(pred["output"])
         y_pred.append({(False, True): 0, (False, False): 1, (True, True): 2}.get(judgement, -1))
@@ -70,16 +70,32 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, required=True, help="prepared data directory")
-    parser.add_argument("--run", type=Path, required=True, help="run directory with results.json")
+    parser.add_argument(
+        "--run", type=Path, required=True, help="a `fincheck score --out` folder (results.json)"
+    )
+    parser.add_argument(
+        "--predictions",
+        type=Path,
+        help="the predictions folder that was scored (default: the one results.json names)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    results = json.loads((args.run / "results.json").read_text())["tasks"]
+    if not (args.run / "results.json").is_file():
+        raise SystemExit(f"{args.run}: no results.json; --run is a `fincheck score --out` folder")
+    scored = json.loads((args.run / "results.json").read_text())
+    results = scored["tasks"]
+    predictions = args.predictions or Path(
+        scored["run"].get("predictions_dir") or args.run / "predictions"
+    )
+    for task in ("qasem", "fhsumbench"):
+        if task in results and not (predictions / f"{task}.jsonl").is_file():
+            raise SystemExit(f"{predictions / task}.jsonl not found: pass --predictions DIR")
     checks: list[tuple[str, float, float]] = []
     if "qasem" in results:
-        for name, (y, s) in qasem_rows(args.data, args.run).items():
+        for name, (y, s) in qasem_rows(args.data, predictions).items():
             ours = results["qasem"][name]
             if len(set(y)) == 2:
                 checks.append((f"qasem/{name}/auc", roc_auc_score(y, s), ours["auc"]))
@@ -91,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     if "fhsumbench" in results:
-        y_true, y_pred = fhsumbench_labels(args.data, args.run)
+        y_true, y_pred = fhsumbench_labels(args.data, predictions)
         p = precision_score(y_true, y_pred, average="macro", zero_division=0)
         r = recall_score(y_true, y_pred, average="macro", zero_division=0)
         ours = results["fhsumbench"]

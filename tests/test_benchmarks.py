@@ -147,3 +147,28 @@ def test_script_writes_the_json_record(tmp_path, capsys):
 def test_regroup_by_length_keeps_the_timed_tokens():
     steps = [[5, 1], [9, 2], [3, 8], [4, 7]]  # 1 warmup step, then 3 timed
     assert regroup_by_length(steps, warmup=1) == [[5, 1], [9, 8], [7, 4], [3, 2]]
+
+
+def test_bench_eval_paths_times_the_eval_path_in_every_mode(small_prepared, tmp_path, capsys):
+    """A real-model run (here the tiny base folder): the same examples in every mode, p_yes of
+    batched and prefix-reuse equal to naive's, the speed-up against naive reported."""
+    from fincheck.train.tiny_model import save_tiny_base
+
+    base = save_tiny_base(tmp_path / "base")
+    bench = load_script("bench_eval")
+    out = tmp_path / "paths.json"
+    argv = ["--model", str(base), "--prepared-dir", str(small_prepared), "--tasks", "qasem,final",
+            "--qasem-groups", "2", "--limit", "2", "--window", "512", "--batch-size", "4",
+            "--scratch", str(tmp_path / "scratch"), "--json-out", str(out)]  # fmt: skip
+    assert bench.main(argv) == 0
+    results = json.loads(out.read_text())["results"]
+    by = {(r["task"], r["mode"]): r for r in results}
+    assert set(by) == {("qasem", m) for m in ("naive", "batched", "prefix-reuse")} | {
+        ("final", "naive"),
+        ("final", "batched"),
+    }
+    assert by["qasem", "naive"]["examples"] == by["qasem", "prefix-reuse"]["examples"] == 4
+    assert by["qasem", "prefix-reuse"]["max_abs_delta_p_yes"] < 1e-4
+    assert by["qasem", "batched"]["max_abs_delta_p_yes"] < 1e-4
+    assert by["final", "batched"]["speedup_vs_naive"] > 0
+    assert "| qasem | prefix-reuse | 4 |" in capsys.readouterr().out

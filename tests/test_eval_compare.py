@@ -75,3 +75,19 @@ def test_one_run_or_a_folder_without_results_is_a_clear_error(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"tasks": {}}))
     with pytest.raises(FincheckError, match="at least two"):
         compare_runs([load_scored_run(tmp_path)])
+
+
+def test_undefined_figures_are_null_in_the_json_and_out_names_the_markdown(tmp_path, capsys):
+    """`NaN` is not JSON (strict readers refuse it): an undefined difference is written null."""
+    from fincheck.jsonl import strict_json
+
+    data = {"f1": {"value": float("nan"), "ci95": [float("nan"), 0.5]}, "n": 3}
+    text = json.dumps(strict_json(data))
+    assert json.loads(text) == {"f1": {"value": None, "ci95": [None, 0.5]}, "n": 3}
+    gold = ["Yes", "No"] * 20
+    _write_run(tmp_path / "a", qasem_examples([0.5] * len(gold), gold), 0.5)
+    _write_run(tmp_path / "b", qasem_examples([0.5] * len(gold), gold), 0.5)
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["compare", *runs, "--out", str(tmp_path / "x.json")]) != 0
+    assert "name the markdown file (.md)" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

@@ -391,3 +391,44 @@ def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
     loaded = inference.load_model(str(tiny_base), device="cpu", window=1024)
     assert loaded.answer_budget(384) == 256 and loaded.prompt_budget(256) == 768
+
+
+def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_dir, tmp_path):
+    """Predictions of another sample would be mixed with the new ones and scored together."""
+    out = tmp_path / "run"
+    (out / "predictions").mkdir(parents=True)
+    before = {"model": str(tiny_base), "adapter": None, "split": "test", "sample_seed": 0}
+    before |= {"requested_window": None, "max_input_tokens": None}
+    before |= {"limit": {"final": 5, "qasem": None}, "tasks": ["final", "qasem"]}
+    (out / "predictions" / "eval_config.json").write_text(json.dumps(before))
+    for changed, match in [
+        ({"limit": {"final": 6}, "tasks": ("final",)}, "--limit of final"),
+        ({"limit": {"final": 5}, "tasks": ("final",), "sample_seed": 1}, "sample_seed"),
+        ({"limit": {"final": 5}, "tasks": ("final",), "window": 256}, "requested_window"),
+    ]:
+        opts = generate.EvalOptions(model=str(tiny_base), data_dir=prepared_dir, out_dir=out)
+        for key, value in changed.items():
+            setattr(opts, key, value)
+        with pytest.raises(FincheckError, match=match):
+            generate.run_eval(opts)
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--limit", "-5"], "N >= 1"),
+        (["--limit", "final=0"], "N >= 1"),
+        (["--limit", "bogus=3"], "tasks: final,qasem,fhsumbench"),
+        (["--backend", "openai"], "--backend: not used by a plain eval"),
+        (["--method", "e2e", "--batch-size", "4"], "--batch-size: not used by --method e2e"),
+    ],
+)
+def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
+    try:
+        status = main(
+            ["eval", "--model", "m", "--data", str(tmp_path), "--out", str(tmp_path), *argv]
+        )
+    except SystemExit as e:  # argparse's own usage error
+        status = e.code
+    assert status != 0
+    assert re.search(re.escape(match), capsys.readouterr().err)

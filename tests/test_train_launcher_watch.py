@@ -9,12 +9,17 @@ import time
 from pathlib import Path
 
 CHILD = """
-import sys, time
+import os, sys, time
 from fincheck.train.launcher_watch import launcher_ancestors, watch_launchers
 marker = sys.argv[1]
 found = launcher_ancestors()
 open(marker + ".found", "w").write("\\n".join(p.command for p in found))
-watch_launchers(lambda p: open(marker, "w").write(str(p.pid)), interval_s=0.2)
+
+def gone(p):
+    open(marker, "w").write(str(p.pid))
+    os._exit(0)  # what the real callback does: the rank stops with its launcher
+
+watch_launchers(gone, interval_s=0.2)
 time.sleep(20)
 """
 

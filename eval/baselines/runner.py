@@ -237,8 +237,9 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         )
         if method.prepare is not None:
             method.prepare(task)
+        trimmed_before = getattr(client, "trimmed", 0)  # the client counts across tasks
         summary[task] = run_task(method, llm, opts, task, pairs)
-        summary[task]["trimmed"] = getattr(client, "trimmed", 0)
+        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before
         record_generation(opts.predictions_dir, task, summary[task])
     return summary
 

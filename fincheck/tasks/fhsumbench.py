@@ -150,7 +150,7 @@ class FhsumbenchTask(Task):
         ("f", "F"),
         ("precision", "macro P"),
         ("recall", "macro R"),
-        ("faithfulness_bacc", "faithful BAcc*"),
+        ("faithfulness_bacc", "faithful BAcc (not in the paper)"),
     )
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
