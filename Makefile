@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
-# prepare -> train tiny-cpu (DeepSpeed, 2 CPU processes) -> eval adapter + untuned base -> score -> report
+# fetch SmolLM2-135M -> prepare -> eval the base -> LoRA SFT (DeepSpeed, 2 CPU processes) -> eval the adapter -> score -> report
 demo: install
 	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/demo.py --out $(DEMO_DIR)
 

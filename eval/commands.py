@@ -14,9 +14,9 @@ EVAL_EXAMPLES = """examples:
   # zero-shot baseline of an untuned model, 50 examples per task
   fincheck eval --model Qwen/Qwen2.5-0.5B-Instruct --data prepared --limit 50 --out runs/base
   # a LoRA adapter (its base is read from adapter_config.json unless --model is given)
-  fincheck eval --adapter checkpoints/tiny-cpu --data prepared --tasks qasem,fhsumbench --out runs/tiny
+  fincheck eval --adapter checkpoints/smollm2-135m-cpu --data prepared --tasks qasem,fhsumbench --out runs/tuned
   # the papers' systems as baselines (docs/baselines.md): any OpenAI-compatible endpoint...
-  OPENAI_API_KEY=... fincheck eval --method e2e-cot --backend openai --model gpt-4o-2024-11-20 \
+  OPENAI_API_KEY=... fincheck eval --method e2e-cot --backend openai --model gpt-4o-2024-11-20 \\
       --data prepared --tasks final --out runs/gpt4o-cot
   # ...or a local model; FINAL's pipeline and 2-step setups, FIZZ with an NLI model
   fincheck eval --method pipeline --model smollm2-135m-instruct --data prepared --limit 20 --out runs/pipeline

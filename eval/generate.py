@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.eval.predictions import (
+    EvalRun,
     Prediction,
     PredictionWriter,
     check_eval_config,
@@ -40,7 +41,7 @@ from fincheck.tasks import get_task, task_names
 
 
 @dataclass
-class EvalOptions:
+class EvalOptions(EvalRun):
     model: str
     data_dir: Path
     out_dir: Path
@@ -60,13 +61,6 @@ class EvalOptions:
     prefix_reuse: bool = True  # QASem: one forward over a shared prefix (off: the plain path)
     trust_remote_code: bool = False  # run the base model's own code from its repository
     progress: bool = True
-
-    @property
-    def predictions_dir(self) -> Path:
-        return self.out_dir / "predictions"
-
-    def limit_for(self, task: str) -> int | None:
-        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
 
     def answer_budget(self, task: str, loaded=None) -> int:
         """--max-new-tokens for the task when given, else its default fitted to the window."""

@@ -45,19 +45,34 @@ def is_architecture(model: str) -> bool:
     return True
 
 
-def build_parser(model: str = "tiny") -> argparse.ArgumentParser:
+def model_of(argv: list[str]) -> str:
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--model", default=EvalBenchSettings.model)
+    return probe.parse_known_args(argv)[0].model
+
+
+def parser_for(model: str) -> argparse.ArgumentParser:
     if is_architecture(model):
         return options_parser(EvalBenchSettings, __doc__ + "\n" + eval_speed.__doc__)
     return options_parser(EvalPathSettings, __doc__ + "\n" + eval_paths.__doc__)
 
 
+class ModelDispatchParser:
+    """The options of the benchmark that --model selects (an architecture or a real model)."""
+
+    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
+        argv = sys.argv[1:] if argv is None else argv
+        return parser_for(model_of(argv)).parse_args(argv)
+
+
+def build_parser() -> ModelDispatchParser:
+    return ModelDispatchParser()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--model", default=EvalBenchSettings.model)
-    model = probe.parse_known_args(argv)[0].model
-    architecture = is_architecture(model)
-    args = build_parser(model).parse_args(argv)
+    architecture = is_architecture(model_of(argv))
+    args = build_parser().parse_args(argv)
     try:
         if architecture:
             report = run_eval_bench(settings_from_args(EvalBenchSettings, args))

@@ -21,6 +21,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_method
 from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
 from fincheck.eval.predictions import (
+    EvalRun,
     Prediction,
     PredictionWriter,
     check_eval_config,
@@ -32,7 +33,7 @@ from fincheck.tasks import task_names
 
 
 @dataclass
-class BaselineOptions:
+class BaselineOptions(EvalRun):
     method: str
     model: str
     data_dir: Path
@@ -54,13 +55,6 @@ class BaselineOptions:
     device: str | None = None
     window: int | None = None  # local backend: tokens the model may see
     progress: bool = True
-
-    @property
-    def predictions_dir(self) -> Path:
-        return self.out_dir / "predictions"
-
-    def limit_for(self, task: str) -> int | None:
-        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
 
 
 def build_client(opts: BaselineOptions):
