@@ -34,7 +34,7 @@ BIN = Path(sys.executable).parent
 MODEL = "smollm2-135m-instruct"
 RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
 # Per-task test examples: enough for a CI on every figure (n >= 30) within the time budget.
-LIMITS = "final=32,qasem=64,fhsumbench=40"
+LIMITS = "final=32,qasem=48,fhsumbench=36"
 # Answer budgets of both evaluations: the untuned base writes until the budget ends (a trained
 # adapter stops at its end-of-turn token), and on 2 cores every token of it costs ~20 ms per row.
 # 128 tokens hold 3-4 FINAL descriptions, 64 the FHSumBench JSON object five times over.
