@@ -72,3 +72,11 @@ def fresh_wandb():
     yield wandb
     wandb.finish()
     wandb.teardown()
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """The random-init 2-layer model saved as a folder: the fast tier's model runs."""
+    from fincheck.train.tiny_model import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("tiny") / "base")

@@ -257,13 +257,6 @@ def test_an_unknown_task_for_the_method_and_a_missing_model_are_clear(tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory) -> Path:
-    from fincheck.train.tiny_model import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("tiny") / "base")
-
-
-@pytest.fixture(scope="module")
 def tiny_nli(tiny_base, tmp_path_factory) -> Path:
     """A random 2-layer BERT NLI classifier with the tiny tokenizer, built from a config."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification

@@ -21,13 +21,6 @@ SHORT = "final=6,qasem=2,fhsumbench=6"
 
 
 @pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory) -> Path:
-    from fincheck.train.tiny_model import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("tiny") / "base")
-
-
-@pytest.fixture(scope="session")
 def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
     """A LoRA adapter with non-zero weights (so it changes the outputs), saved like training does."""
     from peft import LoraConfig, get_peft_model
