@@ -183,9 +183,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--no-prefix-reuse",
         action="store_true",
-        help="QASem through the plain generate path (for comparison and debugging): by default "
-        "prompts sharing a reference document share one forward pass over it, and P(Yes) needs "
-        "no generation",
+        help="the plain generate path, every prompt whole (for comparison and debugging): by "
+        "default each prefix that prompts share (the task's instructions, a document, a "
+        "response sentence) runs once into a KV cache, and QASem's P(Yes) needs no generation",
     )
     p.add_argument(
         "--trust-remote-code",

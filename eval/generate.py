@@ -27,16 +27,11 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import (
-    fit_messages,
-    generate_batch,
-    load_model,
-    score_yes_no,
-    shared_prefix_groups,
-)
+from fincheck.inference import fit_messages, generate_batch, load_model
 from fincheck.pairs import Pair
 from fincheck.prepared import read_split
 from fincheck.runs import adapter_sha256
+from fincheck.shared_prefix import answer_prompts
 from fincheck.tasks import get_task, task_names
 
 
@@ -58,7 +53,7 @@ class EvalOptions(EvalRun):
     device: str | None = None
     dtype: str = "auto"
     template_kwargs: dict | None = None  # default: the adapter's run's
-    prefix_reuse: bool = True  # QASem: one forward over a shared prefix (off: the plain path)
+    prefix_reuse: bool = True  # shared prompt prefixes run once (off: the plain generate path)
     trust_remote_code: bool = False  # run the base model's own code from its repository
     progress: bool = True
 
@@ -143,6 +138,8 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         adapter_sha256=adapter_sha256(loaded.adapter) if loaded.adapter else None,
         max_new_tokens={t: opts.answer_budget(t, loaded) for t in opts.tasks},
         window=loaded.window,
+        adapter_merged=loaded.adapter_merged,
+        prefix_reuse=opts.prefix_reuse,
     )
     summary: dict[str, dict[str, int]] = {}
     for task, pairs in task_pairs.items():
@@ -161,7 +158,9 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             desc=f"eval {task}",
             unit="ex",
             disable=not opts.progress,
-            smoothing=0.1,  # the ETA follows the recent rate (long prompts come first)
+            # the fast path's batches come in a steady random order (`leaf_batches`): the mean
+            # rate gives the ETA; the plain path's longest first: follow the recent rate
+            smoothing=0.0 if opts.prefix_reuse else 0.1,
         )
         try:
             for batch, texts, p_yes in answer_batches(loaded, task, todo, prompts, opts):
@@ -188,36 +187,32 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
 def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str], opts: EvalOptions):
     """(pairs, texts, p_yes or None) batch by batch, each batch written before the next.
 
-    A task that reads P(Yes) (QASem) goes through `score_yes_no` group by group: prompts that
-    share a prefix (the same reference document) reuse its KV cache, one forward gives P(Yes),
-    and text is decoded only past a first token that is not Yes or No. `--no-prefix-reuse`
-    and the generation tasks take the plain path: length-sorted batches (longest first, so an
-    out-of-memory shows in the first one), left padding, greedy `generate`, rows stopping at
-    their end-of-turn token.
+    The fast path (default): `fincheck.shared_prefix.answer_prompts` runs each prefix that
+    prompts share once (the task's instructions, a document several prompts are about) and
+    every prompt's own suffix from a copy of its KV cache, shortest first; P(Yes) for a task
+    that reads it (QASem) from the first answer position, its text decoded only past a first
+    token that is not Yes or No. `--no-prefix-reuse` takes the plain path: length-sorted
+    batches (longest first, so an out-of-memory shows in the first one), left padding, greedy
+    `generate`, P(Yes) from the same first position.
     """
     budget = opts.answer_budget(task, loaded)
-    if get_task(task).reads_p_yes and opts.prefix_reuse:
-        ids = [loaded.tokenizer(prompts[p.id], add_special_tokens=False)["input_ids"] for p in todo]
-        for _, members in shared_prefix_groups(ids):
-            batch = [todo[i] for i in members]
-            texts, p_yes = score_yes_no(
-                loaded.model,
-                loaded.tokenizer,
-                [prompts[p.id] for p in batch],
-                budget,
-                opts.batch_size,
-            )
-            yield batch, texts, p_yes
+    reads_p_yes = get_task(task).reads_p_yes
+    if opts.prefix_reuse:
+        for answers in answer_prompts(
+            loaded.model,
+            loaded.tokenizer,
+            [prompts[p.id] for p in todo],
+            budget,
+            batch_size=opts.batch_size,
+            want_p_yes=reads_p_yes,
+        ):
+            yield [todo[i] for i in answers.indices], answers.texts, answers.p_yes
         return
     todo = sorted(todo, key=lambda p: -len(prompts[p.id]))
     for start in range(0, len(todo), opts.batch_size):
         batch = todo[start : start + opts.batch_size]
         texts, p_yes = generate_batch(
-            loaded.model,
-            loaded.tokenizer,
-            [prompts[p.id] for p in batch],
-            budget,
-            get_task(task).reads_p_yes,
+            loaded.model, loaded.tokenizer, [prompts[p.id] for p in batch], budget, reads_p_yes
         )
         yield batch, texts, p_yes
 

@@ -215,7 +215,7 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.inference import generate_batch, score_yes_no
+        from fincheck.shared_prefix import generate_texts, score_yes_no
 
         while True:
             batch = [self._queue.get()]
@@ -234,8 +234,8 @@ class TransformersChatClient:
                     with self._tokenizer_lock:
                         if kind[0] == "p_yes":
                             _, values = score_yes_no(model, tokenizer, prompts, kind[1])
-                        else:
-                            values, _ = generate_batch(model, tokenizer, prompts, kind[1], False)
+                        else:  # prompts over one document share its prefix
+                            values = generate_texts(model, tokenizer, prompts, kind[1])
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

@@ -99,6 +99,7 @@ class LoadedModel:
     run: RunArtifacts | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     window_limit: int | None = None  # set by the user (`--window`): replaces the training length
+    adapter_merged: bool = False  # the LoRA update added into the base weights (`load_model`)
 
     @property
     def position_limit(self) -> int | None:
@@ -288,10 +289,17 @@ def load_model(
     trust_remote_code: bool = False,
     template_kwargs: dict[str, Any] | None = None,
     window: int | None = None,
+    merge_adapter: bool | None = None,
 ) -> LoadedModel:
     """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own).
     Chat template kwargs: `template_kwargs`, else those the adapter's run trained with.
-    `window`: the tokens the model may see (default: the adapter's training length)."""
+    `window`: the tokens the model may see (default: the adapter's training length).
+    `merge_adapter`: add the LoRA update into the base weights (W + B·A·scale) instead of
+    running the adapter's two small matmuls beside every layer: the same function, 10% less time
+    on a 2-core CPU (SmolLM2-135M, 800 tokens: 1.48 s vs 1.63 s a forward pass). Default
+    (None): merged in fp32, where the sum rounds at ~1e-7 (logits agree to ~1e-5); kept apart
+    in bf16/fp16, where rounding the sum to 8 (or 11) mantissa bits would drop part of the
+    small update."""
     device = device or default_device()
     weights = torch_dtype(dtype, device)
     run = None
@@ -301,6 +309,10 @@ def load_model(
         net, tokenizer = load_adapter_model(
             run.path, base, weights, device, trust_remote_code=trust_remote_code
         )
+        if merge_adapter is None:
+            merge_adapter = weights == torch_dtype("fp32")
+        if merge_adapter:
+            net = net.merge_and_unload()
     elif model:
         base = model
         net, tokenizer = load_base(model, weights, trust_remote_code)
@@ -318,7 +330,14 @@ def load_model(
     if template_kwargs is None:
         template_kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
     return LoadedModel(
-        net, tokenizer, base, run.path if run else None, run, template_kwargs, window
+        net,
+        tokenizer,
+        base,
+        run.path if run else None,
+        run,
+        template_kwargs,
+        window,
+        adapter_merged=bool(adapter is not None and merge_adapter),
     )
 
 
@@ -507,154 +526,4 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
         yes = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, YES_SPELLINGS))
         no = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, NO_SPELLINGS))
         p_yes = (yes / (yes + no).clamp(min=1e-30)).tolist()
-    return texts, p_yes
-
-
-# ------------------------------------------------------------------------ Yes/No with a shared prefix
-
-
-def shared_prefix_groups(ids: list[list[int]], min_shared: int = 32) -> list[tuple[int, list[int]]]:
-    """Prompts grouped by a shared token prefix: [(shared length, indices), ...].
-
-    Sorted lexicographically, prompts over the same document are neighbours; a prompt joins the
-    group of the one before it when the group's shared prefix stays at least half of the prompt
-    (and `min_shared` tokens): prompts that share only the instructions go apart. The shared
-    length of a group is its members' common prefix, minus one token at least (each member
-    keeps a suffix whose last position gives the answer's logits).
-    """
-    order = sorted(range(len(ids)), key=lambda i: ids[i])
-    groups: list[tuple[int, list[int]]] = []
-    for i in order:
-        if groups:
-            shared, members = groups[-1]
-            first = ids[members[0]]
-            common = min(_common_prefix(first, ids[i]), shared)
-            if common >= max(min_shared, len(ids[i]) // 2):
-                groups[-1] = (min(common, len(ids[i]) - 1), [*members, i])
-                continue
-        groups.append((len(ids[i]) - 1, [i]))
-    return groups
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for k in range(n):
-        if a[k] != b[k]:
-            return k
-    return n
-
-
-def score_yes_no(
-    model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 8
-) -> tuple[list[str], list[float]]:
-    """(greedy answer text, P(Yes)/(P(Yes)+P(No))) per prompt, as `generate_batch` gives them,
-    with the work of shared prefixes done once.
-
-    QASem's prompts share their start (instructions + reference document + response sentence):
-    the prefix of each group is run once into a KV cache, and every member's short suffix (the
-    question and answer) runs from a copy of it, left-padded within the suffix so all rows end
-    on the same column. The answer spellings' probabilities come from those logits (a spelling
-    of several tokens is teacher-forced as an extra row), and the text is decoded greedily from
-    the same cache: one token when it is Yes or No (P(Yes) is what is scored), up to
-    `max_new_tokens` otherwise, each row stopping at its end-of-turn token. Positions are those
-    of the unpadded prompt, so P(Yes) equals the plain path's up to float reassociation, and
-    the text equals its first token, or all of it when that token is not Yes or No.
-    """
-    import copy
-
-    import torch
-
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    yes_seqs = answer_spellings(tokenizer, YES_SPELLINGS)
-    no_seqs = answer_spellings(tokenizer, NO_SPELLINGS)
-    longer = [s for s in (*yes_seqs, *no_seqs) if len(s) > 1]
-    texts: list[str] = [""] * len(prompts)
-    p_yes: list[float] = [0.0] * len(prompts)
-    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = model.device
-    with torch.no_grad():
-        for shared, members in shared_prefix_groups(ids):
-            prefix = torch.tensor([ids[members[0]][:shared]], device=device)
-            cached = model(input_ids=prefix, use_cache=True).past_key_values
-            # rows: each member's suffix, then (member, spelling) rows for multi-token spellings
-            for start in range(0, len(members), max(1, batch_size)):
-                chunk = members[start : start + batch_size]
-                rows = [ids[i][shared:] for i in chunk]
-                rows += [ids[i][shared:] + list(seq) for i in chunk for seq in longer]
-                width = max(len(r) for r in rows)
-                input_ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
-                suffix_mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-                for r, row in enumerate(rows):
-                    input_ids[r, width - len(row) :] = torch.tensor(row, device=device)
-                    suffix_mask[r, width - len(row) :] = 1
-                mask = torch.cat(
-                    [torch.ones((len(rows), shared), dtype=torch.long, device=device), suffix_mask],
-                    dim=1,
-                )
-                positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
-                cache = copy.deepcopy(cached)
-                cache.batch_repeat_interleave(len(rows))
-                out = model(
-                    input_ids=input_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                probs = torch.softmax(out.logits.float(), dim=-1)
-                n = len(chunk)
-                first = probs[:n, -1]
-                for k, i in enumerate(chunk):
-                    total = {}
-                    for name, seqs in (("yes", yes_seqs), ("no", no_seqs)):
-                        value = 0.0
-                        for seq in seqs:
-                            if len(seq) == 1:
-                                value += float(first[k, seq[0]])
-                                continue
-                            r = n + k * len(longer) + longer.index(seq)
-                            prob = float(first[k, seq[0]])
-                            for j in range(1, len(seq)):
-                                prob *= float(probs[r, -len(seq) - 1 + j, seq[j]])
-                            value += prob
-                        total[name] = value
-                    p_yes[i] = total["yes"] / max(total["yes"] + total["no"], 1e-30)
-                # greedy text from the members' rows of the same cache
-                cache = out.past_key_values
-                cache.batch_select_indices(torch.arange(n, device=device))
-                generated = [[] for _ in chunk]
-                next_ids = out.logits[:n, -1].argmax(-1)
-                # An answer that starts with Yes or No needs no more tokens (P(Yes) is what is
-                # scored); any other is decoded on, so a report can show what it says.
-                answer_starts = {seq[0] for seq in (*yes_seqs, *no_seqs)}
-                done = [False] * n
-                stop_after_first = [int(t) in answer_starts for t in next_ids]
-                mask = mask[:n]
-                last = positions[:n, -1]
-                for step in range(max_new_tokens):
-                    for k in range(n):
-                        if not done[k]:
-                            token = int(next_ids[k])
-                            if token in eos_ids:
-                                done[k] = True
-                            else:
-                                generated[k].append(token)
-                                done[k] = step == 0 and stop_after_first[k]
-                    if all(done) or step == max_new_tokens - 1:
-                        break
-                    mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long, device=device)], 1)
-                    last = last + 1
-                    step_out = model(
-                        input_ids=next_ids[:, None],
-                        attention_mask=mask,
-                        position_ids=last[:, None],
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
-                    cache = step_out.past_key_values
-                    next_ids = step_out.logits[:, -1].argmax(-1)
-                for k, i in enumerate(chunk):
-                    texts[i] = tokenizer.decode(generated[k], skip_special_tokens=True).strip()
     return texts, p_yes

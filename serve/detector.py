@@ -10,8 +10,9 @@
 Every input goes through the path training and evaluation use, so the model sees what it was
 trained on: the task's prompt file (`fincheck.prompting`) -> messages + grounding span ->
 `fincheck.inference.fit_messages` (a document too long for the window is cut at the end of its
-grounding text, with a warning) -> `fincheck.inference.generate_batch` (greedy, left padding,
-p(Yes) at the first position) -> the task's own reading of the output (`Task.detect_output`).
+grounding text, with a warning) -> `fincheck.shared_prefix.answer_prompts` (greedy, every
+prefix the inputs share run once, p(Yes) at the first answer position) -> the task's own reading
+of the output (`Task.detect_output`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, generate_batch, load_model
+from fincheck.inference import LoadedModel, load_model
 from fincheck.prompting import GROUNDING_FIELD, load_prompt
+from fincheck.shared_prefix import answer_prompts
 from fincheck.tasks import all_tasks, get_task
 
 log = logging.getLogger(__name__)
@@ -149,13 +151,18 @@ class Detector:
             prompt, was_trimmed = self.render(task, record, budget)
             prompts.append(prompt)
             trimmed.append(was_trimmed)
-        outputs: list[RawOutput] = []
-        reads_p_yes = get_task(task).reads_p_yes
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start : start + self.batch_size]
-            texts, p_yes = generate_batch(self.model, self.tokenizer, batch, budget, reads_p_yes)
-            for i, text in enumerate(texts):
-                outputs.append(RawOutput(text, p_yes[i] if p_yes else None, trimmed[start + i]))
+        outputs: list[RawOutput | None] = [None] * len(prompts)
+        for answers in answer_prompts(
+            self.model,
+            self.tokenizer,
+            prompts,
+            budget,
+            batch_size=self.batch_size,
+            want_p_yes=get_task(task).reads_p_yes,
+        ):
+            for k, i in enumerate(answers.indices):
+                p_yes = answers.p_yes[k] if answers.p_yes else None
+                outputs[i] = RawOutput(answers.texts[k], p_yes, trimmed[i])
         return outputs
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:

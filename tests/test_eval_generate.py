@@ -108,25 +108,32 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _crash_after_first_batch(monkeypatch) -> list[int]:
+    """Make the eval's answer path raise after its first batch; returns that batch's indices
+    (filled in when it runs)."""
+    real, first = generate.answer_prompts, []
+
+    def crashing(*args, **kwargs):
+        batches = real(*args, **kwargs)
+        batch = next(batches)
+        first.extend(batch.indices)
+        yield batch
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(generate, "answer_prompts", crashing)
+    return first
+
+
 def test_eval_writes_predictions_resumes_and_scores(
     tiny_base, prepared_dir, tmp_path, monkeypatch, capsys
 ):
     out = tmp_path / "run"
     # a crash in the second batch of the first task: the first batch is already on disk
-    real = generate.generate_batch
-    calls = {"n": 0}
-
-    def crash_on_second(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("simulated crash")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(generate, "generate_batch", crash_on_second)
+    first = _crash_after_first_batch(monkeypatch)
     with pytest.raises(RuntimeError, match="simulated crash"):
         main(_eval_args(tiny_base, prepared_dir, out, 3, "--tasks", "fhsumbench"))
-    assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 2  # one batch of 2 survived
-    monkeypatch.setattr(generate, "generate_batch", real)
+    assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == len(first) > 0
+    monkeypatch.undo()
 
     # a torn line (killed mid-write) is dropped on resume
     with (out / "predictions" / "fhsumbench.jsonl").open("a") as f:
@@ -344,19 +351,10 @@ def test_a_resumed_eval_reports_the_trimmed_prompts_of_an_uninterrupted_one(
     expected = read_eval_summary(whole / "predictions")["fhsumbench"]
     assert expected["trimmed"] > 0  # 512 tokens is short for FHSumBench documents
 
-    real = generate.generate_batch
-    calls = {"n": 0}
-
-    def crash_on_second(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("simulated crash")
-        return real(*a, **k)
-
-    monkeypatch.setattr(generate, "generate_batch", crash_on_second)
-    with pytest.raises(RuntimeError):
+    _crash_after_first_batch(monkeypatch)
+    with pytest.raises(RuntimeError, match="simulated crash"):
         main(_eval_args(tiny_base, prepared_dir, resumed, 4, *args))
-    monkeypatch.setattr(generate, "generate_batch", real)
+    monkeypatch.undo()
     assert main(_eval_args(tiny_base, prepared_dir, resumed, 4, *args)) == 0
     assert read_eval_summary(resumed / "predictions")["fhsumbench"] == expected
 
@@ -425,3 +423,23 @@ def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
         status = e.code
     assert status != 0
     assert re.search(re.escape(match), capsys.readouterr().err)
+
+
+def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adapter, prepared_dir):
+    """fp32: the LoRA update is added into the base weights (faster, the same logits to 1e-4);
+    bf16 keeps it apart (rounding would drop part of it)."""
+    from peft import PeftModel
+
+    merged = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
+    apart = inference.load_model(
+        adapter=str(tiny_adapter), device="cpu", dtype="fp32", merge_adapter=False
+    )
+    assert merged.adapter_merged and not isinstance(merged.model, PeftModel)
+    assert not apart.adapter_merged and isinstance(apart.model, PeftModel)
+    pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl")))
+    ids = merged.tokenizer(render_prompt(merged.tokenizer, pair), return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        a, b = merged.model(input_ids=ids).logits, apart.model(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-4) and not torch.equal(a, b)  # measured: 1.8e-5
+    half = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
+    assert not half.adapter_merged and isinstance(half.model, PeftModel)

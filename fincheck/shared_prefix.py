@@ -1,0 +1,325 @@
+"""Prompts that share a prefix run it once: the fast path of `fincheck eval`, the local judge and
+the baselines.
+
+An evaluation's prompts repeat themselves. Every prompt of a task starts with the same system
+instructions (~130 tokens); QASem's 1,556 test QAs are asked over 97 reference documents, each
+of whose responses has several sentences, each with several QAs; FHSumBench's 667 summaries
+cover 227 documents. Fitted to a 1,024-token window (SmolLM2 tokens), the plain path prefills
+1.40M QASem prompt tokens where 0.15M are distinct, 0.45M FHSumBench tokens for 0.14M, and 0.60M
+FINAL tokens for 0.45M (the instructions alone).
+
+So the token ids of the prompts are put in a prefix tree (`build_prefix_tree`): a node is a
+prefix shared by all prompts below it. The tree is walked depth first: a node's prefix runs
+once into a KV cache (the parent's cache, extended by the node's own tokens); the prompts that
+end below the node without sharing more (its leaves) run only their own suffix from a copy of
+that cache, `batch_size` at a time (`leaf_batches`), left-padded within the suffix. From the
+suffix's last position come P(Yes)/(P(Yes)+P(No)) and the first greedy token; decoding goes on
+token by token from the same cache, each row leaving the batch at its end-of-turn token.
+
+Positions are those of the unpadded prompt and the attention mask hides the padding, so a
+prompt's logits are the plain path's up to float reassociation: P(Yes) within 1e-5 in fp32,
+and the same greedy text unless two tokens tie to within that rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+
+# A node gets a cache of its own only when it shares this many tokens beyond its parent: a
+# shorter extension costs a forward pass and a cache copy for little saved prefill.
+MIN_SHARED = 32
+
+
+@dataclass
+class PrefixNode:
+    """`depth` tokens shared by every prompt below; `leaves` run their suffix from this node's
+    cache, `children` extend it."""
+
+    depth: int
+    leaves: list[int] = field(default_factory=list)
+    children: list[PrefixNode] = field(default_factory=list)
+
+    def prompts(self) -> list[int]:
+        """Every prompt below this node."""
+        return [*self.leaves, *(i for child in self.children for i in child.prompts())]
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for k in range(n):
+        if a[k] != b[k]:
+            return k
+    return n
+
+
+def build_prefix_tree(ids: Sequence[Sequence[int]], min_shared: int = MIN_SHARED) -> PrefixNode:
+    """The prefix tree of tokenized prompts (indices into `ids`).
+
+    Sorted lexicographically, prompts that share a prefix are neighbours, and the prefix a run
+    of neighbours shares is the smallest common prefix of adjacent pairs in it. A node's depth
+    is that minimum, capped so that each prompt keeps at least one token of its own (its last
+    position gives the answer's logits); runs that share more become children, unless they
+    share fewer than `min_shared` tokens more, in which case their prompts and children belong
+    to this node.
+    """
+    if not ids:
+        return PrefixNode(0)
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    lcp = [common_prefix_length(ids[a], ids[b]) for a, b in itertools.pairwise(order)]
+    return _subtree(ids, order, lcp, 0, len(order), min_shared, floor=0)
+
+
+def _subtree(ids, order, lcp, lo: int, hi: int, min_shared: int, floor: int) -> PrefixNode:
+    shortest = min(len(ids[order[k]]) for k in range(lo, hi))
+    shared = min(lcp[lo : hi - 1]) if hi - lo > 1 else shortest
+    node = PrefixNode(max(floor, min(shared, shortest - 1)))
+    if hi - lo == 1:
+        node.leaves.append(order[lo])
+        return node
+    start = lo
+    for k in range(lo, hi):
+        if k < hi - 1 and lcp[k] > node.depth:
+            continue  # order[k + 1] shares more than this node with order[k]: same run
+        if k == start:
+            node.leaves.append(order[k])
+        elif k - start == hi - lo - 1:  # all share more, but the cap leaves them one token each
+            node.leaves.extend(order[start : k + 1])
+        else:
+            child = _subtree(ids, order, lcp, start, k + 1, min_shared, node.depth)
+            if child.depth - node.depth >= min_shared:
+                node.children.append(child)
+            else:
+                node.leaves.extend(child.leaves)
+                node.children.extend(child.children)
+        start = k + 1
+    return node
+
+
+def count_prefill_tokens(ids: Sequence[Sequence[int]], tree: PrefixNode) -> int:
+    """Prompt tokens the tree walk runs through the model (the plain path: sum of lengths)."""
+
+    def walk(node: PrefixNode, parent_depth: int) -> int:
+        own = node.depth - parent_depth if node.depth > parent_depth else 0
+        suffixes = sum(len(ids[i]) - node.depth for i in node.leaves)
+        return own + suffixes + sum(walk(child, node.depth) for child in node.children)
+
+    return walk(tree, 0)
+
+
+@dataclass
+class Answers:
+    """One batch's answers: `indices` into the prompts, their greedy texts, and P(Yes) when
+    asked."""
+
+    indices: list[int]
+    texts: list[str]
+    p_yes: list[float] | None
+
+
+def answer_prompts(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    batch_size: int = 8,
+    want_p_yes: bool = False,
+    min_shared: int = MIN_SHARED,
+) -> Iterator[Answers]:
+    """Greedy answers to rendered prompts, batch by batch in the tree's order, every shared
+    prefix run once.
+
+    With `want_p_yes` (a Yes/No task), P(Yes)/(P(Yes)+P(No)) comes from the first answer
+    position (a spelling of several tokens is teacher-forced as an extra row), and an answer
+    whose first token starts Yes or No stops there: P(Yes) is what is scored; any other answer
+    is decoded on so a report can show what it says.
+    """
+    import torch
+
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    runner = _TreeRunner(model, tokenizer, ids, max_new_tokens, max(1, batch_size), want_p_yes)
+    with torch.no_grad():
+        yield from runner.walk(build_prefix_tree(ids, min_shared), None, 0)
+
+
+def score_yes_no(
+    model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8
+) -> tuple[list[str], list[float]]:
+    """(text, P(Yes)) per prompt, in the prompts' order: `answer_prompts` with `want_p_yes`."""
+    texts, p_yes = [""] * len(prompts), [0.0] * len(prompts)
+    for batch in answer_prompts(
+        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=True
+    ):
+        for k, i in enumerate(batch.indices):
+            texts[i], p_yes[i] = batch.texts[k], batch.p_yes[k]
+    return texts, p_yes
+
+
+def generate_texts(
+    model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8
+) -> list[str]:
+    """Greedy text per prompt, in the prompts' order: `answer_prompts` collected."""
+    texts = [""] * len(prompts)
+    for batch in answer_prompts(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size):
+        for k, i in enumerate(batch.indices):
+            texts[i] = batch.texts[k]
+    return texts
+
+
+def leaf_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Batches of positions into `lengths`: similar lengths together (little padding), the
+    longest batch first (an out-of-memory shows at once), the others in a seeded random order,
+    so the rate a progress bar sees is steady and its ETA right after a few batches (in length
+    order it would drift by the ratio of the longest to the shortest prompt)."""
+    order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    rest = batches[1:]
+    random.Random(0).shuffle(rest)
+    return batches[:1] + rest
+
+
+class _TreeRunner:
+    """The depth-first walk of one prefix tree: caches, suffix batches, greedy decoding."""
+
+    def __init__(self, model, tokenizer, ids, max_new_tokens: int, batch_size: int, p_yes: bool):
+        self.model, self.tokenizer, self.ids = model, tokenizer, ids
+        self.max_new_tokens, self.batch_size, self.want_p_yes = max_new_tokens, batch_size, p_yes
+        self.device = model.device
+        self.yes = answer_spellings(tokenizer, YES_SPELLINGS)
+        self.no = answer_spellings(tokenizer, NO_SPELLINGS)
+        # spellings of several tokens are teacher-forced: one extra row per (prompt, spelling)
+        self.longer = [s for s in (*self.yes, *self.no) if len(s) > 1] if p_yes else []
+        self.keep = max([1, *(len(s) for s in self.longer)])  # logits positions to compute
+        self.answer_starts = {s[0] for s in (*self.yes, *self.no)}
+        eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+        self.eos = set(eos if isinstance(eos, list) else [eos])
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def walk(self, node: PrefixNode, cache: Any, cached: int) -> Iterator[Answers]:
+        """Answers below `node`; `cache` holds the first `cached` tokens of its prompts."""
+        if node.depth > cached:
+            cache = self.extend(cache, cached, self.ids[node.prompts()[0]][cached : node.depth])
+            cached = node.depth
+        for batch in leaf_batches([len(self.ids[i]) for i in node.leaves], self.batch_size):
+            yield self.answer([node.leaves[k] for k in batch], cache, cached)
+        for child in node.children:
+            yield from self.walk(child, cache, cached)
+
+    def extend(self, cache: Any, cached: int, tokens: list[int]) -> Any:
+        """A new cache: `cache` (not modified) plus `tokens` at positions cached, cached+1, ..."""
+        import torch
+
+        ids = torch.tensor([tokens], device=self.device)
+        positions = torch.arange(cached, cached + len(tokens), device=self.device)[None]
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            past_key_values=copy.deepcopy(cache) if cache is not None else None,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.past_key_values
+
+    def answer(self, members: list[int], cache: Any, cached: int) -> Answers:
+        """One batch of prompts that share the cached prefix: their suffixes in one forward
+        pass, P(Yes) when asked, then greedy decoding."""
+        import torch
+
+        dev, n = self.device, len(members)
+        rows = [self.ids[i][cached:] for i in members]
+        rows += [self.ids[i][cached:] + list(s) for i in members for s in self.longer]
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad, dtype=torch.long, device=dev)
+        suffix_mask = torch.zeros((len(rows), width), dtype=torch.long, device=dev)
+        for r, row in enumerate(rows):
+            input_ids[r, width - len(row) :] = torch.tensor(row, device=dev)
+            suffix_mask[r, width - len(row) :] = 1
+        prefix_mask = torch.ones((len(rows), cached), dtype=torch.long, device=dev)
+        mask = torch.cat([prefix_mask, suffix_mask], dim=1)
+        positions = cached + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        if cache is not None:
+            cache = copy.deepcopy(cache)
+            cache.batch_repeat_interleave(len(rows))
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=self.keep,
+        )
+        last = out.logits[:n, -1].float()
+        p_yes = self.p_yes(last, out.logits[n:].float(), n) if self.want_p_yes else None
+        cache = out.past_key_values
+        if len(rows) > n:
+            cache.batch_select_indices(torch.arange(n, device=dev))
+        texts = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
+        return Answers(members, texts, p_yes)
+
+    def p_yes(self, last, extra, n: int) -> list[float]:
+        """P(Yes)/(P(Yes)+P(No)) per member from its last position (and its spelling rows)."""
+        import torch
+
+        first = torch.softmax(last, dim=-1)
+        extra = torch.softmax(extra, dim=-1) if self.longer else None
+        values = []
+        for k in range(n):
+            total = {}
+            for name, spellings in (("yes", self.yes), ("no", self.no)):
+                value = 0.0
+                for seq in spellings:
+                    prob = float(first[k, seq[0]])
+                    if len(seq) > 1:  # its row: the suffix, then the spelling's tokens
+                        r = k * len(self.longer) + self.longer.index(seq)
+                        for j in range(1, len(seq)):
+                            prob *= float(extra[r, -len(seq) - 1 + j, seq[j]])
+                    value += prob
+                total[name] = value
+            values.append(total["yes"] / max(total["yes"] + total["no"], 1e-30))
+        return values
+
+    def decode(self, next_ids, cache, mask, last_position) -> list[str]:
+        """Greedy tokens from `next_ids` on, each row leaving the batch at an end-of-turn token,
+        after `max_new_tokens`, or (Yes/No tasks) after a first token that starts Yes or No."""
+        import torch
+
+        rows = list(range(len(next_ids)))  # batch row -> member
+        generated: list[list[int]] = [[] for _ in rows]
+        for step in range(self.max_new_tokens):
+            keep = []
+            for r, member in enumerate(rows):
+                token = int(next_ids[r])
+                generated[member].append(token)  # an end-of-turn token too, as `generate` keeps
+                # it (decoding skips it when it is a special token, as end-of-turn tokens are)
+                if token in self.eos:
+                    continue
+                if not (step == 0 and self.want_p_yes and token in self.answer_starts):
+                    keep.append(r)
+            if not keep or step == self.max_new_tokens - 1:
+                break
+            if len(keep) < len(rows):  # finished rows leave the batch
+                index = torch.tensor(keep, device=mask.device)
+                cache.batch_select_indices(index)
+                next_ids, mask, last_position = next_ids[index], mask[index], last_position[index]
+                rows = [rows[r] for r in keep]
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            last_position = last_position + 1
+            out = self.model(
+                input_ids=next_ids[:, None],
+                attention_mask=mask,
+                position_ids=last_position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = out.past_key_values
+            next_ids = out.logits[:, -1].argmax(-1)
+        decode = self.tokenizer.decode
+        return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated]
