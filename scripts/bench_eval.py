@@ -6,9 +6,9 @@ A real model (a `fincheck models` name, a folder or a hub id): the eval path its
 largest p_yes difference between them:
   # QASem: 16 whole (response, sentence) groups in every mode, then the whole split fast
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-groups 16 --json-out docs/bench/cpu-smollm2-eval-paths.json
+      --tasks qasem --qasem-docs 8 --json-out docs/bench/cpu-smollm2-eval-paths.json
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-groups 0 --modes prefix-reuse
+      --tasks qasem --qasem-docs 0 --modes prefix-reuse
   # FINAL and FHSumBench with an adapter: batch 1 vs batched
   python scripts/bench_eval.py --model smollm2-135m-instruct --adapter checkpoints/smollm2-135m-cpu \\
       --prepared-dir prepared --tasks final,fhsumbench --limit 32

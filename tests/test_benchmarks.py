@@ -158,17 +158,19 @@ def test_bench_eval_paths_times_the_eval_path_in_every_mode(small_prepared, tmp_
     bench = load_script("bench_eval")
     out = tmp_path / "paths.json"
     argv = ["--model", str(base), "--prepared-dir", str(small_prepared), "--tasks", "qasem,final",
-            "--qasem-groups", "2", "--limit", "2", "--window", "512", "--batch-size", "4",
+            "--qasem-docs", "2", "--limit", "2", "--window", "512", "--batch-size", "4",
             "--scratch", str(tmp_path / "scratch"), "--json-out", str(out)]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads(out.read_text())["results"]
     by = {(r["task"], r["mode"]): r for r in results}
-    assert set(by) == {("qasem", m) for m in ("naive", "batched", "prefix-reuse")} | {
-        ("final", "naive"),
-        ("final", "batched"),
-    }
+    modes = ("naive", "batched", "prefix-reuse")
+    assert set(by) == {(task, m) for task in ("qasem", "final") for m in modes}
     assert by["qasem", "naive"]["examples"] == by["qasem", "prefix-reuse"]["examples"] == 4
     assert by["qasem", "prefix-reuse"]["max_abs_delta_p_yes"] < 1e-4
     assert by["qasem", "batched"]["max_abs_delta_p_yes"] < 1e-4
     assert by["final", "batched"]["speedup_vs_naive"] > 0
+    assert by["final", "prefix-reuse"]["same_output_share"] == 1.0
+    # the 4 QAs over 2 documents: each document (and the instructions) runs once
+    naive, reused = by["qasem", "naive"], by["qasem", "prefix-reuse"]
+    assert naive["tokens_run"] == naive["prompt_tokens"] > 2 * reused["tokens_run"]
     assert "| qasem | prefix-reuse | 4 |" in capsys.readouterr().out

@@ -6,18 +6,20 @@ same examples, into a scratch folder, and reports per task:
 
   naive         batch 1, the plain path: every prompt on its own
   batched       `batch_size` prompts per call, longest first, left padding
-  prefix-reuse  QASem only: batched, and the prompts that share their reference and response
-                sentence run one forward over the shared prefix and only their QA suffix
-                beyond it (the default of `fincheck eval`)
+  prefix-reuse  the default of `fincheck eval` (`fincheck.shared_prefix`): every prefix that
+                prompts share (the task's instructions, a document, a response sentence) runs
+                once into a KV cache, each prompt only its own suffix from a copy, batched
 
 For each mode: wall seconds, examples/s, prompt tokens/s (the fitted prompts' tokens, the same
-count in every mode, over the wall time); against naive: the speed-up, the largest |p_yes|
-difference on QASem, and the share of identical answers (QASem's Yes/No word, the generating
-tasks' whole text).
+count in every mode, over the wall time), the prompt tokens the model actually ran (fewer with
+prefix reuse); against naive: the speed-up, the largest |p_yes| difference on QASem, and the
+share of identical answers (QASem's Yes/No word, the generating tasks' whole text).
 
-QASem is sampled by whole (response, sentence) groups (`qasem_groups`), as the full split holds
-them (250 groups, 1,556 QAs): a random sample of single QAs would share nothing and hide what
-prefix reuse saves. `qasem_groups: 0` takes the whole split.
+QASem is sampled by whole reference documents (`qasem_docs`), every QA asked over them, as the
+full split holds them (97 documents, 1,556 QAs): a random sample of single QAs would share
+nothing and hide what prefix reuse saves. `qasem_docs: 0` takes the whole split. FINAL and
+FHSumBench are sampled by example (`limit`), which hides the documents FHSumBench's summaries
+share (227 documents for 667 summaries): their full splits show it.
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ class EvalPathSettings:
     prepared_dir: Path = config_field(Path("prepared"), "a `fincheck prepare` output")
     tasks: list[str] = config_field(["qasem"], "comma list of tasks")
     modes: list[str] = config_field(list(PATH_MODES), "comma list of naive, batched, prefix-reuse")
-    qasem_groups: int = config_field(16, "QASem (response, sentence) groups sampled; 0: all")
+    qasem_docs: int = config_field(8, "QASem reference documents sampled (all their QAs); 0: all")
     limit: int = config_field(32, "FINAL / FHSumBench examples sampled; 0: all")
     batch_size: int = config_field(8, "prompts per call in batched and prefix-reuse modes")
     window: int | None = config_field(1024, "tokens the model may see, as `fincheck eval --window`")
     seed: int = config_field(0, "seed of the samples")
     scratch: Path = config_field(Path("runs/bench-eval-paths"), "scratch folder (replaced)")
+    progress: bool = config_field(False, "show the eval's progress bars (rate and ETA) on stderr")
 
 
 @dataclass
@@ -62,6 +65,7 @@ class PathResult:
     prompt_tokens: int
     examples_per_s: float
     prompt_tokens_per_s: float
+    tokens_run: int | None = None  # prompt tokens through the model (prefix reuse: fewer)
     speedup_vs_naive: float | None = None
     max_abs_delta_p_yes: float | None = None  # QASem, against naive
     same_output_share: float | None = None  # identical answers, against naive
@@ -77,13 +81,18 @@ class EvalPathReport:
         return {"command": command, **asdict(self)}
 
 
-def sample_groups(pairs: list[Pair], groups: int, seed: int) -> list[Pair]:
-    """Every QA of `groups` seeded (response, sentence) groups, in file order."""
-    keys = sorted({(p.meta["response_id"], p.meta["sent_id"]) for p in pairs}, key=str)
-    if groups and groups < len(keys):
-        keys = random.Random(seed).sample(keys, groups)
+def grounding_text(pair: Pair) -> str:
+    start, end = pair.meta["grounding_span"]
+    return pair.user_content[start:end]
+
+
+def sample_documents(pairs: list[Pair], documents: int, seed: int) -> list[Pair]:
+    """Every pair over `documents` seeded reference documents, in file order."""
+    keys = sorted({grounding_text(p) for p in pairs})
+    if documents and documents < len(keys):
+        keys = random.Random(seed).sample(keys, documents)
     chosen = set(keys)
-    return [p for p in pairs if (p.meta["response_id"], p.meta["sent_id"]) in chosen]
+    return [p for p in pairs if grounding_text(p) in chosen]
 
 
 def sample_examples(pairs: list[Pair], limit: int, seed: int) -> list[Pair]:
@@ -101,7 +110,7 @@ def write_subset(s: EvalPathSettings) -> Path:
     for task in s.tasks:
         pairs = read_split(s.prepared_dir, task, "test")
         if task == "qasem":
-            pairs = sample_groups(pairs, s.qasem_groups, s.seed)
+            pairs = sample_documents(pairs, s.qasem_docs, s.seed)
         else:
             pairs = sample_examples(pairs, s.limit, s.seed)
         write_pairs(data / task / "test.jsonl", pairs)
@@ -111,21 +120,23 @@ def write_subset(s: EvalPathSettings) -> Path:
     return data
 
 
-def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, int]:
-    """Tokens of the prompts as the eval path fits them (the same in every mode)."""
+def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
+    """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
+    those the prefix-reuse path runs through the model (each shared prefix once)."""
     from fincheck.eval.generate import resolve_base_model
     from fincheck.inference import load_model
+    from fincheck.shared_prefix import build_prefix_tree, count_prefill_tokens
     from fincheck.tasks import get_task
 
     loaded = load_model(resolve_base_model(s.model, s.adapter), s.adapter, window=s.window)
     totals = {}
     for task in s.tasks:
         budget = loaded.prompt_budget(loaded.answer_budget(get_task(task).max_new_tokens))
-        total = 0
+        ids = []
         for pair in read_split(data, task, "test"):
             fit = loaded.fit_prompt(pair.messages[:-1], pair.meta.get("grounding_span"), budget)
-            total += len(loaded.tokenizer(fit.text, add_special_tokens=False)["input_ids"])
-        totals[task] = total
+            ids.append(loaded.tokenizer(fit.text, add_special_tokens=False)["input_ids"])
+        totals[task] = (sum(map(len, ids)), count_prefill_tokens(ids, build_prefix_tree(ids)))
     return totals
 
 
@@ -163,8 +174,6 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
     outputs: dict[tuple[str, str], dict[str, dict]] = {}
     for task in s.tasks:
         for mode in s.modes:
-            if mode == "prefix-reuse" and task != "qasem":
-                continue  # the other tasks have one prompt per document
             out = s.scratch / f"{task}-{mode}"
             opts = EvalOptions(
                 model=resolve_base_model(s.model, s.adapter),
@@ -175,7 +184,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                 batch_size=1 if mode == "naive" else s.batch_size,
                 window=s.window,
                 prefix_reuse=mode == "prefix-reuse",
-                progress=False,
+                progress=s.progress,
             )
             log(f"[{task} / {mode}] ...")
             start = time.perf_counter()
@@ -184,9 +193,9 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
             predictions = read_predictions(out / "predictions" / f"{task}.jsonl")
             outputs[task, mode] = predictions
             n = len(predictions)
-            result = PathResult(
-                task, mode, n, seconds, tokens[task], n / seconds, tokens[task] / seconds
-            )
+            total, reused = tokens[task]
+            result = PathResult(task, mode, n, seconds, total, n / seconds, total / seconds)
+            result.tokens_run = reused if mode == "prefix-reuse" else total
             naive = outputs.get((task, "naive"))
             if naive is not None and mode != "naive":
                 base = next(r for r in report.results if r.task == task and r.mode == "naive")
@@ -210,14 +219,15 @@ def format_paths_report(report: EvalPathReport) -> str:
         return "-" if value is None else format(value, spec)
 
     rows = [
-        "| task | mode | examples | seconds | ex/s | prompt tok/s | x naive | max abs dp_yes | "
-        "same answers |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | mode | examples | seconds | ex/s | prompt tok/s | tokens run | x naive | "
+        "max abs dp_yes | same answers |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report.results:
         rows.append(
             f"| {r.task} | {r.mode} | {r.examples} | {r.seconds:.1f} | {r.examples_per_s:.2f} | "
-            f"{r.prompt_tokens_per_s:,.0f} | {num(r.speedup_vs_naive, '.1f')} | "
+            f"{r.prompt_tokens_per_s:,.0f} | {num(r.tokens_run, ',')} | "
+            f"{num(r.speedup_vs_naive, '.1f')} | "
             f"{num(r.max_abs_delta_p_yes, '.1e')} | {num(r.same_output_share, '.0%')} |"
         )
     return "\n".join(rows)
