@@ -158,7 +158,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             desc=f"eval {task}",
             unit="ex",
             disable=not opts.progress,
-            # the fast path's batches come in a steady random order (`leaf_batches`): the mean
+            # the fast path's batches come in a seeded random order (`walk_order`): the mean
             # rate gives the ETA; the plain path's longest first: follow the recent rate
             smoothing=0.0 if opts.prefix_reuse else 0.1,
         )

@@ -174,15 +174,22 @@ def generate_texts(
 
 
 def leaf_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Batches of positions into `lengths`: similar lengths together (little padding), the
-    longest batch first (an out-of-memory shows at once), the others in a seeded random order,
-    so the rate a progress bar sees is steady and its ETA right after a few batches (in length
-    order it would drift by the ratio of the longest to the shortest prompt)."""
+    """Batches of positions into `lengths`, longest first: similar lengths together, so little
+    padding (`walk_order` then mixes them)."""
     order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
-    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    rest = batches[1:]
-    random.Random(0).shuffle(rest)
-    return batches[:1] + rest
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def walk_order(batches: list[list[int]], children: list[PrefixNode]) -> list:
+    """A node's leaf batches and children in the order the walk visits them: the longest batch
+    first (an out-of-memory shows at once), then the rest in a seeded random order, so the rate
+    a progress bar sees is steady and its ETA right after a few batches. In length order it
+    would drift by the ratio of the longest prompt to the shortest; leaves before children would
+    start slow (a leaf runs its whole suffix, often a document, where a child's prompts share
+    theirs) and overstate the ETA by up to the sharing factor."""
+    rest: list = [*batches[1:], *children]
+    random.Random(len(rest)).shuffle(rest)
+    return [*batches[:1], *rest]
 
 
 class _TreeRunner:
@@ -207,10 +214,12 @@ class _TreeRunner:
         if node.depth > cached:
             cache = self.extend(cache, cached, self.ids[node.prompts()[0]][cached : node.depth])
             cached = node.depth
-        for batch in leaf_batches([len(self.ids[i]) for i in node.leaves], self.batch_size):
-            yield self.answer([node.leaves[k] for k in batch], cache, cached)
-        for child in node.children:
-            yield from self.walk(child, cache, cached)
+        batches = leaf_batches([len(self.ids[i]) for i in node.leaves], self.batch_size)
+        for unit in walk_order(batches, node.children):
+            if isinstance(unit, PrefixNode):
+                yield from self.walk(unit, cache, cached)
+            else:
+                yield self.answer([node.leaves[k] for k in unit], cache, cached)
 
     def extend(self, cache: Any, cached: int, tokens: list[int]) -> Any:
         """A new cache: `cache` (not modified) plus `tokens` at positions cached, cached+1, ..."""

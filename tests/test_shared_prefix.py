@@ -10,6 +10,7 @@ from fincheck.shared_prefix import (
     build_prefix_tree,
     count_prefill_tokens,
     leaf_batches,
+    walk_order,
 )
 
 
@@ -185,8 +186,16 @@ def test_p_yes_is_the_plain_paths(tiny, small_prepared):
 
 def test_leaf_batches_hold_similar_lengths_the_longest_first():
     lengths = [5, 90, 7, 60, 88, 6, 59, 91, 8]
-    batches = leaf_batches(lengths, 3)
-    assert sorted(k for b in batches for k in b) == list(range(9))
-    assert batches[0] == [7, 1, 4]  # 91, 90, 88
-    assert sorted(map(sorted, batches[1:])) == [[0, 2, 5], [3, 6, 8]]  # 60, 59, 8 | 5, 7, 6
-    assert leaf_batches(lengths, 3) == batches  # seeded
+    assert leaf_batches(lengths, 3) == [[7, 1, 4], [3, 6, 8], [2, 5, 0]]  # 91 90 88 | 60 59 8 | ...
+
+
+def test_walk_order_keeps_the_longest_batch_first_and_mixes_the_rest():
+    batches = [[k] for k in range(10)]
+    children = [PrefixNode(40, [k]) for k in range(10, 20)]
+    order = walk_order(batches, children)
+    assert order[0] == [0]
+    assert sorted(map(id, order)) == sorted(map(id, [*batches, *children]))
+    first_half = order[1:10]  # leaves and children mixed, not leaves first
+    assert any(isinstance(u, PrefixNode) for u in first_half)
+    assert any(not isinstance(u, PrefixNode) for u in first_half)
+    assert walk_order(batches, children) == order  # seeded
