@@ -52,6 +52,9 @@ class EvalPathSettings:
     limit: int = config_field(32, "FINAL / FHSumBench examples sampled; 0: all")
     batch_size: int = config_field(8, "prompts per call in batched and prefix-reuse modes")
     window: int | None = config_field(1024, "tokens the model may see, as `fincheck eval --window`")
+    dtype: str = config_field(
+        "auto", "weights' dtype, as `fincheck eval --dtype` (auto: fp32 on a CPU)"
+    )
     seed: int = config_field(0, "seed of the samples")
     scratch: Path = config_field(Path("runs/bench-eval-paths"), "scratch folder (replaced)")
     progress: bool = config_field(False, "show the eval's progress bars (rate and ETA) on stderr")
@@ -131,7 +134,9 @@ def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]
     from fincheck.shared_prefix import build_prefix_tree, count_prefill_tokens
     from fincheck.tasks import get_task
 
-    loaded = load_model(resolve_base_model(s.model, s.adapter), s.adapter, window=s.window)
+    loaded = load_model(
+        resolve_base_model(s.model, s.adapter), s.adapter, window=s.window, dtype=s.dtype
+    )
     totals = {}
     for task in s.tasks:
         budget = loaded.prompt_budget(loaded.answer_budget(get_task(task).max_new_tokens))
@@ -187,6 +192,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                 tasks=(task,),
                 batch_size=1 if mode == "naive" else s.batch_size,
                 window=s.window,
+                dtype=s.dtype,
                 prefix_reuse=mode == "prefix-reuse",
                 progress=s.progress,
             )
