@@ -31,7 +31,7 @@ from fincheck.inference import fit_messages, generate_batch, load_model
 from fincheck.pairs import Pair
 from fincheck.prepared import read_split
 from fincheck.runs import adapter_sha256
-from fincheck.shared_prefix import answer_prompts
+from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.tasks import get_task, task_names
 
 
@@ -158,9 +158,8 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             desc=f"eval {task}",
             unit="ex",
             disable=not opts.progress,
-            # the fast path's batches come in a seeded random order (`walk_order`): the mean
-            # rate gives the ETA; the plain path's longest first: follow the recent rate
-            smoothing=0.0 if opts.prefix_reuse else 0.1,
+            # batches come in a seeded random order (`walk_order`): the mean rate gives the ETA
+            smoothing=0.0,
         )
         try:
             for batch, texts, p_yes in answer_batches(loaded, task, todo, prompts, opts):
@@ -189,11 +188,12 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
 
     The fast path (default): `fincheck.shared_prefix.answer_prompts` runs each prefix that
     prompts share once (the task's instructions, a document several prompts are about) and
-    every prompt's own suffix from a copy of its KV cache, shortest first; P(Yes) for a task
-    that reads it (QASem) from the first answer position, its text decoded only past a first
-    token that is not Yes or No. `--no-prefix-reuse` takes the plain path: length-sorted
-    batches (longest first, so an out-of-memory shows in the first one), left padding, greedy
-    `generate`, P(Yes) from the same first position.
+    every prompt's own suffix from a copy of its KV cache; P(Yes) for a task that reads it
+    (QASem) from the first answer position, its text decoded only past a first token that is
+    not Yes or No. `--no-prefix-reuse` takes the plain path: length-sorted batches, left
+    padding, greedy `generate`, P(Yes) from the same first position. Both run the longest batch
+    first (an out-of-memory shows at once) and the rest in a seeded random order (`walk_order`),
+    which keeps the progress bar's rate steady and its ETA right.
     """
     budget = opts.answer_budget(task, loaded)
     reads_p_yes = get_task(task).reads_p_yes
@@ -208,9 +208,10 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
         ):
             yield [todo[i] for i in answers.indices], answers.texts, answers.p_yes
         return
-    todo = sorted(todo, key=lambda p: -len(prompts[p.id]))
-    for start in range(0, len(todo), opts.batch_size):
-        batch = todo[start : start + opts.batch_size]
+    for positions in walk_order(
+        leaf_batches([len(prompts[p.id]) for p in todo], opts.batch_size), []
+    ):
+        batch = [todo[k] for k in positions]
         texts, p_yes = generate_batch(
             loaded.model, loaded.tokenizer, [prompts[p.id] for p in batch], budget, reads_p_yes
         )
