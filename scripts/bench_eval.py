@@ -4,14 +4,15 @@
 A real model (a `fincheck models` name, a folder or a hub id): the eval path itself
 (fincheck.bench.eval_paths), naive vs batched vs prefix-reuse on the same examples, with the
 largest p_yes difference between them:
-  # QASem: 16 whole (response, sentence) groups in every mode, then the whole split fast
+  # QASem: every QA over 8 sampled reference documents, in every mode (the first is the reference)
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-docs 8 --json-out docs/bench/cpu-smollm2-eval-paths.json
+      --tasks qasem --qasem-docs 8
+  # the whole QASem split, the plain path beside prefix reuse (about an hour on 2 CPU cores)
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-docs 0 --modes prefix-reuse
-  # FINAL and FHSumBench with an adapter: batch 1 vs batched
+      --tasks qasem --qasem-docs 0 --modes batched,prefix-reuse --progress
+  # FINAL and FHSumBench with an adapter, whole splits, the fast path only
   python scripts/bench_eval.py --model smollm2-135m-instruct --adapter checkpoints/smollm2-135m-cpu \\
-      --prepared-dir prepared --tasks final,fhsumbench --limit 32
+      --prepared-dir prepared --tasks final,fhsumbench --limit 0 --modes prefix-reuse
 
 An architecture (configs/models/<name>.json, random-init weights: no download), prefill and
 generation speed of that shape (fincheck.bench.eval_speed):
