@@ -215,7 +215,7 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.shared_prefix import generate_texts, score_yes_no
+        from fincheck.shared_prefix import answer_in_order
 
         while True:
             batch = [self._queue.get()]
@@ -233,9 +233,11 @@ class TransformersChatClient:
                 try:
                     with self._tokenizer_lock:
                         if kind[0] == "p_yes":
-                            _, values = score_yes_no(model, tokenizer, prompts, kind[1])
+                            _, values = answer_in_order(
+                                model, tokenizer, prompts, kind[1], want_p_yes=True
+                            )
                         else:  # prompts over one document share its prefix
-                            values = generate_texts(model, tokenizer, prompts, kind[1])
+                            values, _ = answer_in_order(model, tokenizer, prompts, kind[1])
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

@@ -149,28 +149,26 @@ def answer_prompts(
         yield from runner.walk(build_prefix_tree(ids, min_shared), None, 0)
 
 
-def score_yes_no(
-    model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8
-) -> tuple[list[str], list[float]]:
-    """(text, P(Yes)) per prompt, in the prompts' order: `answer_prompts` with `want_p_yes`."""
-    texts, p_yes = [""] * len(prompts), [0.0] * len(prompts)
+def answer_in_order(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    batch_size: int = 8,
+    want_p_yes: bool = False,
+) -> tuple[list[str], list[float] | None]:
+    """`answer_prompts` collected: (texts, P(Yes) or None), in the prompts' order."""
+    texts: list[str] = [""] * len(prompts)
+    p_yes: list[float] | None = [0.0] * len(prompts) if want_p_yes else None
     for batch in answer_prompts(
-        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=True
+        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=want_p_yes
     ):
         for k, i in enumerate(batch.indices):
-            texts[i], p_yes[i] = batch.texts[k], batch.p_yes[k]
-    return texts, p_yes
-
-
-def generate_texts(
-    model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8
-) -> list[str]:
-    """Greedy text per prompt, in the prompts' order: `answer_prompts` collected."""
-    texts = [""] * len(prompts)
-    for batch in answer_prompts(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size):
-        for k, i in enumerate(batch.indices):
             texts[i] = batch.texts[k]
-    return texts
+            if p_yes is not None:
+                p_yes[i] = batch.p_yes[k]
+    return texts, p_yes
 
 
 def leaf_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

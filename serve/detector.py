@@ -10,7 +10,7 @@
 Every input goes through the path training and evaluation use, so the model sees what it was
 trained on: the task's prompt file (`fincheck.prompting`) -> messages + grounding span ->
 `fincheck.inference.fit_messages` (a document too long for the window is cut at the end of its
-grounding text, with a warning) -> `fincheck.shared_prefix.answer_prompts` (greedy, every
+grounding text, with a warning) -> `fincheck.shared_prefix.answer_in_order` (greedy, every
 prefix the inputs share run once, p(Yes) at the first answer position) -> the task's own reading
 of the output (`Task.detect_output`).
 """
@@ -26,7 +26,7 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.inference import LoadedModel, load_model
 from fincheck.prompting import GROUNDING_FIELD, load_prompt
-from fincheck.shared_prefix import answer_prompts
+from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 
 log = logging.getLogger(__name__)
@@ -151,19 +151,17 @@ class Detector:
             prompt, was_trimmed = self.render(task, record, budget)
             prompts.append(prompt)
             trimmed.append(was_trimmed)
-        outputs: list[RawOutput | None] = [None] * len(prompts)
-        for answers in answer_prompts(
+        texts, p_yes = answer_in_order(
             self.model,
             self.tokenizer,
             prompts,
             budget,
             batch_size=self.batch_size,
             want_p_yes=get_task(task).reads_p_yes,
-        ):
-            for k, i in enumerate(answers.indices):
-                p_yes = answers.p_yes[k] if answers.p_yes else None
-                outputs[i] = RawOutput(answers.texts[k], p_yes, trimmed[i])
-        return outputs
+        )
+        return [
+            RawOutput(text, p_yes[i] if p_yes else None, trimmed[i]) for i, text in enumerate(texts)
+        ]
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
         """The chat-formatted prompt for one input, trimmed on its grounding text to fit the

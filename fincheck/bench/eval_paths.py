@@ -87,18 +87,13 @@ class EvalPathReport:
         return {"command": command, **asdict(self)}
 
 
-def grounding_text(pair: Pair) -> str:
-    start, end = pair.meta["grounding_span"]
-    return pair.user_content[start:end]
-
-
 def sample_documents(pairs: list[Pair], documents: int, seed: int) -> list[Pair]:
     """Every pair over `documents` seeded reference documents, in file order."""
-    keys = sorted({grounding_text(p) for p in pairs})
+    keys = sorted({p.grounding for p in pairs})
     if documents and documents < len(keys):
         keys = random.Random(seed).sample(keys, documents)
     chosen = set(keys)
-    return [p for p in pairs if grounding_text(p) in chosen]
+    return [p for p in pairs if p.grounding in chosen]
 
 
 def sample_examples(pairs: list[Pair], limit: int, seed: int) -> list[Pair]:
@@ -181,6 +176,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         reference_mode=s.modes[0],
     )
     outputs: dict[tuple[str, str], dict[str, dict]] = {}
+    results: dict[tuple[str, str], PathResult] = {}
     for task in s.tasks:
         for mode in s.modes:
             out = s.scratch / f"{task}-{mode}"
@@ -208,10 +204,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
             result.tokens_run = reused if mode == "prefix-reuse" else total
             if mode != report.reference_mode:
                 ref = outputs[task, report.reference_mode]
-                base = next(
-                    r for r in report.results if r.task == task and r.mode == report.reference_mode
-                )
-                result.speedup = base.seconds / seconds
+                result.speedup = results[task, report.reference_mode].seconds / seconds
                 same = sum(
                     answer_of(task, ref[i]["output"]) == answer_of(task, predictions[i]["output"])
                     for i in predictions
@@ -221,6 +214,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                     result.max_abs_delta_p_yes = max(
                         abs(ref[i]["p_yes"] - predictions[i]["p_yes"]) for i in predictions
                     )
+            results[task, mode] = result
             report.results.append(result)
             log(f"[{task} / {mode}] {n} examples in {seconds:.1f}s ({n / seconds:.2f} ex/s)")
     return report
