@@ -8,8 +8,8 @@ cover 227 documents. Fitted to a 1,024-token window (SmolLM2 tokens), the plain 
 1.40M QASem prompt tokens where 0.15M are distinct, 0.45M FHSumBench tokens for 0.14M, and 0.60M
 FINAL tokens for 0.45M (the instructions alone).
 
-So the token ids of the prompts are put in a prefix tree (`build_prefix_tree`): a node is a
-prefix shared by all prompts below it. The tree is walked depth first: a node's prefix runs
+So the token ids of the prompts are put in a prefix tree (`fincheck.prefix_tree`, the one
+training packs with too): a node is a prefix shared by all prompts below it. The tree is walked depth first: a node's prefix runs
 once into a KV cache (the parent's cache, extended by the node's own tokens); the prompts that
 end below the node without sharing more (its leaves) run only their own suffix from a copy of
 that cache, `batch_size` at a time (`leaf_batches`), left-padded within the suffix. From the
@@ -24,93 +24,13 @@ and the same greedy text unless two tokens tie to within that rounding.
 from __future__ import annotations
 
 import copy
-import itertools
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
-
-# A node gets a cache of its own only when it shares this many tokens beyond its parent: a
-# shorter extension costs a forward pass and a cache copy for little saved prefill.
-MIN_SHARED = 32
-
-
-@dataclass
-class PrefixNode:
-    """`depth` tokens shared by every prompt below; `leaves` run their suffix from this node's
-    cache, `children` extend it."""
-
-    depth: int
-    leaves: list[int] = field(default_factory=list)
-    children: list[PrefixNode] = field(default_factory=list)
-
-    def prompts(self) -> list[int]:
-        """Every prompt below this node."""
-        return [*self.leaves, *(i for child in self.children for i in child.prompts())]
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for k in range(n):
-        if a[k] != b[k]:
-            return k
-    return n
-
-
-def build_prefix_tree(ids: Sequence[Sequence[int]], min_shared: int = MIN_SHARED) -> PrefixNode:
-    """The prefix tree of tokenized prompts (indices into `ids`).
-
-    Sorted lexicographically, prompts that share a prefix are neighbours, and the prefix a run
-    of neighbours shares is the smallest common prefix of adjacent pairs in it. A node's depth
-    is that minimum, capped so that each prompt keeps at least one token of its own (its last
-    position gives the answer's logits); runs that share more become children, unless they
-    share fewer than `min_shared` tokens more, in which case their prompts and children belong
-    to this node.
-    """
-    if not ids:
-        return PrefixNode(0)
-    order = sorted(range(len(ids)), key=lambda i: ids[i])
-    lcp = [common_prefix_length(ids[a], ids[b]) for a, b in itertools.pairwise(order)]
-    return _subtree(ids, order, lcp, 0, len(order), min_shared, floor=0)
-
-
-def _subtree(ids, order, lcp, lo: int, hi: int, min_shared: int, floor: int) -> PrefixNode:
-    shortest = min(len(ids[order[k]]) for k in range(lo, hi))
-    shared = min(lcp[lo : hi - 1]) if hi - lo > 1 else shortest
-    node = PrefixNode(max(floor, min(shared, shortest - 1)))
-    if hi - lo == 1:
-        node.leaves.append(order[lo])
-        return node
-    start = lo
-    for k in range(lo, hi):
-        if k < hi - 1 and lcp[k] > node.depth:
-            continue  # order[k + 1] shares more than this node with order[k]: same run
-        if k == start:
-            node.leaves.append(order[k])
-        elif k - start == hi - lo - 1:  # all share more, but the cap leaves them one token each
-            node.leaves.extend(order[start : k + 1])
-        else:
-            child = _subtree(ids, order, lcp, start, k + 1, min_shared, node.depth)
-            if child.depth - node.depth >= min_shared:
-                node.children.append(child)
-            else:
-                node.leaves.extend(child.leaves)
-                node.children.extend(child.children)
-        start = k + 1
-    return node
-
-
-def count_prefill_tokens(ids: Sequence[Sequence[int]], tree: PrefixNode) -> int:
-    """Prompt tokens the tree walk runs through the model (the plain path: sum of lengths)."""
-
-    def walk(node: PrefixNode, parent_depth: int) -> int:
-        own = node.depth - parent_depth if node.depth > parent_depth else 0
-        suffixes = sum(len(ids[i]) - node.depth for i in node.leaves)
-        return own + suffixes + sum(walk(child, node.depth) for child in node.children)
-
-    return walk(tree, 0)
+from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 
 @dataclass

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fincheck.shared_prefix import (
-    PrefixNode,
-    build_prefix_tree,
-    count_prefill_tokens,
-    leaf_batches,
-    walk_order,
-)
+from fincheck.prefix_tree import PrefixNode, build_prefix_tree, count_prefill_tokens
+from fincheck.shared_prefix import leaf_batches, walk_order
 
 
 def _shape(node: PrefixNode) -> tuple:

@@ -126,7 +126,7 @@ def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]
     those the prefix-reuse path runs through the model (each shared prefix once)."""
     from fincheck.eval.generate import resolve_base_model
     from fincheck.inference import load_model
-    from fincheck.shared_prefix import build_prefix_tree, count_prefill_tokens
+    from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
     from fincheck.tasks import get_task
 
     loaded = load_model(
