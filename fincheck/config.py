@@ -171,7 +171,7 @@ def load_config(
         if key not in types_:
             raise _unknown_key_error(cls, key, "command line")
         if isinstance(value, str) and types_[key] is not str:
-            value = yaml.safe_load(value) if value != "" else None
+            value = override_value(value)
         values[key] = coerce(value, types_[key], f"--{key}")
     try:
         return cls(**values)
@@ -215,3 +215,15 @@ def describe_config(cls: type) -> str:
             f"  --{f.name}  ({type_name}, default {default!r})\n      {f.metadata.get('help', '')}"
         )
     return "\n".join(lines)
+
+
+def override_value(text: str) -> Any:
+    """A `--key=value` string as YAML would read it (numbers, lists, booleans), except that only
+    true/false are booleans: YAML 1.1 reads `no`, `off`, `yes`, `on` as booleans, and
+    `--save_strategy=no` means the string "no". An empty value is None."""
+    if text == "":
+        return None
+    value = yaml.safe_load(text)
+    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
+        return text
+    return value
