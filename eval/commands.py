@@ -22,6 +22,9 @@ EVAL_EXAMPLES = """examples:
   fincheck eval --method pipeline --model smollm2-135m-instruct --data prepared --limit 20 --out runs/pipeline
   fincheck eval --method two-step --step1 oracle --step2 cot-hint --model smollm2-135m-instruct ...
   fincheck eval --method fizz --nli-model tals/albert-xlarge-vitaminc-mnli --model ... --tasks final
+  # the floor of every QASem comparison: word overlap of the answer with the reference, no model
+  fincheck eval --method overlap --tasks qasem --data prepared --out runs/overlap
+  # --limit N of QASem draws whole reference documents (about N QAs), so the prefix tree stays fast
 A rerun with the same --out resumes: ids already in predictions/<task>.jsonl are skipped (and a
 baseline's LLM calls already answered come from OUT/llm_cache.jsonl)."""
 
@@ -199,9 +202,10 @@ def register(subparsers) -> None:
     )
     b.add_argument(
         "--method",
-        choices=("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz"),
+        choices=("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap"),
         help="e2e / e2e-fewshot / e2e-cot: every task; pipeline, two-step: FINAL; fizz: FINAL "
-        "and FHSumBench (default: none, the fincheck prompt and an optional --adapter)",
+        "and FHSumBench; overlap: QASem, no model (the share of the answer's words found in "
+        "the reference) (default: none, the fincheck prompt and an optional --adapter)",
     )
     b.add_argument(
         "--backend",
@@ -343,10 +347,13 @@ def register(subparsers) -> None:
 
 
 def baseline_command(args) -> int:
-    from fincheck.eval.baselines.runner import BaselineOptions, run_baseline
+    from fincheck.eval.baselines.runner import BaselineOptions, get_method_needs_llm, run_baseline
 
-    if not args.model:
+    needs_llm = get_method_needs_llm(args.method)
+    if not args.model and needs_llm:
         raise FincheckError("--method needs --model (the LLM that runs it)")
+    if args.model and not needs_llm:
+        raise FincheckError(f"--method {args.method} asks no model: leave out --model")
     if args.adapter:
         raise FincheckError(
             "--method runs a paper's system with --model; a fincheck adapter goes in --step1 "
@@ -354,7 +361,7 @@ def baseline_command(args) -> int:
         )
     opts = BaselineOptions(
         method=args.method,
-        model=args.model,
+        model=args.model or "none",
         data_dir=args.data,
         out_dir=args.out,
         backend=args.backend,

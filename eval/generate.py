@@ -14,7 +14,6 @@ The model sees `messages[:-1]` (system + user) through the tokenizer's chat temp
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from fincheck.eval.predictions import (
     record_loaded,
 )
 from fincheck.inference import fit_messages, generate_batch, load_model
-from fincheck.pairs import Pair
+from fincheck.pairs import Pair, sample, sample_documents, sample_pairs  # noqa: F401  (tests)
 from fincheck.prepared import read_split
 from fincheck.runs import adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
@@ -114,12 +113,11 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             "max_input_tokens": opts.max_input_tokens,
             "requested_window": opts.window,  # the loaded model's own is recorded as "window"
             "tasks": list(opts.tasks),
+            "sample_by": sample_by(opts.tasks),
         },
     )
     task_pairs = {
-        task: sample_pairs(
-            read_split(opts.data_dir, task, opts.split), opts.limit_for(task), opts.sample_seed
-        )
+        task: sample_task(read_split(opts.data_dir, task, opts.split), task, opts)
         for task in opts.tasks
     }
     loaded = load_model(
@@ -218,13 +216,13 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
         yield batch, texts, p_yes
 
 
-def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
-    """A seeded random sample of `limit` pairs, in file order (all pairs when limit is None).
+def sample_by(tasks) -> dict[str, str]:
+    """How --limit samples each task: whole documents where the task says so (QASem), else
+    pairs."""
+    return {t: "documents" if get_task(t).limit_by_document else "pairs" for t in tasks}
 
-    Random rather than the first N because prepared files are grouped (the first QASem pairs
-    are all CLIFF); seeded so that a rerun selects the same ids and resumes.
-    """
-    if limit is None or limit >= len(pairs):
-        return pairs
-    keep = sorted(random.Random(seed).sample(range(len(pairs)), limit))
-    return [pairs[i] for i in keep]
+
+def sample_task(pairs: list[Pair], task: str, run: EvalRun) -> list[Pair]:
+    """The run's sample of a task's pairs: `--limit` of them drawn with `--sample-seed`, as
+    whole documents for a task that shares them (QASem: a sample keeps the tree's speed)."""
+    return sample(pairs, run.limit_for(task), run.sample_seed, get_task(task).limit_by_document)

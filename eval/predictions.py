@@ -213,12 +213,24 @@ def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
                 _limit_of(previous, task),
                 _limit_of(config, task),
             )
+        elif _limit_of(config, task) is not None and _sample_by(previous, task) != _sample_by(
+            config, task
+        ):  # the same --limit drew pairs, and now whole documents (or back)
+            changed.append(f"the sampling of {task}")
+            was[f"sample_by {task}"] = _sample_by(previous, task)
+            now[f"sample_by {task}"] = _sample_by(config, task)
     if changed:
         raise FincheckError(
             f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
             f"differ: {was} before, {now} now); use another --out"
         )
     _write_json(Path(predictions_dir) / EVAL_CONFIG, config)
+
+
+def _sample_by(config: dict[str, Any], task: str) -> str:
+    """How --limit drew a task's sample: "documents" or "pairs" (runs before whole-document
+    sampling recorded nothing: pairs)."""
+    return (config.get("sample_by") or {}).get(task, "pairs")
 
 
 def read_eval_summary(predictions_dir: Path) -> dict[str, Any]:

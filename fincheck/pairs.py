@@ -13,8 +13,11 @@ over-long document without touching the instructions or the target.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,15 @@ class Pair:
         """The grounding text (document, sources) inside the user message."""
         start, end = self.meta["grounding_span"]
         return self.user_content[start:end]
+
+    @property
+    def document_key(self) -> str:
+        """What identifies the pair's grounding text: pairs with the same key share their
+        document (QASem: every QA about one reference; FHSumBench: the summaries of one
+        source), which is what a prefix tree shares."""
+        span = self.meta.get("grounding_span")
+        text = self.grounding if span else self.user_content
+        return hashlib.sha256(f"{self.task}\0{text}".encode()).hexdigest()[:16]
 
     @property
     def user_content(self) -> str:
@@ -133,3 +145,41 @@ def read_pairs(path: Path) -> Iterator[Pair]:
     """Read a pairs file, validating every line."""
     for line_no, record in iter_json_objects(path):
         yield Pair.from_dict(record, str(path), line_no)
+
+
+def sample_documents(pairs: Sequence[Pair], limit: int, seed: int) -> list[Pair]:
+    """About `limit` pairs made of whole documents (`Pair.document_key`), in file order: the
+    documents in a seeded order, taken while fewer than `limit` pairs are chosen (so the count
+    may pass `limit` by less than one document). A small evaluation of QASem then asks every
+    QA of a few references, and the prefix tree runs each reference once."""
+    by_document: dict[str, list[int]] = defaultdict(list)
+    for i, pair in enumerate(pairs):
+        by_document[pair.document_key].append(i)
+    documents = sorted(by_document)
+    random.Random(seed).shuffle(documents)
+    keep: list[int] = []
+    for key in documents:
+        if len(keep) >= limit:
+            break
+        keep += by_document[key]
+    return [pairs[i] for i in sorted(keep)]
+
+
+def sample_pairs(pairs: Sequence[Pair], limit: int | None, seed: int) -> list[Pair]:
+    """A seeded random sample of `limit` pairs, in file order (all pairs when limit is None).
+
+    Random rather than the first N because prepared files are grouped (the first QASem pairs
+    are all CLIFF); seeded so that a rerun selects the same ids and resumes.
+    """
+    if limit is None or limit >= len(pairs):
+        return list(pairs)
+    keep = sorted(random.Random(seed).sample(range(len(pairs)), limit))
+    return [pairs[i] for i in keep]
+
+
+def sample(pairs: Sequence[Pair], limit: int | None, seed: int, by_document: bool) -> list[Pair]:
+    """`limit` pairs drawn with `seed`: whole documents (`sample_documents`) for a task whose
+    pairs share them (`Task.limit_by_document`), else single pairs (`sample_pairs`)."""
+    if limit is not None and by_document and limit < len(pairs):
+        return sample_documents(pairs, limit, seed)
+    return sample_pairs(pairs, limit, seed)

@@ -3,6 +3,7 @@ batching with left padding, resume after a crash, an adapter, and eval -> score 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -147,8 +148,12 @@ def test_eval_writes_predictions_resumes_and_scores(
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
         gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
-        sample = generate.sample_pairs(gold_pairs, 3, seed=0)
+        by_document = task == "qasem"  # --limit 3 of QASem: one whole reference document
+        sample = (generate.sample_documents if by_document else generate.sample_pairs)(
+            gold_pairs, 3, seed=0
+        )
         assert sorted(r["id"] for r in records) == sorted(p.id for p in sample)
+        assert len(sample) > 3 if by_document else len(sample) == 3
         assert all(r["task"] == task and isinstance(r["output"], str) for r in records)
         assert all(0.0 <= r["p_yes"] <= 1.0 for r in records) if task == "qasem" else True
 
@@ -218,6 +223,26 @@ def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
     assert [p.id for p in sample] == [p.id for p in generate.sample_pairs(pairs, 60, seed=0)]
     assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
     assert generate.sample_pairs(pairs, None, 0) == pairs
+
+
+def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    opts = generate.EvalOptions(
+        model="m", data_dir=prepared_dir, out_dir=prepared_dir, limit=100, sample_seed=4
+    )
+    sample = generate.sample_task(pairs, "qasem", opts)
+    assert sample == generate.sample_task(pairs, "qasem", opts)  # seeded
+    chosen = {p.document_key for p in sample}
+    by_document = {k: [p for p in pairs if p.document_key == k] for k in chosen}
+    assert sorted(p.id for p in sample) == sorted(p.id for ps in by_document.values() for p in ps)
+    largest = max(len(ps) for ps in by_document.values())
+    assert 100 <= len(sample) < 100 + largest  # stops at the first document past the limit
+    assert [p.id for p in sample] == [p.id for p in pairs if p in sample]  # file order
+    other = generate.sample_task(pairs, "qasem", dataclasses.replace(opts, sample_seed=5))
+    assert {p.id for p in other} != {p.id for p in sample}
+    # FHSumBench keeps drawing single pairs
+    fh = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
+    assert len(generate.sample_task(fh, "fhsumbench", dataclasses.replace(opts, limit=7))) == 7
 
 
 def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepared_dir, tmp_path):
@@ -390,12 +415,14 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
     (out / "predictions").mkdir(parents=True)
     before = {"model": str(tiny_base), "adapter": None, "split": "test", "sample_seed": 0}
     before |= {"requested_window": None, "max_input_tokens": None}
-    before |= {"limit": {"final": 5, "qasem": None}, "tasks": ["final", "qasem"]}
+    before |= {"limit": {"final": 5, "qasem": 9}, "tasks": ["final", "qasem"]}
     (out / "predictions" / "eval_config.json").write_text(json.dumps(before))
     for changed, match in [
         ({"limit": {"final": 6}, "tasks": ("final",)}, "--limit of final"),
         ({"limit": {"final": 5}, "tasks": ("final",), "sample_seed": 1}, "sample_seed"),
         ({"limit": {"final": 5}, "tasks": ("final",), "window": 256}, "requested_window"),
+        # a run from before whole-document sampling drew QASem's --limit as single pairs
+        ({"limit": {"final": 5, "qasem": 9}, "tasks": ("final", "qasem")}, "sampling of qasem"),
     ]:
         opts = generate.EvalOptions(model=str(tiny_base), data_dir=prepared_dir, out_dir=out)
         for key, value in changed.items():

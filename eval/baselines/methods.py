@@ -10,6 +10,8 @@ asking an injected LLM (`fincheck.eval.llm.CachedLLM`: an endpoint or a local mo
                                 then CoT or CoT&Hint on the inconsistent ones (B.3)
     fizz                        FINAL, FHSumBench: atomic facts + NLI with granularity expansion
                                 (FIZZ §3), thresholded on the dev split
+    overlap                     QASem: no model, the share of the answer's words found in the
+                                reference (a floor every QASem detector should clear)
 
 Prompts are files in `eval/prompts/baselines/` whose headers cite the section they follow.
 Each method's `run` returns a `MethodOutput`: the output text, P(Yes) when read, and a trace of
@@ -99,6 +101,26 @@ def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
     return MethodOutput(text)
 
 
+# ---------------------------------------------------------------------- word overlap
+
+WORD = re.compile(r"\w+")
+
+
+def word_overlap(answer: str, reference: str) -> float:
+    """The share of the answer's words (lowercased \\w+ runs, repeats counted) that occur in
+    the reference: 1.0 when every word is there, 0.0 for an answer without words."""
+    words = WORD.findall(answer.lower())
+    known = set(WORD.findall(reference.lower()))
+    return sum(w in known for w in words) / len(words) if words else 0.0
+
+
+def run_overlap(example: Example, llm: CachedLLM) -> MethodOutput:
+    """QASem without a model: s = word overlap of the QA's answer with the reference, scored
+    like P(Yes) (ROC-AUC of s; supported iff s >= 0.5 for BAcc). No LLM is asked."""
+    share = word_overlap(example.fields["answer"], example.fields["text"])
+    return MethodOutput("Yes" if share >= 0.5 else "No", share, {"overlap": share})
+
+
 # ---------------------------------------------------------------------- registry
 
 
@@ -109,6 +131,7 @@ class Method:
     run: Callable[[Example, CachedLLM], MethodOutput]
     source: str  # the paper section it follows
     prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
+    needs_llm: bool = True  # False: runs without --model (overlap)
 
 
 def e2e_method(variant: str, source: str) -> Method:
@@ -126,6 +149,13 @@ METHODS: dict[str, Method] = {
         e2e_method("e2e", "FINAL §4.1, B.1 (E.2.1); FHSumBench §4.1 vanilla; QASem §5.1"),
         e2e_method("e2e-fewshot", "FINAL B.1 (E.2.2); FHSumBench §4.1 +ICL; QASem Table 5"),
         e2e_method("e2e-cot", "FINAL B.1 (E.2.3 V2); FHSumBench §4.1 +CoT; QASem variant"),
+        Method(
+            "overlap",
+            ("qasem",),
+            run_overlap,
+            "not a paper's system: the share of the answer's words found in the reference",
+            needs_llm=False,
+        ),
     )
 }
 

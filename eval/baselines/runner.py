@@ -57,7 +57,19 @@ class BaselineOptions(EvalRun):
     progress: bool = True
 
 
+class NoLLM:
+    """The client of a method that asks no model (overlap): any call is a bug."""
+
+    def __init__(self) -> None:
+        self.identity = {"backend": "none", "model": "none"}
+
+    def complete(self, messages, sampling, span=None) -> str:
+        raise FincheckError("this method asks no LLM")
+
+
 def build_client(opts: BaselineOptions):
+    if not get_method_needs_llm(opts.method):
+        return NoLLM()
     if opts.backend == "openai":
         from fincheck.eval.llm_backends import OpenAIChatClient
 
@@ -77,6 +89,14 @@ def build_client(opts: BaselineOptions):
         batch_size=max(1, opts.concurrency),
         window=opts.window,
     )
+
+
+def get_method_needs_llm(name: str) -> bool:
+    """Whether the method asks an LLM (all but overlap; two-step and fizz are built later)."""
+    from fincheck.eval.baselines.methods import METHODS
+
+    get_method("e2e")  # the registry, with every module's methods
+    return METHODS[name].needs_llm if name in METHODS else True
 
 
 def adapter_step1(adapter: str, device: str | None):
@@ -117,7 +137,7 @@ def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
 def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
     """FIZZ with its NLI model, and a threshold per task chosen on the dev split first."""
     from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
-    from fincheck.eval.generate import sample_pairs
+    from fincheck.eval.generate import sample_task
 
     if not opts.nli_model:
         raise FincheckError(
@@ -133,7 +153,7 @@ def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
     def prepare(task: str) -> None:
         """The dev pass: score the dev split's sample (the same --limit), pick the threshold."""
         dev = read_split(opts.data_dir, task, "dev")
-        dev = sample_pairs(dev, opts.limit_for(task), opts.sample_seed)
+        dev = sample_task(dev, task, opts)
         scores: list[tuple[float, bool]] = []
 
         def done(pair, output: MethodOutput, n_calls: int) -> None:
@@ -195,7 +215,7 @@ def run_examples(
 
 def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     """Predictions of the method for each task it covers; returns per-task counts."""
-    from fincheck.eval.generate import sample_pairs
+    from fincheck.eval.generate import sample_by, sample_task
 
     client = build_client(opts)
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
@@ -219,6 +239,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "limit": opts.limit,
             "sample_seed": opts.sample_seed,
             "tasks": tasks,
+            "sample_by": sample_by(tasks),
             "max_tokens": opts.max_tokens,
             "nli_model": opts.nli_model,
         },
@@ -226,9 +247,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     record_loaded(opts.predictions_dir, client=client.identity)
     summary: dict[str, dict[str, Any]] = {}
     for task in tasks:
-        pairs = sample_pairs(
-            read_split(opts.data_dir, task, opts.split), opts.limit_for(task), opts.sample_seed
-        )
+        pairs = sample_task(read_split(opts.data_dir, task, opts.split), task, opts)
         if method.prepare is not None:
             method.prepare(task)
         trimmed_before = getattr(client, "trimmed", 0)  # the client counts across tasks

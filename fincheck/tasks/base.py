@@ -109,6 +109,9 @@ class Task(ABC):
     title: str  # how a reader knows it: "FINAL", "QASemConsistency", "FHSumBench"
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
     reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
+    # --limit N draws whole documents (`fincheck.pairs.sample_documents`) rather than N pairs:
+    # for a task whose pairs share documents, so a sample keeps the prefix tree's speed
+    limit_by_document: bool = False
     paper_numbers: tuple[PaperNumber, ...] = ()
     comparability: str = ""  # when our figure can stand next to the papers', in one paragraph
     card: CardInfo
