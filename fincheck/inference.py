@@ -88,6 +88,13 @@ def torch_dtype(name: str | None, device: str = "cpu"):
 # ------------------------------------------------------------------------ loading
 
 
+def fit_answer_budget(task_default: int, window: int | None) -> int:
+    """A task's default answer budget, fitted to the window: at most a quarter of it, so the
+    prompt keeps three quarters (FINAL's 384 in a 1,024 window would leave 640 for
+    instructions and document; its longest prepared answer is under 300 tokens)."""
+    return min(task_default, window // 4) if window else task_default
+
+
 @dataclass
 class LoadedModel:
     """A model ready for inference (eval mode, on its device, left padding)."""
@@ -114,10 +121,7 @@ class LoadedModel:
         return min(limits) if limits else None
 
     def answer_budget(self, task_default: int) -> int:
-        """A task's default answer budget, fitted to the window: at most a quarter of it, so
-        the prompt keeps three quarters (FINAL's 384 in a 1,024 window would leave 640 for
-        instructions and document; its longest prepared answer is under 300 tokens)."""
-        return min(task_default, self.window // 4) if self.window else task_default
+        return fit_answer_budget(task_default, self.window)
 
     def prompt_budget(self, max_new_tokens: int, max_input_tokens: int | None = None) -> int | None:
         """The one trimming rule of eval and detect: a prompt may take `max_input_tokens` when

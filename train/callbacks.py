@@ -3,6 +3,7 @@ wandb run config."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -35,13 +36,53 @@ def row_key(token_ids: Any) -> tuple[int, ...]:
 
 
 def batch_pair_ids(inputs: dict[str, Any], ids_by_key: dict[tuple[int, ...], str]) -> list[str]:
-    """The pair ids of the rows of a padded batch ("?" for a row not found: a packed batch)."""
-    if "attention_mask" not in inputs:
+    """The pair ids of the rows of a padded or tree-packed batch ("?" for a row not found:
+    a padding-free batch)."""
+    if "tree_end" in inputs:  # tree packs: padding has tree_end < 0
+        real = inputs["tree_end"] >= 0
+    elif "attention_mask" in inputs and inputs["attention_mask"].dim() == 2:
+        real = inputs["attention_mask"].bool()
+    else:
         return []
-    found = []
-    for row, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True):
-        found.append(ids_by_key.get(row_key(row[mask.bool()].tolist()), "?"))
-    return found
+    return [
+        ids_by_key.get(row_key(row[mask].tolist()), "?")
+        for row, mask in zip(inputs["input_ids"], real, strict=True)
+    ]
+
+
+def decoder_backbone(model: Any) -> Any:
+    """The transformer under the LM head, through DeepSpeed/DDP and PEFT wrappers: where the
+    attention mask is built."""
+    while hasattr(model, "module"):
+        model = model.module
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model.base_model
+
+
+@contextlib.contextmanager
+def tree_mask_for(model: Any, tree_end: Any):
+    """While a tree-packed batch runs: the backbone gets the tree attention mask built from
+    `tree_end` (`fincheck.train.tree_packing.tree_attention_mask`) as its attention_mask.
+
+    A hook rather than an input: TRL's loss reads `attention_mask` as a 2D token mask, and a
+    FlexAttention BlockMask must be built on the model's device."""
+    from fincheck.train.tree_packing import tree_attention_mask
+
+    backbone = decoder_backbone(model)
+    impl = backbone.config._attn_implementation
+    dtype = next(backbone.parameters()).dtype
+    mask = tree_attention_mask(tree_end, impl, dtype)
+
+    def hook(module, args, kwargs):
+        kwargs["attention_mask"] = mask
+        return args, kwargs
+
+    handle = backbone.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _any_rank(flag: bool, device: Any) -> bool:
@@ -54,6 +95,14 @@ def _any_rank(flag: bool, device: Any) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def deepspeed_zero_stage(trainer: Any) -> int:
+    """The ZeRO stage of a DeepSpeed run (0 without DeepSpeed)."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return 0
+    return int(plugin.deepspeed_config.get("zero_optimization", {}).get("stage", 0))
 
 
 def warmup_from_the_first_step(schedule, warmup_steps: int):
@@ -103,15 +152,51 @@ class FincheckSFTTrainer(SFTTrainer):
             scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
         return scheduler
 
+    dev_figures: Any = None  # fincheck.train.dev_eval.DevFigures, set by build_trainer
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """The eval loss (transformers), then the tasks' dev figures (`dev_eval`), logged and
+        returned together: metric_for_best_model may name either."""
+        metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        if self.dev_figures is None or eval_dataset is not None:
+            return metrics
+        figures, seconds = self.dev_figures.compute(
+            self.model,
+            self.args.process_index,
+            self.args.world_size,
+            sharded=not self.is_deepspeed_enabled or deepspeed_zero_stage(self) < 3,
+        )
+        figures = {f"{metric_key_prefix}_{k}": v for k, v in figures.items()}
+        figures[f"{metric_key_prefix}_figures_seconds"] = round(seconds, 1)
+        self.log(figures)
+        return {**metrics, **figures}
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if getattr(self.args, "tree_packing", False):
+            self._signature_columns = [*self._signature_columns, "position_ids", "tree_end"]
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         import torch
 
-        out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        tree_end = inputs.pop("tree_end", None)
+        if tree_end is None:
+            out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        else:
+            counted = self._total_train_tokens
+            with tree_mask_for(model, tree_end):
+                out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if model.training:  # TRL counted the padded width; count the real tokens run
+                real = self.accelerator.gather_for_metrics((tree_end >= 0).sum()).sum().item()
+                self._total_train_tokens = counted + real
+                self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
         loss = out[0] if return_outputs else out
         here = not bool(torch.isfinite(loss.detach()).all())
         if model.training and _any_rank(here, loss.device):
             rank = self.args.process_index
             if here:
+                if tree_end is not None:
+                    inputs = {**inputs, "tree_end": tree_end}
                 ids = batch_pair_ids(inputs, getattr(self, "pair_ids_by_row", {}))
                 where = f" on rank {rank}" + (f", batch of pairs {', '.join(ids)}" if ids else "")
             else:
@@ -158,16 +243,28 @@ class QuietProgressCallback(ProgressCallback):
     a readable line instead); eval results and the final summary still print."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs and "eval_loss" not in logs:
-            return
+        if logs and ("loss" in logs or any(k.startswith("eval_") for k in logs)):
+            return  # StepLogCallback prints training steps and evaluations
         super().on_log(args, state, control, logs=logs, **kwargs)
 
 
 class StepLogCallback(TrainerCallback):
-    """One line per logging step on the main process: step, loss, lr, tokens/s."""
+    """One line per logging step on the main process (step, loss, lr, tokens/s), and one per
+    evaluation (eval loss, dev figures)."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "loss" not in logs:
+        if not state.is_world_process_zero or not logs:
+            return
+        evaluated = {k[len("eval_") :]: v for k, v in logs.items() if k.startswith("eval_")}
+        if evaluated:
+            shown = " | ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in evaluated.items()
+                if not k.endswith(("_per_second", "runtime", "entropy"))
+            )
+            tqdm.write(f"eval at step {state.global_step} | {shown}", file=sys.stderr)
+            return
+        if "loss" not in logs:
             return
         tps = logs.get("tokens_per_second")
         line = (
@@ -196,7 +293,10 @@ class CompleteCheckpointCallback(TrainerCallback):
                 mark_complete(
                     checkpoint, {**self.info, "step": state.global_step}, self.recipe_yaml
                 )
-                rotate_checkpoints(Path(args.output_dir), args.save_total_limit)
+                best = state.best_model_checkpoint
+                rotate_checkpoints(
+                    Path(args.output_dir), args.save_total_limit, keep=Path(best) if best else None
+                )
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
 

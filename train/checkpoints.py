@@ -47,10 +47,11 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return next((p for p in checkpoint_dirs(output_dir) if is_complete(p)), None)
 
 
-def rotate_checkpoints(output_dir: Path, limit: int | None) -> list[Path]:
-    """Keep the newest `limit` complete checkpoints; remove older complete ones and the
-    incomplete leftovers older than the newest complete one (an interrupted save). Called only
-    after a new checkpoint is marked complete, so a kill at any moment leaves one to resume."""
+def rotate_checkpoints(output_dir: Path, limit: int | None, keep: Path | None = None) -> list[Path]:
+    """Keep the newest `limit` complete checkpoints, and `keep` (the best one by
+    metric_for_best_model); remove older complete ones and the incomplete leftovers older than
+    the newest complete one (an interrupted save). Called only after a new checkpoint is
+    marked complete, so a kill at any moment leaves one to resume."""
     import shutil
 
     if not limit or limit <= 0:
@@ -60,7 +61,8 @@ def rotate_checkpoints(output_dir: Path, limit: int | None) -> list[Path]:
     if not complete:
         return []
     newest = int(complete[0].name.split("-")[1])
-    doomed = complete[limit:] + [
+    kept = keep.resolve() if keep is not None else None
+    doomed = [p for p in complete[limit:] if p.resolve() != kept] + [
         p for p in all_checkpoints if not is_complete(p) and int(p.name.split("-")[1]) < newest
     ]
     for path in doomed:
@@ -230,6 +232,20 @@ def finished_at(checkpoint: Path, max_steps: int) -> int | None:
     target = max_steps if max_steps > 0 else state.get("max_steps")
     step = int(state.get("global_step", 0))
     return step if target and step >= target else None
+
+
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
+    """The checkpoint's adapter as the run's final one (written beside, then renamed in)."""
+    import shutil
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name in ADAPTER_FILES:
+        tmp = output_dir / f".{name}.tmp"
+        shutil.copy2(checkpoint / name, tmp)
+        tmp.replace(output_dir / name)
 
 
 def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:

@@ -42,6 +42,17 @@ class DataMixture:
         "task -> fraction of its pairs used per epoch (default 1.0; 2.0 repeats each pair twice)",
     )
     max_examples: dict[str, int] = config_field({}, "task -> cap on its pairs after weighting")
+    balance_labels: list[str] = config_field(
+        [],
+        "tasks whose gold labels (meta.label: QASem Yes/No, FHSumBench's three classes) are "
+        "balanced after weighting: each label's pairs repeated until it has as many as the "
+        "most frequent one (a 66%-Yes task otherwise teaches the prior first)",
+    )
+    whole_documents: bool = config_field(
+        False,
+        "fractional weights and caps take whole documents (every pair of one grounding text) "
+        "instead of single pairs: a sample keeps what tree packing shares",
+    )
     train_split: str = config_field("train", "split trained on")
     eval_split: str = config_field("dev", "split evaluated on during training")
     min_grounding_kept: float = config_field(
@@ -51,7 +62,9 @@ class DataMixture:
     )
 
     def __post_init__(self) -> None:
-        check_task_names([*self.tasks, *self.weights, *self.max_examples], "data mixture")
+        check_task_names(
+            [*self.tasks, *self.weights, *self.max_examples, *self.balance_labels], "data mixture"
+        )
         if any(w < 0 for w in self.weights.values()):
             raise FincheckError("data mixture: weights must be >= 0")
 
@@ -173,19 +186,73 @@ def training_row(
 
 
 def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -> list[Pair]:
-    """Weight and cap each task, then shuffle all of them together (deterministic in `seed`)."""
+    """Weight, balance and cap each task, then shuffle all of them together (deterministic in
+    `seed`).
+
+    Per task: the pairs in a seeded order (whole documents together when `whole_documents`);
+    weight w takes them int(w) times plus the first fraction of them; `balance_labels` repeats
+    each label's pairs until it matches the most frequent label; `max_examples` keeps the first
+    N (in the seeded order, whole documents when `whole_documents`)."""
     rng = random.Random(seed)
     mixed: list[Pair] = []
     for task in mixture.tasks:
-        pairs = list(by_task.get(task, []))
-        rng.shuffle(pairs)
+        pairs = seeded_order(by_task.get(task, []), rng, mixture.whole_documents)
         weight = mixture.weights.get(task, 1.0)
         whole, frac = divmod(weight, 1.0)
-        chosen = pairs * int(whole) + pairs[: round(frac * len(pairs))]
+        chosen = pairs * int(whole) + take(pairs, round(frac * len(pairs)), mixture)
+        if task in mixture.balance_labels:
+            chosen = balance_labels(chosen, task)
         cap = mixture.max_examples.get(task)
-        mixed.extend(chosen[:cap] if cap is not None else chosen)
+        mixed.extend(take(chosen, cap, mixture) if cap is not None else chosen)
     rng.shuffle(mixed)
     return mixed
+
+
+def seeded_order(pairs: list[Pair], rng: random.Random, whole_documents: bool) -> list[Pair]:
+    """The pairs shuffled; with `whole_documents`, the documents shuffled and each document's
+    pairs kept together (in file order)."""
+    if not whole_documents:
+        pairs = list(pairs)
+        rng.shuffle(pairs)
+        return pairs
+    by_document: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        by_document.setdefault(pair.document_key, []).append(pair)
+    keys = sorted(by_document)
+    rng.shuffle(keys)
+    return [pair for key in keys for pair in by_document[key]]
+
+
+def take(pairs: list[Pair], n: int, mixture: DataMixture) -> list[Pair]:
+    """The first n pairs; with `whole_documents`, the first documents while fewer than n pairs
+    are taken (a document is never cut)."""
+    if not mixture.whole_documents or n >= len(pairs):
+        return pairs[:n]
+    out: list[Pair] = []
+    for k, pair in enumerate(pairs):
+        if len(out) >= n and pair.document_key != pairs[k - 1].document_key:
+            break
+        out.append(pair)
+    return out
+
+
+def balance_labels(pairs: list[Pair], task: str) -> list[Pair]:
+    """Each gold label (`meta.label`) repeated, cycling through its pairs in order, until it
+    has as many pairs as the most frequent label."""
+    by_label: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        label = pair.meta.get("label")
+        if not isinstance(label, str):
+            raise FincheckError(
+                f"data mixture: balance_labels names {task}, but {task}/{pair.id} has no "
+                "meta.label (only tasks with one gold label per pair can be balanced)"
+            )
+        by_label.setdefault(label, []).append(pair)
+    most = max(len(group) for group in by_label.values())
+    out = list(pairs)
+    for group in by_label.values():
+        out += [group[k % len(group)] for k in range(most - len(group))]
+    return out
 
 
 @dataclass

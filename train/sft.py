@@ -155,7 +155,7 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
-    from fincheck.train import callbacks, checkpoints, data, model
+    from fincheck.train import callbacks, checkpoints, data, dev_eval, model, tree_packing
 
     share_cpu_threads()
     if "wandb" in recipe.report_to:
@@ -201,6 +201,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         eval_max_examples=recipe.eval_max_examples if recipe.eval_steps else 0,
         template_kwargs=recipe.chat_template_kwargs,
     )
+    train_rows, eval_rows, collator = prepared.train_rows, prepared.eval_rows, None
+    if recipe.tree_packing:
+        train_rows, eval_rows, prepared.stats["tree_packing"] = tree_packing.pack_splits(
+            train_rows, eval_rows, recipe.tree_budget
+        )
+        collator = tree_packing.TreeCollator(tokenizer.pad_token_id)
     if args.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
 
@@ -208,14 +214,29 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
         args=args,
-        train_dataset=Dataset.from_list(prepared.train_rows),
-        eval_dataset=Dataset.from_list(prepared.eval_rows) if prepared.eval_rows else None,
+        data_collator=collator,
+        train_dataset=Dataset.from_list(train_rows),
+        eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
         processing_class=tokenizer,
         peft_config=model.build_lora_config(recipe),
     )
+    if recipe.dev_figures:
+        trainer.dev_figures = dev_eval.DevFigures(
+            recipe.dev_figures,
+            recipe.dataset_dir,
+            mixture.eval_split,
+            tokenizer,
+            recipe.max_length,
+            recipe.dev_figures_limit,
+            recipe.seed,
+            recipe.per_device_eval_batch_size,
+            recipe.chat_template_kwargs,
+        )
+        prepared.stats["dev_figures"] = trainer.dev_figures.sizes()
     # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
     trainer.pair_ids_by_row = {
-        callbacks.row_key(r["input_ids"]): r["id"] for r in prepared.train_rows
+        callbacks.row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
+        for r in train_rows
     }
 
     manifest = prepared.manifest
@@ -303,10 +324,21 @@ def train_and_save(r: Run) -> int:
                 file=sys.stderr,
             )
         return EXIT_PREEMPTED
-    trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
+    best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
+    if best is None:
+        trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
     if trainer.args.process_index == 0:
+        if best is not None:  # load_best_model_at_end: the best checkpoint's adapter
+            checkpoints.copy_adapter(Path(best), r.output_dir)
+            trainer.processing_class.save_pretrained(str(r.output_dir))  # as save_model does
+            r.metadata["final_adapter"] = {
+                "checkpoint": Path(best).name,
+                "metric": recipe.metric_for_best_model,
+                "value": trainer.state.best_metric,
+            }
         checkpoints.write_run_files(r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata)
-        print(f"adapter saved to {r.output_dir}", file=sys.stderr)
+        where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})"
+        print(f"adapter saved to {r.output_dir}{where if best else ''}", file=sys.stderr)
     return 0
 
 

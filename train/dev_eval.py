@@ -1,0 +1,147 @@
+"""The tasks' own figures on the dev split while training runs: QASem ROC-AUC and BAcc,
+FHSumBench macro P/R/F, FINAL's binarized BAcc (no judge) every `eval_steps`.
+
+The eval loss says how well the model imitates the targets; it says little about whether it
+ranks QAs or separates the three FHSumBench classes, which is what a detector is chosen on. So
+each evaluation also answers a sample of the dev split the way `fincheck eval` does: the same
+prompt fitting (the window is the recipe's max_length, the answer budget the task's default
+fitted to it), the same prefix-tree path (`fincheck.shared_prefix`), greedy answers and QASem's
+P(Yes) from the first answer token, scored by the task's own scorer. The figures are logged
+as `eval_<task>_<figure>` (console, wandb, trainer_state.json), and `metric_for_best_model`
+can name one of them (`qasem_auc`, `fhsumbench_f`, ...).
+
+With several processes, the sample is dealt out by document (each process answers its share
+and the answers are gathered) under DDP and ZeRO-1/2, where each process holds the whole model;
+under ZeRO-3 every forward pass is a collective, so every process answers the whole sample in
+step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.inference import fit_answer_budget, fit_messages
+from fincheck.pairs import Pair, sample
+from fincheck.prepared import read_split
+from fincheck.shared_prefix import answer_in_order
+from fincheck.tasks import get_task
+from fincheck.tasks.base import ScoreSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DevAnswer:
+    """What a task's scorer reads of a prediction."""
+
+    id: str
+    output: str
+    p_yes: float | None = None
+
+
+@dataclass
+class DevTask:
+    name: str
+    pairs: list[Pair]
+    prompts: list[str]
+    max_new_tokens: int
+
+
+class DevFigures:
+    """The dev sample of each task, its prompts fitted once; `compute(model)` answers them."""
+
+    def __init__(
+        self,
+        tasks: list[str],
+        dataset_dir: str,
+        split: str,
+        tokenizer: Any,
+        window: int,
+        limit: int | None,
+        seed: int,
+        batch_size: int,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.tokenizer, self.batch_size = tokenizer, batch_size
+        self.tasks: list[DevTask] = []
+        for name in tasks:
+            task = get_task(name)
+            pairs = sample(
+                read_split(dataset_dir, name, split), limit, seed, task.limit_by_document
+            )
+            budget = fit_answer_budget(task.max_new_tokens, window)
+            prompts = []
+            for pair in pairs:
+                fit = fit_messages(
+                    tokenizer,
+                    pair.prompt_messages,
+                    pair.meta.get("grounding_span"),
+                    window - budget,
+                    add_generation_prompt=True,
+                    template_kwargs=template_kwargs,
+                )
+                if fit.text is None:
+                    raise FincheckError(
+                        f"dev figures: {name}/{pair.id} does not fit {window - budget} tokens "
+                        "even without its grounding text; raise max_length"
+                    )
+                prompts.append(fit.text)
+            self.tasks.append(DevTask(name, pairs, prompts, budget))
+
+    def sizes(self) -> dict[str, int]:
+        return {t.name: len(t.pairs) for t in self.tasks}
+
+    def compute(self, model: Any, rank: int = 0, world: int = 1, sharded: bool = False):
+        """{f"{task}_{figure}": value} over the whole sample (NaN figures left out), and the
+        seconds it took."""
+        import torch
+
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        figures: dict[str, float] = {}
+        try:
+            for task in self.tasks:
+                mine = shard(task.pairs, rank, world) if sharded and world > 1 else None
+                chosen = range(len(task.pairs)) if mine is None else mine
+                texts, p_yes = answer_in_order(
+                    model,
+                    self.tokenizer,
+                    [task.prompts[i] for i in chosen],
+                    task.max_new_tokens,
+                    batch_size=self.batch_size,
+                    want_p_yes=get_task(task.name).reads_p_yes,
+                )
+                answers = [
+                    DevAnswer(task.pairs[i].id, texts[k], p_yes[k] if p_yes else None)
+                    for k, i in enumerate(chosen)
+                ]
+                if mine is not None:
+                    gathered: list[Any] = [None] * world
+                    torch.distributed.all_gather_object(gathered, answers)
+                    answers = [a for part in gathered for a in part]
+                by_id = {a.id: a for a in answers}
+                joined = [(pair, by_id[pair.id]) for pair in task.pairs]
+                score = get_task(task.name).score(
+                    joined, ScoreSettings(bootstrap_resamples=0, progress=False)
+                )
+                for key, value in get_task(task.name).example_figures(score.examples).items():
+                    if value is not None and not math.isnan(value):
+                        figures[f"{task.name}_{key}"] = round(float(value), 4)
+        finally:
+            model.train(was_training)
+        return figures, time.perf_counter() - start
+
+
+def shard(pairs: list[Pair], rank: int, world: int) -> list[int]:
+    """This process's share of the pairs: whole documents dealt out in turn (a document's
+    prompts stay on one process, where its prefix runs once)."""
+    documents: dict[str, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        documents.setdefault(pair.document_key, []).append(i)
+    return [i for k, key in enumerate(documents) if k % world == rank for i in documents[key]]
