@@ -322,3 +322,46 @@ def test_per_pair_loss_in_a_pack_equals_the_pair_alone_smollm2(smollm2, prepared
     assert len(packs) < len(rows) / 3  # documents shared: far fewer sequences than pairs
     # measured: largest difference 1.1e-5 on a loss of 2.17 (5e-6 of it), median 3.6e-6
     assert check_packed_losses_equal_alone(model, rows, 1024, relative=True) == len(rows)
+
+
+def test_chunked_tree_attention_equals_dense_sdpa_in_loss_and_gradients(tiny_base):
+    """`use_tree_attention`: query chunks over the keys they see == SDPA over the dense mask."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from fincheck.train import tree_packing
+    from fincheck.train.tree_packing import tree_forward, use_tree_attention
+
+    rows = [row(f"a{k}", SYSTEM + DOC_A + [k + 1] * 20, [7, 8]) for k in range(12)]
+    rows += [row(f"b{k}", SYSTEM + DOC_B + [k + 30] * 25, [5]) for k in range(10)]
+    packs = [p.as_row() for p in pack_rows(rows, max_tokens=2000)]
+    batch = TreeCollator(pad_token_id=0)(packs)
+    assert batch["input_ids"].shape[1] > 2 * tree_packing.QUERY_CHUNK // 4
+
+    def run(chunked: bool, monkeypatch_chunk: int = 64):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)  # not the zero init: gradients reach lora_A
+        if chunked:
+            use_tree_attention(model)
+        loss = tree_forward(model, batch)[0]
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return float(loss), grads, tree_packing.decoder_backbone(model).config._attn_implementation
+
+    chunk = tree_packing.QUERY_CHUNK
+    tree_packing.QUERY_CHUNK = 64  # several chunks in this short pack
+    try:
+        loss_c, grads_c, impl = run(True)
+    finally:
+        tree_packing.QUERY_CHUNK = chunk
+    loss_d, grads_d, plain = run(False)
+    assert impl == tree_packing.TREE_SDPA and plain == "sdpa"
+    assert abs(loss_c - loss_d) <= 1e-6
+    assert grads_c.keys() == grads_d.keys() and grads_d
+    for name in grads_d:
+        torch.testing.assert_close(grads_c[name], grads_d[name], rtol=1e-5, atol=1e-7)

@@ -62,7 +62,7 @@ class DevFigures:
         split: str,
         tokenizer: Any,
         window: int,
-        limit: int | None,
+        limits: dict[str, int],
         seed: int,
         batch_size: int,
         template_kwargs: dict[str, Any] | None = None,
@@ -71,9 +71,8 @@ class DevFigures:
         self.tasks: list[DevTask] = []
         for name in tasks:
             task = get_task(name)
-            pairs = sample(
-                read_split(dataset_dir, name, split), limit, seed, task.limit_by_document
-            )
+            pairs = read_split(dataset_dir, name, split)
+            pairs = sample(pairs, limits.get(name), seed, task.limit_by_document)
             budget = fit_answer_budget(task.max_new_tokens, window)
             prompts = []
             for pair in pairs:
@@ -97,8 +96,8 @@ class DevFigures:
         return {t.name: len(t.pairs) for t in self.tasks}
 
     def compute(self, model: Any, rank: int = 0, world: int = 1, sharded: bool = False):
-        """{f"{task}_{figure}": value} over the whole sample (NaN figures left out), and the
-        seconds it took."""
+        """{f"{task}_{figure}": value} over the whole sample, for the task's headline figures
+        (`Task.compare_metrics`; NaN ones left out), and the seconds it took."""
         import torch
 
         start = time.perf_counter()
@@ -130,7 +129,9 @@ class DevFigures:
                 score = get_task(task.name).score(
                     joined, ScoreSettings(bootstrap_resamples=0, progress=False)
                 )
-                for key, value in get_task(task.name).example_figures(score.examples).items():
+                values = get_task(task.name).example_figures(score.examples)
+                for key, _label in get_task(task.name).compare_metrics:  # the headline ones
+                    value = values.get(key)
                     if value is not None and not math.isnan(value):
                         figures[f"{task.name}_{key}"] = round(float(value), 4)
         finally:

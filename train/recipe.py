@@ -95,10 +95,10 @@ class SFTRecipe(SFTConfig):
         "eval path (QASem ROC-AUC/BAcc, FHSumBench macro P/R/F, FINAL binarized BAcc), logged "
         "as eval_<task>_<figure> (e.g. eval_qasem_auc) and usable as metric_for_best_model",
     )
-    dev_figures_limit: int | None = config_field(
-        None,
-        "dev pairs per task for dev_figures (QASem: whole documents, about this many QAs; "
-        "default: the whole dev split)",
+    dev_figures_limit: dict[str, int] = config_field(
+        {},
+        "task -> dev pairs for its dev_figures, a seeded sample (QASem: whole documents, about "
+        "this many QAs); a task not named: its whole dev split",
     )
     tree_packing: bool = config_field(
         False,
@@ -440,6 +440,9 @@ def check_evaluation_keys(values: dict[str, Any]) -> None:
 
     if values["dev_figures"]:
         check_task_names(values["dev_figures"], "dev_figures")
+    unlisted = [t for t in values["dev_figures_limit"] if t not in values["dev_figures"]]
+    if unlisted:
+        raise FincheckError(f"dev_figures_limit names {unlisted}, which dev_figures does not")
     if values["dev_figures"] and not values["eval_steps"]:
         raise FincheckError("dev_figures are computed at evaluations: set eval_steps")
     if values["eval_steps"] and values["eval_max_examples"] <= 0:

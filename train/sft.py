@@ -211,6 +211,8 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         log.info("data: %s", json.dumps(prepared.stats))
 
     base = model.load_base_model(recipe, base_path, tokenizer, args.bf16, args.fp16)
+    if recipe.tree_packing:
+        tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
         args=args,
@@ -337,8 +339,10 @@ def train_and_save(r: Run) -> int:
                 "value": trainer.state.best_metric,
             }
         checkpoints.write_run_files(r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata)
-        where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})"
-        print(f"adapter saved to {r.output_dir}{where if best else ''}", file=sys.stderr)
+        where = (
+            f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
+        )
+        print(f"adapter saved to {r.output_dir}{where}", file=sys.stderr)
     return 0
 
 

@@ -33,6 +33,15 @@ The collator (`TreeCollator`) pads a batch of packs into rows and hands `tree_en
 trainer, which turns it into the mask the attention kernel takes (`tree_attention_mask`): a
 boolean [B, 1, L, L] for SDPA (True = attend), an additive float mask for eager attention, a
 FlexAttention `BlockMask` (blocks no query sees are skipped) where the model runs flex_attention.
+
+SDPA with a dense mask computes every one of the L x L scores, masked or not; in a tree pack
+most are masked (a QA sees its document, its sentence and itself, not the other QAs). So with
+SDPA the model runs `fincheck_tree_sdpa` (`use_tree_attention`): queries in chunks of
+`QUERY_CHUNK`, each against only the keys some query of the chunk sees (gathered), through
+transformers' own SDPA function. Exact (the skipped scores are masked out either way; outputs
+within 1e-7 in fp32), and on 2 CPU cores 1.8x faster per layer at 2,000 tokens, 2.5x at 3,000
+(fwd+bwd, SmolLM2 shapes). Any other call of the model (generation, unpacked batches) goes to
+plain SDPA.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 IGNORE = -100
 PAD_END = -1  # tree_end of a padding token: no query sees it (it sees itself only)
+TREE_SDPA = "fincheck_tree_sdpa"  # the attention implementation of `use_tree_attention`
+QUERY_CHUNK = 256  # 128-512 measured alike on 2 CPU cores; 256 tokens ~ one QA with its sentence
 
 
 def prompt_length(labels: Sequence[int]) -> int:
@@ -316,7 +327,7 @@ def tree_attention_mask(tree_end, attn_implementation: str | None, dtype):
             mask_mod, tree_end.shape[0], None, n, n, device=str(tree_end.device)
         )
     allowed = visible(tree_end)[:, None]
-    if attn_implementation in (None, "sdpa"):
+    if attn_implementation in (None, "sdpa", TREE_SDPA):
         return allowed
     if attn_implementation == "eager":
         mask = torch.zeros(allowed.shape, dtype=dtype, device=tree_end.device)
@@ -325,3 +336,106 @@ def tree_attention_mask(tree_end, attn_implementation: str | None, dtype):
         f"tree packing needs attention that takes a custom mask (sdpa, eager, flex_attention), "
         f"not {attn_implementation!r}: set attn_implementation: sdpa (or flex_attention on a GPU)"
     )
+
+
+def decoder_backbone(model: Any) -> Any:
+    """The transformer under the LM head, through DeepSpeed/DDP and PEFT wrappers: whose
+    attention implementation the mask is built for."""
+    while hasattr(model, "module"):
+        model = model.module
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model.base_model
+
+
+def tree_forward(model: Any, batch: dict[str, Any], num_items: Any = None):
+    """A tree-packed batch through the model: the tree attention mask from `tree_end`, logits
+    only at the positions whose next token is a target (a pack is mostly shared prompt: a
+    2,000-token QASem pack holds about 30 answer tokens, and scoring every position is a
+    fifth of a CPU step), the loss summed over target tokens / `num_items` (default: this
+    batch's target tokens).
+
+    Returns (loss, outputs, logits [rows, kept, vocab] in fp32, gold [rows, kept], valid: the
+    flattened gold positions that are targets)."""
+    import torch
+
+    tree_end, labels = batch["tree_end"], batch["labels"]
+    backbone = decoder_backbone(model)
+    attn = backbone.config._attn_implementation
+    mask = tree_attention_mask(tree_end, attn, next(backbone.parameters()).dtype)
+    keep = (labels[:, 1:] != IGNORE).any(0).nonzero()[:, 0]  # position k predicts labels[k+1]
+    chunked = {"tree_chunks": query_chunks(mask)} if attn == TREE_SDPA else {}
+    outputs = model(
+        input_ids=batch["input_ids"],
+        position_ids=batch["position_ids"],
+        attention_mask=mask,
+        use_cache=False,
+        logits_to_keep=keep,
+        **chunked,
+    )
+    logits = outputs.logits.float()
+    gold = labels[:, keep + 1]
+    per_token = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE, reduction="none"
+    )
+    valid = gold.flatten() != IGNORE
+    n_items = num_items if num_items is not None else valid.sum()
+    loss = per_token.sum() / torch.as_tensor(n_items).clamp(min=1)
+    return loss, outputs, logits, gold, valid
+
+
+# ------------------------------------------------------------------------------ attention
+
+
+def query_chunks(mask) -> list[tuple[int, int, Any, Any]]:
+    """Per chunk of queries of a [B, 1, L, L] boolean mask: (start, end, the key positions
+    any of its queries sees, the mask restricted to those keys). Built once per batch, used by
+    every layer."""
+    n = mask.shape[-1]
+    chunks = []
+    for start in range(0, n, QUERY_CHUNK):
+        rows = mask[:, :, start : start + QUERY_CHUNK]
+        keys = rows.any(dim=2).any(dim=1).any(dim=0).nonzero()[:, 0]
+        chunks.append((start, min(n, start + QUERY_CHUNK), keys, rows.index_select(3, keys)))
+    return chunks
+
+
+def tree_sdpa_attention(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs
+):
+    """transformers' SDPA attention, by query chunks over the keys they see when the call
+    brings `tree_chunks` (`query_chunks` of its tree mask); plain SDPA otherwise."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    chunks = kwargs.pop("tree_chunks", None)
+    if chunks is None or key.shape[2] != query.shape[2]:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, **kwargs
+        )
+    outputs = []
+    for start, end, keys, mask in chunks:
+        out, _ = sdpa_attention_forward(
+            module,
+            query[:, :, start:end],
+            key.index_select(2, keys),
+            value.index_select(2, keys),
+            mask,
+            dropout,
+            scaling,
+            **kwargs,
+        )
+        outputs.append(out)  # [B, chunk, heads, dim]
+    return torch.cat(outputs, dim=1), None
+
+
+def use_tree_attention(model: Any) -> None:
+    """Run an SDPA model's attention through `tree_sdpa_attention` (registered once with
+    transformers, with SDPA's mask builder for its other calls)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(TREE_SDPA, tree_sdpa_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(TREE_SDPA, sdpa_mask)
+    if decoder_backbone(model).config._attn_implementation == "sdpa":
+        model.set_attn_implementation(TREE_SDPA)

@@ -4,13 +4,14 @@
 The same prepared train pairs (per task: whole documents, about `pairs` of them), fitted and
 tokenized exactly as training does (`fincheck.train.data.training_row`, window `max_length`),
 go through LoRA training steps (r=16 on every linear layer, AdamW, fp32, one optimizer step per
-micro-batch) in each layout:
-  unpacked      `batch_size` pairs per micro-batch, right-padded (what training did before tree
-                packing; TRL's collator)
+micro-batch) in each layout, each with the loss the trainer computes for it:
+  unpacked      `batch_size` pairs per micro-batch, right-padded, TRL's collator and fused LM
+                head (what training did before tree packing)
   padding-free  the same `batch_size` pairs end to end in one row, position_ids restarting per
-                pair (TRL's padding_free collator; SDPA masks across pairs)
+                pair (TRL's padding_free collator and fused LM head; SDPA masks across pairs)
   tree          the pairs in prefix-tree packs of at most `tree_max_tokens` tokens
-                (`fincheck.train.tree_packing`), `tree_batch_size` packs per micro-batch
+                (`fincheck.train.tree_packing`), `tree_batch_size` packs per micro-batch, the
+                trainer's tree loss (logits at the target positions only)
 Reported per task and layout: pairs/s, tokens run (what the model computed, padding
 included), seconds, speed-up over unpacked, peak resident memory. With the default lr=0 the
 weights never move, so the mean loss over all answer tokens must be the same in every layout
@@ -122,10 +123,16 @@ def load_model_and_tokenizer(s: TrainLayoutSettings, scratch: Path):
     if pad not in tokenizer.get_vocab():
         raise FincheckError(f"{path}: no pad token distinct from EOS in the vocabulary")
     tokenizer.pad_token = pad
+    from trl.trainer.utils import add_fused_lm_head
+
+    from fincheck.train.tree_packing import use_tree_attention
+
     torch.manual_seed(s.seed)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float32, attn_implementation="sdpa"
     )
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # as SFTTrainer does
+    use_tree_attention(model)  # as training with tree_packing does (other layouts: plain SDPA)
     config = LoraConfig(
         r=s.lora_r, lora_alpha=2 * s.lora_r, lora_dropout=0.0, target_modules="all-linear"
     )
@@ -150,7 +157,7 @@ def micro_batches(layout: str, rows: list[dict], s: TrainLayoutSettings, pad: in
     """The rows laid out as `layout`'s micro-batches (tensors, on the CPU)."""
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from fincheck.train.tree_packing import TreeCollator, pack_rows, tree_attention_mask
+    from fincheck.train.tree_packing import TreeCollator, pack_rows
 
     if layout == "tree":
         packs = [p.as_row() for p in pack_rows(rows, s.tree_max_tokens or 2 * s.max_length)]
@@ -158,9 +165,7 @@ def micro_batches(layout: str, rows: list[dict], s: TrainLayoutSettings, pad: in
         out = []
         for k in range(0, len(packs), s.tree_batch_size):
             batch = collate(packs[k : k + s.tree_batch_size])
-            tree_end = batch.pop("tree_end")
-            batch["attention_mask"] = tree_attention_mask(tree_end, "sdpa", None)
-            batch["_real"] = int((tree_end >= 0).sum())
+            batch["_real"] = int((batch["tree_end"] >= 0).sum())
             out.append(batch)
         return out
     collate = DataCollatorForLanguageModeling(pad, padding_free=layout == "padding-free")
@@ -184,14 +189,19 @@ def run_layout(model, batches: list[dict], lr: float) -> tuple[float, float, int
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     model.train()
 
+    from fincheck.train.tree_packing import tree_forward
+
     def step(batch: dict) -> tuple[float, int]:
         inputs = {k: v for k, v in batch.items() if not k.startswith("_")}
-        out = model(**inputs, use_cache=False)  # as TRL trains: padding-free needs it
-        out.loss.backward()
+        if "tree_end" in inputs:
+            loss = tree_forward(model, inputs)[0]
+        else:  # TRL's SFT loss (use_cache=False as TRL trains: padding-free needs it)
+            loss = model(**inputs, use_cache=False, fused_lm_head=True).loss
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         n = int((inputs["labels"][:, 1:] != -100).sum())
-        return float(out.loss.detach()) * n, n
+        return float(loss.detach()) * n, n
 
     step(batches[0])  # warmup
     total, count = 0.0, 0
