@@ -294,3 +294,37 @@ def test_every_method_runs_on_a_local_model(tiny_base, tiny_nli, tmp_path):
     assert {"fizz_threshold_final", "fizz_threshold_fhsumbench"} <= set(config)
     trace = _lines(tmp_path / "fizz" / "predictions" / "final.trace.jsonl")[0]
     assert trace["kept"] and trace["score"] == min(s["t"] for s in trace["scores"].values())
+
+
+# ---------------------------------------------------------------------- word overlap
+
+
+def test_word_overlap_is_the_share_of_the_answers_words_in_the_reference():
+    from fincheck.eval.baselines.methods import word_overlap
+
+    reference = "The council approved a budget of 4 million euros on Monday."
+    assert word_overlap("4 million euros", reference) == 1.0
+    assert word_overlap("5 million euros", reference) == 2 / 3
+    assert word_overlap("the the budget, Tuesday", reference) == 3 / 4  # repeats count, case off
+    assert word_overlap("—", reference) == 0.0
+
+
+def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
+    from fincheck.eval.baselines.methods import Example, word_overlap
+    from fincheck.pairs import read_pairs
+
+    out = tmp_path / "overlap"
+    args = ["eval", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    assert main(args) == 0  # every task asked for: overlap covers QASem alone
+    records = _lines(out / "predictions" / "qasem.jsonl")
+    pairs = {p.id: p for p in read_pairs(SMALL / "qasem" / "test.jsonl")}
+    assert sorted(r["id"] for r in records) == sorted(pairs)
+    for r in records:
+        fields = Example.of(pairs[r["id"]]).fields
+        assert r["p_yes"] == word_overlap(fields["answer"], fields["text"])
+        assert r["output"] == ("Yes" if r["p_yes"] >= 0.5 else "No")
+    assert not (out / "predictions" / "final.jsonl").exists()
+    assert "qasem" in _score(out)["tasks"]
+    capsys.readouterr()
+    assert main([*args[:3], "--model", "m", *args[3:]]) == 1
+    assert "asks no model: leave out --model" in capsys.readouterr().err

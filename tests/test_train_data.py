@@ -180,3 +180,61 @@ def test_mixture_weights_and_caps():
 def test_mixture_rejects_unknown_tasks():
     with pytest.raises(FincheckError, match="unknown task"):
         DataMixture(tasks=["final", "summaries"])
+
+
+def _labelled(task: str, labels: list[str], documents: list[int]) -> list[Pair]:
+    """Pairs with a gold label and a grounding text shared by the pairs of one document."""
+    out = []
+    for i, (label, doc) in enumerate(zip(labels, documents, strict=True)):
+        text = f"Document {doc} says something."
+        user = f"Reference text:\n{text}\n\nQuestion {i}"
+        out.append(
+            Pair(
+                f"{task}-{i}",
+                task,
+                "train",
+                [{"role": "user", "content": user}, {"role": "assistant", "content": label}],
+                {"label": label, "grounding_span": [16, 16 + len(text)]},
+            )
+        )
+    return out
+
+
+def test_balanced_labels_repeat_the_minority_until_it_matches_the_majority():
+    pairs = _labelled("qasem", ["Yes"] * 7 + ["No"] * 3, list(range(10)))
+    mixed = mix_pairs({"qasem": pairs}, DataMixture(tasks=["qasem"], balance_labels=["qasem"]), 0)
+    labels = [p.meta["label"] for p in mixed]
+    assert labels.count("Yes") == labels.count("No") == 7
+    assert sorted({p.id for p in mixed}) == sorted(p.id for p in pairs)  # every pair kept
+    no_ids = [p.id for p in mixed if p.meta["label"] == "No"]
+    assert sorted(no_ids.count(i) for i in set(no_ids)) == [2, 2, 3]  # repeated in turn
+
+
+def test_balancing_a_task_without_one_gold_label_per_pair_is_an_error():
+    with pytest.raises(FincheckError, match="balance_labels names final, but final/final-0"):
+        mix_pairs(
+            {"final": _pairs("final", 2)}, DataMixture(tasks=["final"], balance_labels=["final"]), 0
+        )
+
+
+def test_whole_document_caps_never_cut_a_document():
+    documents = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
+    pairs = _labelled("qasem", ["Yes"] * 10, documents)
+    for seed in range(5):
+        mixture = DataMixture(tasks=["qasem"], max_examples={"qasem": 4}, whole_documents=True)
+        mixed = mix_pairs({"qasem": pairs}, mixture, seed)
+        keys = {p.document_key for p in mixed}
+        whole = [p for p in pairs if p.document_key in keys]
+        assert sorted(p.id for p in mixed) == sorted(p.id for p in whole)
+        assert 4 <= len(mixed) < 4 + 4  # stops at the first document past the cap
+        half = mix_pairs(
+            {"qasem": pairs},
+            DataMixture(tasks=["qasem"], weights={"qasem": 0.5}, whole_documents=True),
+            seed,
+        )
+        assert len({p.document_key for p in half} & {p.document_key for p in pairs}) >= 1
+        assert all(
+            sum(q.document_key == p.document_key for q in half)
+            == sum(q.document_key == p.document_key for q in pairs)
+            for p in half
+        )

@@ -292,3 +292,73 @@ def test_killing_the_deepspeed_launcher_stops_both_ranks_with_a_checkpoint(
         "rng_state_0.pth",
         "rng_state_1.pth",
     }
+
+
+# ---------------------------------------------------------------- tree packing, 2 processes
+
+
+@pytest.fixture(scope="module")
+def tree_mixture(tmp_path_factory) -> Path:
+    """Whole documents: QASem QAs and FHSumBench summaries that share them, as packing sees."""
+    path = tmp_path_factory.mktemp("treemix") / "mix.yaml"
+    path.write_text(
+        "tasks: [qasem, fhsumbench]\nmax_examples: {qasem: 30, fhsumbench: 10}\n"
+        "whole_documents: true\nmin_grounding_kept: 0.0\n"
+    )
+    return path
+
+
+def tree_args(prepared_dir: Path, mixture: Path, out: Path) -> list[str]:
+    args = common_args(prepared_dir, mixture, out)
+    args[args.index("--per_device_train_batch_size=2")] = "--per_device_train_batch_size=1"
+    return [*args, "--tree_packing=true", "--tree_packing_max_tokens=1024"]
+
+
+@pytest.fixture(scope="module")
+def zero2_tree_run(prepared_dir, tree_mixture, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("zero2tree") / "run"
+    deepspeed_launch(
+        "train/sft.py",
+        *tree_args(prepared_dir, tree_mixture, out),
+        "--deepspeed=configs/deepspeed/zero2.json",
+    )
+    return out
+
+
+def test_tree_packed_zero2_run_trains_and_resumes_to_the_same_losses(
+    zero2_tree_run, prepared_dir, tree_mixture, tmp_path
+):
+    meta = json.loads((zero2_tree_run / "fincheck_run.json").read_text())
+    packing = meta["data"]["tree_packing"]["train"]
+    assert packing["pairs"] > 2 * packing["packs"]  # documents shared: sequences hold pairs
+    expected = step_losses(zero2_tree_run / f"checkpoint-{STEPS}")
+    assert sorted(expected) == list(range(1, STEPS + 1))
+    first, last = sum(expected[s] for s in range(1, 7)), sum(expected[s] for s in range(19, 25))
+    assert last < first, expected
+    copy = tmp_path / "run"
+    shutil.copytree(zero2_tree_run, copy)
+    shutil.rmtree(copy / f"checkpoint-{STEPS}")  # killed after checkpoint-16
+    proc = deepspeed_launch(
+        "train/sft.py",
+        *tree_args(prepared_dir, tree_mixture, copy),
+        "--deepspeed=configs/deepspeed/zero2.json",
+        "--resume_from_checkpoint=auto",
+    )
+    assert f"resuming from {copy / 'checkpoint-16'}" in proc.stderr
+    resumed = step_losses(copy / f"checkpoint-{STEPS}")
+    for step in range(17, STEPS + 1):
+        assert abs(resumed[step] - expected[step]) <= 1e-5, (step, resumed[step], expected[step])
+
+
+def test_tree_packed_zero3_run_saves_the_gathered_adapter(prepared_dir, tree_mixture, tmp_path):
+    out = tmp_path / "run"
+    args = tree_args(prepared_dir, tree_mixture, out)
+    args[args.index(f"--max_steps={STEPS}")] = "--max_steps=8"
+    deepspeed_launch(
+        "tests/zero3_adapter_check.py", *args, "--deepspeed=configs/deepspeed/zero3.json"
+    )
+    report = json.loads((out / "zero3_check.json").read_text())
+    assert report["status"] == 0 and report["partitioned"]
+    assert report["max_abs_diff"] == 0.0 and report["lora_B_abs_sum"] > 0
+    meta = json.loads((out / "fincheck_run.json").read_text())
+    assert meta["data"]["tree_packing"]["train"]["packs"] > 0

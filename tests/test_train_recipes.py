@@ -26,6 +26,7 @@ RECIPES = recipe_paths(REPO / "configs" / "train")
 EXPECTED = {
     "tiny-cpu",
     "smollm2-135m-cpu",
+    "smollm2-135m-learn-cpu",
     "smollm2-135m-instruct",
     "qwen3-1.7b",
     "qwen2.5-0.5b-instruct",
@@ -174,3 +175,40 @@ def test_the_first_deepspeed_cpu_run_says_it_compiles(tmp_path, monkeypatch, cap
     assert sft.deepspeed_build_pending() is None
     sft.announce_deepspeed_build()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["--tree_packing=true", "--packing=true"], "two ways of packing"),
+        (["--tree_packing=true", "--tree_packing_max_tokens=100"], "a pair of max_length"),
+        (["--tree_packing=true", "--attn_implementation=flash_attention_2"], "custom mask"),
+        (["--load_best_model_at_end=true", "--eval_steps=10"], "needs metric_for_best_model"),
+        (
+            ["--load_best_model_at_end=true", "--metric_for_best_model=qasem_auc",
+             "--eval_steps=10", "--save_steps=4"],
+            "must be a multiple of save_steps",
+        ),
+        (["--dev_figures=[qasem]"], "set eval_steps"),
+        (["--dev_figures=[qasem]", "--eval_steps=5", "--dev_figures_limit={final: 9}"],
+         "dev_figures does not"),
+        (["--dev_figures=[qasm]", "--eval_steps=5"], "unknown task"),
+        (["--eval_steps=5", "--eval_max_examples=0"], "eval_max_examples >= 1"),
+    ],
+)  # fmt: skip
+def test_packing_and_evaluation_keys_that_cannot_work_together_fail_clearly(overrides, match):
+    with pytest.raises(FincheckError, match=match):
+        read_recipe_values(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
+
+
+def test_the_tree_budget_defaults_to_twice_max_length_and_strategy_words_stay_strings():
+    recipe = load_recipe(
+        REPO / "configs" / "train" / "tiny-cpu.yaml",
+        ["--deepspeed=", "--tree_packing=true", "--save_strategy=no", "--max_length=300"],
+    )
+    assert recipe.tree_budget == 600
+    assert recipe.dataset_kwargs["skip_prepare_dataset"]  # TRL must not cut the packs
+    assert str(recipe.save_strategy) in ("no", "SaveStrategy.NO")
+    assert load_recipe(
+        REPO / "configs" / "train" / "smollm2-135m-learn-cpu.yaml", ["--deepspeed="]
+    ).final_adapter_from_best

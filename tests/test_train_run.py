@@ -444,3 +444,56 @@ def test_a_full_disk_while_saving_names_the_disk_and_the_complete_checkpoint(
     assert message.startswith("no space left on ") and "while saving at step 4" in message
     assert "checkpoint-2 is still complete" in message and "resume_from_checkpoint=auto" in message
     assert last_complete_checkpoint(out) == out / "checkpoint-2"
+
+
+def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_dir, tmp_path):
+    """tree_packing + dev_figures + load_best_model_at_end: eval_<task>_<figure> at every
+    evaluation, the best checkpoint survives rotation, and the final adapter is its adapter."""
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(
+        "tasks: [qasem, fhsumbench]\nmax_examples: {qasem: 30, fhsumbench: 8}\n"
+        "whole_documents: true\nmin_grounding_kept: 0.0\n"
+    )
+    out = tmp_path / "tree"
+    recipe = tiny_recipe(
+        prepared_dir,
+        mixture,
+        out,
+        "--tree_packing=true",
+        "--max_steps=6",
+        "--eval_steps=2",
+        "--save_steps=2",
+        "--save_total_limit=1",
+        "--eval_max_examples=6",
+        "--dev_figures=[qasem, fhsumbench]",
+        "--dev_figures_limit={qasem: 20, fhsumbench: 6}",
+        "--metric_for_best_model=qasem_auc",
+        "--load_best_model_at_end=true",
+        "--lr_scheduler_type=cosine",
+        "--warmup_ratio=0.5",
+    )
+    run = build_trainer(recipe)
+    assert train_and_save(run) == 0
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    evals = [e for e in state["log_history"] if "eval_qasem_auc" in e]
+    assert [e["step"] for e in evals] == [2, 4, 6]
+    assert all({"eval_qasem_bacc", "eval_fhsumbench_f"} <= set(e) for e in evals)
+    assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [2, 4, 6]
+    best_step = max(evals, key=lambda e: (e["eval_qasem_auc"], -e["step"]))["step"]
+    best = out / f"checkpoint-{best_step}"
+    assert Path(state["best_model_checkpoint"]).name == best.name and best.is_dir()
+    kept = sorted(p.name for p in out.glob("checkpoint-*"))
+    assert kept == sorted({best.name, "checkpoint-6"})  # rotation keeps the newest and the best
+    final = (out / "adapter_model.safetensors").read_bytes()
+    assert final == (best / "adapter_model.safetensors").read_bytes()
+    meta = json.loads((out / "fincheck_run.json").read_text())
+    assert meta["final_adapter"]["checkpoint"] == best.name
+    assert (
+        meta["data"]["tree_packing"]["train"]["packs"]
+        < meta["data"]["tree_packing"]["train"]["pairs"]
+    )
+    assert meta["data"]["dev_figures"]["qasem"] >= 20
+    first = next(e for e in state["log_history"] if "loss" in e)
+    assert first["step"] == 1 and first["learning_rate"] > 0  # warmup does not start at 0
+    assert (out / "tokenizer_config.json").is_file()  # the run folder loads like any other
+    load_adapter_model(out)

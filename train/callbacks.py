@@ -85,16 +85,15 @@ class FincheckSFTTrainer(SFTTrainer):
     """SFTTrainer that stops on a non-finite loss, logs tokens/s, warms up from the first step,
     and keeps counting tokens across a resume."""
 
-    def _save_checkpoint(self, model, trial):
-        """Save without transformers' rotation: it would delete the last complete checkpoint
-        before this one is marked complete (a kill in between left nothing to resume from).
-        `CompleteCheckpointCallback` rotates once the new checkpoint is complete."""
-        limit = self.args.save_total_limit
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Checkpoints are rotated by CompleteCheckpointCallback alone, once a new one is marked
+        # complete: transformers' rotation would delete the last complete checkpoint before the
+        # new one is (a kill in between left nothing to resume from), and at the end of a run
+        # with save_total_limit 1 and a best checkpoint it deletes every other one, the last
+        # too (a rerun would then resume from the best and train past it again).
+        self.keep_checkpoints = self.args.save_total_limit
         self.args.save_total_limit = None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         from torch.optim.lr_scheduler import LambdaLR
@@ -272,10 +271,11 @@ class StepLogCallback(TrainerCallback):
 
 class CompleteCheckpointCallback(TrainerCallback):
     """After every process has written checkpoint-N, mark it complete (resume only trusts these),
-    then, and only then, remove the checkpoints beyond save_total_limit."""
+    then, and only then, remove the checkpoints beyond save_total_limit (`keep`), never the
+    best one."""
 
-    def __init__(self, info: dict[str, Any], recipe_yaml: str) -> None:
-        self.info, self.recipe_yaml = info, recipe_yaml
+    def __init__(self, info: dict[str, Any], recipe_yaml: str, keep: int | None) -> None:
+        self.info, self.recipe_yaml, self.keep = info, recipe_yaml, keep
 
     def on_save(self, args, state, control, **kwargs):
         import torch.distributed as dist
@@ -290,7 +290,7 @@ class CompleteCheckpointCallback(TrainerCallback):
                 )
                 best = state.best_model_checkpoint
                 rotate_checkpoints(
-                    Path(args.output_dir), args.save_total_limit, keep=Path(best) if best else None
+                    Path(args.output_dir), self.keep, keep=Path(best) if best else None
                 )
         if dist.is_available() and dist.is_initialized():
             dist.barrier()

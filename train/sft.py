@@ -265,7 +265,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     trainer.add_callback(callbacks.TokenCountCallback(trainer))
     if recipe.release_host_memory and args.use_cpu:
         trainer.add_callback(callbacks.ReleaseHostMemoryCallback())
-    trainer.add_callback(callbacks.CompleteCheckpointCallback(metadata, recipe_yaml))
+    trainer.add_callback(
+        callbacks.CompleteCheckpointCallback(metadata, recipe_yaml, trainer.keep_checkpoints)
+    )
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
     return Run(trainer, recipe, output_dir, base_path, resume_from, metadata, manifest, sigterm)
