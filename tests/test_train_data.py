@@ -232,9 +232,26 @@ def test_whole_document_caps_never_cut_a_document():
             DataMixture(tasks=["qasem"], weights={"qasem": 0.5}, whole_documents=True),
             seed,
         )
-        assert len({p.document_key for p in half} & {p.document_key for p in pairs}) >= 1
+        assert 5 <= len(half) < 5 + 4  # round(0.5 x 10) pairs, whole documents
         assert all(
             sum(q.document_key == p.document_key for q in half)
             == sum(q.document_key == p.document_key for q in pairs)
             for p in half
         )
+
+
+def test_balancing_comes_after_the_cap_so_the_cap_cannot_undo_it():
+    pairs = _labelled("qasem", ["Yes"] * 7 + ["No"] * 3, list(range(10)))
+    mixture = DataMixture(tasks=["qasem"], max_examples={"qasem": 6}, balance_labels=["qasem"])
+    for seed in range(5):
+        labels = [p.meta["label"] for p in mix_pairs({"qasem": pairs}, mixture, seed)]
+        assert labels.count("Yes") == labels.count("No") >= 3  # 6 capped, then balanced
+
+
+def test_a_zero_cap_or_weight_takes_nothing_even_by_whole_documents():
+    pairs = _labelled("qasem", ["Yes"] * 4, [0, 0, 0, 0])  # one document: no boundary to stop at
+    for mixture in (
+        DataMixture(tasks=["qasem"], max_examples={"qasem": 0}, whole_documents=True),
+        DataMixture(tasks=["qasem"], weights={"qasem": 0.1}, whole_documents=True),
+    ):
+        assert mix_pairs({"qasem": pairs}, mixture, 0) == []

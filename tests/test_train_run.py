@@ -455,10 +455,7 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
         "whole_documents: true\nmin_grounding_kept: 0.0\n"
     )
     out = tmp_path / "tree"
-    recipe = tiny_recipe(
-        prepared_dir,
-        mixture,
-        out,
+    recipe_args = (
         "--tree_packing=true",
         "--max_steps=6",
         "--eval_steps=2",
@@ -472,7 +469,7 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
         "--lr_scheduler_type=cosine",
         "--warmup_ratio=0.5",
     )
-    run = build_trainer(recipe)
+    run = build_trainer(tiny_recipe(prepared_dir, mixture, out, *recipe_args))
     assert train_and_save(run) == 0
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
     evals = [e for e in state["log_history"] if "eval_qasem_auc" in e]
@@ -497,3 +494,63 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
     assert first["step"] == 1 and first["learning_rate"] > 0  # warmup does not start at 0
     assert (out / "tokenizer_config.json").is_file()  # the run folder loads like any other
     load_adapter_model(out)
+    # killed after the last checkpoint, before the final save: a resume finishes the run with
+    # the best checkpoint's adapter too, not the last one's
+    (out / "adapter_model.safetensors").unlink()
+    again = build_trainer(
+        tiny_recipe(prepared_dir, mixture, out, *recipe_args, "--resume_from_checkpoint=auto")
+    )
+    assert train_and_save(again) == 0
+    assert (out / "adapter_model.safetensors").read_bytes() == final
+    meta = json.loads((out / "fincheck_run.json").read_text())
+    assert meta["final_adapter"]["checkpoint"] == best.name
+
+
+def test_the_best_checkpoint_is_found_beside_the_last_one(tmp_path):
+    """trainer_state.json records the best checkpoint by the path of the run that wrote it;
+    a moved run folder still finds it, and a removed one is a clear error."""
+    from fincheck.train.checkpoints import best_checkpoint, finish_from_checkpoint
+
+    run = tmp_path / "moved"
+    for step, payload in ((2, b"best"), (6, b"last")):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / f"checkpoint-{step}" / "adapter_model.safetensors").write_bytes(payload)
+        (run / f"checkpoint-{step}" / "adapter_config.json").write_text("{}")
+    state = {"best_model_checkpoint": "/elsewhere/run/checkpoint-2", "best_metric": 0.7}
+    (run / "checkpoint-6" / "trainer_state.json").write_text(json.dumps(state))
+    best = best_checkpoint(run / "checkpoint-6")
+    assert best == run / "checkpoint-2"
+    assert finish_from_checkpoint(best, run)
+    assert (run / "adapter_model.safetensors").read_bytes() == b"best"
+    (run / "checkpoint-2" / "adapter_model.safetensors").unlink()
+    with pytest.raises(FincheckError, match="names checkpoint-2 the best checkpoint"):
+        best_checkpoint(run / "checkpoint-6")
+
+
+def test_the_training_curve_plots_from_a_run_folder(tmp_path):
+    """scripts/plot_training.py: the loss and the dev figures of trainer_state.json."""
+    import importlib.util
+
+    run = tmp_path / "run"
+    (run / "checkpoint-4").mkdir(parents=True)
+    history = [
+        {"step": 1, "loss": 1.5},
+        {"step": 2, "loss": 0.9},
+        {"step": 2, "eval_loss": 0.8},
+        {"step": 2, "eval_qasem_auc": 0.55, "eval_fhsumbench_f": 0.2},
+        {"step": 4, "loss": 0.5},
+        {"step": 4, "eval_qasem_auc": 0.61, "eval_fhsumbench_f": 0.3},
+    ]
+    state = {"log_history": history, "best_model_checkpoint": str(run / "checkpoint-4")}
+    (run / "checkpoint-4" / "trainer_state.json").write_text(json.dumps(state))
+    spec = importlib.util.spec_from_file_location(
+        "plot_training", REPO / "scripts" / "plot_training.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    png, points = tmp_path / "curve.png", tmp_path / "curve.json"
+    assert script.main([str(run), "--out", str(png), "--json-out", str(points)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves = json.loads(points.read_text())["curves"]
+    assert curves["eval_qasem_auc"] == [[2, 0.55], [4, 0.61]] and len(curves["loss"]) == 3
+    assert script.main([str(tmp_path / "nothing"), "--out", str(png)]) == 1

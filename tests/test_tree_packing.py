@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fincheck.errors import FincheckError
 from fincheck.train.tree_packing import (
     IGNORE,
     TreeCollator,
@@ -255,7 +256,7 @@ def one_step(small_prepared, tmp_path, monkeypatch):
     mixture = tmp_path / "mix.yaml"
     mixture.write_text("min_grounding_kept: 0.0\n")
 
-    def run(tree: bool) -> tuple[dict, dict, int]:
+    def run(tree: bool, batch: int = 64, accumulation: int = 1) -> tuple[dict, dict, int]:
         recipe = load_recipe(
             REPO / "configs" / "train" / "tiny-cpu.yaml",
             [
@@ -263,7 +264,9 @@ def one_step(small_prepared, tmp_path, monkeypatch):
                 f"--data_config={mixture}",
                 f"--output_dir={tmp_path / ('tree' if tree else 'rows')}",
                 "--deepspeed=",
-                "--per_device_train_batch_size=64",  # one batch holds every pair (or pack)
+                # one step holds every pair (or pack): batch x accumulation >= their number
+                f"--per_device_train_batch_size={batch}",
+                f"--gradient_accumulation_steps={accumulation}",
                 "--max_steps=1",
                 "--max_length=1024",
                 "--learning_rate=0.01",
@@ -301,6 +304,11 @@ def test_one_optimizer_step_packed_equals_unpacked(one_step):
     assert moved > 1e-4  # the step trained
     for name in after_rows:
         torch.testing.assert_close(after_tree[name], after_rows[name], rtol=0, atol=1e-5)
+    # the same step accumulated over one pack per micro-batch: the loss is normalised by the
+    # target tokens of the whole step (num_items_in_batch), not per micro-batch
+    _, after_accumulated, _ = one_step(tree=True, batch=1, accumulation=64)
+    for name in after_rows:
+        torch.testing.assert_close(after_accumulated[name], after_rows[name], rtol=0, atol=1e-5)
 
 
 @pytest.mark.real_weights
@@ -353,15 +361,57 @@ def test_chunked_tree_attention_equals_dense_sdpa_in_loss_and_gradients(tiny_bas
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         return float(loss), grads, tree_packing.decoder_backbone(model).config._attn_implementation
 
-    chunk = tree_packing.QUERY_CHUNK
+    chunk, split = tree_packing.QUERY_CHUNK, tree_packing.query_chunks
+    calls: list[int] = []
+
+    def counted(mask):
+        chunks = split(mask)
+        calls.append(len(chunks))
+        return chunks
+
     tree_packing.QUERY_CHUNK = 64  # several chunks in this short pack
+    tree_packing.query_chunks = counted
     try:
         loss_c, grads_c, impl = run(True)
     finally:
-        tree_packing.QUERY_CHUNK = chunk
+        tree_packing.QUERY_CHUNK, tree_packing.query_chunks = chunk, split
+    assert calls and min(calls) > 1  # the chunked kernel ran, in several chunks
     loss_d, grads_d, plain = run(False)
     assert impl == tree_packing.TREE_SDPA and plain == "sdpa"
     assert abs(loss_c - loss_d) <= 1e-6
     assert grads_c.keys() == grads_d.keys() and grads_d
     for name in grads_d:
         torch.testing.assert_close(grads_c[name], grads_d[name], rtol=1e-5, atol=1e-7)
+
+
+def test_eager_attention_takes_the_additive_tree_mask(tiny_base):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from fincheck.train.tree_packing import tree_forward
+
+    rows = [*two_documents(), row("c1", [*SYSTEM, 11, 12, 13], [6])]
+    batch = TreeCollator(pad_token_id=0)([p.as_row() for p in pack_rows(rows, 1000, 8)])
+    losses = {}
+    for impl in ("sdpa", "eager"):
+        model = AutoModelForCausalLM.from_pretrained(
+            tiny_base, dtype=torch.float32, attn_implementation=impl
+        ).eval()
+        with torch.no_grad():
+            losses[impl] = float(tree_forward(model, batch)[0])
+    assert abs(losses["eager"] - losses["sdpa"]) <= 1e-5
+
+
+def test_a_model_with_a_sliding_window_shorter_than_a_pack_is_refused():
+    from types import SimpleNamespace
+
+    from fincheck.train.tree_packing import check_no_sliding_window
+
+    gemma3 = SimpleNamespace(
+        sliding_window=512, layer_types=["sliding_attention", "full_attention"]
+    )
+    with pytest.raises(FincheckError, match="sliding window of 512 tokens"):
+        check_no_sliding_window(gemma3, 2048)
+    check_no_sliding_window(gemma3, 512)  # a pack within the window sees what a pair alone sees
+    qwen2 = SimpleNamespace(sliding_window=4096, use_sliding_window=False, layer_types=[])
+    check_no_sliding_window(qwen2, 8192)  # declared but not used

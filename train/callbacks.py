@@ -127,7 +127,9 @@ class FincheckSFTTrainer(SFTTrainer):
             self.model,
             self.args.process_index,
             self.args.world_size,
-            sharded=not self.is_deepspeed_enabled or deepspeed_zero_stage(self) < 3,
+            # each process answers its share only where it holds the whole model
+            sharded=not self.is_fsdp_enabled
+            and (not self.is_deepspeed_enabled or deepspeed_zero_stage(self) < 3),
         )
         figures = {f"{metric_key_prefix}_{k}": v for k, v in figures.items()}
         figures[f"{metric_key_prefix}_figures_seconds"] = round(seconds, 1)
@@ -136,8 +138,9 @@ class FincheckSFTTrainer(SFTTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        if getattr(self.args, "tree_packing", False):
-            self._signature_columns = [*self._signature_columns, "position_ids", "tree_end"]
+        if getattr(self.args, "tree_packing", False):  # called once per dataloader: add once
+            extra = [c for c in ("position_ids", "tree_end") if c not in self._signature_columns]
+            self._signature_columns = [*self._signature_columns, *extra]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         import torch

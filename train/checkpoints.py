@@ -248,6 +248,30 @@ def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
         tmp.replace(output_dir / name)
 
 
+def best_checkpoint(checkpoint: Path) -> Path | None:
+    """The best checkpoint by metric_for_best_model that `checkpoint`'s trainer_state.json
+    records, looked up beside `checkpoint` (the run folder may have moved since)."""
+    state_file = checkpoint / "trainer_state.json"
+    if not state_file.is_file():
+        return None
+    best = json.loads(state_file.read_text(encoding="utf-8")).get("best_model_checkpoint")
+    if not best:
+        return None
+    found = checkpoint.parent / Path(best).name
+    if not (found / "adapter_model.safetensors").is_file():
+        raise FincheckError(
+            f"{state_file} names {Path(best).name} the best checkpoint, but {found} holds no "
+            "adapter (removed by hand?): copy the adapter you want into the run folder"
+        )
+    return found
+
+
+def best_adapter_record(checkpoint: Path, best: Path, metric: str | None) -> dict[str, Any]:
+    """What run metadata says of a final adapter taken from the best checkpoint."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    return {"checkpoint": best.name, "metric": metric, "value": state.get("best_metric")}
+
+
 def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
     """Put the checkpoint's adapter in the run folder when the final save did not happen (a
     kill after the last checkpoint); False when the final adapter is already there."""

@@ -190,9 +190,10 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
     `seed`).
 
     Per task: the pairs in a seeded order (whole documents together when `whole_documents`);
-    weight w takes them int(w) times plus the first fraction of them; `balance_labels` repeats
-    each label's pairs until it matches the most frequent label; `max_examples` keeps the first
-    N (in the seeded order, whole documents when `whole_documents`)."""
+    weight w takes them int(w) times plus the first fraction of them; `max_examples` keeps the
+    first N (in the seeded order, whole documents when `whole_documents`); then
+    `balance_labels` repeats each label's pairs until it matches the most frequent label (so a
+    balanced task may end above its cap)."""
     rng = random.Random(seed)
     mixed: list[Pair] = []
     for task in mixture.tasks:
@@ -200,10 +201,12 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
         weight = mixture.weights.get(task, 1.0)
         whole, frac = divmod(weight, 1.0)
         chosen = pairs * int(whole) + take(pairs, round(frac * len(pairs)), mixture)
-        if task in mixture.balance_labels:
-            chosen = balance_labels(chosen, task)
         cap = mixture.max_examples.get(task)
-        mixed.extend(take(chosen, cap, mixture) if cap is not None else chosen)
+        if cap is not None:
+            chosen = take(chosen, cap, mixture)
+        if task in mixture.balance_labels:  # after the cap, which would otherwise cut repeats
+            chosen = balance_labels(chosen, task)
+        mixed.extend(chosen)
     rng.shuffle(mixed)
     return mixed
 
@@ -226,11 +229,13 @@ def seeded_order(pairs: list[Pair], rng: random.Random, whole_documents: bool) -
 def take(pairs: list[Pair], n: int, mixture: DataMixture) -> list[Pair]:
     """The first n pairs; with `whole_documents`, the first documents while fewer than n pairs
     are taken (a document is never cut)."""
+    if n <= 0:
+        return []
     if not mixture.whole_documents or n >= len(pairs):
         return pairs[:n]
     out: list[Pair] = []
     for k, pair in enumerate(pairs):
-        if len(out) >= n and pair.document_key != pairs[k - 1].document_key:
+        if len(out) >= n and k > 0 and pair.document_key != pairs[k - 1].document_key:
             break
         out.append(pair)
     return out

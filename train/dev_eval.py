@@ -97,7 +97,7 @@ class DevFigures:
 
     def compute(self, model: Any, rank: int = 0, world: int = 1, sharded: bool = False):
         """{f"{task}_{figure}": value} over the whole sample, for the task's headline figures
-        (`Task.compare_metrics`; NaN ones left out), and the seconds it took."""
+        (`Task.compare_metrics`; NaN where undefined), and the seconds it took."""
         import torch
 
         start = time.perf_counter()
@@ -132,8 +132,10 @@ class DevFigures:
                 values = get_task(task.name).example_figures(score.examples)
                 for key, _label in get_task(task.name).compare_metrics:  # the headline ones
                     value = values.get(key)
-                    if value is not None and not math.isnan(value):
-                        figures[f"{task.name}_{key}"] = round(float(value), 4)
+                    # always logged, so metric_for_best_model finds its key; NaN where the
+                    # sample leaves it undefined (one class only), and NaN never counts as best
+                    missing = value is None or math.isnan(value)
+                    figures[f"{task.name}_{key}"] = math.nan if missing else round(float(value), 4)
         finally:
             model.train(was_training)
         return figures, time.perf_counter() - start

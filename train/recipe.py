@@ -427,6 +427,20 @@ def validate_recipe(values: dict[str, Any]) -> None:
                 f"tree_packing_max_tokens={budget} < max_length={values['max_length']}: a pair "
                 "of max_length tokens would not fit in a packed sequence"
             )
+        # options whose loss or batches tree packing would silently not honour
+        unsupported = {
+            "loss_type": ("nll", values["loss_type"]),
+            "label_smoothing_factor": (0.0, values["label_smoothing_factor"]),
+            "use_liger_kernel": (False, values["use_liger_kernel"]),
+            "assistant_only_loss": (False, values["assistant_only_loss"]),
+        }
+        changed = [f"{k}={v!r}" for k, (default, v) in unsupported.items() if v != default]
+        if changed:
+            raise FincheckError(
+                f"tree_packing computes the loss itself (per-target NLL, logits at the target "
+                f"positions only): it does not honour {', '.join(changed)}; drop them or set "
+                "tree_packing: false"
+            )
         if values["attn_implementation"] not in (None, "sdpa", "eager", "flex_attention"):
             raise FincheckError(
                 f"tree_packing needs an attention kernel that takes a custom mask (sdpa, eager, "
@@ -449,18 +463,43 @@ def check_evaluation_keys(values: dict[str, Any]) -> None:
         raise FincheckError(
             "eval_steps needs dev pairs for the eval loss: set eval_max_examples >= 1"
         )
+    metric = values["metric_for_best_model"]
+    if metric:
+        known = evaluation_metric_names(values["dev_figures"])
+        if metric.removeprefix("eval_") not in known:
+            raise FincheckError(
+                f"metric_for_best_model={metric!r} is not computed by this recipe: name "
+                f"one of {known} (a task's figures need that task in dev_figures)"
+            )
     if values["load_best_model_at_end"]:
-        if not values["metric_for_best_model"]:
+        if not metric:
             raise FincheckError(
                 "load_best_model_at_end needs metric_for_best_model (e.g. qasem_auc with "
                 "dev_figures: [qasem], or loss)"
             )
+        allowed = {"eval_strategy": ("steps", "no"), "save_strategy": ("steps",)}  # no: eval_steps
+        for key, ok in allowed.items():
+            value = getattr(values[key], "value", values[key])  # an enum from TRL's types
+            if value not in ok:
+                raise FincheckError(
+                    f"load_best_model_at_end: {key}={value!r}; fincheck evaluates and "
+                    "saves by steps (eval_steps a multiple of save_steps), set it to 'steps'"
+                )
         save, every = values["save_steps"], values["eval_steps"]
         if not every or every % save:
             raise FincheckError(
                 f"load_best_model_at_end: eval_steps={every} must be a multiple of save_steps="
                 f"{save}, so that every evaluation, the best one too, has a checkpoint"
             )
+
+
+def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
+    """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
+    task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
+    from fincheck.tasks import get_task
+
+    figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
+    return ["loss", *figures]
 
 
 def recipe_to_yaml(recipe: SFTRecipe) -> str:

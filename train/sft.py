@@ -206,12 +206,16 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         train_rows, eval_rows, prepared.stats["tree_packing"] = tree_packing.pack_splits(
             train_rows, eval_rows, recipe.tree_budget
         )
-        collator = tree_packing.TreeCollator(tokenizer.pad_token_id)
+        multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
+        collator = tree_packing.TreeCollator(
+            tokenizer.pad_token_id, multiple if isinstance(multiple, int) else None
+        )
     if args.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
 
     base = model.load_base_model(recipe, base_path, tokenizer, args.bf16, args.fp16)
     if recipe.tree_packing:
+        tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
@@ -295,7 +299,15 @@ def train_and_save(r: Run) -> int:
     done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
     if done:  # resuming would train one step past the end and overwrite the adapter
         if trainer.args.process_index == 0:
-            copied = checkpoints.finish_from_checkpoint(r.resume_from, r.output_dir)
+            source = r.resume_from
+            if recipe.final_adapter_from_best:  # load_best_model_at_end: as a full run would
+                best = checkpoints.best_checkpoint(r.resume_from)
+                if best is not None:
+                    source = best
+                    r.metadata["final_adapter"] = checkpoints.best_adapter_record(
+                        r.resume_from, best, recipe.metric_for_best_model
+                    )
+            copied = checkpoints.finish_from_checkpoint(source, r.output_dir)
             if copied:
                 checkpoints.write_run_files(
                     r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata
@@ -337,7 +349,7 @@ def train_and_save(r: Run) -> int:
             trainer.processing_class.save_pretrained(str(r.output_dir))  # as save_model does
             r.metadata["final_adapter"] = {
                 "checkpoint": Path(best).name,
-                "metric": recipe.metric_for_best_model,
+                "metric": trainer.args.metric_for_best_model,
                 "value": trainer.state.best_metric,
             }
         checkpoints.write_run_files(r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata)

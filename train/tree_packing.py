@@ -429,6 +429,22 @@ def tree_sdpa_attention(
     return torch.cat(outputs, dim=1), None
 
 
+def check_no_sliding_window(config: Any, budget: int) -> None:
+    """Refuse a model whose layers attend through a sliding window shorter than a pack: the
+    tree mask would let those layers see keys a pair alone would not (Gemma 3: 512)."""
+    config = getattr(config, "text_config", None) or config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or []
+    sliding = "sliding_attention" in layer_types or bool(getattr(config, "use_sliding_window", 0))
+    if sliding and window and window < budget:
+        raise FincheckError(
+            f"tree_packing: this model's layers attend through a sliding window of {window} "
+            f"tokens, shorter than a pack (tree_packing_max_tokens={budget}); the tree mask does "
+            "not apply the window, so a pair would not see what it sees alone. Set "
+            "tree_packing: false for this model"
+        )
+
+
 def use_tree_attention(model: Any) -> None:
     """Run an SDPA model's attention through `tree_sdpa_attention` (registered once with
     transformers, with SDPA's mask builder for its other calls)."""
