@@ -124,30 +124,34 @@ def _figure(figures: dict, metric: str) -> tuple[float | None, list | None]:
 def compare_runs(
     runs: Sequence[ScoredRun], n_resamples: int = 1000, seed: int = 0
 ) -> tuple[str, dict]:
-    """(markdown, data): one section per task that every run scored."""
+    """(markdown, data): one section per task that two runs or more scored, with those runs
+    (a baseline that covers one task, like the word-overlap floor of QASem, stands beside the
+    detector in that task's section alone); differences against the first of them."""
     if len(runs) < 2:
         raise FincheckError("compare needs at least two scored runs")
-    tasks = [t for t in all_tasks() if all(t in run.results.get("tasks", {}) for run in runs)]
+    scoring = {t: [run for run in runs if t in run.results.get("tasks", {})] for t in all_tasks()}
+    tasks = [t for t in all_tasks() if len(scoring[t]) >= 2]
     if not tasks:
-        raise FincheckError("the runs share no scored task")
+        raise FincheckError("no task is scored by two of the runs")
     lines = ["# fincheck comparison", ""]
     lines += [f"- **{run.name}**: `{run.path}`" for run in runs]
     lines += [
         "",
-        f"Differences are against **{runs[0].name}**, on the example ids both runs scored, with "
-        f"a paired 95% bootstrap CI ({n_resamples} resamples); 'better' or 'worse' only when "
-        "the interval excludes 0.",
+        f"Differences are against the first run listed in each task's table, on the example ids "
+        f"both runs scored, with a paired 95% bootstrap CI ({n_resamples} resamples); 'better' "
+        "or 'worse' only when the interval excludes 0.",
         "",
     ]
     data: dict = {"runs": [run.name for run in runs], "tasks": {}}
     for name in tasks:
+        scored = scoring[name]  # the runs that scored this task, in the order given
         task = get_task(name)
         metrics = task.compare_metrics
         lines += [f"## {task.title}", ""]
         header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
         lines += [header, "|" + " --- |" * (len(metrics) + 3)]
         data["tasks"][name] = {"runs": {}, "differences": {}}
-        for run in runs:
+        for run in scored:
             figures = run.results["tasks"][name]
             n_bad, n, _ = task.unreadable_outputs(figures)
             cells = []
@@ -160,15 +164,18 @@ def compare_runs(
                 "unreadable": n_bad,
                 **{key: _figure(figures, key)[0] for key, _ in metrics},
             }
-        what = task.unreadable_outputs(runs[0].results["tasks"][name])[2]
+        missing = [run.name for run in runs if run not in scored]
+        if missing:
+            lines += ["", f"Not scored on this task: {', '.join(missing)}."]
+        what = task.unreadable_outputs(scored[0].results["tasks"][name])[2]
         lines += ["", f"Unreadable: {what}.", ""]
-        for run in runs[1:]:
-            if name not in run.examples or name not in runs[0].examples:
+        for run in scored[1:]:
+            if name not in run.examples or name not in scored[0].examples:
                 lines.append(f"- {run.name}: no scored examples to pair (scored/{name}.jsonl)")
                 continue
             diffs = [
                 paired_difference(
-                    name, runs[0].examples[name], run.examples[name], key, n_resamples, seed
+                    name, scored[0].examples[name], run.examples[name], key, n_resamples, seed
                 )
                 for key, _ in metrics
             ]
@@ -181,7 +188,7 @@ def compare_runs(
                     parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
             shared = diffs[0].n if diffs else 0
             lines.append(
-                f"- **{run.name}** vs {runs[0].name} ({shared} shared): " + "; ".join(parts)
+                f"- **{run.name}** vs {scored[0].name} ({shared} shared): " + "; ".join(parts)
             )
             data["tasks"][name]["differences"][run.name] = {
                 d.metric: {

@@ -69,6 +69,30 @@ def test_cli_writes_the_table_and_the_numbers(tmp_path, capsys):
     assert text.strip() in capsys.readouterr().out
 
 
+def test_a_run_scoring_one_task_stands_in_that_tasks_section_alone(tmp_path):
+    """A baseline covering QASem only (word overlap) beside runs that scored more tasks: the
+    QASem section holds all three, FHSumBench's the two that scored it."""
+    rng = random.Random(2)
+    gold = ["Yes" if i % 2 else "No" for i in range(40)]
+    for name in ("base", "tuned", "overlap"):
+        _write_run(tmp_path / name, qasem_examples([rng.random() for _ in gold], gold), 0.5)
+    for name in ("base", "tuned"):  # FHSumBench figures too (no scored examples: not paired)
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        results["tasks"]["fhsumbench"] = {"f": 0.2, "precision": 0.1, "recall": 0.3, "n": 40,
+                                          "n_parse_failed": 0}  # fmt: skip
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    runs = [load_scored_run(tmp_path / n, n) for n in ("base", "tuned", "overlap")]
+    text, data = compare_runs(runs, n_resamples=50)
+    assert set(data["tasks"]["qasem"]["runs"]) == {"base", "tuned", "overlap"}
+    assert set(data["tasks"]["fhsumbench"]["runs"]) == {"base", "tuned"}
+    assert "Not scored on this task: overlap." in text
+    fh_only = tmp_path / "fh"
+    fh_only.mkdir()
+    (fh_only / "results.json").write_text(json.dumps({"tasks": {"fhsumbench": {"f": 0.2}}}))
+    with pytest.raises(FincheckError, match="no task is scored by two"):
+        compare_runs([runs[2], load_scored_run(fh_only, "fh")], n_resamples=10)
+
+
 def test_one_run_or_a_folder_without_results_is_a_clear_error(tmp_path):
     with pytest.raises(FincheckError, match=r"no results\.json"):
         load_scored_run(tmp_path)
