@@ -174,3 +174,26 @@ def test_bench_eval_paths_times_the_eval_path_in_every_mode(small_prepared, tmp_
     naive, reused = by["qasem", "naive"], by["qasem", "prefix-reuse"]
     assert naive["tokens_run"] == naive["prompt_tokens"] > 2 * reused["tokens_run"]
     assert "| qasem | prefix-reuse | 4 |" in capsys.readouterr().out
+
+
+def test_bench_train_layouts_on_the_same_pairs_agree_and_tree_runs_fewer_tokens(
+    small_prepared, tmp_path, capsys
+):
+    """`--model tiny-random` (a real model folder path): every layout trains the same pairs;
+    with lr=0 their mean loss agrees (they train the same thing); tree packing runs fewer
+    tokens where pairs share a document."""
+    bench = load_script("bench_train")
+    out = tmp_path / "layouts.json"
+    argv = ["--model", "tiny-random", "--prepared-dir", str(small_prepared), "--pairs", "6",
+            "--max-length", "1024", "--json-out", str(out)]  # fmt: skip
+    assert bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    rows = {(r["task"], r["layout"]): r for r in record["results"]}
+    assert set(rows) == {(t, lay) for t in ("qasem", "fhsumbench") for lay in ("unpacked", "padding-free", "tree")}  # fmt: skip
+    for task in ("qasem", "fhsumbench"):
+        losses = [rows[task, lay]["mean_loss"] for lay in ("unpacked", "padding-free", "tree")]
+        assert max(losses) - min(losses) < 1e-4
+        assert len({rows[task, lay]["pairs"] for lay in ("unpacked", "tree")}) == 1
+        assert rows[task, "tree"]["real_tokens"] < rows[task, "unpacked"]["real_tokens"]
+        assert rows[task, "unpacked"]["speedup"] == 1.0
+    assert "| qasem | tree |" in capsys.readouterr().out

@@ -309,9 +309,17 @@ def tree_mixture(tmp_path_factory) -> Path:
 
 
 def tree_args(prepared_dir: Path, mixture: Path, out: Path) -> list[str]:
+    """Tree-packed tiny-cpu, with QASem's dev figures every 8 steps (dealt out by document to
+    the two processes under ZeRO-2, answered by both in step under ZeRO-3)."""
     args = common_args(prepared_dir, mixture, out)
     args[args.index("--per_device_train_batch_size=2")] = "--per_device_train_batch_size=1"
-    return [*args, "--tree_packing=true", "--tree_packing_max_tokens=1024"]
+    return [*args, "--tree_packing=true", "--tree_packing_max_tokens=1024", "--eval_steps=8",
+            "--eval_max_examples=4", "--dev_figures=[qasem]", "--dev_figures_limit={qasem: 20}"]  # fmt: skip
+
+
+def dev_figures(checkpoint: Path) -> dict[int, float]:
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return {e["step"]: e["eval_qasem_auc"] for e in state["log_history"] if "eval_qasem_auc" in e}
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +341,7 @@ def test_tree_packed_zero2_run_trains_and_resumes_to_the_same_losses(
     assert packing["pairs"] > 2 * packing["packs"]  # documents shared: sequences hold pairs
     expected = step_losses(zero2_tree_run / f"checkpoint-{STEPS}")
     assert sorted(expected) == list(range(1, STEPS + 1))
+    assert sorted(dev_figures(zero2_tree_run / f"checkpoint-{STEPS}")) == [8, 16, 24]
     first, last = sum(expected[s] for s in range(1, 7)), sum(expected[s] for s in range(19, 25))
     assert last < first, expected
     copy = tmp_path / "run"
@@ -348,6 +357,9 @@ def test_tree_packed_zero2_run_trains_and_resumes_to_the_same_losses(
     resumed = step_losses(copy / f"checkpoint-{STEPS}")
     for step in range(17, STEPS + 1):
         assert abs(resumed[step] - expected[step]) <= 1e-5, (step, resumed[step], expected[step])
+    # the dev figures of the resumed run's step 24 are those of the uninterrupted run's
+    after = dev_figures(copy / f"checkpoint-{STEPS}")[24]
+    assert abs(after - dev_figures(zero2_tree_run / f"checkpoint-{STEPS}")[24]) <= 1e-4
 
 
 def test_tree_packed_zero3_run_saves_the_gathered_adapter(prepared_dir, tree_mixture, tmp_path):
@@ -362,3 +374,4 @@ def test_tree_packed_zero3_run_saves_the_gathered_adapter(prepared_dir, tree_mix
     assert report["max_abs_diff"] == 0.0 and report["lora_B_abs_sum"] > 0
     meta = json.loads((out / "fincheck_run.json").read_text())
     assert meta["data"]["tree_packing"]["train"]["packs"] > 0
+    assert sorted(dev_figures(out / "checkpoint-8")) == [8]  # both ranks answered, in step
