@@ -28,6 +28,15 @@ def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float:
     return sum(recalls) / len(recalls) if recalls else math.nan
 
 
+def precision_recall(gold: Sequence[bool], pred: Sequence[bool]) -> tuple[float, float]:
+    """Precision TP/(TP+FP) and recall TP/(TP+FN) of the positive class True; NaN where the
+    divisor is 0 (nothing predicted positive, or no gold positive)."""
+    _check_lengths(gold, pred)
+    tp = sum(bool(g) and bool(p) for g, p in zip(gold, pred, strict=True))
+    n_pred, n_gold = sum(map(bool, pred)), sum(map(bool, gold))
+    return (tp / n_pred if n_pred else math.nan), (tp / n_gold if n_gold else math.nan)
+
+
 def roc_auc(gold: Sequence[bool], scores: Sequence[float]) -> float:
     """Area under the ROC curve of `scores` for the positive class True.
 

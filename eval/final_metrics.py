@@ -7,8 +7,10 @@ repeats still count as predictions (and lower precision). Precision = sum TP / s
 recall = sum TP / sum #gold, over the corpus (micro); F1 from those two. When either list is
 empty no judge is needed: TP = 0.
 
-Binarized (the paper's Fig. 4): an example is flagged when it has at least one description;
-balanced accuracy of flagged-vs-gold-inconsistent, "inconsistent" being the positive class.
+Binarized: an example is flagged when it has at least one description. The paper's Fig. 4
+reports its precision, recall and F1 with "inconsistent" as the positive class; fincheck adds
+the balanced accuracy of flagged vs gold-inconsistent (its own figure, not in the paper: it
+does not reward flagging everything).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import balanced_accuracy, harmonic_mean
+from fincheck.eval.classification import balanced_accuracy, harmonic_mean, precision_recall
 
 # "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"; a marker
 # alone on its line ("A.") opens an item whose text follows (the paper's few-shot layout).
@@ -34,7 +36,7 @@ _DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.
 # "There are no factual inconsistencies in the summary.", "The summary is consistent ...": one
 # short sentence, with no "but"/"except" that would go on to report something.
 _NOTHING = re.compile(
-    r"^(?:(?:none|n/a|nothing)\W*$"
+    r"^(?:(?:none|n/a|nothing)(?:\s+(?:found|identified|detected|noted))?\W*$"
     r"|no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|problems?\b|hallucinat)"
     r"|there (?:are|is|were|was) no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|"
     r"problems?\b|hallucinat|unsupported)"
@@ -43,6 +45,25 @@ _NOTHING = re.compile(
     re.IGNORECASE,
 )
 _GOES_ON = re.compile(r"\b(?:but|except|however|although|though)\b|\n", re.IGNORECASE)
+# A label that introduces the answer: "Inconsistencies:" (the layout the few-shot prompts
+# teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:".
+_ANSWER_LABEL = re.compile(
+    r"^\s*(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer)(?:\*\*)?\s*:"
+    r"(?:\*\*)?\s*",
+    re.IGNORECASE,
+)
+_DECORATION = "*#\"'`\u201c\u201d \n"
+
+
+def says_nothing(text: str) -> bool:
+    """Whether an answer (or one of its lines or items) says there is nothing to report:
+    "None", "None found.", '"None"', "**None**", "There are no inconsistencies." (one short
+    sentence with no "but"/"except" going on to report something)."""
+    plain = text.strip(_DECORATION).strip()
+    return not plain or bool(_NOTHING.match(plain) and not _GOES_ON.search(plain))
+
+
+BINARY_METRICS = ("binary_precision", "binary_recall", "binary_f1", "binary_bacc")
 
 
 def letters(n: int) -> list[str]:
@@ -71,8 +92,11 @@ def read_descriptions(text: str) -> ParsedDescriptions:
 
     - A chain of thought: only what follows the last "Final Output:" counts (its numbered
       reasoning steps are not descriptions).
-    - Nothing to report: "None", and answers that say so in words ("There are no factual
-      inconsistencies in the summary.", "No errors found.", "The summary is consistent").
+    - Nothing to report: "None" in every layout seen ("None found.", '"None"', "Inconsistencies:
+      None", "A. None", "- None", a sentence then "None" on its own line), and answers that say
+      so in words ("There are no factual inconsistencies in the summary.", "No errors found.",
+      "The summary is consistent"). A description that merely contains the word ("None of the
+      figures match") stays a description.
     - Items: lettered ("A. ..."), parenthesised, numbered and bulleted lines; a marker alone on
       its line opens an item whose text follows, a "Description:" label is dropped; a line
       without a marker continues the item before it; a preamble before the first marker
@@ -84,8 +108,8 @@ def read_descriptions(text: str) -> ParsedDescriptions:
     cuts = list(_FINAL_OUTPUT.finditer(text))
     if cuts:
         text = text[cuts[-1].end() :].strip()
-    plain = text.strip("*# \n").strip()
-    if not plain or (_NOTHING.match(plain) and not _GOES_ON.search(plain)):
+    text = _ANSWER_LABEL.sub("", text, count=1).strip()
+    if says_nothing(text):
         return ParsedDescriptions([], True)
     items: list[str] = []
     loose: list[str] = []
@@ -100,9 +124,12 @@ def read_descriptions(text: str) -> ParsedDescriptions:
         else:
             loose.append(line.strip())
     items = [_DESCRIPTION_LABEL.sub("", item).strip() for item in items]
-    items = [item for item in items if item]
-    if items:
+    marked = bool(items)
+    items = [item for item in items if not says_nothing(item)]  # "A. None", "- None"
+    if items or marked:
         return ParsedDescriptions(items, True)
+    if loose and (says_nothing(loose[0]) or says_nothing(loose[-1])):
+        return ParsedDescriptions([], True)  # "None" leads or concludes the answer
     return ParsedDescriptions([" ".join(loose)] if loose else [], False)
 
 
@@ -133,7 +160,7 @@ class FinalItem:
 
 
 def final_figures(items: Sequence[FinalItem], judge_failures: str = "miss") -> dict[str, float]:
-    """Micro P/R/F1 and the binarized BAcc (over all items).
+    """Micro P/R/F1, and over all items the binarized P/R/F1 (the paper's Fig. 4) and BAcc.
 
     judge_failures="miss" (the headline, as the paper, which excludes nothing): an example the
     judge failed on counts its descriptions with no true positive. "exclude": it is left out
@@ -145,13 +172,17 @@ def final_figures(items: Sequence[FinalItem], judge_failures: str = "miss") -> d
     n_gold = sum(it.n_gold for it in counted)
     precision = tp / n_pred if n_pred else math.nan
     recall = tp / n_gold if n_gold else math.nan
+    gold_flagged = [it.n_gold > 0 for it in items]  # inconsistent: the positive class
+    flagged = [it.n_pred > 0 for it in items]
+    binary_precision, binary_recall = precision_recall(gold_flagged, flagged)
     return {
         "precision": precision,
         "recall": recall,
         "f1": harmonic_mean(precision, recall),
-        "binary_bacc": balanced_accuracy(
-            [it.n_gold > 0 for it in items], [it.n_pred > 0 for it in items]
-        ),
+        "binary_precision": binary_precision,
+        "binary_recall": binary_recall,
+        "binary_f1": harmonic_mean(binary_precision, binary_recall),
+        "binary_bacc": balanced_accuracy(gold_flagged, flagged),
     }
 
 
@@ -189,7 +220,7 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
         },
         "ci95": {},
     }
-    for metric in ("f1", "precision", "recall", "binary_bacc"):
+    for metric in ("f1", "precision", "recall", *BINARY_METRICS):
         ci = bootstrap_ci(
             lambda idx, m=metric: final_figures([items[i] for i in idx])[m],
             len(items),

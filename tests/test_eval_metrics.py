@@ -233,6 +233,21 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("None of it holds: the year is wrong.", ["None of it holds: the year is wrong."], False),
         ("1. The summary gives 2025.\n2. The text gives 2027.\nFinal Output:\n- The year.",
          ["The year."], True),
+        # "None" in the layouts models write (the few-shot prompt teaches the first two)
+        ("Inconsistencies:\nNone", [], True),
+        ("Inconsistencies: None", [], True),
+        ("Final Output:\nA. None", [], True),
+        ("Final Output:\n- None", [], True),
+        ('"None"', [], True),
+        ("Final Output: None found.", [], True),
+        ("**None**", [], True),
+        ("The summary matches the text on every point.\nNone", [], True),
+        ("None\nThe summary restates the text.", [], True),
+        # ... while descriptions that merely contain the word stay descriptions
+        ("Inconsistencies:\nA. None of the players scored, the summary says; the text says two.",
+         ["None of the players scored, the summary says; the text says two."], True),
+        ("A. None\nB. The year is wrong.", ["The year is wrong."], True),
+        ("Inconsistencies: The summary gives 2025.", ["The summary gives 2025."], False),
     ],
 )  # fmt: skip
 def test_cot_and_nothing_to_report_answers(output, items, structured):
@@ -267,6 +282,21 @@ def test_score_final_micro_and_binarized():
     # binarized: gold inconsistent {0,1,2}: flagged 0,1 -> 2/3; consistent {3,4}: 1/2 right
     assert out["binary_bacc"] == pytest.approx((2 / 3 + 1 / 2) / 2)
     assert out["binary_confusion"]["counts"] == [[1, 1], [1, 2]]
+    # the paper's Fig. 4 figures, positive = inconsistent: flagged {0,1,3}, of which 0,1 are
+    # inconsistent -> P 2/3; inconsistent {0,1,2}, of which 0,1 flagged -> R 2/3
+    assert out["binary_precision"] == pytest.approx(2 / 3)
+    assert out["binary_recall"] == pytest.approx(2 / 3)
+    assert out["binary_f1"] == pytest.approx(2 / 3)
+
+
+def test_binarized_figures_of_flagging_everything():
+    """Flagging every summary: binarized F1 2p/(1+p) for a share p of inconsistent ones (the
+    paper's figure rewards it), BAcc 0.5 (fincheck's does not)."""
+    items = [FinalItem(1, 1, 1)] * 3 + [FinalItem(1, 0, 0)] * 7  # p = 0.3
+    out = score_final(items, n_resamples=0)
+    assert out["binary_precision"] == pytest.approx(0.3) and out["binary_recall"] == 1.0
+    assert out["binary_f1"] == pytest.approx(2 * 0.3 / 1.3)
+    assert out["binary_bacc"] == 0.5
 
 
 def test_judge_failures_count_as_misses_in_the_headline_and_apart_beside_it():
