@@ -247,6 +247,13 @@ def register(subparsers) -> None:
         help="two-step, step 2: cot or cot-hint (default: cot)",
     )
     b.add_argument("--nli-model", help="fizz: a Hugging Face NLI sequence classifier")
+    b.add_argument(
+        "--nli-labels",
+        type=lambda text: tuple(text.split(",")),
+        help="fizz: the NLI model's three labels in its output order, for a model saved without "
+        "label names (LABEL_0..2), e.g. entailment,contradiction,neutral (named labels, also "
+        "SUPPORTS/REFUTES/NOT ENOUGH INFO, are read from the model's config)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(
         func=eval_command,
@@ -378,6 +385,7 @@ def baseline_command(args) -> int:
         step1=args.step1,
         step2=args.step2,
         nli_model=args.nli_model,
+        nli_labels=args.nli_labels,
         device=args.device,
         window=args.window,
         progress=not args.no_progress,
@@ -391,6 +399,8 @@ def baseline_command(args) -> int:
             f"{len(counts['failed'])} failed, {counts['calls_per_example']:.1f} LLM calls per "
             f"example -> {opts.predictions_dir / (task + '.jsonl')}"
         )
+        if counts.get("method_counts"):
+            print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))
     print(
         f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}"
     )
@@ -426,6 +436,7 @@ METHOD_ONLY = {
     "step1": "--step1",
     "step2": "--step2",
     "nli_model": "--nli-model",
+    "nli_labels": "--nli-labels",
 }
 
 

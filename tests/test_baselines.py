@@ -12,8 +12,9 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.cli import main
 from fincheck.eval.baselines.final_methods import (
+    Merge,
     bullets,
-    merged_descriptions,
+    merge_descriptions,
     parse_fact_check,
     run_two_step,
     split_sentences,
@@ -61,15 +62,23 @@ def test_bullets_and_per_fact_answers():
     assert parse_fact_check("I am not sure.") == (None, [])
 
 
-def test_the_merge_keeps_descriptions_word_for_word_or_is_ignored():
+def test_the_merge_keeps_what_matches_maps_near_matches_and_counts_fallbacks():
+    """The dedup step must keep descriptions word for word (FINAL paper, E.2.5); a model that
+    edits one item no longer loses the whole merge."""
     originals = ["The age is wrong.", "The woman's age differs.", "No charge was made."]
-    assert merged_descriptions("A. The age is wrong.\nB. No charge was made.", originals) == [
-        "The age is wrong.",
-        "No charge was made.",
-    ]
-    assert merged_descriptions("A. the  age is WRONG.", originals) == ["The age is wrong."]
-    assert merged_descriptions("A. A rewritten description.", originals) is None
-    assert merged_descriptions("I merged them.", originals) is None
+    merge = merge_descriptions("A. The age is wrong.\nB. No charge was made.", originals)
+    assert merge == Merge(["The age is wrong.", "No charge was made."], 2, 0, 0, False)
+    assert merge_descriptions("A. the  age is WRONG.", originals).kept == ["The age is wrong."]
+    # one item edited (a word changed), one kept: both map to their originals
+    edited = merge_descriptions("A. The age was wrong.\nB. No charge was made.", originals)
+    assert edited == Merge(["The age is wrong.", "No charge was made."], 1, 1, 0, False)
+    # an item that is no original is dropped and counted; the rest stands
+    added = merge_descriptions("A. The age is wrong.\nB. A new claim entirely.", originals)
+    assert added == Merge(["The age is wrong."], 1, 0, 1, False)
+    # nothing usable: the un-merged list, counted as a fallback
+    fallback = merge_descriptions("I merged them.", originals)
+    assert fallback.kept == originals and fallback.fallback
+    assert fallback.counts()["merge_fallbacks"] == 1
 
 
 def test_granularity_windows_contain_the_best_sentence_and_stay_inside():
@@ -102,9 +111,40 @@ def test_nli_labels_come_from_the_config():
         label_indices({0: "LABEL_0", 1: "LABEL_1"})
 
 
+def test_nli_labels_of_fact_verification_models_and_unnamed_ones():
+    """VitaminC's names (the FIZZ paper's NLI model was trained on SUPPORTS / REFUTES / NOT
+    ENOUGH INFO); unnamed labels take --nli-labels in index order, or the paper's order for the
+    paper's own model, with a notice."""
+    from fincheck.errors import FincheckError
+
+    vitaminc = {0: "REFUTES", 1: "NOT ENOUGH INFO", 2: "SUPPORTS"}
+    assert label_indices(vitaminc) == {"entailment": 2, "contradiction": 0, "neutral": 1}
+    unnamed = {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    order = ("neutral", "entailment", "contradiction")
+    assert label_indices(unnamed, order) == {"neutral": 0, "entailment": 1, "contradiction": 2}
+    notices: list[str] = []
+    paper = label_indices(
+        unnamed, model_name="tals/albert-xlarge-vitaminc-mnli", notice=notices.append
+    )
+    assert paper == {"entailment": 0, "contradiction": 1, "neutral": 2}
+    assert len(notices) == 1 and "FIZZ" in notices[0]
+    with pytest.raises(FincheckError, match="--nli-labels entailment,contradiction,neutral"):
+        label_indices(unnamed, model_name="someone/other-nli")
+    with pytest.raises(FincheckError, match="once each"):
+        label_indices(unnamed, ("entailment", "entailment", "neutral"))
+    with pytest.raises(FincheckError, match="once each"):
+        label_indices({0: "LABEL_0", 1: "LABEL_1"}, ("entailment", "contradiction", "neutral"))
+
+
 def test_the_final_yes_or_no_of_a_reasoned_answer():
+    """Only the final-answer line counts (FINAL paper prompt E.3: "end your response with final
+    answer: yes or no only"); a yes or no in the reasoning is not the answer."""
     assert last_yes_no("No wait... yes.\nFinal answer: No") == "No"
-    assert last_yes_no("It is supported, so yes") == "Yes"
+    assert last_yes_no("Every claim checks out.\n**Final Answer:** yes") == "Yes"
+    assert last_yes_no("Step 1 ...\nFinal answer - No.") == "No"
+    assert last_yes_no("The date matches.\n\nYes.") == "Yes"
+    assert last_yes_no("There is no evidence for the date in the text.") is None
+    assert last_yes_no("It is supported, so yes") is None
     assert last_yes_no("Unclear.") is None
 
 
@@ -272,6 +312,75 @@ def tiny_nli(tiny_base, tmp_path_factory) -> Path:
     BertForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.mark.parametrize(
+    ("id2label", "flags", "entailment_index"),
+    [
+        ({0: "contradiction", 1: "entailment", 2: "neutral"}, [], 1),
+        ({0: "REFUTES", 1: "NOT ENOUGH INFO", 2: "SUPPORTS"}, [], 2),
+        ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, ["--nli-labels", "neutral,contradiction,entailment"], 2),
+    ],
+)  # fmt: skip
+def test_fizz_reads_each_label_style_of_a_saved_nli_model(
+    tiny_base, tmp_path, id2label, flags, entailment_index
+):
+    """A random NLI model saved with each label style: the entailment probability FIZZ uses is
+    the softmax output at the right index, and the labels used are recorded."""
+    import torch
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        BertConfig,
+        BertForSequenceClassification,
+    )
+
+    from fincheck.eval.baselines.fizz import NLIScorer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=1024, num_labels=3, id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    folder = tmp_path / "nli"
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    labels = tuple(flags[1].split(",")) if flags else None
+    scorer = NLIScorer(str(folder), "cpu", labels=labels)
+    premise, hypothesis = "The library opens in 2027.", "The library opens in 2025."
+    got = scorer([(premise, hypothesis)])[0]
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        probs = torch.softmax(
+            model(**tokenizer(premise, hypothesis, return_tensors="pt")).logits, -1
+        )[0]
+    assert got.entailment == pytest.approx(probs[entailment_index].item(), abs=1e-6)
+
+    out = tmp_path / "fizz"
+    args = ["eval", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
+            "--llm-max-tokens", "8", "--tasks", "fhsumbench", "--limit", "4", "--nli-model",
+            str(folder), *flags, "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    config_seen = json.loads((out / "predictions" / "eval_config.json").read_text())
+    assert config_seen["nli_labels"] == (list(labels) if labels else None)
+
+
+def test_unnamed_nli_labels_without_an_order_fail_clearly(tiny_base, tmp_path, capsys):
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, num_labels=3)  # fmt: skip
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "nli")
+    tokenizer.save_pretrained(tmp_path / "nli")
+    args = ["eval", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
+            "--tasks", "fhsumbench", "--limit", "2", "--nli-model", str(tmp_path / "nli"),
+            "--out", str(tmp_path / "fizz"), "--no-progress"]  # fmt: skip
+    assert main(args) != 0
+    assert "--nli-labels entailment,contradiction,neutral" in capsys.readouterr().err
 
 
 def test_every_method_runs_on_a_local_model(tiny_base, tiny_nli, tmp_path):

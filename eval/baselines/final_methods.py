@@ -18,8 +18,10 @@ two-step: step 1 decides consistent / inconsistent, step 2 describes the inconsi
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fincheck.eval.baselines.methods import (
     METHODS,
@@ -79,21 +81,59 @@ def lettered(items: list[str]) -> str:
     )
 
 
-def merged_descriptions(answer: str, originals: list[str]) -> list[str] | None:
-    """The merge step's list, or None when the answer is not a list of the given descriptions
-    (it must keep descriptions word for word and add none): the caller keeps the originals."""
-    kept = parse_descriptions(answer)
-    if not kept:
-        return None
-    norm = {re.sub(r"\s+", " ", d).strip().lower(): d for d in originals}
-    chosen = []
-    for item in kept:
-        key = re.sub(r"\s+", " ", item).strip().lower()
-        if key not in norm:
-            return None
-        if norm[key] not in chosen:
-            chosen.append(norm[key])
-    return chosen
+# difflib ratio at which an edited description still maps to its original (a changed article
+# or tense stays; a rewritten sentence does not)
+NEAR_MATCH = 0.8
+
+
+@dataclass(frozen=True)
+class Merge:
+    """The merge step read against the descriptions it was given (FINAL paper, E.2.5: keep one
+    of each group of duplicates, word for word)."""
+
+    kept: list[str]  # originals, in the answer's order
+    exact: int  # answer items equal to an original (spacing and case aside)
+    near: int  # edited items mapped to their closest original
+    unmatched: int  # items that are no original: dropped
+    fallback: bool  # nothing usable in the answer: the un-merged list is kept
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "merge_near_matches": self.near,
+            "merge_unmatched_items": self.unmatched,
+            "merge_fallbacks": int(self.fallback),
+        }
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def merge_descriptions(answer: str, originals: list[str]) -> Merge:
+    """Map each description of the merge answer to the original it keeps: exactly (spacing and
+    case aside), else the closest original at a similarity of NEAR_MATCH or more; an item
+    matching none is dropped. With no item mapped, the merge is a fallback to the originals."""
+    norm = {_normal(d): d for d in originals}
+    chosen: list[str] = []
+    exact = near = unmatched = 0
+    for item in parse_descriptions(answer):
+        key = _normal(item)
+        if key in norm:
+            exact += 1
+            original = norm[key]
+        else:
+            ratio, original = max(
+                (difflib.SequenceMatcher(None, key, k).ratio(), d) for k, d in norm.items()
+            )
+            if ratio < NEAR_MATCH:
+                unmatched += 1
+                continue
+            near += 1
+        if original not in chosen:
+            chosen.append(original)
+    if not chosen:
+        return Merge(list(originals), exact, near, unmatched, True)
+    return Merge(chosen, exact, near, unmatched, False)
 
 
 def as_final_output(descriptions: list[str]) -> str:
@@ -121,8 +161,12 @@ def run_pipeline(example: Example, llm: CachedLLM) -> MethodOutput:
         merge_answer = ask(
             llm, "final_pipeline_merge", summary=summary, descriptions=lettered(descriptions)
         )
-        merged = merged_descriptions(merge_answer, descriptions) or descriptions
-    trace = {"facts": checks, "merge_answer": merge_answer, "merged": merged}
+        merge = merge_descriptions(merge_answer, descriptions)
+        merged = merge.kept
+        counts = merge.counts()
+    else:
+        counts = {}
+    trace = {"facts": checks, "merge_answer": merge_answer, "merged": merged, "counts": counts}
     return MethodOutput(as_final_output(merged), None, trace)
 
 

@@ -12,15 +12,19 @@
              99.8) of the dev scores that maximises balanced accuracy on dev (ties: the later)
 
 The NLI model is any Hugging Face sequence-classification NLI model (`--nli-model`; the paper's
-is tals/albert-xlarge-vitaminc-mnli); its entailment, contradiction and neutral labels are found
-in its config. Coreference resolution (the paper's mT5 model + name substitution) is not used:
+is tals/albert-xlarge-vitaminc-mnli). Its entailment, contradiction and neutral outputs are found
+by their names in its config (also VitaminC's SUPPORTS / REFUTES / NOT ENOUGH INFO); a model
+saved without names (LABEL_0..2) needs `--nli-labels`, its three labels in index order, except
+the paper's model, which FIZZ's and SummaC's code read as 0 = entailment, 1 = contradiction,
+2 = neutral (said in one line when used). Coreference resolution (the paper's mT5 model + name substitution) is not used:
 the decomposition prompt asks for names instead of pronouns, and the report says so.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fincheck.errors import FincheckError
@@ -31,6 +35,18 @@ from fincheck.eval.llm import CachedLLM
 
 MIN_SENTENCE_CHARS = 10
 MAX_WINDOW = 3
+NLI_LABELS = ("entailment", "contradiction", "neutral")
+# The FIZZ paper's NLI model has no label names in its config; FIZZ's and SummaC's code index
+# its outputs in this order.
+PAPER_NLI_MODEL = "tals/albert-xlarge-vitaminc-mnli"
+PAPER_NLI_ORDER = ("entailment", "contradiction", "neutral")
+# Names of the three labels as NLI and fact-verification models spell them (lower case, the
+# start of the name is enough: "ENTAILMENT", "entails", "CONTRADICTION", "REFUTES", ...).
+LABEL_NAMES = {
+    "entailment": ("entai", "supports"),
+    "contradiction": ("contr", "refutes"),
+    "neutral": ("neutr", "not enough info", "not_enough_info"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +64,13 @@ class Entailment:
 class NLIScorer:
     """Softmax probabilities of an NLI sequence classifier for (premise, hypothesis) pairs."""
 
-    def __init__(self, model_name: str, device: str | None = None, batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        device: str | None = None,
+        batch_size: int = 16,
+        labels: Sequence[str] | None = None,
+    ) -> None:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -61,7 +83,7 @@ class NLIScorer:
         except OSError as e:
             raise FincheckError(f"cannot load the NLI model {model_name!r}: {e}") from None
         self.model.to(self.device).eval()
-        self.index = label_indices(self.model.config.id2label)
+        self.index = label_indices(self.model.config.id2label, labels, model_name)
         self.batch_size = batch_size
         self.name = model_name
         self._lock = threading.Lock()
@@ -90,20 +112,43 @@ class NLIScorer:
         return out
 
 
-def label_indices(id2label: dict) -> dict[str, int]:
-    """Which output index is entailment, contradiction, neutral, from the model's config."""
+def label_indices(
+    id2label: dict,
+    order: Sequence[str] | None = None,
+    model_name: str = "",
+    notice: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> dict[str, int]:
+    """Which output index is entailment, contradiction, neutral: `order` (the labels in index
+    order, `--nli-labels`) when given, else the names in the model's config, else, for the
+    paper's own unnamed model, the order FIZZ's code uses."""
+    n = len(id2label)
+    if order:
+        names = [name.strip().lower() for name in order]
+        if sorted(names) != sorted(NLI_LABELS) or n != 3:
+            raise FincheckError(
+                f"--nli-labels {','.join(order)}: name entailment, contradiction and neutral once "
+                f"each, in the model's index order (the model has {n} labels: {dict(id2label)})"
+            )
+        return {name: i for i, name in enumerate(names)}
     found: dict[str, int] = {}
     for index, label in id2label.items():
-        name = str(label).lower()
-        for key in ("entailment", "contradiction", "neutral"):
-            if name.startswith(key[:5]):
+        name = str(label).strip().lower()
+        for key, starts in LABEL_NAMES.items():
+            if any(name.startswith(start) for start in starts):
                 found[key] = int(index)
-    if set(found) != {"entailment", "contradiction", "neutral"}:
-        raise FincheckError(
-            f"the NLI model's labels {dict(id2label)} do not name entailment, contradiction and "
-            "neutral: pass an NLI model (--nli-model)"
+    if set(found) == set(NLI_LABELS) and len(set(found.values())) == 3:
+        return found
+    if model_name.rstrip("/").endswith(PAPER_NLI_MODEL) and n == 3:
+        notice(
+            f"{PAPER_NLI_MODEL} names no labels ({', '.join(map(str, id2label.values()))}): "
+            f"reading them as {', '.join(PAPER_NLI_ORDER)}, the order of FIZZ's code"
         )
-    return found
+        return {name: i for i, name in enumerate(PAPER_NLI_ORDER)}
+    raise FincheckError(
+        f"the NLI model's labels {dict(id2label)} do not name entailment, contradiction and "
+        "neutral: pass their index order (--nli-labels entailment,contradiction,neutral) or an "
+        "NLI model whose config names them (--nli-model)"
+    )
 
 
 def windows(n_sentences: int, center: int, max_size: int = MAX_WINDOW) -> list[tuple[int, ...]]:

@@ -74,14 +74,22 @@ def ask(llm: CachedLLM, prompt_name: str, max_tokens: int | None = None, **value
 # ---------------------------------------------------------------------- end to end
 
 E2E_PROMPTS = {"e2e": "e2e", "e2e-fewshot": "e2e_fewshot", "e2e-cot": "e2e_cot"}
-FINAL_ANSWER = re.compile(r"final answer\s*[:\-]?\s*\**\s*(yes|no)\b", re.IGNORECASE)
-YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+# "Final answer: No", "**Final Answer:** yes", "Final answer - No."
+FINAL_ANSWER = re.compile(r"final\s+answer\W{0,6}(yes|no)\b", re.IGNORECASE)
+# A last line that is only the answer: "No.", "**Yes**"
+BARE_ANSWER = re.compile(r"^\W*(yes|no)\W*$", re.IGNORECASE)
 
 
 def last_yes_no(text: str) -> str | None:
-    """The final yes/no of a reasoned answer: after "Final answer:", else the last yes or no."""
-    found = FINAL_ANSWER.findall(text) or YES_NO.findall(text)
-    return found[-1].capitalize() if found else None
+    """The final yes/no of a reasoned answer, as the CoT prompts ask for it: the last "Final
+    answer: yes|no", else a last line that is only "yes" or "no"; anything else is unreadable
+    (None). A yes or no inside the reasoning ("there is no evidence") is never the answer."""
+    found = FINAL_ANSWER.findall(text)
+    if found:
+        return found[-1].capitalize()
+    lines = [line for line in text.splitlines() if line.strip()]
+    bare = BARE_ANSWER.match(lines[-1]) if lines else None
+    return bare.group(1).capitalize() if bare else None
 
 
 def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:

@@ -52,6 +52,7 @@ class BaselineOptions(EvalRun):
     step1: str = "self"  # two-step: self | oracle | a fincheck adapter folder
     step2: str = "cot"  # two-step: cot | cot-hint
     nli_model: str | None = None  # fizz
+    nli_labels: tuple[str, ...] | None = None  # fizz: the NLI model's labels in index order
     device: str | None = None
     window: int | None = None  # local backend: tokens the model may see
     progress: bool = True
@@ -144,7 +145,7 @@ def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
             "--method fizz needs --nli-model (a Hugging Face NLI classifier, e.g. "
             "tals/albert-xlarge-vitaminc-mnli as in the FIZZ paper)"
         )
-    nli = NLIScorer(opts.nli_model, opts.device)
+    nli = NLIScorer(opts.nli_model, opts.device, labels=opts.nli_labels)
     thresholds: dict[str, float] = {}
 
     def run(example: Example, llm: CachedLLM) -> MethodOutput:
@@ -242,6 +243,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "sample_by": sample_by(tasks),
             "max_tokens": opts.max_tokens,
             "nli_model": opts.nli_model,
+            "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
         },
     )
     record_loaded(opts.predictions_dir, client=client.identity)
@@ -280,17 +282,24 @@ def run_task(
     finally:
         writer.close()
     # calls per example over every example written, this run's and earlier ones' (the trace)
+    # and the method's own counts (the pipeline's merge fallbacks, ...) summed the same way
     wanted = {p.id for p in pairs}
-    per_id = {}
+    per_id, counts_per_id = {}, {}
     if trace_path.is_file():
         for line in trace_path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             if record.get("id") in wanted:
                 per_id[record["id"]] = record["calls"]
+                counts_per_id[record["id"]] = record.get("counts") or {}
+    counts: dict[str, int] = {}
+    for example_counts in counts_per_id.values():
+        for key, n in example_counts.items():
+            counts[key] = counts.get(key, 0) + n
     return {
         "total": len(pairs),
         "resumed": len(pairs) - len(todo),
         "generated": len(todo) - len(failures),
         "failed": failures,
         "calls_per_example": sum(per_id.values()) / len(per_id) if per_id else 0.0,
+        **({"method_counts": counts} if counts else {}),
     }
