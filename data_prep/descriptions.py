@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import re
 
-_ABBREVIATION = re.compile(
-    r"(?:\b[A-Za-z]\.)+$|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|No|Co|Inc|Ltd|Gen|Sgt|Rev|Prof)\.$"
-)
-_BOUNDARY = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(]?[A-Za-z0-9])")
+from fincheck.sentences import split_sentences as split_into_sentences
+
 _CONNECTIVE = re.compile(
     r"^(?:also|additionally|in addition|furthermore|moreover|plus|and|first|firstly|second|secondly|third|thirdly|finally|lastly|"
     r"another (?:error|mistake|problem|issue) is that)\s*[,:]?\s+",
@@ -34,19 +32,9 @@ _AFFIRMATION = re.compile(
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentence split that keeps "U.S." and "Mr." inside their sentence."""
-    pieces: list[str] = []
-    start = 0
-    for match in _BOUNDARY.finditer(text):
-        candidate = text[start : match.start()].rstrip("\"')] ")
-        if _ABBREVIATION.search(candidate):
-            continue
-        if text.count('"', 0, match.end()) % 2 == 1:  # inside a quotation: not a boundary
-            continue
-        pieces.append(text[start : match.start()].strip())
-        start = match.end()
-    pieces.append(text[start:].strip())
-    return [p for p in pieces if p]
+    """Sentences of an explanation: "U.S." and "Mr." stay inside theirs, so do quotations, and
+    annotators' sentences may start in lower case."""
+    return split_into_sentences(text, lowercase_starts=True, keep_quotes=True)
 
 
 def tidy(description: str) -> str:

@@ -17,11 +17,11 @@ from fincheck.eval.baselines.final_methods import (
     merge_descriptions,
     parse_fact_check,
     run_two_step,
-    split_sentences,
 )
 from fincheck.eval.baselines.fizz import choose_threshold, label_indices, windows
 from fincheck.eval.baselines.methods import Example, last_yes_no
 from fincheck.pairs import read_pairs
+from fincheck.sentences import split_sentences
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "tests" / "assets" / "prepared"
@@ -42,6 +42,20 @@ def test_sentences_split_on_end_marks_before_a_capital_and_short_ones_drop():
         "Was it 3 p.m.?",
         "42 people came. ok.",
         "U.S. troops stayed.",
+    ]
+
+
+def test_sentences_keep_titles_initials_and_abbreviations_as_punkt_does():
+    """FIZZ splits with NLTK's punkt, which does not break after "Mr." or "U.S."."""
+    text = (
+        "Mr. Smith met Dr. Jones in the U.S. Army base. J. K. Rowling wrote it in Jan. 2020. "
+        "Sales rose, e.g. Shoes sold. The end."
+    )
+    assert split_sentences(text) == [
+        "Mr. Smith met Dr. Jones in the U.S. Army base.",
+        "J. K. Rowling wrote it in Jan. 2020.",
+        "Sales rose, e.g. Shoes sold.",
+        "The end.",
     ]
 
 
@@ -162,6 +176,18 @@ class CountingLLM:
 
 def final_examples() -> list[Example]:
     return [Example.of(p) for p in read_pairs(SMALL / "final" / "test.jsonl")]
+
+
+def test_fizz_drops_atomic_facts_of_ten_characters_or_fewer():
+    """FIZZ's reference code keeps facts longer than 10 characters."""
+    from fincheck.eval.baselines.fizz import Entailment, fizz_score
+
+    def nli(pairs):
+        return [Entailment(0.9, 0.05, 0.05) for _ in pairs]
+
+    llm = CountingLLM({"": "- He won.\n- The council approved the new library."})
+    _, trace = fizz_score(final_examples()[0], llm, nli)
+    assert set(trace["facts"]) == {"The council approved the new library."}
 
 
 def test_two_step_routes_consistent_summaries_to_none_without_step_2():

@@ -33,23 +33,9 @@ from fincheck.eval.baselines.methods import (
 )
 from fincheck.eval.final_metrics import letters, parse_descriptions
 from fincheck.eval.llm import CachedLLM
+from fincheck.sentences import split_sentences
 
 # ---------------------------------------------------------------------- pure parts
-
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s+[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str, min_chars: int = 0) -> list[str]:
-    """Sentences of a text: a break after ., ! or ? (and closing quotes or brackets) followed by
-    whitespace and a capital letter or digit. Sentences of `min_chars` characters or fewer are
-    dropped (FIZZ drops those of 10 or fewer)."""
-    parts, start = [], 0
-    for end in _SENTENCE_END.finditer(text):
-        parts.append(text[start : end.end()].strip())
-        start = end.end()
-    parts.append(text[start:].strip())
-    return [p for p in parts if p and len(p) > min_chars]
-
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(.*\S)\s*$")
 

@@ -1,7 +1,9 @@
 """FIZZ (FIZZ paper §3, algorithms 1-2; its reference code `plm3332/FIZZ` read for the details).
 
     facts    atomic facts of each summary sentence (sentences of more than 10 characters), one
-             LLM call per sentence (`atomic_facts.txt`)
+             LLM call per sentence (`atomic_facts.txt`); facts of 10 characters or fewer drop.
+             Sentences split as NLTK's punkt would in the common cases (`fincheck.sentences`:
+             no break after "Mr.", "U.S.", initials or before a lowercase word)
     filter   keep a fact when, for some summary sentence as premise, entailment is the argmax of
              the NLI labels; none kept -> the summary sentences themselves are the facts
     score    per fact, the entailment probability against every document sentence; t = the
@@ -28,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fincheck.errors import FincheckError
-from fincheck.eval.baselines.final_methods import bullets, split_sentences
+from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, MethodOutput, ask
 from fincheck.eval.classification import balanced_accuracy
 from fincheck.eval.llm import CachedLLM
+from fincheck.sentences import split_sentences
 
 MIN_SENTENCE_CHARS = 10
 MAX_WINDOW = 3
@@ -193,7 +196,9 @@ def fizz_score(example: Example, llm: CachedLLM, nli: NLIScorer) -> tuple[float,
     doc_sentences = split_sentences(document, MIN_SENTENCE_CHARS) or [document]
     facts: list[str] = []
     for sentence in summary_sentences:
-        facts += bullets(ask(llm, "atomic_facts", max_tokens=256, sentence=sentence))
+        answer = ask(llm, "atomic_facts", max_tokens=256, sentence=sentence)
+        # facts of 10 characters or fewer drop, as in the reference code
+        facts += [fact for fact in bullets(answer) if len(fact.strip()) > MIN_SENTENCE_CHARS]
     kept = filter_facts(facts, summary_sentences, nli)
     per_fact = {}
     for fact in kept:
