@@ -463,3 +463,19 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args[:3], "--model", "m", *args[3:]]) == 1
     assert "asks no model: leave out --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["qasem_e2e", "qasem_e2e_fewshot", "qasem_e2e_cot"])
+def test_qasem_baselines_show_article_and_qa_only_as_the_paper(name):
+    """The paper's verifier sees the ARTICLE and the QA (QASem paper, Table 5): no response
+    sentence in the query, nor in a worked example."""
+    from fincheck.eval.baselines.methods import baseline_prompt
+    from fincheck.tasks import all_tasks
+
+    prompt = baseline_prompt(name)
+    assert "sentence" not in prompt.fields
+    messages, _ = prompt.messages(text="ARTICLE TEXT", question="Who won?", answer="PSG")
+    shown = "\n".join(m["content"] for m in messages)
+    assert "sentence" not in shown.lower()
+    # the detector's own prompt does show it, and every QASem report says so
+    assert "response sentence" in all_tasks()["qasem"].comparability

@@ -87,7 +87,10 @@ class QasemTask(Task):
     )
     comparability = (
         "QASem numbers are on its test split (1,556 QAs), like ours; the paper's verifiability "
-        "column is called Generative Search."
+        "column is called Generative Search. The paper's verifiers see the article and the QA "
+        "only (its Table 5); fincheck's detector prompt also shows the response sentence the "
+        "QA was taken from (the baselines' prompts do not), so a detector's figures are not "
+        "in the paper's setting."
     )
     card = CardInfo(
         task_type="text-classification",
