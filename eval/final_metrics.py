@@ -55,6 +55,11 @@ _ANSWER_LABEL = re.compile(
 _DECORATION = "*#\"'`\u201c\u201d \n"
 
 
+def has_final_output(text: str) -> bool:
+    """Whether a reasoning answer reached its "Final Output:" (what the CoT prompts ask for)."""
+    return bool(_FINAL_OUTPUT.search(text or ""))
+
+
 def says_nothing(text: str) -> bool:
     """Whether an answer (or one of its lines or items) says there is nothing to report:
     "None", "None found.", '"None"', "**None**", "There are no inconsistencies." (one short

@@ -160,10 +160,16 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             smoothing=0.0,
         )
         try:
-            for batch, texts, p_yes in answer_batches(loaded, task, todo, prompts, opts):
+            for batch, texts, p_yes, cut in answer_batches(loaded, task, todo, prompts, opts):
                 writer.write_batch(
                     [
-                        Prediction(p.id, task, text, p_yes[i] if p_yes else None)
+                        Prediction(
+                            p.id,
+                            task,
+                            text,
+                            p_yes[i] if p_yes else None,
+                            cut="answer" if cut and cut[i] else None,
+                        )
                         for i, (p, text) in enumerate(zip(batch, texts, strict=True))
                     ]
                 )
@@ -182,7 +188,8 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
 
 
 def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str], opts: EvalOptions):
-    """(pairs, texts, p_yes or None) batch by batch, each batch written before the next.
+    """(pairs, texts, p_yes or None, cut or None) batch by batch, each batch written before the
+    next; `cut` says which answers hit the answer budget (the plain path does not tell).
 
     The fast path (default): `fincheck.shared_prefix.answer_prompts` runs each prefix that
     prompts share once (the task's instructions, a document several prompts are about) and
@@ -204,7 +211,7 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
             batch_size=opts.batch_size,
             want_p_yes=reads_p_yes,
         ):
-            yield [todo[i] for i in answers.indices], answers.texts, answers.p_yes
+            yield [todo[i] for i in answers.indices], answers.texts, answers.p_yes, answers.cut
         return
     for positions in walk_order(
         leaf_batches([len(prompts[p.id]) for p in todo], opts.batch_size), []
@@ -213,7 +220,7 @@ def answer_batches(loaded, task: str, todo: list[Pair], prompts: dict[str, str],
         texts, p_yes = generate_batch(
             loaded.model, loaded.tokenizer, [prompts[p.id] for p in batch], budget, reads_p_yes
         )
-        yield batch, texts, p_yes
+        yield batch, texts, p_yes, None
 
 
 def sample_by(tasks) -> dict[str, str]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.eval.final_metrics import letters
-from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache
+from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache, as_completion
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
@@ -162,9 +162,9 @@ class MatchingJudge:
         if cached is not None:
             return cached
         result.calls += 1
-        response = self.client.complete(messages, self.sampling)
-        self.cache.put(key, response)
-        return response
+        response = as_completion(self.client.complete(messages, self.sampling))
+        self.cache.put(key, response.text, response.cut)
+        return response.text
 
     def match(self, summary: str, predicted: Sequence[str], gold: Sequence[str]) -> JudgeResult:
         pred_letters, gold_letters = letters(len(predicted)), letters(len(gold))

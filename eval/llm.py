@@ -14,8 +14,23 @@ import hashlib
 import json
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Completion:
+    """An answer's text, and whether it was cut at the token budget (True), ended on its own
+    (False), or the client cannot tell (None)."""
+
+    text: str
+    cut: bool | None = None
+
+
+def as_completion(answer: str | Completion) -> Completion:
+    """A client may return plain text (cut unknown) or a Completion."""
+    return answer if isinstance(answer, Completion) else Completion(answer)
 
 
 class LLMCallError(Exception):
@@ -35,7 +50,7 @@ class ChatClient(Protocol):
         messages: list[dict[str, str]],
         sampling: dict,
         span: Sequence[int] | None = None,
-    ) -> str: ...
+    ) -> str | Completion: ...
 
 
 class YesNoClient(ChatClient, Protocol):
@@ -49,12 +64,13 @@ class YesNoClient(ChatClient, Protocol):
 
 
 class RequestCache:
-    """Append-only JSONL of {key, response}: one line per completed call, flushed at once, so a
-    crash loses at most the calls in flight. Only successful answers are stored."""
+    """Append-only JSONL of {key, response[, cut]}: one line per completed call, flushed at once,
+    so a crash loses at most the calls in flight. Only successful answers are stored."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = Path(path) if path else None
         self._entries: dict[str, str] = {}
+        self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
         self._lock = threading.Lock()
         if self.path and self.path.exists():
             text = self.path.read_text(encoding="utf-8")
@@ -62,6 +78,8 @@ class RequestCache:
                 try:
                     record = json.loads(line)
                     self._entries[record["key"]] = record["response"]
+                    if "cut" in record:
+                        self._cut[record["key"]] = bool(record["cut"])
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a torn last line from a crash
             if text and not text.endswith("\n"):  # end the torn line so appends start clean
@@ -90,15 +108,22 @@ class RequestCache:
                 self.hits += 1
             return response
 
-    def put(self, key: str, response: str) -> None:
+    def cut(self, key: str) -> bool | None:
+        """Whether the cached answer hit its token budget (None: not recorded)."""
+        with self._lock:
+            return self._cut.get(key)
+
+    def put(self, key: str, response: str, cut: bool | None = None) -> None:
         with self._lock:
             self._entries[key] = response
+            record: dict = {"key": key, "response": response}
+            if cut is not None:
+                self._cut[key] = cut
+                record["cut"] = cut
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a", encoding="utf-8") as f:
-                    f.write(
-                        json.dumps({"key": key, "response": response}, ensure_ascii=False) + "\n"
-                    )
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     f.flush()
 
 
@@ -119,6 +144,11 @@ class CachedLLM:
     def calls(self) -> int:
         return getattr(self._calls, "n", 0)
 
+    @property
+    def last_cut(self) -> bool | None:
+        """Whether this thread's last answer (`ask`) hit its token budget (None: unknown)."""
+        return getattr(self._calls, "cut", None)
+
     def ask(
         self,
         messages: list[dict[str, str]],
@@ -131,10 +161,12 @@ class CachedLLM:
         self._calls.n = self.calls + 1
         cached = self.cache.get(key)
         if cached is not None:
+            self._calls.cut = self.cache.cut(key)
             return cached
-        answer = self.client.complete(messages, sampling, span)
-        self.cache.put(key, answer)
-        return answer
+        answer = as_completion(self.client.complete(messages, sampling, span))
+        self.cache.put(key, answer.text, answer.cut)
+        self._calls.cut = answer.cut
+        return answer.text
 
     def p_yes(
         self, messages: list[dict[str, str]], prompt_version: str, span: Sequence[int] | None = None

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 
 from fincheck.errors import FincheckError
-from fincheck.eval.llm import LLMCallError
+from fincheck.eval.llm import Completion, LLMCallError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
@@ -67,14 +67,15 @@ class OpenAIChatClient:
 
     def complete(
         self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
-    ) -> str:
+    ) -> Completion:
         response = self._create(messages, sampling)
         if not response.choices:
             raise LLMCallError("the endpoint returned no choices")
-        content = response.choices[0].message.content
+        choice = response.choices[0]
+        content = choice.message.content
         if content is None:
             raise LLMCallError("the endpoint returned an empty message")
-        return content
+        return Completion(content, hit_budget(choice, response, sampling.get("max_tokens")))
 
     def p_yes(
         self, messages: list[dict[str, str]], span: Sequence[int] | None = None
@@ -139,6 +140,20 @@ class OpenAIChatClient:
         return response
 
 
+def hit_budget(choice, response, max_tokens: int | None) -> bool | None:
+    """Whether an endpoint's answer was cut at the token budget: finish_reason "length", unless
+    the reported usage shows fewer completion tokens than were allowed (a server that says
+    "length" for every answer). None when the endpoint gives no finish_reason."""
+    reason = getattr(choice, "finish_reason", None)
+    if reason is None:
+        return None
+    if reason != "length":
+        return False
+    used = getattr(getattr(response, "usage", None), "completion_tokens", None)
+    stopped_short = isinstance(used, int) and isinstance(max_tokens, int) and used < max_tokens
+    return not stopped_short
+
+
 def _short(e: Exception) -> str:
     text = str(e).replace("\n", " ")
     return text[:300]
@@ -182,7 +197,7 @@ class TransformersChatClient:
 
     def complete(
         self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
-    ) -> str:
+    ) -> Completion:
         max_new = min(int(sampling.get("max_tokens", self.max_new_tokens)), self.max_new_tokens)
         return self._submit(("generate", max_new), self._prompt(messages, span, max_new))
 
@@ -215,7 +230,7 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.shared_prefix import answer_in_order
+        from fincheck.shared_prefix import answer_in_order, answer_prompts
 
         while True:
             batch = [self._queue.get()]
@@ -237,7 +252,10 @@ class TransformersChatClient:
                                 model, tokenizer, prompts, kind[1], want_p_yes=True
                             )
                         else:  # prompts over one document share its prefix
-                            values, _ = answer_in_order(model, tokenizer, prompts, kind[1])
+                            values = [Completion("")] * len(prompts)
+                            for answers in answer_prompts(model, tokenizer, prompts, kind[1]):
+                                for k, i in enumerate(answers.indices):
+                                    values[i] = Completion(answers.texts[k], answers.cut[k])
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

@@ -35,12 +35,21 @@ class Prediction:
     output: str
     p_yes: float | None = None
     line: int = 0  # where it was read, for error messages
+    # The answer hit its token budget: "answer" (what was written is read, its end may be
+    # missing), "reasoning" (a reasoning answer cut before its final answer: nothing to read).
+    # None: it ended on its own, or the writer could not tell.
+    cut: str | None = None
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"id": self.id, "task": self.task, "output": self.output}
         if self.p_yes is not None:
             record["p_yes"] = self.p_yes
+        if self.cut is not None:
+            record["cut"] = self.cut
         return json.dumps(record, ensure_ascii=False)
+
+
+CUT_KINDS = ("answer", "reasoning")
 
 
 class EvalRun:
@@ -92,7 +101,10 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
                 where, line, "p_yes", f"expected a number in [0, 1], got {p_yes!r}"
             )
         p_yes = float(p_yes)
-    return Prediction(record["id"], record["task"], record["output"], p_yes, line)
+    cut = record.get("cut")
+    if cut is not None and cut not in CUT_KINDS:
+        raise InvalidRecordError(where, line, "cut", f"expected one of {CUT_KINDS}, got {cut!r}")
+    return Prediction(record["id"], record["task"], record["output"], p_yes, line, cut)
 
 
 def join_with_gold(

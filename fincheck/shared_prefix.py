@@ -41,6 +41,7 @@ class Answers:
     indices: list[int]
     texts: list[str]
     p_yes: list[float] | None
+    cut: list[bool] | None = None  # hit max_new_tokens without an end-of-turn token
 
 
 def answer_prompts(
@@ -187,8 +188,8 @@ class _TreeRunner:
         cache = out.past_key_values
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
-        texts = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
-        return Answers(members, texts, p_yes)
+        texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
+        return Answers(members, texts, p_yes, cut)
 
     def p_yes(self, last, extra, n: int) -> list[float]:
         """P(Yes)/(P(Yes)+P(No)) per member from its last position (and its spelling rows)."""
@@ -212,13 +213,15 @@ class _TreeRunner:
             values.append(total["yes"] / max(total["yes"] + total["no"], 1e-30))
         return values
 
-    def decode(self, next_ids, cache, mask, last_position) -> list[str]:
+    def decode(self, next_ids, cache, mask, last_position) -> tuple[list[str], list[bool]]:
         """Greedy tokens from `next_ids` on, each row leaving the batch at an end-of-turn token,
-        after `max_new_tokens`, or (Yes/No tasks) after a first token that starts Yes or No."""
+        after `max_new_tokens`, or (Yes/No tasks) after a first token that starts Yes or No.
+        Also which rows were cut: still running when the budget ran out."""
         import torch
 
         rows = list(range(len(next_ids)))  # batch row -> member
         generated: list[list[int]] = [[] for _ in rows]
+        cut = [False] * len(rows)
         for step in range(self.max_new_tokens):
             keep = []
             for r, member in enumerate(rows):
@@ -229,7 +232,11 @@ class _TreeRunner:
                     continue
                 if not (step == 0 and self.want_p_yes and token in self.answer_starts):
                     keep.append(r)
-            if not keep or step == self.max_new_tokens - 1:
+            if not keep:
+                break
+            if step == self.max_new_tokens - 1:
+                for r in keep:
+                    cut[rows[r]] = True
                 break
             if len(keep) < len(rows):  # finished rows leave the batch
                 index = torch.tensor(keep, device=mask.device)
@@ -249,4 +256,4 @@ class _TreeRunner:
             cache = out.past_key_values
             next_ids = out.logits[:, -1].argmax(-1)
         decode = self.tokenizer.decode
-        return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated]
+        return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated], cut

@@ -165,6 +165,8 @@ def test_the_final_yes_or_no_of_a_reasoned_answer():
 class CountingLLM:
     """A stand-in for CachedLLM: scripted answers by the first matching trigger, calls counted."""
 
+    last_cut = None  # no answer hits a budget
+
     def __init__(self, script: dict[str, str]) -> None:
         self.script, self.calls = script, 0
 
@@ -479,3 +481,21 @@ def test_qasem_baselines_show_article_and_qa_only_as_the_paper(name):
     assert "sentence" not in shown.lower()
     # the detector's own prompt does show it, and every QASem report says so
     assert "response sentence" in all_tasks()["qasem"].comparability
+
+
+def test_a_reasoning_answer_cut_before_its_final_output_is_marked():
+    """Step 2's CoT answer hit its budget: before "Final Output:" it is marked "reasoning" (no
+    descriptions to read), after it "answer"; cut_kind says the same for any FINAL CoT."""
+    from fincheck.eval.baselines.final_methods import STEP1
+    from fincheck.eval.baselines.methods import cut_kind
+
+    class CutLLM(CountingLLM):
+        last_cut = True
+
+    example = final_examples()[0]
+    llm = CutLLM({"Final answer": "Final answer: no", "": "1. The summary says 2025.\n2. The"})
+    assert run_two_step(example, llm, STEP1["self"], "cot").cut == "reasoning"
+    llm = CutLLM({"Final answer": "Final answer: no", "": "1. Checked.\nFinal Output:\nA. The"})
+    assert run_two_step(example, llm, STEP1["self"], "cot").cut == "answer"
+    assert cut_kind("1. step", None, True) is None and cut_kind("1. step", False, True) is None
+    assert cut_kind("A. partial", True, False) == "answer"

@@ -169,6 +169,34 @@ def test_cache_survives_a_torn_last_line(tmp_path):
     assert third.get("k1") == "answer one" and third.get("k3") == "answer three"
 
 
+def test_cache_remembers_which_answers_were_cut(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    first = RequestCache(path)
+    first.put("k1", "1. The summary says", cut=True)
+    first.put("k2", "None", cut=False)
+    first.put("k3", "None")  # a client that cannot tell
+    again = RequestCache(path)
+    assert (again.cut("k1"), again.cut("k2"), again.cut("k3")) == (True, False, None)
+
+
+def test_an_endpoint_answer_is_cut_when_it_used_its_budget():
+    """finish_reason "length" means cut, unless the usage shows fewer tokens than allowed (a
+    server that says "length" for every answer)."""
+    from types import SimpleNamespace as NS
+
+    from fincheck.eval.llm_backends import hit_budget
+
+    def reply(reason, used=None):
+        usage = NS(completion_tokens=used) if used is not None else None
+        return NS(finish_reason=reason), NS(usage=usage)
+
+    assert hit_budget(*reply("length", 512), 512) is True
+    assert hit_budget(*reply("length"), 512) is True  # no usage: trust the reason
+    assert hit_budget(*reply("length", 37), 512) is False
+    assert hit_budget(*reply("stop", 512), 512) is False
+    assert hit_budget(*reply(None), 512) is None
+
+
 def test_cache_key_covers_model_prompt_and_sampling():
     messages = [{"role": "user", "content": "x"}]
     base = RequestCache.key({"model": "m"}, "v1", messages, {"temperature": 0})

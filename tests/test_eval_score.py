@@ -535,3 +535,39 @@ def test_plots_name_the_model_and_gold_has_no_invalid_row(monkeypatch, tmp_path)
     assert kwargs["gold_labels"] == labels[:3]
     monkeypatch.undo()  # the real function draws 3 gold rows x 4 predicted columns
     assert plots.plot_confusion(counts, got_labels, title, tmp_path / "c.png", labels[:3]).is_file()
+
+
+def test_final_answers_cut_in_their_reasoning_are_no_descriptions(tmp_path):
+    """A CoT answer that hit its token budget before "Final Output:" is not read as a list of
+    its reasoning steps; one cut inside its list keeps the items it wrote; both are counted."""
+    small = Path(__file__).parent / "assets" / "prepared"
+    ids = [p.id for p in read_pairs(small / "final" / "test.jsonl")]
+    steps = "1. The summary says 2025.\n2. The text says 2027.\n3. The summary names"
+    outputs = [
+        {"output": steps, "cut": "reasoning"},
+        {"output": "Final Output:\nA. The year is wrong.\nB. The", "cut": "answer"},
+        {"output": steps},  # not cut: read as written (its steps become items)
+        {"output": "None"},
+    ]
+    _write(
+        tmp_path / "run" / "predictions" / "final.jsonl",
+        [{"id": i, "task": "final", **o} for i, o in zip(ids, outputs, strict=True)],
+    )
+    results, _ = run_score(
+        ScoreOptions(
+            small, tmp_path / "run" / "predictions", tmp_path / "run", bootstrap_resamples=0
+        )
+    )
+    final = results["tasks"]["final"]
+    assert (final["n_cut"], final["n_cut_in_reasoning"]) == (2, 1)
+    scored = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "scored" / "final.jsonl").read_text().splitlines()
+    ]
+    predicted = {r["id"]: r["predicted"] for r in scored}
+    assert predicted[ids[0]] == []
+    assert predicted[ids[1]] == ["The year is wrong.", "The"]
+    assert len(predicted[ids[2]]) == 3
+    assert (
+        "Answers cut at their token budget: 2 of 4" in (tmp_path / "run" / "report.md").read_text()
+    )

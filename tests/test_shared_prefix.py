@@ -105,7 +105,7 @@ def _prompts(tokenizer, small_prepared, task: str) -> list[str]:
     return [inference.render_chat(tokenizer, m, add_generation_prompt=True) for m in messages]
 
 
-def _answers(model, tokenizer, prompts, max_new_tokens, want_p_yes, batch_size=2):
+def _answers(model, tokenizer, prompts, max_new_tokens, want_p_yes, batch_size=2, cut=None):
     texts, p_yes = [None] * len(prompts), [None] * len(prompts)
     sizes = []
     for batch in answer_prompts(
@@ -115,6 +115,8 @@ def _answers(model, tokenizer, prompts, max_new_tokens, want_p_yes, batch_size=2
         for k, i in enumerate(batch.indices):
             texts[i] = batch.texts[k]
             p_yes[i] = batch.p_yes[k] if want_p_yes else None
+            if cut is not None:
+                cut[i] = batch.cut[k]
     return texts, p_yes, sizes
 
 
@@ -159,10 +161,14 @@ def test_rows_leave_the_batch_at_their_end_of_turn_token(tiny, small_prepared):
         expected = [
             inference.generate_batch(model, tokenizer, [p], 24, False)[0][0] for p in prompts
         ]
-        texts, _, _ = _answers(model, tokenizer, prompts, 24, want_p_yes=False, batch_size=3)
+        cut = [None] * len(prompts)
+        texts, _, _ = _answers(model, tokenizer, prompts, 24, False, batch_size=3, cut=cut)
     finally:
         model.generation_config.eos_token_id = saved
     assert texts == expected
+    # cut: still writing when the 24-token budget ran out (no end-of-turn token in it)
+    assert cut == [step is None for step in stop_steps(stop)]
+    assert True in cut and False in cut
 
 
 def test_p_yes_is_the_plain_paths(tiny, small_prepared):

@@ -29,6 +29,7 @@ from fincheck.eval.baselines.methods import (
     Method,
     MethodOutput,
     ask,
+    cut_kind,
     last_yes_no,
 )
 from fincheck.eval.final_metrics import letters, parse_descriptions
@@ -183,7 +184,7 @@ def run_two_step(example: Example, llm: CachedLLM, step1: Step1, step2: str) -> 
         return MethodOutput("None", None, trace)
     prompt = {"cot": "final_e2e_cot", "cot-hint": "final_cot_hint"}[step2]
     answer = ask(llm, prompt, text=example.fields["text"], summary=example.fields["summary"])
-    return MethodOutput(answer, None, trace)
+    return MethodOutput(answer, None, trace, cut_kind(answer, llm.last_cut, True))
 
 
 def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:

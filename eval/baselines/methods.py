@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
+from fincheck.eval.final_metrics import has_final_output
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
 from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
@@ -40,6 +41,17 @@ class MethodOutput:
     output: str
     p_yes: float | None = None
     trace: dict[str, Any] = field(default_factory=dict)
+    cut: str | None = None  # the answer hit its token budget: "answer" or "reasoning"
+
+
+def cut_kind(text: str, cut: bool | None, reasoning: bool) -> str | None:
+    """How an answer that hit its budget is read: "reasoning" when a FINAL reasoning answer was
+    cut before its "Final Output:" (its numbered steps are no descriptions), else "answer"."""
+    if not cut:
+        return None
+    if reasoning and not has_final_output(text):
+        return "reasoning"
+    return "answer"
 
 
 @dataclass
@@ -105,8 +117,10 @@ def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
         return MethodOutput(text, p_yes)
     text = ask(llm, name, **values)
     if task == "qasem":  # reasoning first: the final Yes/No is the answer (no P(Yes))
-        return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text})
-    return MethodOutput(text)
+        cut = cut_kind(text, llm.last_cut, False)
+        return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text}, cut)
+    reasoning = task == "final" and variant == "e2e-cot"
+    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, reasoning))
 
 
 # ---------------------------------------------------------------------- word overlap

@@ -270,7 +270,9 @@ def run_task(
 
     def done(pair, output: MethodOutput, n_calls: int) -> None:
         with lock:
-            writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes)])
+            writer.write_batch(
+                [Prediction(pair.id, task, output.output, output.p_yes, cut=output.cut)]
+            )
             record = {"id": pair.id, "calls": n_calls, **output.trace}
             with trace_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

@@ -22,6 +22,7 @@ from fincheck.data_prep.raw_records import iter_records
 from fincheck.data_prep.sources import Source
 from fincheck.eval.final_metrics import (
     FinalItem,
+    ParsedDescriptions,
     final_figures,
     parse_descriptions,
     read_descriptions,
@@ -56,6 +57,9 @@ DEFACTO_SPLITS = {"train": "train", "val": "dev", "test": "test"}  # DeFacto spl
 FINAL_FILE = "final_file"
 
 _TABLE = "FINAL paper, Table 4 (F1, test, 1,265)"
+
+
+NO_ANSWER = ParsedDescriptions([], True)  # nothing to read: no description
 
 
 class FinalTask(Task):
@@ -130,7 +134,12 @@ class FinalTask(Task):
         """With the judge; without one, only examples with an empty list get P/R counts (they
         need no judge) and the rest are left unjudged: the binarized BAcc is still exact."""
         judge = settings.judge
-        read = [read_descriptions(pred.output) for _, pred in joined]
+        # A reasoning answer cut at its token budget before "Final Output:" has no list: its
+        # numbered steps are not descriptions (read as nothing flagged, and counted apart).
+        read = [
+            NO_ANSWER if pred.cut == "reasoning" else read_descriptions(pred.output)
+            for _, pred in joined
+        ]
         parsed = [
             (pair, pred, r.items, pair.meta_value("descriptions", list))
             for (pair, pred), r in zip(joined, read, strict=True)
@@ -156,6 +165,8 @@ class FinalTask(Task):
                 "output": pred.output,
                 "structured": read[i].structured,
             }
+            if pred.cut:
+                record["cut"] = pred.cut
             tp: int | None
             failed = False
             if i not in judge_set:
@@ -188,6 +199,8 @@ class FinalTask(Task):
                 figures["ci95"][metric] = None
                 figures["excluding_judge_failures"][metric] = math.nan
         figures["n_unstructured"] = sum(not r.structured for r in read)
+        figures["n_cut"] = sum(pred.cut is not None for _, pred in joined)
+        figures["n_cut_in_reasoning"] = sum(pred.cut == "reasoning" for _, pred in joined)
         figures["judge_errors"] = errors
         figures["judge_parse_failed"] = parse_failed
         figures["judge_parse_failure_rate"] = (
@@ -262,6 +275,10 @@ class FinalTask(Task):
             "figures, the balanced accuracy is fincheck's (flagging everything scores 0.5).",
             f"Outputs in no asked-for format (free prose, read as one description): "
             f"{f.get('n_unstructured', 0)} of {f['n']}.",
+            f"Answers cut at their token budget: {f.get('n_cut', 0)} of {f['n']}, of which "
+            f'{f.get("n_cut_in_reasoning", 0)} in their reasoning, before "Final Output:" '
+            "(read as no description: raise the answer budget, `--llm-max-tokens` or "
+            "`--max-new-tokens`).",
             "",
         ]
         if judge and judge.get("prompt") == "strict":
