@@ -499,3 +499,15 @@ def test_a_reasoning_answer_cut_before_its_final_output_is_marked():
     assert run_two_step(example, llm, STEP1["self"], "cot").cut == "answer"
     assert cut_kind("1. step", None, True) is None and cut_kind("1. step", False, True) is None
     assert cut_kind("A. partial", True, False) == "answer"
+
+
+def test_what_the_final_baselines_do_not_reproduce_is_said_where_users_meet_it(tmp_path, capsys):
+    """The paper's TrueTeacher step 1 is refused by name, and every FINAL report says the paper
+    chose the better of two prompt variants per model while fincheck runs one."""
+    from fincheck.tasks import all_tasks
+
+    args = ["eval", "--method", "two-step", "--step1", "trueteacher", "--model", "m",
+            "--data", str(SMALL), "--tasks", "final", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(args) != 0
+    assert "TrueTeacher classifier is not offered" in capsys.readouterr().err
+    assert "better of two prompt variants" in all_tasks()["final"].comparability

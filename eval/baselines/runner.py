@@ -116,18 +116,26 @@ def adapter_step1(adapter: str, device: str | None):
     return step1
 
 
+def check_method_options(opts: BaselineOptions) -> None:
+    """The method's own options, checked before any model loads (a typo fails in a second)."""
+    if opts.method == "two-step":
+        from fincheck.eval.baselines.final_methods import STEP1
+
+        if opts.step2 not in ("cot", "cot-hint"):
+            raise FincheckError(f"--step2 {opts.step2!r}: choose cot or cot-hint")
+        if opts.step1 not in STEP1 and not Path(opts.step1).is_dir():
+            raise FincheckError(
+                f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder (the "
+                "FINAL paper's TrueTeacher classifier is not offered: docs/baselines.md)"
+            )
+
+
 def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
     if opts.method == "two-step":
         from fincheck.eval.baselines.final_methods import STEP1, two_step_method
 
-        if opts.step2 not in ("cot", "cot-hint"):
-            raise FincheckError(f"--step2 {opts.step2!r}: choose cot or cot-hint")
         if opts.step1 in STEP1:
             return two_step_method(opts.step1, STEP1[opts.step1], opts.step2)
-        if not Path(opts.step1).is_dir():
-            raise FincheckError(
-                f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder"
-            )
         step1 = adapter_step1(opts.step1, opts.device)
         return two_step_method(Path(opts.step1).name, step1, opts.step2)
     if opts.method == "fizz":
@@ -218,6 +226,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     """Predictions of the method for each task it covers; returns per-task counts."""
     from fincheck.eval.generate import sample_by, sample_task
 
+    check_method_options(opts)
     client = build_client(opts)
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
     llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})

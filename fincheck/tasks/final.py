@@ -75,7 +75,9 @@ class FinalTask(Task):
     )
     comparability = (
         "FINAL numbers are on the FINAL test set (1,265) with a GPT-4o judge, while without the "
-        "FINAL release we evaluate on DeFacto-derived silver descriptions."
+        "FINAL release we evaluate on DeFacto-derived silver descriptions. For each model the "
+        "paper used the better of two prompt variants on its dev set; fincheck's baselines run "
+        "one variant of each prompt."
     )
     card = CardInfo(
         task_type="text-generation",
