@@ -257,7 +257,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(
         func=eval_command,
-        mode_defaults={dest: p.get_default(dest) for dest in (*PLAIN_ONLY, *METHOD_ONLY)},
+        mode_defaults={
+            dest: p.get_default(dest) for dest in (*PLAIN_ONLY, *METHOD_ONLY, *LOCAL_ONLY)
+        },
     )
 
     s = subparsers.add_parser(
@@ -440,11 +442,35 @@ METHOD_ONLY = {
 }
 
 
+# Options that one method alone reads, and those only a local model reads.
+ONE_METHOD_ONLY = {
+    "step1": ("--step1", "two-step"),
+    "step2": ("--step2", "two-step"),
+    "nli_model": ("--nli-model", "fizz"),
+    "nli_labels": ("--nli-labels", "fizz"),
+}
+LOCAL_ONLY = {"window": "--window", "device": "--device"}
+
+
 def unused_options(args) -> list[str]:
-    """The options given that the chosen mode (plain eval, or --method) would not read."""
-    other = PLAIN_ONLY if args.method else METHOD_ONLY
+    """The options given that the chosen mode (plain eval, or --method, its backend) would not
+    read."""
     defaults = getattr(args, "mode_defaults", {})
-    return [flag for dest, flag in other.items() if getattr(args, dest) != defaults.get(dest)]
+
+    def given(dest: str) -> bool:
+        return getattr(args, dest) != defaults.get(dest)
+
+    other = PLAIN_ONLY if args.method else METHOD_ONLY
+    unused = [flag for dest, flag in other.items() if given(dest)]
+    if args.method:
+        unused += [
+            flag
+            for dest, (flag, method) in ONE_METHOD_ONLY.items()
+            if method != args.method and given(dest)
+        ]
+        if args.backend == "openai":
+            unused += [flag for dest, flag in LOCAL_ONLY.items() if given(dest)]
+    return unused
 
 
 def eval_command(args) -> int:
@@ -453,6 +479,8 @@ def eval_command(args) -> int:
     unused = unused_options(args)
     if unused:
         mode = f"--method {args.method}" if args.method else "a plain eval (no --method)"
+        if args.method and args.backend == "openai":
+            mode += " with --backend openai"
         raise FincheckError(f"{', '.join(unused)}: not used by {mode}; leave them out")
     if args.method:
         return baseline_command(args)

@@ -439,8 +439,17 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--limit", "bogus=3"], "tasks: final,qasem,fhsumbench"),
         (["--backend", "openai"], "--backend: not used by a plain eval"),
         (["--method", "e2e", "--batch-size", "4"], "--batch-size: not used by --method e2e"),
+        # another method's options, and a local model's options with an endpoint
+        (["--method", "e2e", "--step1", "oracle"], "--step1: not used by --method e2e"),
+        (["--method", "pipeline", "--step2", "cot-hint"], "--step2: not used by --method pipeline"),
+        (["--method", "two-step", "--nli-model", "x"], "--nli-model: not used by --method two-step"),
+        (["--method", "e2e", "--nli-labels", "a,b,c"], "--nli-labels: not used by --method e2e"),
+        (["--method", "e2e", "--backend", "openai", "--window", "512"],
+         "--window: not used by --method e2e with --backend openai"),
+        (["--method", "e2e", "--backend", "openai", "--device", "cpu"],
+         "--device: not used by --method e2e with --backend openai"),
     ],
-)
+)  # fmt: skip
 def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
     try:
         status = main(
