@@ -81,13 +81,14 @@ class OpenAIChatClient:
         self, messages: list[dict[str, str]], span: Sequence[int] | None = None
     ) -> float | None:
         """P(Yes)/(P(Yes)+P(No)) over the first token's top logprobs (spellings: Yes, yes, YES,
-        with or without a leading space); None when the endpoint returns no logprobs or neither
-        word is among them (the answer is then read from the text)."""
+        with or without a leading space); None when the endpoint's reply has no logprobs or
+        neither word is among them (the answer is then read from the text). A call that fails
+        raises LLMCallError: the example fails and a rerun asks again (never "no logprobs")."""
         sampling = {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+        response = self._create(messages, sampling)
         try:
-            response = self._create(messages, sampling)
             top = response.choices[0].logprobs.content[0].top_logprobs
-        except (AttributeError, IndexError, TypeError, LLMCallError):
+        except (AttributeError, IndexError, TypeError):
             return None
         yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
         no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")

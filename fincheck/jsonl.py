@@ -55,3 +55,17 @@ def strict_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def drop_torn_last_line(path: str | Path) -> bool:
+    """Remove a last line that a crash or a full disk left without its newline (an append-only
+    log's partial write), so the next append starts on a line of its own. True if one was."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return False
+    with path.open("r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)
+    return True

@@ -467,6 +467,23 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     assert "asks no model: leave out --model" in capsys.readouterr().err
 
 
+def test_a_torn_last_trace_line_does_not_break_a_rerun(tmp_path):
+    """A full disk (or a kill) mid-write leaves the trace's last line without its end: the rerun
+    drops that partial record, finishes, and leaves a trace of whole JSON lines."""
+    out = tmp_path / "overlap"
+    args = ["eval", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    trace = out / "predictions" / "qasem.trace.jsonl"
+    predictions = out / "predictions" / "qasem.jsonl"
+    data = trace.read_bytes()
+    trace.write_bytes(data[:-15])  # the last record cut short
+    lines = predictions.read_text().splitlines(keepends=True)
+    predictions.write_text("".join(lines[:-1]))  # its prediction was not written either
+    assert main(args) == 0
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(records) == len(lines) and trace.read_text().endswith("\n")
+
+
 @pytest.mark.parametrize("name", ["qasem_e2e", "qasem_e2e_fewshot", "qasem_e2e_cot"])
 def test_qasem_baselines_show_article_and_qa_only_as_the_paper(name):
     """The paper's verifier sees the ARTICLE and the QA (QASem paper, Table 5): no response

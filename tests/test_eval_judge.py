@@ -260,3 +260,32 @@ def test_prompt_file_fills_lettered_lists():
     assert "A. p one\nB. p two" in user and "A. g one" in user
     assert "The summary {gold}." in user  # braces in inputs are left alone
     assert len(prompt.version) == 12
+
+
+def test_a_failed_p_yes_call_fails_the_example_and_is_not_cached(tmp_path):
+    """Only a reply without logprobs means "no P(Yes)"; a call that failed for good raises, is
+    not cached as "none", and a rerun asks again."""
+    from fincheck.eval.llm import CachedLLM, LLMCallError
+    from fincheck.eval.llm_backends import OpenAIChatClient
+
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1")
+    calls = []
+
+    def failing(messages, sampling):
+        calls.append(1)
+        raise LLMCallError("HTTP 503 after retries")
+
+    client._create = failing
+    cache = RequestCache(tmp_path / "cache.jsonl")
+    llm = CachedLLM(client, cache, {"temperature": 0.0})
+    messages = [{"role": "user", "content": "Supported? Yes or No"}]
+    with pytest.raises(LLMCallError):
+        llm.p_yes(messages, "v1")
+    with pytest.raises(LLMCallError):
+        CachedLLM(client, RequestCache(tmp_path / "cache.jsonl"), {}).p_yes(messages, "v1")
+    assert len(calls) == 2  # asked again: nothing was cached
+
+    from types import SimpleNamespace as NS
+
+    client._create = lambda messages, sampling: NS(choices=[NS(logprobs=None)])
+    assert llm.p_yes(messages, "v1") is None  # a reply without logprobs: cached as such

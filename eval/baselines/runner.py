@@ -28,6 +28,7 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
+from fincheck.jsonl import drop_torn_last_line
 from fincheck.prepared import read_split
 from fincheck.tasks import task_names
 
@@ -275,6 +276,7 @@ def run_task(
     writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
     todo = [p for p in pairs if p.id not in writer.done]
     trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
+    drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
     lock = threading.Lock()
 
     def done(pair, output: MethodOutput, n_calls: int) -> None:
