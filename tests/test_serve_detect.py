@@ -281,3 +281,14 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     assert (tmp_path / "cache" / "base" / "model.safetensors").is_file()
     assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
     assert detector.classify(TEXT, SUMMARY) in LABELS
+
+
+def test_an_empty_final_answer_is_no_verdict_not_consistent():
+    from fincheck.tasks import all_tasks
+
+    final = all_tasks()["final"]
+    empty = final.detect_output("  \n", None)
+    assert empty["consistent"] is None and "empty" in empty["warning"]
+    assert final.detect_output("None", None) == {"descriptions": [], "consistent": True}
+    flagged = final.detect_output("A. The year is wrong.", None)
+    assert flagged == {"descriptions": ["The year is wrong."], "consistent": False}

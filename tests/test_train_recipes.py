@@ -220,3 +220,19 @@ def test_the_tree_budget_defaults_to_twice_max_length_and_strategy_words_stay_st
     assert load_recipe(
         REPO / "configs" / "train" / "smollm2-135m-learn-cpu.yaml", ["--deepspeed="]
     ).final_adapter_from_best
+
+
+@pytest.mark.parametrize("where", ["yaml", "override"])
+def test_a_hub_token_in_a_recipe_is_refused_before_it_is_written_anywhere(where, tmp_path):
+    """A recipe is copied into recipe.yaml, every checkpoint and the wandb config: a token given
+    as a key would land in all of them."""
+    from fincheck.errors import FincheckError
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "model_name_or_path: tiny\n" + ("hub_token: hf_secret123\n" if where == "yaml" else "")
+    )
+    overrides = ["--hub_token=hf_secret123"] if where == "override" else []
+    with pytest.raises(FincheckError, match="hub_token: a token in a recipe") as error:
+        read_recipe_values(recipe, overrides)
+    assert "hf_secret123" not in str(error.value)

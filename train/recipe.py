@@ -402,11 +402,22 @@ def _unknown_key_message(key: str, where: str) -> str:
     )
 
 
+# Recipe keys that hold secrets: refused, since a recipe is copied into every run it starts.
+SECRET_KEYS = ("hub_token",)
+
+
 def validate_recipe(values: dict[str, Any]) -> None:
     """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
     from fincheck.inference import parse_dtype
 
     parse_dtype(values["torch_dtype"])
+    for key in SECRET_KEYS:
+        if values.get(key):
+            raise FincheckError(
+                f"{key}: a token in a recipe would be written to recipe.yaml, every checkpoint's "
+                "training_args.bin and the wandb config; log in with `huggingface-cli login` or "
+                "set HF_TOKEN in the environment instead"
+            )
     if values["max_length"] is None or values["max_length"] < 64:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
     if values["lora_r"] <= 0:

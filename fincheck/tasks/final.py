@@ -349,6 +349,14 @@ class FinalTask(Task):
     # --- serve -----------------------------------------------------------------------------
 
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+        """The descriptions and the verdict; an empty answer says nothing, so its verdict is
+        unknown (None, with a warning), never "consistent"."""
+        if not (text or "").strip():
+            return {
+                "descriptions": [],
+                "consistent": None,
+                "warning": "the model's answer was empty: no verdict",
+            }
         descriptions = parse_descriptions(text)
         return {"descriptions": descriptions, "consistent": not descriptions}
 
