@@ -403,9 +403,12 @@ def baseline_command(args) -> int:
         )
         if counts.get("method_counts"):
             print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))
-    print(
-        f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} --out {args.out}"
-    )
+    answered = sum(c["generated"] + c["resumed"] for c in summary.values())
+    if answered:
+        print(
+            f"next: fincheck score --data {args.data} --predictions {opts.predictions_dir} "
+            f"--out {args.out}"
+        )
     if failed:
         first = next(c["failed"][0] for c in summary.values() if c["failed"])
         print(

@@ -39,6 +39,7 @@ class OpenAIChatClient:
         timeout_s: float = 120.0,
         max_retries: int = 6,
         max_consecutive_unreachable: int = 5,
+        max_consecutive_refused: int = 10,
     ) -> None:
         import openai
 
@@ -63,6 +64,10 @@ class OpenAIChatClient:
         # retries) means the endpoint is down or mistyped; stop instead of failing every example.
         self.max_consecutive_unreachable = max_consecutive_unreachable
         self._unreachable_in_a_row = 0
+        # 400/422 replies in a row (reset by any answer): a model name or option the endpoint
+        # never accepts, where retrying every example would only repeat the refusal
+        self.max_consecutive_refused = max_consecutive_refused
+        self._refused_in_a_row = 0
         self._lock = threading.Lock()
 
     def complete(
@@ -122,6 +127,17 @@ class OpenAIChatClient:
                     "check --judge-base-url and the network, then rerun (answers so far are cached)"
                 ) from None
             raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as e:  # 400/422
+            with self._lock:
+                self._refused_in_a_row += 1
+                stop = self._refused_in_a_row >= self.max_consecutive_refused
+            if stop:
+                raise FincheckError(
+                    f"the endpoint {self.identity['base_url']} refused {self._refused_in_a_row} "
+                    f"requests in a row (HTTP {e.status_code}: {_short(e)}); check the model name "
+                    "and the options it accepts, then rerun (answers so far are cached)"
+                ) from None
+            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
         except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
             raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
         if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
@@ -138,6 +154,7 @@ class OpenAIChatClient:
             raise LLMCallError(f"not a chat completion: {body!r}")
         with self._lock:
             self._unreachable_in_a_row = 0
+            self._refused_in_a_row = 0
         return response
 
 

@@ -528,3 +528,25 @@ def test_what_the_final_baselines_do_not_reproduce_is_said_where_users_meet_it(t
     assert main(args) != 0
     assert "TrueTeacher classifier is not offered" in capsys.readouterr().err
     assert "better of two prompt variants" in all_tasks()["final"].comparability
+
+
+def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, capsys):
+    """HTTP 400 on every call: no "next: fincheck score" for a run with no answer, a non-zero
+    exit, and the client's breaker stops after a run of refusals instead of sending them all."""
+    from fincheck.errors import FincheckError
+    from fincheck.eval.llm import LLMCallError
+    from fincheck.eval.llm_backends import OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.script = {"": [("status", 400, {})]}
+        assert _eval(tmp_path / "run", server, "e2e", "--tasks", "final") == 3
+        out = capsys.readouterr()
+        assert "next: fincheck score" not in out.out and "4 example(s) failed" in out.err
+
+        client = OpenAIChatClient("fake-gpt", base_url=server.base_url, max_consecutive_refused=3)
+        messages = [{"role": "user", "content": "hi"}]
+        for _ in range(2):
+            with pytest.raises(LLMCallError):
+                client.complete(messages, {"max_tokens": 8})
+        with pytest.raises(FincheckError, match="refused 3 requests in a row"):
+            client.complete(messages, {"max_tokens": 8})
