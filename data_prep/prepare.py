@@ -204,6 +204,9 @@ def run_prepare(
     refuse_overlap(out_dir, [d for d in (sources_dir, config.final_file) if d])
     clock = Stopwatch()
     files, inputs = resolve_inputs(config, data_dir, cache_dir)
+    # every input file as resolved (a data folder whose qasem/ links into --out passes the
+    # check of the folders above, and its files would be overwritten)
+    refuse_overlap(out_dir, list(files.values()))
     clock.stage("resolve sources")
     return prepare_from_files(config, files, inputs, out_dir, progress, log, clock)
 

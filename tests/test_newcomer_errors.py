@@ -123,6 +123,24 @@ def test_prepare_never_writes_over_its_inputs(tmp_path, capsys, inside):
     assert sorted(p.read_bytes() for p in data.rglob("*") if p.is_file()) == before
 
 
+def test_prepare_never_writes_over_an_input_linked_into_its_output(tmp_path, capsys, data_dir):
+    """A data folder whose qasem/ is a symlink into --out passes the folder check; its files,
+    resolved, do not."""
+    import shutil
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    for name in ("defacto", "fhsumbench", "final"):
+        if (data_dir / name).exists():
+            (data / name).symlink_to(data_dir / name, target_is_directory=True)
+    shutil.copytree(data_dir / "qasem", out / "qasem")
+    (data / "qasem").symlink_to(out / "qasem", target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in (out / "qasem").iterdir()}
+    code, err = run_cli(capsys, "prepare", "--data-dir", str(data), "--out", str(out))
+    assert code == 1 and "overlaps the input" in err and "nothing was written" in err
+    assert {p.name: p.read_bytes() for p in (out / "qasem").iterdir()} == before
+
+
 def test_a_local_judge_that_does_not_exist_is_one_line(tmp_path, capsys):
     code, err = run_cli(
         capsys, "score", "--data", str(tmp_path), "--predictions", str(tmp_path),

@@ -80,6 +80,34 @@ class RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.parametrize("tag", ["/tmp/elsewhere", "../other-run/global_step8", "global_step9"])
+def test_a_latest_tag_outside_the_checkpoint_is_refused(tmp_path, tag):
+    """DeepSpeed loads the folder its `latest` file names: it must be a global_step<N> of the
+    checkpoint itself, or files never checked would be unpickled."""
+    checkpoint = make_checkpoint(tmp_path / "run", 8)
+    (checkpoint / "global_step8").mkdir()
+    torch.save({"module": {"w": torch.ones(2)}}, checkpoint / "global_step8" / "states.pt")
+    (checkpoint / "latest").write_text("global_step8")
+    check_state_files(checkpoint)
+    (checkpoint / "latest").write_text(tag)
+    with pytest.raises(FincheckError, match="'latest' file names"):
+        check_state_files(checkpoint)
+
+
+def test_a_symlink_in_a_checkpoint_is_refused(tmp_path):
+    """A global_stepN that links elsewhere was never descended into by the pickle check."""
+    checkpoint = make_checkpoint(tmp_path / "run", 8)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marker = tmp_path / "ran"
+    torch.save({"module": RunsCode(marker)}, elsewhere / "mp_rank_00_model_states.pt")
+    (checkpoint / "global_step8").symlink_to(elsewhere, target_is_directory=True)
+    (checkpoint / "latest").write_text("global_step8")
+    with pytest.raises(FincheckError, match="global_step8 is a symbolic link"):
+        check_state_files(checkpoint)
+    assert not marker.exists()
+
+
 def test_state_files_that_would_run_code_are_refused_unloaded(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "run", 8)
     state = checkpoint / "global_step8"

@@ -191,6 +191,30 @@ STATE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl")
 NOT_LOADED_ON_RESUME = ("training_args.bin",)  # written for reference; resume never reads it
 
 
+DEEPSPEED_TAG = re.compile(r"global_step\d+")
+
+
+def check_checkpoint_layout(checkpoint: Path) -> None:
+    """What DeepSpeed will load stays inside the checkpoint: no symlinks (a linked
+    `global_stepN` would escape the pickle check), and its `latest` file names a plain
+    `global_step<N>` folder of this checkpoint (an absolute or `../` tag would load files from
+    anywhere, unchecked)."""
+    for path in sorted(checkpoint.rglob("*")):
+        if path.is_symlink():
+            raise FincheckError(
+                f"cannot resume from {checkpoint}: {path.relative_to(checkpoint)} is a symbolic "
+                "link; a checkpoint written by this trainer has none. Nothing was loaded."
+            )
+    latest = checkpoint / "latest"
+    if latest.exists():
+        tag = latest.read_text(encoding="utf-8", errors="replace").strip()
+        if not DEEPSPEED_TAG.fullmatch(tag) or not (checkpoint / tag).is_dir():
+            raise FincheckError(
+                f"cannot resume from {checkpoint}: its 'latest' file names {tag[:80]!r}, not a "
+                "global_step<N> folder inside the checkpoint. Nothing was loaded."
+            )
+
+
 def check_state_files(checkpoint: Path) -> None:
     """Refuse to resume from a checkpoint whose pickled state (DeepSpeed's model and optimizer
     states, the Trainer's scheduler and RNG states) would run code when loaded: DeepSpeed loads
@@ -198,6 +222,7 @@ def check_state_files(checkpoint: Path) -> None:
     are read without running anything and compared with what DeepSpeed and the Trainer write."""
     from torch.serialization import get_unsafe_globals_in_checkpoint
 
+    check_checkpoint_layout(checkpoint)
     for path in sorted(checkpoint.rglob("*")):
         if not path.is_file() or path.suffix not in STATE_SUFFIXES:
             continue
