@@ -28,7 +28,7 @@ from fincheck.eval.predictions import (
 )
 from fincheck.inference import fit_messages, generate_batch, load_model
 from fincheck.pairs import Pair, sample, sample_documents, sample_pairs  # noqa: F401  (tests)
-from fincheck.prepared import read_split
+from fincheck.prepared import read_manifest, read_split
 from fincheck.runs import adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.tasks import get_task, task_names
@@ -114,6 +114,11 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
             "requested_window": opts.window,  # the loaded model's own is recorded as "window"
             "tasks": list(opts.tasks),
             "sample_by": sample_by(opts.tasks),
+            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
+            "requested_max_new_tokens": dict(opts.max_new_tokens),
+            "dtype": opts.dtype,
+            "requested_template_kwargs": opts.template_kwargs,
+            "prefix_reuse": opts.prefix_reuse,
         },
     )
     task_pairs = {

@@ -207,6 +207,18 @@ SAME_RUN_KEYS = (
     "sample_seed",
     "requested_window",
     "max_input_tokens",
+    # ... and what changes an answer: the data, the answer budgets, the model's numerics and
+    # chat template options, the decoding path, a method's own models
+    "data_fingerprint",
+    "requested_max_new_tokens",
+    "dtype",
+    "requested_template_kwargs",
+    "prefix_reuse",
+    "max_tokens",
+    "nli_model",
+    "nli_labels",
+    "step1",
+    "step2",
 )
 
 

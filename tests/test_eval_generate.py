@@ -479,3 +479,46 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     assert torch.allclose(a, b, atol=1e-4) and not torch.equal(a, b)  # measured: 1.8e-5
     half = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
     assert not half.adapter_merged and isinstance(half.model, PeftModel)
+
+
+@pytest.mark.parametrize(
+    "key, before, after",
+    [
+        ("data_fingerprint", "02d9a4f407e2", "77aa00000000"),
+        ("requested_max_new_tokens", {"final": 64}, {"final": 128}),
+        ("dtype", "auto", "bf16"),
+        ("requested_template_kwargs", None, {"enable_thinking": False}),
+        ("prefix_reuse", True, False),
+        ("max_tokens", 512, 1024),
+        ("nli_model", "tals/albert-xlarge-vitaminc-mnli", "other/nli"),
+        ("nli_labels", None, ["entailment", "contradiction", "neutral"]),
+        ("step1", "self", "/runs/adapter"),
+    ],
+)
+def test_a_rerun_that_would_answer_differently_is_refused(tmp_path, key, before, after):
+    """Every setting that changes an answer is part of the resume check: a rerun into the same
+    --out with another value would mix two runs' predictions under one eval_config.json."""
+    from fincheck.eval.predictions import check_eval_config
+
+    predictions = tmp_path / "predictions"
+    base = {"model": "m", "split": "test", "tasks": ["final"]}
+    check_eval_config(predictions, {**base, key: before})
+    check_eval_config(predictions, {**base, key: before})  # the same run resumes
+    with pytest.raises(FincheckError, match=f"different run \\({key} differ"):
+        check_eval_config(predictions, {**base, key: after})
+
+
+def test_another_prepared_folder_into_the_same_out_is_refused(tmp_path, capsys):
+    import shutil
+
+    small = Path(__file__).parent / "assets" / "prepared"
+    other = tmp_path / "other"
+    shutil.copytree(small, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["fingerprint"] = "0" * 12
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "run"
+    args = ["eval", "--method", "overlap", "--out", str(out), "--no-progress", "--data"]
+    assert main([*args, str(small)]) == 0
+    assert main([*args, str(other)]) != 0
+    assert "data_fingerprint differ" in capsys.readouterr().err

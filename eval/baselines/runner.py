@@ -29,7 +29,7 @@ from fincheck.eval.predictions import (
     record_loaded,
 )
 from fincheck.jsonl import drop_torn_last_line
-from fincheck.prepared import read_split
+from fincheck.prepared import read_manifest, read_split
 from fincheck.tasks import task_names
 
 
@@ -99,6 +99,11 @@ def get_method_needs_llm(name: str) -> bool:
 
     get_method("e2e")  # the registry, with every module's methods
     return METHODS[name].needs_llm if name in METHODS else True
+
+
+def step1_identity(step1: str) -> str:
+    """self, oracle, or the adapter folder's absolute path (the same folder from anywhere)."""
+    return str(Path(step1).resolve()) if Path(step1).is_dir() else step1
 
 
 def adapter_step1(adapter: str, device: str | None):
@@ -254,6 +259,9 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "max_tokens": opts.max_tokens,
             "nli_model": opts.nli_model,
             "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
+            "step1": step1_identity(opts.step1) if opts.method == "two-step" else None,
+            "step2": opts.step2 if opts.method == "two-step" else None,
+            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
         },
     )
     record_loaded(opts.predictions_dir, client=client.identity)
