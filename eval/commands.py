@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.inference import dtype_argument
+from fincheck.out_lock import hold_out_dir
 from fincheck.tasks import all_tasks, get_task, task_names
 
 EVAL_EXAMPLES = """examples:
@@ -477,16 +478,21 @@ def unused_options(args) -> list[str]:
 
 
 def eval_command(args) -> int:
-    from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
-
     unused = unused_options(args)
     if unused:
         mode = f"--method {args.method}" if args.method else "a plain eval (no --method)"
         if args.method and args.backend == "openai":
             mode += " with --backend openai"
         raise FincheckError(f"{', '.join(unused)}: not used by {mode}; leave them out")
-    if args.method:
-        return baseline_command(args)
+    with hold_out_dir(args.out, "fincheck eval"):  # one writer per --out
+        if args.method:
+            return baseline_command(args)
+        return plain_eval_command(args)
+
+
+def plain_eval_command(args) -> int:
+    from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
+
     opts = EvalOptions(
         model=resolve_base_model(args.model, args.adapter),
         adapter=args.adapter,

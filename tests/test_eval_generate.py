@@ -522,3 +522,18 @@ def test_another_prepared_folder_into_the_same_out_is_refused(tmp_path, capsys):
     assert main([*args, str(small)]) == 0
     assert main([*args, str(other)]) != 0
     assert "data_fingerprint differ" in capsys.readouterr().err
+
+
+def test_two_evals_into_one_out_at_once_the_second_is_refused(tmp_path, capsys):
+    """Both would append to the same predictions files and each report its own counts: the
+    second stops at once, naming the holder; the lock goes with the process."""
+    from fincheck.out_lock import hold_out_dir
+
+    small = Path(__file__).parent / "assets" / "prepared"
+    out = tmp_path / "run"
+    args = ["eval", "--method", "overlap", "--data", str(small), "--out", str(out), "--no-progress"]
+    with hold_out_dir(out, "fincheck eval"):
+        assert main(args) != 0
+        assert f"{out} is in use by fincheck eval (pid" in capsys.readouterr().err
+        assert not (out / "predictions").exists()
+    assert main(args) == 0  # released
