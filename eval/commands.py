@@ -222,12 +222,18 @@ def register(subparsers) -> None:
         "never written anywhere",
     )
     b.add_argument("--concurrency", type=int, default=8, help="examples in flight (default: 8)")
-    b.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default: 120)")
+    b.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds per call (default: 60; raise it for a slow server writing long answers)",
+    )
     b.add_argument(
         "--max-retries",
         type=int,
-        default=6,
-        help="retries on 429/5xx/timeouts, honouring Retry-After (default: 6)",
+        default=4,
+        help="retries on 429/5xx/timeouts, honouring Retry-After (default: 4: an endpoint that "
+        "never answers gives a one-line error within about five minutes)",
     )
     b.add_argument(
         "--llm-max-tokens",
@@ -321,13 +327,13 @@ def register(subparsers) -> None:
         "--judge-concurrency", type=int, default=8, help="judge calls in flight (default: 8)"
     )
     s.add_argument(
-        "--judge-timeout", type=float, default=120.0, help="seconds per judge call (default: 120)"
+        "--judge-timeout", type=float, default=60.0, help="seconds per judge call (default: 60)"
     )
     s.add_argument(
         "--judge-max-retries",
         type=int,
-        default=6,
-        help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 6)",
+        default=4,
+        help="retries on 429/5xx/timeouts/connection errors, honouring Retry-After (default: 4)",
     )
     s.add_argument(
         "--judge-max-tokens",

@@ -20,11 +20,32 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+# Defaults that give an answer or a one-line error within about five minutes on an endpoint
+# that never answers: (1 + 4 retries) x 60 s, then the unreachable breaker.
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_RETRIES = 4
+
+
+@dataclass(frozen=True)
+class EndpointCaller:
+    """Who calls the endpoint, so its messages name that caller's own options."""
+
+    name: str  # "the judge endpoint", "the endpoint"
+    base_url_flag: str
+    key_env_flag: str
+    timeout_flag: str
+
+
+JUDGE = EndpointCaller(
+    "the judge endpoint", "--judge-base-url", "--judge-api-key-env", "--judge-timeout"
+)
+METHOD = EndpointCaller("the endpoint", "--base-url", "--api-key-env", "--timeout")
 
 
 class OpenAIChatClient:
@@ -36,10 +57,11 @@ class OpenAIChatClient:
         model: str,
         base_url: str | None = None,
         api_key_env: str = DEFAULT_KEY_ENV,
-        timeout_s: float = 120.0,
-        max_retries: int = 6,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
         max_consecutive_unreachable: int = 5,
         max_consecutive_refused: int = 10,
+        caller: EndpointCaller = JUDGE,
     ) -> None:
         import openai
 
@@ -47,13 +69,14 @@ class OpenAIChatClient:
         if not key:
             if base_url is None:
                 raise FincheckError(
-                    f"the judge needs an API key: set ${api_key_env} (or point --judge-api-key-env "
-                    "at the variable that holds it)"
+                    f"{caller.name} needs an API key: set ${api_key_env} (or point "
+                    f"{caller.key_env_flag} at the variable that holds it)"
                 )
             key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
         self._client = openai.OpenAI(
             api_key=key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
         )
+        self.caller = caller
         self.identity = {
             "backend": "openai",
             "model": model,
@@ -108,12 +131,12 @@ class OpenAIChatClient:
             )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
-                f"the judge endpoint {self.identity['base_url']} refused the API key "
+                f"{self.caller.name} {self.identity['base_url']} refused the API key "
                 f"(HTTP {e.status_code}); check the key variable and the model name"
             ) from None
         except openai.NotFoundError as e:
             raise FincheckError(
-                f"the judge endpoint {self.identity['base_url']} has no model {self.model!r} "
+                f"{self.caller.name} {self.identity['base_url']} has no model {self.model!r} "
                 f"(HTTP {e.status_code})"
             ) from None
         except openai.APIConnectionError as e:  # also timeouts; after all retries
@@ -122,9 +145,10 @@ class OpenAIChatClient:
                 stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
             if stop:
                 raise FincheckError(
-                    f"the judge endpoint {self.identity['base_url']} is unreachable "
+                    f"{self.caller.name} {self.identity['base_url']} is unreachable "
                     f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {_short(e)}); "
-                    "check --judge-base-url and the network, then rerun (answers so far are cached)"
+                    f"check {self.caller.base_url_flag} and the network (a slow server needs a "
+                    f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
                 ) from None
             raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
         except (openai.BadRequestError, openai.UnprocessableEntityError) as e:  # 400/422
@@ -133,7 +157,7 @@ class OpenAIChatClient:
                 stop = self._refused_in_a_row >= self.max_consecutive_refused
             if stop:
                 raise FincheckError(
-                    f"the endpoint {self.identity['base_url']} refused {self._refused_in_a_row} "
+                    f"{self.caller.name} {self.identity['base_url']} refused {self._refused_in_a_row} "
                     f"requests in a row (HTTP {e.status_code}: {_short(e)}); check the model name "
                     "and the options it accepts, then rerun (answers so far are cached)"
                 ) from None
@@ -147,8 +171,8 @@ class OpenAIChatClient:
             body = " ".join(str(response).split())[:80]
             if stop:
                 raise FincheckError(
-                    f"the judge endpoint {self.identity['base_url']} does not answer with chat "
-                    f"completions (a 200 reply began {body!r}): is --judge-base-url the API's "
+                    f"{self.caller.name} {self.identity['base_url']} does not answer with chat "
+                    f"completions (a 200 reply began {body!r}): is {self.caller.base_url_flag} the API's "
                     "/v1 URL? Answers so far are cached; rerun once it is fixed"
                 ) from None
             raise LLMCallError(f"not a chat completion: {body!r}")

@@ -76,5 +76,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def console() -> None:
+    """The `fincheck` executable: `main`, then exit at once. Calls still in flight on worker
+    threads (an endpoint that does not answer, after Ctrl-C or a stopped run) would otherwise
+    hold the process at exit for their whole timeout; what the command wrote is flushed."""
+    import os
+    import threading
+
+    code = main()
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

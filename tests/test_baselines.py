@@ -550,3 +550,43 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
                 client.complete(messages, {"max_tokens": 8})
         with pytest.raises(FincheckError, match="refused 3 requests in a row"):
             client.complete(messages, {"max_tokens": 8})
+
+
+def test_an_unreachable_endpoint_is_named_with_the_callers_own_options(tmp_path, capsys):
+    """`fincheck eval --method` talks of --base-url and --timeout, never of the judge's options."""
+    args = ["eval", "--method", "e2e", "--backend", "openai", "--model", "m",
+            "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", "--max-retries", "0",
+            "--concurrency", "1", "--data", str(SMALL), "--out", str(tmp_path / "run"),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "the endpoint http://127.0.0.1:9/v1/ is unreachable" in err
+    assert "check --base-url" in err and "--timeout" in err and "--judge" not in err
+
+
+def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
+    """An endpoint that holds every call: Ctrl-C ends the command within seconds (no wait for
+    the calls in flight), exit 130, and nothing answered is lost."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fincheck = Path(sys.executable).parent / "fincheck"
+    with FakeJudgeServer() as server:
+        server.script = {"": [("sleep", 30, "A. late")]}
+        process = subprocess.Popen(
+            [str(fincheck), "eval", "--method", "e2e", "--backend", "openai", "--model", "m",
+             "--base-url", server.base_url, "--tasks", "final", "--data", str(SMALL),
+             "--out", str(tmp_path / "run"), "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.time() + 20
+        while not server.requests and time.time() < deadline:
+            time.sleep(0.1)
+        assert server.requests, "no call reached the server"
+        started = time.time()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20)
+        assert time.time() - started < 10
+    assert process.returncode == 130 and "interrupted" in err

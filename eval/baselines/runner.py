@@ -47,8 +47,8 @@ class BaselineOptions(EvalRun):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8
-    timeout: float = 120.0
-    max_retries: int = 6
+    timeout: float = 60.0  # llm_backends.DEFAULT_TIMEOUT_S
+    max_retries: int = 4  # llm_backends.DEFAULT_MAX_RETRIES
     max_tokens: int = 512  # answer budget per call (reasoning included)
     step1: str = "self"  # two-step: self | oracle | a fincheck adapter folder
     step2: str = "cot"  # two-step: cot | cot-hint
@@ -73,11 +73,12 @@ def build_client(opts: BaselineOptions):
     if not get_method_needs_llm(opts.method):
         return NoLLM()
     if opts.backend == "openai":
-        from fincheck.eval.llm_backends import OpenAIChatClient
+        from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
 
         return OpenAIChatClient(
-            opts.model, opts.base_url, opts.api_key_env, opts.timeout, opts.max_retries
-        )
+            opts.model, opts.base_url, opts.api_key_env, opts.timeout, opts.max_retries,
+            caller=METHOD,
+        )  # fmt: skip
     if opts.backend != "local":
         raise FincheckError(f"--backend {opts.backend!r}: choose local or openai")
     if opts.base_url:
@@ -222,7 +223,9 @@ def run_examples(
                     on_done(pair, output, calls)
                 bar.update(1)
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)  # a wrong key, Ctrl-C: send no more
+        # a wrong key, a tripped breaker, Ctrl-C: send no more, and wait for no call in flight
+        # (an endpoint that never answers would hold the command for timeout x retries)
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
     return failures
