@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.jsonl import iter_json_objects
+from fincheck.jsonl import iter_json_objects, read_utf8_text
 from fincheck.serve.detector import task_fields
 from fincheck.tasks import all_tasks
 
@@ -105,6 +105,10 @@ def run_detect(args: argparse.Namespace) -> int:
         records = read_inputs(Path(args.input))
     if args.out and Path(args.out).exists():
         raise FincheckError(f"{args.out} exists; pick a new --out file (nothing is overwritten)")
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before the model runs
+        raise FincheckError(
+            f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"
+        )
     detector = Detector.from_pretrained(
         args.model,
         adapter=args.adapter,
@@ -140,7 +144,7 @@ def _read_text(path: str) -> str:
     p = Path(path)
     if not p.is_file():
         raise FincheckError(f"file not found: {p}")
-    text = p.read_text(encoding="utf-8").strip()
+    text = read_utf8_text(p).strip()
     if not text:
         raise FincheckError(f"{p}: file is empty")
     return text

@@ -571,3 +571,15 @@ def test_final_answers_cut_in_their_reasoning_are_no_descriptions(tmp_path):
     assert (
         "Answers cut at their token budget: 2 of 4" in (tmp_path / "run" / "report.md").read_text()
     )
+
+
+def test_a_predictions_file_with_bytes_that_are_not_utf8_names_file_and_line(tmp_path, capsys):
+    small = Path(__file__).parent / "assets" / "prepared"
+    first = next(read_pairs(small / "final" / "test.jsonl")).id
+    path = tmp_path / "run" / "predictions" / "final.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"id": "%s", "task": "final", "output": "Caf\xe9"}\n' % first.encode())
+    code = main(["score", "--data", str(small), "--predictions", str(path.parent),
+                 "--out", str(tmp_path / "run"), "--no-progress"])  # fmt: skip
+    assert code == 1
+    assert f"{path}:1: <encoding>: not UTF-8 text (byte 0xe9" in capsys.readouterr().err

@@ -292,3 +292,28 @@ def test_an_empty_final_answer_is_no_verdict_not_consistent():
     assert final.detect_output("None", None) == {"descriptions": [], "consistent": True}
     flagged = final.detect_output("A. The year is wrong.", None)
     assert flagged == {"descriptions": ["The year is wrong."], "consistent": False}
+
+
+def test_non_utf8_input_and_a_missing_out_folder_are_one_line_before_any_model(tmp_path, capsys):
+    """Checked before the model loads (the model here does not even exist): nothing is lost."""
+    from fincheck.cli import main
+
+    latin = tmp_path / "text.txt"
+    latin.write_bytes("Caf\xe9 opened in 2020.\n".encode("latin-1"))
+    (tmp_path / "summary.txt").write_text("It opened.")
+    common = ["detect", "--adapter", str(tmp_path / "no-adapter"), "--device", "cpu"]
+    assert main([*common, "--text", str(latin), "--summary", str(tmp_path / "summary.txt")]) == 1
+    assert f"{latin}:1: not UTF-8 text (byte 0xe9)" in capsys.readouterr().err
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b'{"id": "a", "text": "ok", "summary": "ok"}\n{"id": "b", "text": "\xff"}\n')
+    assert main([*common, "--input", str(pairs)]) == 1
+    assert f"{pairs}:2: <encoding>: not UTF-8 text (byte 0xff at column 22)" in (
+        capsys.readouterr().err
+    )
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"id": "a", "text": "ok", "summary": "ok"}\n')
+    out = tmp_path / "missing" / "out.jsonl"
+    assert main([*common, "--input", str(good), "--out", str(out)]) == 1
+    assert "does not exist; create it first" in capsys.readouterr().err
