@@ -113,14 +113,37 @@ def build_upload_folder(
     license: str = "apache-2.0",
     base_model_id: str | None = None,
 ) -> list[str]:
-    """Write the repo's files to `out_dir` (empty or new); return their relative paths, sorted."""
+    """Write the repo's files to `out_dir` (empty or new); return their relative paths, sorted.
+
+    The files are built in a folder beside it and moved into place only when all are written:
+    a refusal half-way (a symlink out of the run, a full disk) leaves nothing behind."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
     base = published_base(run, base_model_id)
     if results is not None:
         check_results_provenance(run, results)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        files = _write_upload_files(run, repo_id, partial, results, license, base)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        partial.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return files
+
+
+def _write_upload_files(
+    run: RunArtifacts,
+    repo_id: str,
+    out_dir: Path,
+    results: dict[str, Any] | None,
+    license: str,
+    base: PublishedBase,
+) -> list[str]:
     copy_regular_file(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS, run.root)
     adapter_config = dict(run.adapter_config)
     metadata = dict(run.metadata)

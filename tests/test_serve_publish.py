@@ -403,6 +403,9 @@ def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
     (run / "tokenizer_config.json").symlink_to(secret)
     with pytest.raises(FincheckError, match="symlink or not a regular file"):
         publish(run, "me/tiny", dry_run=tmp_path / "repo")
+    # refused half-way (the weights were already copied): nothing is left behind
+    assert not (tmp_path / "repo").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
     (run / "tokenizer_config.json").unlink()
     shutil.copy2(run_dir / "tokenizer_config.json", run / "tokenizer_config.json")
     (run / "base" / "notes.txt").symlink_to(secret)  # inside the shipped base: skipped
