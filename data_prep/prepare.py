@@ -272,8 +272,12 @@ def prepare_from_files(
         "files": written,
     }
     tmp = out_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(out_dir / "manifest.json")
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(out_dir / "manifest.json")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     clock.stage("write")
     log(format_summary(manifest, clock.timings, out_dir))
     return manifest

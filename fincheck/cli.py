@@ -26,6 +26,14 @@ COMMAND_MODULES = (
 )
 
 
+# What a rerun after a full disk does, per command (a promise each command keeps).
+RERUN_AFTER_FULL_DISK = {
+    "prepare": "then rerun it: prepare starts over (no half-written file is left)",
+    "eval": "then rerun: the predictions written are kept and only the rest is generated",
+    "score": "then rerun: judge answers already received are cached",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fincheck",
@@ -64,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug or e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         where = f" writing {e.filename}" if e.filename else ""
+        rerun = RERUN_AFTER_FULL_DISK.get(args.command, "then rerun")
         print(
             f"fincheck {args.command}: error: out of disk space{where}. Free some space or point "
-            "--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, then rerun: finished "
-            "work is kept and resumed.",
+            f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}.",
             file=sys.stderr,
         )
         return 1

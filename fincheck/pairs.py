@@ -133,11 +133,15 @@ def write_pairs(path: Path, pairs: Iterable[Pair]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     n = 0
-    with tmp.open("w", encoding="utf-8", newline="\n") as f:
-        for pair in pairs:
-            f.write(pair.to_json() + "\n")
-            n += 1
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+            for pair in pairs:
+                f.write(pair.to_json() + "\n")
+                n += 1
+        tmp.replace(path)
+    except BaseException:  # a full disk, a kill: no half-written .tmp left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return n
 
 

@@ -97,7 +97,27 @@ def test_out_of_disk_is_one_clear_line(data_dir, tmp_path, capsys, monkeypatch):
     assert (
         err.startswith("fincheck prepare: error: out of disk space writing")
         and "Free some space" in err
+        and "prepare starts over" in err
     )
+
+
+def test_a_full_disk_mid_file_leaves_no_tmp_file(tmp_path, monkeypatch):
+    """write_pairs writes a .tmp and renames it: a failure mid-write removes the .tmp."""
+    from fincheck.pairs import read_pairs, write_pairs
+
+    small = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
+    pairs = list(read_pairs(small))
+
+    def full_disk_after_two():
+        for i, pair in enumerate(pairs):
+            if i == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            yield pair
+
+    out = tmp_path / "qasem" / "test.jsonl"
+    with pytest.raises(OSError):
+        write_pairs(out, full_disk_after_two())
+    assert list((tmp_path / "qasem").iterdir()) == []
 
 
 def test_debug_shows_the_traceback(tmp_path):
