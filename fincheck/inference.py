@@ -181,6 +181,13 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     `fincheck models` knows (fetched on first use)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    try:  # how recent huggingface_hub reports a mistyped config field
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # older versions raise TypeError/ValueError, caught below
+
+        class StrictDataclassError(Exception):
+            pass
+
     from fincheck.models import resolve_model
 
     name_or_path = resolve_model(name_or_path, log=log.info)
@@ -208,10 +215,20 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             f"{one_line(e)}"
         ) from None
     except ValueError as e:
-        if "trust_remote_code" not in str(e):
-            raise
-        raise FincheckError(remote_code_message(name_or_path)) from None
+        if "trust_remote_code" in str(e):
+            raise FincheckError(remote_code_message(name_or_path)) from None
+        raise FincheckError(unreadable_config_message(name_or_path, e)) from None
+    except (KeyError, TypeError, AttributeError, StrictDataclassError) as e:  # a field missing
+        raise FincheckError(unreadable_config_message(name_or_path, e)) from None  # or mistyped
     return model, tokenizer
+
+
+def unreadable_config_message(name: str, error: Exception) -> str:
+    return (
+        f"cannot load base model {name!r}: its config.json is not one transformers can build a "
+        f"model from ({type(error).__name__}: {one_line(error)}); check model_type and the "
+        "field types"
+    )
 
 
 def remote_code_message(name: str) -> str:

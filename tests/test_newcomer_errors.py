@@ -209,3 +209,24 @@ def test_a_base_with_its_own_code_names_the_option(tmp_path, capsys):
         str(tmp_path / "o"), "--tasks", "qasem",
     )  # fmt: skip
     assert code == 1 and "add --trust-remote-code" in err and "trust_remote_code=True" not in err
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        ({"hidden_size": 8}, "model_type"),
+        ({"model_type": "llama", "hidden_size": "big", "num_attention_heads": 2,
+          "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 10}, "hidden_size"),
+    ],
+)  # fmt: skip
+def test_a_config_transformers_cannot_build_is_one_line(tmp_path, capsys, config, said):
+    import json
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    small = Path(__file__).parent / "assets" / "prepared"
+    code, err = run_cli(capsys, "eval", "--model", str(model), "--data", str(small),
+                        "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress")  # fmt: skip
+    assert code == 1 and err.count("\n") <= 1
+    assert "its config.json is not one transformers can build a model from" in err and said in err
