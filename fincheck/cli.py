@@ -68,6 +68,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except PermissionError as e:
+        if args.debug:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(
+            f"fincheck {args.command}: error: permission denied:{where} is not writable (or "
+            "readable) by this user; point --out, FINCHECK_CACHE_DIR or HF_HOME at a folder you "
+            "own",
+            file=sys.stderr,
+        )
+        return 1
     except OSError as e:
         if args.debug or e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

@@ -580,6 +580,8 @@ def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
              "--base-url", server.base_url, "--tasks", "final", "--data", str(SMALL),
              "--out", str(tmp_path / "run"), "--no-progress"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # as from a terminal: a shell's background job (`cmd &`) starts with SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         deadline = time.time() + 20
         while not server.requests and time.time() < deadline:

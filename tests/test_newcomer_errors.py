@@ -230,3 +230,22 @@ def test_a_config_transformers_cannot_build_is_one_line(tmp_path, capsys, config
                         "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress")  # fmt: skip
     assert code == 1 and err.count("\n") <= 1
     assert "its config.json is not one transformers can build a model from" in err and said in err
+
+
+def test_an_unwritable_models_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    """(Simulated: tests run as root, where file modes do not stop a write.)"""
+    import errno as errno_
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FINCHECK_CACHE_DIR", str(cache))
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *a, **k):
+        if str(self).startswith(str(cache)):
+            raise PermissionError(errno_.EACCES, "Permission denied", str(self))
+        return real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    code, err = run_cli(capsys, "models", "fetch", "smollm2-135m-instruct")
+    assert code == 1 and err.count("\n") <= 1
+    assert f"permission denied: {cache}" in err and "FINCHECK_CACHE_DIR" in err

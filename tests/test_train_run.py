@@ -446,6 +446,32 @@ def test_a_full_disk_while_saving_names_the_disk_and_the_complete_checkpoint(
     assert last_complete_checkpoint(out) == out / "checkpoint-2"
 
 
+def test_a_full_disk_while_the_tokenizer_is_saved_is_one_line(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    """The tokenizers library reports a full disk as a plain Exception ("No space left on device
+    (os error 28)"): the same one line as any other full disk, naming the complete checkpoint."""
+    from transformers import PreTrainedTokenizerBase
+
+    real = PreTrainedTokenizerBase.save_pretrained
+    out = tmp_path / "full"
+
+    def full_disk_at_the_end(self, save_directory, *a, **k):
+        if Path(save_directory) == out:  # the run folder's final save
+            raise Exception("No space left on device (os error 28)")
+        return real(self, save_directory, *a, **k)
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full_disk_at_the_end)
+    with pytest.raises(FincheckError) as info:
+        train_and_save(
+            build_trainer(
+                tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=2", "--save_steps=2")
+            )
+        )
+    message = str(info.value)
+    assert message.startswith("no space left on ") and "checkpoint-2 is still complete" in message
+
+
 def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_dir, tmp_path):
     """tree_packing + dev_figures + load_best_model_at_end: eval_<task>_<figure> at every
     evaluation, the best checkpoint survives rotation, and the final adapter is its adapter."""

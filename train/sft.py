@@ -17,10 +17,12 @@ max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -324,13 +326,8 @@ def train_and_save(r: Run) -> int:
             log.info("resuming from %s", r.resume_from)
         elif recipe.resume_from_checkpoint == "auto":
             log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    try:
+    with full_disk_as_one_line(r.output_dir, trainer):
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
-    except (OSError, RuntimeError) as e:  # torch's writer: "basic_ios::clear: iostream error"
-        if not checkpoints.is_out_of_space(e):
-            raise
-        step = trainer.state.global_step
-        raise FincheckError(checkpoints.out_of_space_message(r.output_dir, step)) from e
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
             print(
@@ -341,6 +338,16 @@ def train_and_save(r: Run) -> int:
             )
         return EXIT_PREEMPTED
     best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
+    with full_disk_as_one_line(r.output_dir, trainer):
+        save_final_adapter(r, recipe, trainer, best)
+    return 0
+
+
+def save_final_adapter(r: Run, recipe: SFTRecipe, trainer: Any, best: str | None) -> None:
+    """The run folder's adapter (the last one, or the best checkpoint's), tokenizer and run
+    files."""
+    from fincheck.train import checkpoints
+
     if best is None:
         trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
     if trainer.args.process_index == 0:
@@ -357,7 +364,24 @@ def train_and_save(r: Run) -> int:
             f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
         )
         print(f"adapter saved to {r.output_dir}{where}", file=sys.stderr)
-    return 0
+
+
+@contextlib.contextmanager
+def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
+    """A full disk while training or saving, in whatever form the writer reports it (an
+    OSError, torch's "iostream error" RuntimeError, the tokenizers library's plain Exception):
+    one line naming the disk and the last complete checkpoint."""
+    from fincheck.train import checkpoints
+
+    try:
+        yield
+    except FincheckError:
+        raise
+    except Exception as e:
+        if not checkpoints.is_out_of_space(e):
+            raise
+        step = trainer.state.global_step
+        raise FincheckError(checkpoints.out_of_space_message(output_dir, step)) from e
 
 
 HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
