@@ -37,7 +37,7 @@ test: lint
 
 # The fast tier (under a minute on 2 cores): no slow, multi-process or real-weights tests.
 test-fast: install
-	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "not slow and not distributed and not real_weights" $(PYTEST_ARGS)
+	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "not slow and not distributed and not real_weights and not real_server" $(PYTEST_ARGS)
 
 format: install
 	$(BIN)/ruff check --fix .

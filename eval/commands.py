@@ -212,7 +212,9 @@ def register(subparsers) -> None:
         "--backend",
         choices=("local", "openai"),
         default="local",
-        help="where --model runs (default: local)",
+        help="where --model runs (default: local). --backend openai without --method evaluates "
+        "a served detector: fincheck's own prompts sent to the endpoint (vLLM, llama.cpp, "
+        "`transformers serve`), QASem's P(Yes) from its logprobs when it returns them",
     )
     b.add_argument("--base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
     b.add_argument(
@@ -484,6 +486,14 @@ def unused_options(args) -> list[str]:
 
 
 def eval_command(args) -> int:
+    if args.method is None and args.backend == "openai":
+        # a served detector: fincheck's own prompts, answered by the endpoint
+        if args.adapter:
+            raise FincheckError(
+                "--adapter with --backend openai: the server serves the adapter (merged, or as a "
+                "LoRA module); name it with --model (docs/serving.md)"
+            )
+        args.method = "detector"
     unused = unused_options(args)
     if unused:
         mode = f"--method {args.method}" if args.method else "a plain eval (no --method)"

@@ -156,6 +156,25 @@ class Method:
     needs_llm: bool = True  # False: runs without --model (overlap)
 
 
+def run_detector(example: Example, llm: CachedLLM) -> MethodOutput:
+    """fincheck's own task prompt, the prepared pair's messages as `fincheck eval` renders them,
+    sent to the endpoint: a detector served by vLLM, llama.cpp or `transformers serve`. A task
+    scored by P(Yes) (QASem) reads it from the endpoint's logprobs when it returns them, and
+    its short answer's text either way (the scorer says when it had only the text)."""
+    from fincheck.tasks import get_task
+
+    pair = example.pair
+    task = get_task(pair.task)
+    messages = pair.prompt_messages
+    version = f"fincheck-{pair.task}-{load_prompt(pair.task).hash}"
+    span = pair.meta.get("grounding_span")
+    if task.reads_p_yes:
+        p_yes = llm.p_yes(messages, version, span)
+        return MethodOutput(llm.ask(messages, version, span, max_tokens=8), p_yes)
+    text = llm.ask(messages, version, span, max_tokens=task.max_new_tokens)
+    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, False))
+
+
 def e2e_method(variant: str, source: str) -> Method:
     return Method(
         variant,
@@ -171,6 +190,13 @@ METHODS: dict[str, Method] = {
         e2e_method("e2e", "FINAL §4.1, B.1 (E.2.1); FHSumBench §4.1 vanilla; QASem §5.1"),
         e2e_method("e2e-fewshot", "FINAL B.1 (E.2.2); FHSumBench §4.1 +ICL; QASem Table 5"),
         e2e_method("e2e-cot", "FINAL B.1 (E.2.3 V2); FHSumBench §4.1 +CoT; QASem variant"),
+        Method(
+            "detector",
+            ("final", "qasem", "fhsumbench"),
+            run_detector,
+            "fincheck's own task prompts on an endpoint (`fincheck eval --backend openai` "
+            "without --method)",
+        ),
         Method(
             "overlap",
             ("qasem",),

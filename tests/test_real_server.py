@@ -1,0 +1,104 @@
+"""A real OpenAI-compatible server, not a fake: `transformers serve` on loopback serving the
+real SmolLM2-135M-Instruct, and fincheck's detector evaluated through it
+(`fincheck eval --backend openai` without --method) beside the same model run locally.
+
+What the real server does that the fakes do not: it takes the model's folder as its model
+name, applies the chat template itself, returns no logprobs (QASem is then scored from the
+answers' text, and the report says so), and reports `finish_reason: "length"` with its usage."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fincheck.cli import main
+
+pytestmark = [pytest.mark.real_server, pytest.mark.real_weights, pytest.mark.slow]
+SMALL = Path(__file__).parent / "assets" / "prepared"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(smollm2, tmp_path_factory):
+    """`transformers serve` with the model preloaded; (base URL, model name)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    cli = Path(sys.executable).parent / "transformers"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [str(cli), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+             "--dtype", "float32", str(smollm2)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"transformers serve did not start:\n{log.read_text()[-2000:]}")
+                time.sleep(1)
+        yield f"http://127.0.0.1:{port}/v1", str(smollm2)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _outputs(run: Path, task: str) -> dict[str, dict]:
+    lines = (run / "predictions" / f"{task}.jsonl").read_text().splitlines()
+    return {r["id"]: r for r in map(json.loads, lines)}
+
+
+def test_a_served_detector_answers_as_the_local_one(served, smollm2, tmp_path):
+    base_url, name = served
+    served_run, local_run = tmp_path / "served", tmp_path / "local"
+    common = ["--data", str(SMALL), "--no-progress"]
+    assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
+                 "--out", str(served_run), *common]) == 0  # fmt: skip
+    assert main(["eval", "--model", str(smollm2), "--dtype", "fp32", "--device", "cpu",
+                 "--out", str(local_run), *common]) == 0  # fmt: skip
+    config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
+    assert config["method"] == "detector" and config["backend"] == "openai"
+    # greedy decoding of the same weights and the same chat template: the same answers
+    for task in ("final", "fhsumbench"):
+        local, remote = _outputs(local_run, task), _outputs(served_run, task)
+        assert local.keys() == remote.keys()
+        assert all(local[i]["output"] == remote[i]["output"] for i in local), task
+    # no logprobs from this server: QASem has no P(Yes), and its report says it scored the text
+    qasem = _outputs(served_run, "qasem")
+    assert all("p_yes" not in r for r in qasem.values())
+    assert main(["score", "--data", str(SMALL), "--predictions", str(served_run / "predictions"),
+                 "--out", str(served_run), "--no-progress"]) == 0  # fmt: skip
+    results = json.loads((served_run / "results.json").read_text())
+    assert results["tasks"]["qasem"]["overall"]["n_scored_from_text"] == len(qasem)
+    assert "not comparable with the paper's AUC" in (served_run / "report.md").read_text()
+
+
+def test_the_real_server_reports_cut_answers_and_their_usage(served):
+    """finish_reason "length" with usage at the budget: read as cut; a short answer is not."""
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+
+    base_url, name = served
+    client = OpenAIChatClient(name, base_url=base_url, caller=METHOD)
+    messages = [{"role": "user", "content": "Describe the sea in three long paragraphs."}]
+    long = client.complete(messages, {"max_tokens": 5, "temperature": 0.0})
+    assert long.cut is True and long.text
+    short = client.complete(
+        [{"role": "user", "content": "Reply with the single word: yes"}],
+        {"max_tokens": 64, "temperature": 0.0},
+    )
+    assert short.cut is False
