@@ -494,11 +494,16 @@ def eval_command(args) -> int:
                 "LoRA module); name it with --model (docs/serving.md)"
             )
         args.method = "detector"
+        served = True
+    else:
+        served = False
     unused = unused_options(args)
     if unused:
         mode = f"--method {args.method}" if args.method else "a plain eval (no --method)"
         if args.method and args.backend == "openai":
             mode += " with --backend openai"
+        if served:
+            mode = "a served detector (--backend openai without --method)"
         raise FincheckError(f"{', '.join(unused)}: not used by {mode}; leave them out")
     with hold_out_dir(args.out, "fincheck eval"):  # one writer per --out
         if args.method:

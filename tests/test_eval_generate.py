@@ -437,7 +437,9 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--limit", "-5"], "N >= 1"),
         (["--limit", "final=0"], "N >= 1"),
         (["--limit", "bogus=3"], "tasks: final,qasem,fhsumbench"),
-        (["--backend", "openai"], "--backend: not used by a plain eval"),
+        (["--backend", "openai", "--batch-size", "4"],
+         "--batch-size: not used by a served detector (--backend openai without --method)"),
+        (["--adapter", "a", "--backend", "openai"], "--adapter with --backend openai"),
         (["--method", "e2e", "--batch-size", "4"], "--batch-size: not used by --method e2e"),
         # another method's options, and a local model's options with an endpoint
         (["--method", "e2e", "--step1", "oracle"], "--step1: not used by --method e2e"),
