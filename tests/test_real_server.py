@@ -102,3 +102,30 @@ def test_the_real_server_reports_cut_answers_and_their_usage(served):
         {"max_tokens": 64, "temperature": 0.0},
     )
     assert short.cut is False
+
+
+def test_the_papers_methods_and_the_judge_run_against_the_real_server(served, tmp_path):
+    """e2e-cot and the FactScore-style pipeline through the real endpoint, then the served model
+    as FINAL's judge: a 135M judge rarely writes the JSON matching asked for, and that is
+    reported, never read as a match (exit 3 past the failure threshold, results still written)."""
+    base_url, name = served
+    endpoint = ["--backend", "openai", "--base-url", base_url, "--model", name]
+    common = ["--data", str(SMALL), "--tasks", "final", "--limit", "2", "--no-progress"]
+    for method in ("e2e-cot", "pipeline"):
+        out = tmp_path / method
+        args = ["eval", "--method", method, *endpoint, "--llm-max-tokens", "48", *common]
+        assert main([*args, "--out", str(out)]) == 0, method
+        records = list(_outputs(out, "final").values())
+        assert len(records) == 2 and all(isinstance(r["output"], str) for r in records)
+        if method == "e2e-cot":  # 48 tokens rarely reach "Final Output:": marked, not misread
+            assert all(r.get("cut") in (None, "answer", "reasoning") for r in records)
+    run = tmp_path / "e2e-cot"
+    code = main(["score", "--data", str(SMALL), "--predictions", str(run / "predictions"),
+                 "--out", str(run), "--judge", "openai", "--judge-base-url", base_url,
+                 "--judge-model", name, "--no-progress"])  # fmt: skip
+    results = json.loads((run / "results.json").read_text())
+    final = results["tasks"]["final"]
+    judged = final["n_needing_judge"]
+    assert code in (0, 3)
+    assert (code == 3) == (judged > 0 and final["n_judge_failed"] / final["n"] > 0.02)
+    assert final["judged_with"]["base_url"].startswith(base_url)
