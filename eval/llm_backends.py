@@ -17,6 +17,7 @@ import concurrent.futures
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -91,6 +92,7 @@ class OpenAIChatClient:
         # never accepts, where retrying every example would only repeat the refusal
         self.max_consecutive_refused = max_consecutive_refused
         self._refused_in_a_row = 0
+        self._said: set[str] = set()  # notices already printed (`_say_once`)
         self._lock = threading.Lock()
 
     def complete(
@@ -117,10 +119,23 @@ class OpenAIChatClient:
         try:
             top = response.choices[0].logprobs.content[0].top_logprobs
         except (AttributeError, IndexError, TypeError):
+            self._say_once(
+                "no_logprobs",
+                f"{self.caller.name} {self.identity['base_url']} returns no logprobs: QASem is "
+                "scored from the answers' text (the AUC of hard 0/1 scores; the report says so)",
+            )
             return None
         yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
         no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")
         return yes / (yes + no) if yes + no > 0 else None
+
+    def _say_once(self, what: str, line: str) -> None:
+        """A notice about what the endpoint does not support, printed once per run."""
+        with self._lock:
+            if what in self._said:
+                return
+            self._said.add(what)
+        print(line, file=sys.stderr)
 
     def _create(self, messages: list[dict[str, str]], sampling: dict):
         import openai

@@ -289,3 +289,16 @@ def test_a_failed_p_yes_call_fails_the_example_and_is_not_cached(tmp_path):
 
     client._create = lambda messages, sampling: NS(choices=[NS(logprobs=None)])
     assert llm.p_yes(messages, "v1") is None  # a reply without logprobs: cached as such
+
+
+def test_an_endpoint_without_logprobs_is_said_once(capsys):
+    from types import SimpleNamespace as NS
+
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", caller=METHOD)
+    client._create = lambda messages, sampling: NS(choices=[NS(logprobs=None)])
+    messages = [{"role": "user", "content": "Supported? Yes or No"}]
+    assert client.p_yes(messages) is None and client.p_yes(messages) is None
+    err = capsys.readouterr().err
+    assert err.count("returns no logprobs") == 1 and "scored from the answers' text" in err
