@@ -172,6 +172,13 @@ def _write_upload_files(
         copy_regular_file(run.manifest_path, out_dir / MANIFEST_FILE, run.root)
     if results is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    # the task prompts, so the adapter can be used without fincheck (the card's snippet)
+    from fincheck.prompting import load_prompt
+    from fincheck.tasks import task_names
+
+    (out_dir / "prompts").mkdir()
+    for task in task_names():
+        shutil.copyfile(load_prompt(task).path, out_dir / "prompts" / f"{task}.txt")
     (out_dir / "README.md").write_text(
         render_card(run, repo_id, results, license, base), encoding="utf-8"
     )

@@ -473,3 +473,40 @@ def test_a_checkpoint_folder_publishes_the_runs_base_and_no_local_path(run_dir, 
         if path.is_file() and path.suffix in (".json", ".md", ".yaml"):
             assert str(tmp_path) not in path.read_text(), path
     assert "shipped with the adapter (folder `base/`)" in (out / "README.md").read_text()
+
+
+def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path, capsys):
+    """The card's transformers + PEFT snippet, run in a process that cannot import fincheck,
+    on the published folder (its prompts/ shipped), writes fincheck detect's FINAL answer."""
+    import re
+    import subprocess
+    import sys
+
+    from fincheck.cli import main
+    from fincheck.serve.publish import publish
+
+    repo = tmp_path / "repo"
+    publish(run_dir, "me/tiny", dry_run=repo)
+    assert sorted(p.name for p in (repo / "prompts").iterdir()) == [
+        "fhsumbench.txt", "final.txt", "qasem.txt"
+    ]  # fmt: skip
+    card = (repo / "README.md").read_text()
+    snippet = re.search(r"Without fincheck.*?```python\n(.*?)```", card, flags=re.S).group(1)
+    snippet = snippet.replace('repo = "me/tiny"', f'repo = "{repo}"').replace(
+        "max_new_tokens=384", "max_new_tokens=24"
+    )
+    (repo / "article.txt").write_text("The bridge opened in 2020 and cost 4 million euros.")
+    (repo / "summary.txt").write_text("The bridge opened in 2021.")
+    (tmp_path / "snippet.py").write_text(snippet)
+    blocked = "import sys; sys.modules['fincheck'] = None; exec(open(sys.argv[1]).read())"
+    plain = subprocess.run(
+        [sys.executable, "-c", blocked, str(tmp_path / "snippet.py")],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-2000:]
+
+    assert main(["detect", "--adapter", str(repo), "--model", str(repo / "base"), "--device",
+                 "cpu", "--max-new-tokens", "24", "--text", str(repo / "article.txt"),
+                 "--summary", str(repo / "summary.txt")]) == 0  # fmt: skip
+    detected = json.loads(capsys.readouterr().out)
+    assert detected["raw"]["final"] and plain.stdout.strip() == detected["raw"]["final"]
