@@ -218,6 +218,14 @@ def register(subparsers) -> None:
     )
     b.add_argument("--base-url", help="OpenAI-compatible base URL (default: api.openai.com)")
     b.add_argument(
+        "--tokenizer",
+        help="a served detector (--backend openai, no --method): fit its prompts to the window "
+        "as a local eval does -- an adapter's run folder (its tokenizer, training length and "
+        "template kwargs) or the served model's tokenizer (folder or name; window: its "
+        "positions, or --window); --max-input-tokens and --window then apply (default: prompts "
+        "sent whole, answers at the task's default budget)",
+    )
+    b.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
         help="environment variable holding the API key (default: OPENAI_API_KEY); the key is "
@@ -399,6 +407,8 @@ def baseline_command(args) -> int:
         nli_labels=args.nli_labels,
         device=args.device,
         window=args.window,
+        tokenizer=args.tokenizer,
+        max_input_tokens=args.max_input_tokens,
         progress=not args.no_progress,
     )
     summary = run_baseline(opts)
@@ -462,6 +472,8 @@ ONE_METHOD_ONLY = {
     "nli_labels": ("--nli-labels", "fizz"),
 }
 LOCAL_ONLY = {"window": "--window", "device": "--device"}
+# What a served detector reads beyond the endpoint's options: prompts fitted with a tokenizer.
+SERVED_DETECTOR = {"tokenizer", "max_input_tokens", "window"}
 
 
 def unused_options(args) -> list[str]:
@@ -472,8 +484,15 @@ def unused_options(args) -> list[str]:
     def given(dest: str) -> bool:
         return getattr(args, dest) != defaults.get(dest)
 
+    served = args.method == "detector"
     other = PLAIN_ONLY if args.method else METHOD_ONLY
-    unused = [flag for dest, flag in other.items() if given(dest)]
+    unused = [
+        flag
+        for dest, flag in other.items()
+        if given(dest) and not (served and dest in SERVED_DETECTOR)
+    ]
+    if args.tokenizer and not served:
+        unused.append("--tokenizer")
     if args.method:
         unused += [
             flag
@@ -481,7 +500,11 @@ def unused_options(args) -> list[str]:
             if method != args.method and given(dest)
         ]
         if args.backend == "openai":
-            unused += [flag for dest, flag in LOCAL_ONLY.items() if given(dest)]
+            unused += [
+                flag
+                for dest, flag in LOCAL_ONLY.items()
+                if given(dest) and not (served and dest in SERVED_DETECTOR)
+            ]
     return unused
 
 
@@ -491,7 +514,8 @@ def eval_command(args) -> int:
         if args.adapter:
             raise FincheckError(
                 "--adapter with --backend openai: the server serves the adapter (merged, or as a "
-                "LoRA module); name it with --model (docs/serving.md)"
+                "LoRA module); name it with --model, and give --tokenizer ADAPTER_DIR to fit the "
+                "prompts as its local eval would (docs/serving.md)"
             )
         args.method = "detector"
         served = True

@@ -93,6 +93,7 @@ class OpenAIChatClient:
         self.max_consecutive_refused = max_consecutive_refused
         self._refused_in_a_row = 0
         self._said: set[str] = set()  # notices already printed (`_say_once`)
+        self._refused_params: set[str] = set()  # parameters this endpoint refused (`_adapted`)
         self._lock = threading.Lock()
 
     def complete(
@@ -114,8 +115,12 @@ class OpenAIChatClient:
         with or without a leading space); None when the endpoint's reply has no logprobs or
         neither word is among them (the answer is then read from the text). A call that fails
         raises LLMCallError: the example fails and a rerun asks again (never "no logprobs")."""
+        if "logprobs" in self._refused_params:  # said once already; the text is scored
+            return None
         sampling = {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
         response = self._create(messages, sampling)
+        if "logprobs" in self._refused_params:  # this very call found out
+            return None
         try:
             top = response.choices[0].logprobs.content[0].top_logprobs
         except (AttributeError, IndexError, TypeError):
@@ -138,6 +143,43 @@ class OpenAIChatClient:
         print(line, file=sys.stderr)
 
     def _create(self, messages: list[dict[str, str]], sampling: dict):
+        """One call, with the parameters this endpoint refused once adapted for the rest of
+        the run (`refused_parameter`): said in one line, never silently."""
+        while True:
+            try:
+                return self._create_once(messages, self._adapted(sampling))
+            except _RefusedParameter as refused:
+                with self._lock:
+                    self._refused_params.add(refused.param)
+                key = "no_logprobs" if refused.param == "logprobs" else refused.param
+                self._say_once(key, self._adaptation_line(refused.param, refused.error))
+
+    def _adapted(self, sampling: dict) -> dict:
+        """`sampling` as this endpoint accepts it: max_tokens renamed max_completion_tokens
+        (OpenAI's reasoning models), logprobs or temperature left out when refused."""
+        sent = dict(sampling)
+        if "max_tokens" in self._refused_params and "max_tokens" in sent:
+            sent["max_completion_tokens"] = sent.pop("max_tokens")
+        if self._refused_params & {"logprobs", "top_logprobs"}:
+            sent.pop("logprobs", None)
+            sent.pop("top_logprobs", None)
+        if "temperature" in self._refused_params:
+            sent.pop("temperature", None)
+        return sent
+
+    def _adaptation_line(self, param: str, e: Exception) -> str:
+        where = f"{self.caller.name} {self.identity['base_url']}"
+        what = {
+            "max_tokens": "refuses max_tokens: the budget is sent as max_completion_tokens",
+            "logprobs": "refuses logprobs as asked (top 20; vLLM: serve with --max-logprobs "
+            "20): QASem is scored from the answers' text (the AUC of hard 0/1 scores; the "
+            "report says so)",
+            "temperature": "refuses temperature 0: its answers are sampled at its default "
+            "temperature, not greedy (runs will not repeat exactly)",
+        }[param]
+        return f"{where} {what} ({_short(e)})"
+
+    def _create_once(self, messages: list[dict[str, str]], sampling: dict):
         import openai
 
         try:
@@ -167,6 +209,9 @@ class OpenAIChatClient:
                 ) from None
             raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
         except (openai.BadRequestError, openai.UnprocessableEntityError) as e:  # 400/422
+            param = refused_parameter(e, sampling)
+            if param is not None and param not in self._refused_params:
+                raise _RefusedParameter(param, e) from None
             with self._lock:
                 self._refused_in_a_row += 1
                 stop = self._refused_in_a_row >= self.max_consecutive_refused
@@ -195,6 +240,37 @@ class OpenAIChatClient:
             self._unreachable_in_a_row = 0
             self._refused_in_a_row = 0
         return response
+
+
+class _RefusedParameter(Exception):
+    """A 400 naming a parameter the client can adapt (`refused_parameter`)."""
+
+    def __init__(self, param: str, error: Exception) -> None:
+        super().__init__(param)
+        self.param, self.error = param, error
+
+
+def refused_parameter(error: Exception, sent: dict) -> str | None:
+    """The parameter a 400 says the endpoint does not support, among those fincheck can do
+    without or rename: max_tokens (OpenAI's reasoning models want max_completion_tokens),
+    logprobs/top_logprobs (answers are then scored from their text), temperature (models that
+    only sample). Read from the error's `param` field (OpenAI's API) or its message (vLLM,
+    llama.cpp and others name the field in the text); None for any other refusal."""
+    named = getattr(error, "param", None)
+    message = str(getattr(error, "message", error)).lower()
+    for param in ("max_tokens", "top_logprobs", "logprobs", "temperature"):
+        if param not in sent:
+            continue
+        said = named == param or (
+            param in message
+            and any(
+                w in message
+                for w in ("unsupported", "not supported", "not allowed", "greater than")
+            )
+        )
+        if said:
+            return "logprobs" if param == "top_logprobs" else param
+    return None
 
 
 def hit_budget(choice, response, max_tokens: int | None) -> bool | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from fincheck.data_prep.trimming import trim_grounding
 from fincheck.errors import FincheckError
-from fincheck.runs import RunArtifacts, load_run, looks_like_hub_id
+from fincheck.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 
 log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -108,8 +108,12 @@ class LoadedModel:
     window_limit: int | None = None  # set by the user (`--window`): replaces the training length
     adapter_merged: bool = False  # the LoRA update added into the base weights (`load_model`)
 
+    positions: int | None = None  # without weights (`load_prompt_fitter`): the base's config
+
     @property
     def position_limit(self) -> int | None:
+        if self.model is None:
+            return self.positions
         return getattr(self.model.config, "max_position_embeddings", None) or None
 
     @property
@@ -359,6 +363,57 @@ def load_model(
         template_kwargs,
         window,
         adapter_merged=bool(adapter is not None and merge_adapter),
+    )
+
+
+def is_adapter(source: str) -> bool:
+    """Whether `source` is a LoRA adapter: a folder with its config, or a hub repo holding one
+    (asked for that one small file, never the weights)."""
+    if (Path(source) / ADAPTER_CONFIG).is_file():
+        return True
+    if Path(source).exists() or not looks_like_hub_id(source):
+        return False
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        hf_hub_download(source, ADAPTER_CONFIG)
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError):
+        return False
+    return True
+
+
+def load_prompt_fitter(
+    source: str, window: int | None = None, trust_remote_code: bool = False
+) -> LoadedModel:
+    """A LoadedModel without weights: the tokenizer, window and chat template kwargs that fit
+    prompts sent to a server as `fincheck eval` fits them locally. `source` is an adapter's run
+    folder (its tokenizer, its training length as the window, its template kwargs: the prompts
+    its local eval would build) or a tokenizer's folder or name (its config's positions)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from fincheck.models import resolve_model
+
+    run = None
+    if is_adapter(source):
+        run = load_run(local_adapter_dir(source))
+        base = run.resolve_base()
+        has_own = (run.path / "tokenizer_config.json").is_file()
+        where = str(run.path) if has_own else resolve_model(base, log=log.info)
+        config_from = resolve_model(base, log=log.info)
+    else:
+        where = config_from = resolve_model(source, log=log.info)
+        base = source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(config_from, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise FincheckError(f"--tokenizer {source}: no tokenizer found there ({error})") from None
+    tokenizer.model_max_length = VERY_LONG  # counted, never truncated (see load_model)
+    positions = getattr(config, "max_position_embeddings", None) or None
+    kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
+    return LoadedModel(
+        None, tokenizer, base, run.path if run else None, run, kwargs, window, positions=positions
     )
 
 

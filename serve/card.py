@@ -173,6 +173,8 @@ def render_card(
         "tasks_text": ", ".join(run.tasks) if run.tasks else "not recorded",
         "lora_text": lora_text,
         "fingerprint": run.data_fingerprint or "not recorded",
+        "vllm_base": base,
+        "vllm_lora_rank": vllm_lora_rank(lora.get("r")),
         "run_fingerprints": {
             k: run.metadata[k]
             for k in ("base_fingerprint", "recipe_fingerprint")
@@ -191,6 +193,15 @@ def render_card(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
     return env.from_string(TEMPLATE_PATH.read_text(encoding="utf-8")).render(**context)
+
+
+def vllm_lora_rank(rank: Any) -> int:
+    """vLLM's --max-lora-rank for an adapter of rank `rank`: the smallest value vLLM accepts
+    (8, 16, 32, ...) at or above it."""
+    allowed = 8
+    while isinstance(rank, int) and allowed < rank:
+        allowed *= 2
+    return allowed
 
 
 def _targets(modules: Any) -> str:

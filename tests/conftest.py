@@ -62,6 +62,27 @@ def smollm2() -> Path:
     return fetched("smollm2-135m-instruct")
 
 
+@pytest.fixture(scope="session")
+def smol_run(smollm2, small_prepared, tmp_path_factory) -> Path:
+    """A SmolLM2-135M LoRA adapter trained 2 steps on the small pairs (the demo recipe): the
+    real_weights and real_server tiers' adapter."""
+    from fincheck.train.recipe import load_recipe
+    from fincheck.train.sft import build_trainer, train_and_save
+
+    out = tmp_path_factory.mktemp("smol") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.chdir(REPO)
+    recipe = load_recipe(
+        REPO / "configs/train/smollm2-135m-cpu.yaml",
+        [f"--dataset_dir={small_prepared}", f"--output_dir={out}", "--deepspeed=",
+         "--max_steps=2", "--max_length=384", "--per_device_train_batch_size=2",
+         "--data_config=configs/data/all-tasks.yaml", "--save_steps=100"],
+    )  # fmt: skip
+    assert train_and_save(build_trainer(recipe)) == 0
+    mp.undo()
+    return out
+
+
 @pytest.fixture
 def fresh_wandb():
     """wandb keeps process-wide settings (WANDB_DIR, mode) from its first init: reset them so a

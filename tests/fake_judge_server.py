@@ -8,6 +8,9 @@ order (the last one repeats):
   ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
   ("logprobs", text, {tok: lp})  `text`, and those top logprobs at the first token when the
                                  request asks for logprobs
+  ("refuse", param, error, text) a 400 with `error` as the body's error object when the request
+                                 carries `param`, else 200 with `text` (a server that does not
+                                 support an option)
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ class FakeJudgeServer:
 
             def _answer(self, action: tuple, body: dict) -> None:
                 kind = action[0]
+                if kind == "refuse":
+                    if action[1] in body:
+                        self._send(400, {"error": action[2]}, {})
+                        return
+                    action = ("ok", action[3])
+                    kind = "ok"
                 if kind == "status":
                     self._send(action[1], {"error": {"message": "scripted failure"}}, action[2])
                     return

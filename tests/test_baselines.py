@@ -592,3 +592,32 @@ def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
         _, err = process.communicate(timeout=20)
         assert time.time() - started < 10
     assert process.returncode == 130 and "interrupted" in err
+
+
+def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_does(
+    tiny_base, tmp_path
+):
+    """--tokenizer, --window and --max-input-tokens: the prompts sent are those a local eval
+    with the same options builds (grounding text cut to fit), and the answers are asked with the
+    budget fitted to the window (a quarter of it)."""
+    from fincheck.inference import load_prompt_fitter
+
+    out = tmp_path / "served"
+    with FakeJudgeServer() as server:
+        server.script = {"": [("ok", "Yes")]}
+        code = main(["eval", "--backend", "openai", "--base-url", server.base_url, "--model",
+                     "served", "--data", str(SMALL), "--out", str(out), "--tokenizer",
+                     str(tiny_base), "--window", "512", "--max-input-tokens", "330",
+                     "--tasks", "final", "--no-progress"])  # fmt: skip
+        assert code == 0
+    fitter = load_prompt_fitter(str(tiny_base), 512)
+    sent = {json.dumps(r["messages"]) for r in server.requests}
+    trimmed = 0
+    for pair in read_pairs(SMALL / "final" / "test.jsonl"):
+        fit = fitter.fit_prompt(pair.prompt_messages, pair.meta["grounding_span"], 330)
+        assert json.dumps(fit.messages) in sent
+        trimmed += fit.trimmed
+    assert trimmed == 2  # two of the four prompts are longer than 330 tokens
+    assert len(server.requests) == 4 and {r["max_tokens"] for r in server.requests} == {128}
+    config = json.loads((out / "predictions" / "eval_config.json").read_text())
+    assert config["tokenizer"] == str(tiny_base.resolve()) and config["window"] == 512

@@ -440,6 +440,12 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--backend", "openai", "--batch-size", "4"],
          "--batch-size: not used by a served detector (--backend openai without --method)"),
         (["--adapter", "a", "--backend", "openai"], "--adapter with --backend openai"),
+        # a served detector's prompt fitting: a tokenizer to count with, and only there
+        (["--backend", "openai", "--window", "512"], "--window needs --tokenizer"),
+        (["--backend", "openai", "--max-input-tokens", "512"], "--max-input-tokens needs --tokenizer"),
+        (["--tokenizer", "t"], "--tokenizer: not used by a plain eval (no --method)"),
+        (["--method", "e2e", "--backend", "openai", "--tokenizer", "t"],
+         "--tokenizer: not used by --method e2e with --backend openai"),
         (["--method", "e2e", "--batch-size", "4"], "--batch-size: not used by --method e2e"),
         # another method's options, and a local model's options with an endpoint
         (["--method", "e2e", "--step1", "oracle"], "--step1: not used by --method e2e"),

@@ -302,3 +302,58 @@ def test_an_endpoint_without_logprobs_is_said_once(capsys):
     assert client.p_yes(messages) is None and client.p_yes(messages) is None
     err = capsys.readouterr().err
     assert err.count("returns no logprobs") == 1 and "scored from the answers' text" in err
+
+
+@pytest.mark.parametrize(
+    "param, error, sent_instead, line",
+    [
+        # OpenAI's reasoning models: the field named in `param`
+        ("max_tokens",
+         {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+          "Use 'max_completion_tokens' instead.", "param": "max_tokens"},
+         "max_completion_tokens", "refuses max_tokens"),
+        ("temperature",
+         {"message": "Unsupported value: 'temperature' does not support 0.0 with this model.",
+          "param": "temperature"},
+         None, "answers are sampled at its default temperature"),
+        # vLLM started with a small --max-logprobs: the field only in the message
+        ("top_logprobs",
+         {"message": "Requested sample logprobs of 20, which is greater than max allowed: 5"},
+         None, "refuses logprobs as asked"),
+    ],
+)  # fmt: skip
+def test_a_parameter_the_endpoint_refuses_is_adapted_once_and_said_in_one_line(
+    param, error, sent_instead, line, capsys
+):
+    """Not ten refused calls and a stop, nor a silent change: the run goes on without (or with
+    the renamed) parameter, and one line says what changed."""
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.script = {"": [("refuse", param, error, "Yes")]}
+        client = OpenAIChatClient("m", base_url=server.base_url, max_retries=0, caller=METHOD)
+        messages = [{"role": "user", "content": "Supported? Yes or No"}]
+        for _ in range(3):
+            if param == "top_logprobs":
+                assert client.p_yes(messages) is None  # scored from the text
+            else:
+                answer = client.complete(messages, {"temperature": 0.0, "max_tokens": 8})
+                assert answer.text == "Yes"
+    refused = [r for r in server.requests if param in r]
+    assert len(refused) == 1  # asked once with it, never again
+    if sent_instead:
+        assert all(r[sent_instead] == 8 for r in server.requests if r not in refused)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and line in err[0], err
+
+
+def test_a_refusal_naming_no_parameter_it_can_adapt_still_fails_the_call():
+    from fincheck.eval.llm import LLMCallError
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.script = {"": [("refuse", "messages", {"message": "stop is not supported"}, "x")]}
+        client = OpenAIChatClient("m", base_url=server.base_url, max_retries=0, caller=METHOD)
+        with pytest.raises(LLMCallError, match="stop is not supported"):
+            client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
+    assert len(server.requests) == 1

@@ -12,7 +12,6 @@ import pytest
 from fincheck.cli import main
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
 TEXT = (
     "The town council of Eastbridge approved a budget of 4 million euros for a new library on "
     "Monday. The library will open in 2027 next to the railway station."
@@ -31,25 +30,6 @@ def test_the_fetched_model_is_the_real_one(smollm2):
     )
     texts, _ = generate_batch(loaded.model, loaded.tokenizer, [prompt], 12, want_p_yes=False)
     assert "Paris" in texts[0]
-
-
-@pytest.fixture(scope="module")
-def smol_run(smollm2, small_prepared, tmp_path_factory) -> Path:
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer, train_and_save
-
-    out = tmp_path_factory.mktemp("smol") / "run"
-    mp = pytest.MonkeyPatch()
-    mp.chdir(REPO)
-    recipe = load_recipe(
-        REPO / "configs/train/smollm2-135m-cpu.yaml",
-        [f"--dataset_dir={small_prepared}", f"--output_dir={out}", "--deepspeed=",
-         "--max_steps=2", "--max_length=384", "--per_device_train_batch_size=2",
-         "--data_config=configs/data/all-tasks.yaml", "--save_steps=100"],
-    )  # fmt: skip
-    assert train_and_save(build_trainer(recipe)) == 0
-    mp.undo()
-    return out
 
 
 def test_the_run_names_its_base(smol_run):

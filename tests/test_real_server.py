@@ -8,6 +8,7 @@ answers' text, and the report says so), and reports `finish_reason: "length"` wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -30,16 +31,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def served(smollm2, tmp_path_factory):
-    """`transformers serve` with the model preloaded; (base URL, model name)."""
+@contextlib.contextmanager
+def serving(folder: Path, log: Path):
+    """`transformers serve` on loopback with `folder`'s model preloaded; yields (base URL,
+    model name: the folder, as this server names its models)."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
     cli = Path(sys.executable).parent / "transformers"
     with log.open("w") as out:
         process = subprocess.Popen(
             [str(cli), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-             "--dtype", "float32", str(smollm2)],
+             "--dtype", "float32", str(folder)],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -52,10 +53,17 @@ def served(smollm2, tmp_path_factory):
                 if process.poll() is not None or time.time() > deadline:
                     pytest.fail(f"transformers serve did not start:\n{log.read_text()[-2000:]}")
                 time.sleep(1)
-        yield f"http://127.0.0.1:{port}/v1", str(smollm2)
+        yield f"http://127.0.0.1:{port}/v1", str(folder)
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(smollm2, tmp_path_factory):
+    """The real SmolLM2-135M-Instruct served; (base URL, model name)."""
+    with serving(smollm2, tmp_path_factory.mktemp("serve") / "serve.log") as endpoint:
+        yield endpoint
 
 
 def _outputs(run: Path, task: str) -> dict[str, dict]:
@@ -129,3 +137,25 @@ def test_the_papers_methods_and_the_judge_run_against_the_real_server(served, tm
     assert code in (0, 3)
     assert (code == 3) == (judged > 0 and final["n_judge_failed"] / final["n"] > 0.02)
     assert final["judged_with"]["base_url"].startswith(base_url)
+
+
+def test_a_merged_adapter_served_answers_as_the_adapter_run_locally(smol_run, tmp_path):
+    """The path of a user who serves a trained detector: `fincheck merge`, then the merged
+    folder behind the server, evaluated with --tokenizer ADAPTER_DIR (the prompts fitted to the
+    adapter's training length as its local eval fits them) beside `fincheck eval --adapter`."""
+    merged = tmp_path / "merged"
+    assert main(["merge", "--adapter", str(smol_run), "--out", str(merged)]) == 0
+    served_run, local_run = tmp_path / "served", tmp_path / "local"
+    common = ["--data", str(SMALL), "--tasks", "final,fhsumbench", "--no-progress"]
+    with serving(merged, tmp_path / "serve.log") as (base_url, name):
+        assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
+                     "--tokenizer", str(smol_run), "--out", str(served_run), *common]) == 0  # fmt: skip
+    assert main(["eval", "--adapter", str(smol_run), "--device", "cpu", "--out", str(local_run),
+                 *common]) == 0  # fmt: skip
+    served_config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
+    local_config = json.loads((local_run / "predictions" / "eval_config.json").read_text())
+    assert served_config["window"] == local_config["window"] == 384  # the training length
+    for task in ("final", "fhsumbench"):
+        local, remote = _outputs(local_run, task), _outputs(served_run, task)
+        assert local.keys() == remote.keys()
+        assert all(local[i]["output"] == remote[i]["output"] for i in local), task

@@ -160,9 +160,18 @@ def test_card_uses_hub_base_id_when_the_base_is_on_the_hub(run_dir: Path):
         **run.adapter_config,
         "base_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
     }
-    meta = _front_matter(render_card(run, "me/x"))
+    run.adapter_config["r"] = 12
+    card = render_card(run, "me/x")
+    meta = _front_matter(card)
     assert meta["base_model"] == "Qwen/Qwen2.5-0.5B-Instruct"
     assert "model-index" not in meta
+    # vLLM serves it as a LoRA module on that base; its --max-lora-rank takes 8, 16, 32, ...
+    assert (
+        "vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --lora-modules detector=me/x "
+        "--max-lora-rank 16 " in card
+    )
+    # a random-init base is not on the hub: no vLLM command is offered for it
+    assert "vllm serve" not in render_card(load_run(run_dir), "me/x")
 
 
 def test_dry_run_writes_the_exact_repo_folder(

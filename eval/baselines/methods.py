@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -171,8 +171,37 @@ def run_detector(example: Example, llm: CachedLLM) -> MethodOutput:
     if task.reads_p_yes:
         p_yes = llm.p_yes(messages, version, span)
         return MethodOutput(llm.ask(messages, version, span, max_tokens=8), p_yes)
-    text = llm.ask(messages, version, span, max_tokens=task.max_new_tokens)
+    budget = pair.meta.get("answer_budget") or task.max_new_tokens
+    text = llm.ask(messages, version, span, max_tokens=budget)
     return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, False))
+
+
+def fit_detector_pairs(
+    pairs: list[Pair], task_name: str, fitter, max_input_tokens: int | None
+) -> tuple[list[Pair], int]:
+    """The pairs as the served detector sends them, fitted as a local eval fits them:
+    the answer budget is the task's default fitted to the fitter's window (at most a quarter of
+    it), the prompt gets `max_input_tokens` or the rest of the window, and a longer prompt has
+    its grounding text cut. Returns (pairs, how many were trimmed); the budget rides in
+    `meta["answer_budget"]`."""
+    from fincheck.tasks import get_task
+
+    answer = fitter.answer_budget(get_task(task_name).max_new_tokens)
+    budget = fitter.prompt_budget(answer, max_input_tokens)
+    fitted, trimmed = [], 0
+    for pair in pairs:
+        fit = fitter.fit_prompt(pair.prompt_messages, pair.meta.get("grounding_span"), budget)
+        if fit.messages is None:
+            raise FincheckError(
+                f"{task_name}/{pair.id}: the prompt does not fit in {budget} tokens even "
+                "without its grounding text; raise --max-input-tokens or --window"
+            )
+        trimmed += fit.trimmed
+        meta = {**pair.meta, "answer_budget": answer}
+        if fit.span is not None:
+            meta["grounding_span"] = list(fit.span)
+        fitted.append(replace(pair, messages=[*fit.messages, pair.messages[-1]], meta=meta))
+    return fitted, trimmed
 
 
 def e2e_method(variant: str, source: str) -> Method:

@@ -55,7 +55,9 @@ class BaselineOptions(EvalRun):
     nli_model: str | None = None  # fizz
     nli_labels: tuple[str, ...] | None = None  # fizz: the NLI model's labels in index order
     device: str | None = None
-    window: int | None = None  # local backend: tokens the model may see
+    window: int | None = None  # tokens the model may see (local backend; a served detector)
+    tokenizer: str | None = None  # a served detector: fit its prompts with this tokenizer
+    max_input_tokens: int | None = None  # a served detector: prompt tokens at most
     progress: bool = True
 
 
@@ -125,6 +127,14 @@ def adapter_step1(adapter: str, device: str | None):
 
 def check_method_options(opts: BaselineOptions) -> None:
     """The method's own options, checked before any model loads (a typo fails in a second)."""
+    if opts.method != "detector" and (opts.tokenizer or opts.max_input_tokens):
+        raise FincheckError("--tokenizer and --max-input-tokens fit a served detector's prompts")
+    if opts.method == "detector" and not opts.tokenizer and (opts.window or opts.max_input_tokens):
+        given = "--window" if opts.window else "--max-input-tokens"
+        raise FincheckError(
+            f"{given} needs --tokenizer (an adapter's folder, or the served model's tokenizer) "
+            "to count the prompt's tokens"
+        )
     if opts.method == "two-step":
         from fincheck.eval.baselines.final_methods import STEP1
 
@@ -265,17 +275,33 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "step1": step1_identity(opts.step1) if opts.method == "two-step" else None,
             "step2": opts.step2 if opts.method == "two-step" else None,
             "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
+            "tokenizer": str(Path(opts.tokenizer).resolve())
+            if opts.tokenizer and Path(opts.tokenizer).exists()
+            else opts.tokenizer,
+            "max_input_tokens": opts.max_input_tokens,
+            "requested_window": opts.window,
         },
     )
+    fitter = None
+    if opts.tokenizer:  # a served detector whose prompts are fitted as a local eval's
+        from fincheck.inference import load_prompt_fitter
+
+        fitter = load_prompt_fitter(opts.tokenizer, opts.window)
+        record_loaded(opts.predictions_dir, window=fitter.window)
     record_loaded(opts.predictions_dir, client=client.identity)
     summary: dict[str, dict[str, Any]] = {}
     for task in tasks:
         pairs = sample_task(read_split(opts.data_dir, task, opts.split), task, opts)
+        fitted = 0
+        if fitter is not None:
+            from fincheck.eval.baselines.methods import fit_detector_pairs
+
+            pairs, fitted = fit_detector_pairs(pairs, task, fitter, opts.max_input_tokens)
         if method.prepare is not None:
             method.prepare(task)
         trimmed_before = getattr(client, "trimmed", 0)  # the client counts across tasks
         summary[task] = run_task(method, llm, opts, task, pairs)
-        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before
+        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before + fitted
         record_generation(opts.predictions_dir, task, summary[task])
     return summary
 
