@@ -415,10 +415,11 @@ def baseline_command(args) -> int:
     failed = 0
     for task, counts in summary.items():
         failed += len(counts["failed"])
+        trimmed = f", {counts['trimmed']} prompts trimmed" if counts.get("trimmed") else ""
         print(
             f"{task}: {counts['generated']} done, {counts['resumed']} already done, "
             f"{len(counts['failed'])} failed, {counts['calls_per_example']:.1f} LLM calls per "
-            f"example -> {opts.predictions_dir / (task + '.jsonl')}"
+            f"example{trimmed} -> {opts.predictions_dir / (task + '.jsonl')}"
         )
         if counts.get("method_counts"):
             print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))

@@ -10,6 +10,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the real data folder (through `data_dir` or `prepared_dir`) is in the
+    real_data tier: plain `pytest` (the hermetic fast tier) leaves it out, `make test` runs it."""
+    for item in items:
+        if {"data_dir", "prepared_dir"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_data)
+
+
 def find_data_dir() -> Path:
     env = os.environ.get("FINCHECK_DATA_DIR")
     candidate = (Path(env) if env else REPO.parent / "shared" / "data").resolve()

@@ -118,10 +118,9 @@ def test_unknown_model_and_missing_prepared_dir_say_what_to_do(tmp_path):
 
 
 def test_count_tokens_uses_the_chat_template():
-    tiny = pytest.importorskip(
-        "fincheck.train.tiny_model", reason="the tiny tokenizer is not installed"
-    )
-    tokenizer = tiny.build_tiny_tokenizer()
+    from fincheck.train.tiny_model import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
     messages = [
         {"role": "system", "content": "Check facts."},
         {"role": "user", "content": "Is it so?"},

@@ -18,7 +18,9 @@ MODULES = Path(__file__).resolve().parents[1] / "eval" / "evaluate_metrics"
 def evaluate(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
-    return pytest.importorskip("evaluate")
+    import evaluate
+
+    return evaluate
 
 
 def test_qasem_module_matches_pure_function(evaluate):

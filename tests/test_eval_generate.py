@@ -9,14 +9,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from fincheck import inference  # noqa: E402
-from fincheck.cli import main  # noqa: E402
-from fincheck.errors import FincheckError  # noqa: E402
-from fincheck.eval import generate  # noqa: E402
-from fincheck.pairs import read_pairs  # noqa: E402
+from fincheck import inference
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+from fincheck.eval import generate
+from fincheck.pairs import read_pairs
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
 

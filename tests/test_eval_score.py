@@ -99,7 +99,8 @@ def scored_run(prepared_dir, tmp_path):
 
 
 def test_figures_match_an_independent_computation(scored_run):
-    sklearn = pytest.importorskip("sklearn.metrics")
+    import sklearn.metrics as sklearn
+
     _, errors, gold, run_dir, _ = scored_run
     assert errors == 0
     on_disk = json.loads((run_dir / "results.json").read_text())
@@ -361,11 +362,11 @@ def test_fhsumbench_figures_equal_the_reference_scorers_on_off_format_outputs(
     import subprocess
     import sys
 
+    import sklearn.metrics as sklearn
     from test_fhsumbench_reference import CASES
 
     from fincheck.eval.fhsumbench_reference import reference_judgement
 
-    sklearn = pytest.importorskip("sklearn.metrics")
     pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
     run = tmp_path / "run"
     (run / "predictions").mkdir(parents=True)

@@ -72,7 +72,7 @@ def test_every_prompt_is_answered_once_with_a_suffix_of_its_own(ids):
 
 # ------------------------------------------------------------------------ against the plain path
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from fincheck import inference  # noqa: E402
 from fincheck.pairs import read_pairs  # noqa: E402
