@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -17,11 +16,6 @@ from fincheck.eval.llm import RequestCache
 from fincheck.eval.llm_backends import OpenAIChatClient
 
 SENTINEL_KEY = "sk-test-SENTINEL-never-written-0123456789"
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("FINCHECK_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 @pytest.fixture
@@ -47,10 +41,8 @@ def make_judge(server, tmp_path, monkeypatch):
     return build
 
 
-def test_paper_matching_example_gives_two_thirds(server, make_judge):
-    fixture_path = shared_data_dir() / "final" / "judge_example.json"
-    if not fixture_path.exists():
-        pytest.skip(f"shared data not found at {fixture_path}")
+def test_paper_matching_example_gives_two_thirds(server, make_judge, data_dir):
+    fixture_path = data_dir / "final" / "judge_example.json"
     example = json.loads(fixture_path.read_text())
     predicted = list(example["predicted"].values())
     gold = list(example["gold"].values())
