@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from fincheck.config import load_config, parse_overrides
     from fincheck.data_prep.prepare import PrepareConfig, run_prepare
-    from fincheck.data_prep.sources import default_data_dir
+    from fincheck.sources import default_data_dir
 
     overrides = parse_overrides(args.overrides)
     if args.skip_invalid:

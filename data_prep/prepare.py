@@ -13,51 +13,32 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
 from fincheck import __version__
 from fincheck.config import config_field, config_to_dict
 from fincheck.data_prep.contamination import drop_contaminated
-from fincheck.data_prep.raw_records import RecordStream
-from fincheck.data_prep.sources import Source, default_cache_dir, resolve_source, sha256_file
-from fincheck.data_prep.trimming import load_token_counter, trim_pair
 from fincheck.errors import FincheckError
 from fincheck.pairs import SPLITS, Pair, write_pairs
 from fincheck.prompting import prompt_hashes
-from fincheck.tasks import BUILTIN, get_task, task_names
-from fincheck.tasks.base import UserFile
+from fincheck.raw_records import RecordStream
+from fincheck.sources import Source, default_cache_dir, resolve_source, sha256_file
+from fincheck.tasks import all_tasks, get_task, task_names
+from fincheck.tasks.base import PrepareSettings, UserFile
+from fincheck.trimming import load_token_counter, trim_pair
 
 MANIFEST_VERSION = 1
 
 
 @dataclass
-class PrepareConfig:
-    tasks: list[str] = config_field(
-        list(BUILTIN), "tasks to prepare: any of the registered tasks (final, qasem, fhsumbench)"
-    )
-    seed: int = config_field(13, "seed of the grouped splits (QASem dev -> train/dev, FHSumBench)")
-    qasem_dev_fraction: float = config_field(
-        0.15,
-        "share of QASem's dev QAs held out as our dev split (grouped by response); its test split is the evaluation set",
-    )
-    fhsumbench_train_fraction: float = config_field(
-        0.4, "FHSumBench share for training (grouped by source document)"
-    )
-    fhsumbench_dev_fraction: float = config_field(
-        0.1, "FHSumBench share for validation (grouped by source document)"
-    )
-    fhsumbench_test_fraction: float = config_field(
-        0.5, "FHSumBench share for evaluation (grouped by source document)"
-    )
-    fhsumbench_eval_all: bool = config_field(
-        False,
-        "put all 1,336 FHSumBench samples in test and train on none of them (numbers comparable with the paper)",
-    )
-    final_file: str | None = config_field(
-        None,
-        "a FINAL release file (JSONL or JSON): its items become final/test instead of DeFacto's test split",
+class PrepareGeneral(PrepareSettings):
+    """`fincheck prepare`'s own settings; `PrepareConfig` adds every built-in task's."""
+
+    tasks: list[str] = field(
+        default_factory=lambda: list(task_names()),
+        metadata={"help": "tasks to prepare (default: every registered task)"},
     )
     contamination_threshold: float = config_field(
         0.5,
@@ -81,17 +62,21 @@ class PrepareConfig:
         known = task_names()
         if not self.tasks or any(t not in known for t in self.tasks):
             raise ValueError(f"tasks must be a non-empty subset of {list(known)}, got {self.tasks}")
-        fractions = (
-            self.fhsumbench_train_fraction,
-            self.fhsumbench_dev_fraction,
-            self.fhsumbench_test_fraction,
-        )
-        if any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
-            raise ValueError(f"FHSumBench fractions must be >= 0 and sum to 1, got {fractions}")
-        if not 0 <= self.qasem_dev_fraction < 1:
-            raise ValueError("qasem_dev_fraction must be in [0, 1)")
         if not 0 < self.contamination_threshold <= 1:
             raise ValueError("contamination_threshold must be in (0, 1]")
+        for options in type(self).__mro__:  # each task's options check their own values
+            if "check" in vars(options):
+                options.check(self)
+
+
+def compose_prepare_config() -> type[PrepareGeneral]:
+    """The config class of `fincheck prepare`: the general settings, then each built-in task's
+    own (`Task.prepare_options`), as one flat set of keys (`--qasem_dev_fraction=0.2`)."""
+    own = [task.prepare_options for task in all_tasks().values() if task.prepare_options]
+    return make_dataclass("PrepareConfig", [], bases=(*reversed(own), PrepareGeneral))
+
+
+PrepareConfig = compose_prepare_config()
 
 
 def collect_pairs(

@@ -130,8 +130,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--tasks",
         type=_tasks,
-        default=task_names(),
-        help=f"comma-separated tasks (default: {','.join(task_names())})",
+        help=f"comma-separated tasks, of {','.join(task_names())} (default: every task the "
+        "prepared folder holds)",
     )
     p.add_argument(
         "--split", default="test", choices=("dev", "test"), help="split to evaluate (default: test)"
@@ -530,6 +530,10 @@ def eval_command(args) -> int:
         if served:
             mode = "a served detector (--backend openai without --method)"
         raise FincheckError(f"{', '.join(unused)}: not used by {mode}; leave them out")
+    if args.tasks is None:
+        from fincheck.prepared import prepared_tasks
+
+        args.tasks = tuple(prepared_tasks(args.data))
     with hold_out_dir(args.out, "fincheck eval"):  # one writer per --out
         if args.method:
             return baseline_command(args)

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fincheck.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
 from fincheck.errors import FincheckError
-from fincheck.eval.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
+from fincheck.figures import fmt
 from fincheck.jsonl import iter_json_objects, read_json_object, strict_json
 from fincheck.tasks import all_tasks, get_task
 
@@ -108,12 +109,6 @@ def paired_difference(
     return Difference(metric, observed, ci, len(shared))
 
 
-def _fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.3f}"
-
-
 def _figure(figures: dict, metric: str) -> tuple[float | None, list | None]:
     """A headline figure and its CI from results.json (QASem's sit under "overall")."""
     section = figures.get("overall", figures) if metric in ("auc", "bacc") else figures
@@ -157,7 +152,7 @@ def compare_runs(
             cells = []
             for key, _ in metrics:
                 value, ci = _figure(figures, key)
-                cells.append(_fmt(value) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""))
+                cells.append(fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""))
             lines.append(f"| {run.name} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
             data["tasks"][name]["runs"][run.name] = {
                 "n": n,
@@ -181,7 +176,7 @@ def compare_runs(
             ]
             parts = []
             for (_, label), d in zip(metrics, diffs, strict=True):
-                interval = f" [{_fmt(d.ci95.low)}, {_fmt(d.ci95.high)}]" if d.ci95 else ""
+                interval = f" [{fmt(d.ci95.low)}, {fmt(d.ci95.high)}]" if d.ci95 else ""
                 if math.isnan(d.delta):  # e.g. FINAL F1 scored without a judge
                     parts.append(f"{label}: {d.verdict}")
                 else:

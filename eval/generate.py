@@ -20,14 +20,13 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.eval.predictions import (
     EvalRun,
-    Prediction,
     PredictionWriter,
     check_eval_config,
     record_generation,
     record_loaded,
 )
 from fincheck.inference import fit_messages, generate_batch, load_model
-from fincheck.pairs import Pair, sample, sample_documents, sample_pairs  # noqa: F401  (tests)
+from fincheck.pairs import Pair, Prediction, sample, sample_documents, sample_pairs  # noqa: F401  (tests)
 from fincheck.prepared import read_manifest, read_split
 from fincheck.runs import adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.eval.final_metrics import letters
 from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache, as_completion
+from fincheck.tasks.final.lettering import lettered, letters
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
@@ -74,12 +74,6 @@ class JudgePrompt:
         # one pass, so braces inside descriptions are never re-substituted
         user = re.sub(r"\{(summary|gold|predicted)\}", lambda m: fields[m.group(1)], self.user)
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
-
-
-def lettered(items: Sequence[str]) -> str:
-    return "\n".join(
-        f"{letter}. {item}" for letter, item in zip(letters(len(items)), items, strict=True)
-    )
 
 
 # ---------------------------------------------------------------- answer parsing

@@ -15,41 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_json_object
-from fincheck.pairs import Pair
+from fincheck.pairs import CUT_KINDS, Pair, Prediction
 from fincheck.tasks import task_names
 
 EVAL_CONFIG = "eval_config.json"
 EVAL_SUMMARY = "eval_summary.json"
-
-
-@dataclass(frozen=True)
-class Prediction:
-    id: str
-    task: str
-    output: str
-    p_yes: float | None = None
-    line: int = 0  # where it was read, for error messages
-    # The answer hit its token budget: "answer" (what was written is read, its end may be
-    # missing), "reasoning" (a reasoning answer cut before its final answer: nothing to read).
-    # None: it ended on its own, or the writer could not tell.
-    cut: str | None = None
-
-    def to_json(self) -> str:
-        record: dict[str, Any] = {"id": self.id, "task": self.task, "output": self.output}
-        if self.p_yes is not None:
-            record["p_yes"] = self.p_yes
-        if self.cut is not None:
-            record["cut"] = self.cut
-        return json.dumps(record, ensure_ascii=False)
-
-
-CUT_KINDS = ("answer", "reasoning")
 
 
 class EvalRun:

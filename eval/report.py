@@ -7,42 +7,11 @@ and says when its figures compare with the papers' (`Task.comparability`).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from pathlib import Path
 
-from fincheck.eval.bootstrap import MIN_ITEMS_FOR_CI
+from fincheck.bootstrap import MIN_ITEMS_FOR_CI
 from fincheck.tasks import all_tasks
-from fincheck.tasks.base import PaperNumber, Task
-
-
-def fmt(value, scale: float = 1.0, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, str):
-        return value
-    return f"{value * scale:.{digits}f}"
-
-
-def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str:
-    """The figure with its 95% CI; with too few items for one, the figure and its n."""
-    ci = (entry.get("ci95") or {}).get(metric)
-    value = fmt(entry.get(metric), scale, digits)
-    n = entry.get("n")
-    if not ci and isinstance(n, int) and n < MIN_ITEMS_FOR_CI and value != "–":
-        return f"{value} (n={n}, too few for a CI)"
-    if not ci:
-        return value
-    return f"{value} [{fmt(ci[0], scale, digits)}, {fmt(ci[1], scale, digits)}]"
-
-
-def paper_rows(numbers: Iterable[PaperNumber]) -> dict[str, dict[tuple[str, str | None], float]]:
-    """Row label -> {(metric, subset): value}, in the order the task lists them; the label
-    names the system and the paper's table ("GPT-4o vanilla (FHSumBench paper, Table 1)")."""
-    rows: dict[str, dict[tuple[str, str | None], float]] = {}
-    for n in numbers:
-        rows.setdefault(f"{n.system} ({n.source})", {})[(n.metric, n.subset)] = n.value
-    return rows
+from fincheck.tasks.base import Task
 
 
 def render_report(

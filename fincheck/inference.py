@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.data_prep.trimming import trim_grounding
 from fincheck.errors import FincheckError
 from fincheck.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
+from fincheck.trimming import trim_grounding
 
 log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

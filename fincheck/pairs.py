@@ -187,3 +187,30 @@ def sample(pairs: Sequence[Pair], limit: int | None, seed: int, by_document: boo
     if limit is not None and by_document and limit < len(pairs):
         return sample_documents(pairs, limit, seed)
     return sample_pairs(pairs, limit, seed)
+
+
+# ------------------------------------------------------------------ the model's answer
+
+
+@dataclass(frozen=True)
+class Prediction:
+    id: str
+    task: str
+    output: str
+    p_yes: float | None = None
+    line: int = 0  # where it was read, for error messages
+    # The answer hit its token budget: "answer" (what was written is read, its end may be
+    # missing), "reasoning" (a reasoning answer cut before its final answer: nothing to read).
+    # None: it ended on its own, or the writer could not tell.
+    cut: str | None = None
+
+    def to_json(self) -> str:
+        record: dict[str, Any] = {"id": self.id, "task": self.task, "output": self.output}
+        if self.p_yes is not None:
+            record["p_yes"] = self.p_yes
+        if self.cut is not None:
+            record["cut"] = self.cut
+        return json.dumps(record, ensure_ascii=False)
+
+
+CUT_KINDS = ("answer", "reasoning")

@@ -49,3 +49,22 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
         log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
         return {}
     return read_json_object(path)
+
+
+def prepared_tasks(dataset_dir: str | Path) -> list[str]:
+    """The default task list of train and eval: every registered task the prepared folder
+    holds (the tasks its manifest counts; all registered ones for a folder without a
+    manifest), so a new task's package is trained on and evaluated without naming it."""
+    from fincheck.tasks import task_names
+
+    path = Path(dataset_dir) / MANIFEST
+    if not path.is_file():
+        return list(task_names())
+    held = read_json_object(path).get("counts") or {}
+    tasks = [t for t in task_names() if t in held]
+    if not tasks:
+        raise FincheckError(
+            f"{dataset_dir}: its manifest counts none of the registered tasks "
+            f"({', '.join(task_names())}): run `fincheck prepare` into it"
+        )
+    return tasks

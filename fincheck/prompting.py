@@ -1,4 +1,4 @@
-"""Task prompts: stored as files (`fincheck/prompts/<task>.txt`, each task's `prompt_path`),
+"""Task prompts: stored as files (`fincheck/tasks/<task>/prompt.txt`, each task's `prompt_path`),
 rendered the same way for training, evaluation and detection.
 
 A prompt file has a `[system]` and a `[user]` section; `#` lines are comments. Placeholders are

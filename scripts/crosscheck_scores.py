@@ -1,7 +1,7 @@
 """Recompute a scored run's QASem and FHSumBench figures with scikit-learn, independently of
 fincheck's metric code, and compare with RUN/results.json. QASem outputs are read by this
 script's own Yes/No rule; FHSumBench outputs by the reference scorer's semantics
-(`fincheck.eval.fhsumbench_reference`, checked against the reference on its own), so what is
+(`fincheck.tasks.fhsumbench.reference`, checked against the reference on its own), so what is
 cross-checked is the arithmetic: the macro averages over gold ∪ predicted labels and F.
 
     python scripts/crosscheck_scores.py --data prepared --run runs/tiny
@@ -26,7 +26,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from fincheck.eval.fhsumbench_reference import reference_judgement
+from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 
 def read_jsonl(path: Path) -> list[dict]:

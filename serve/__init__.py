@@ -12,7 +12,7 @@ __all__ = ["Detector"]
 
 def __getattr__(name: str) -> Any:
     if name == "Detector":
-        from fincheck.serve.detector import Detector
+        from fincheck.detector import Detector
 
         return Detector
     raise AttributeError(name)

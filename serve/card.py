@@ -23,13 +23,6 @@ from fincheck.runs import RunArtifacts
 from fincheck.tasks import all_tasks, get_task
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
-# Where the benchmarks come from (GitHub repositories, not hub datasets: the card's `datasets:`
-# metadata takes hub dataset ids only, so these are named in the prose).
-DATA_ORIGINS = {
-    "final": "DeFacto (github.com/microsoft/DeFacto) for training; FINAL's release for evaluation",
-    "qasem": "QASemConsistency (github.com/ariecattan/qasem_consistency)",
-    "fhsumbench": "FHSumBench (github.com/cece00/FHSumBench)",
-}
 
 
 @dataclass(frozen=True)
@@ -93,6 +86,51 @@ def _rows(
     return rows
 
 
+@dataclass
+class PublishedBase:
+    """The base as the published repo names it: a hub id, or a random-init base shipped in it."""
+
+    hub_id: str | None
+    revision: str | None
+    shipped: Path | None  # the local folder copied into the repo as base/
+    origin: str
+
+
+def published_base(run: RunArtifacts, base_model_id: str | None = None) -> PublishedBase:
+    """Never a path on this machine: the hub id the run recorded (or the one named now), or the
+    run's random-init base, shipped; any other local base stops with what to do."""
+    origin = str(run.metadata.get("base_origin") or "")
+    if base_model_id:
+        return PublishedBase(base_model_id, None, None, origin or "named at publish time")
+    if run.hub_base_id:
+        return PublishedBase(run.hub_base_id, run.base_revision, None, origin or "Hugging Face Hub")
+    if run.local_base is not None:
+        return PublishedBase(None, None, run.local_base, origin or "random-init base of the run")
+    raise FincheckError(
+        f"the adapter's base {run.base_name or '?'} is a local folder with no known hub id: pass "
+        "--base-model-id ORG/NAME (the hub model it is a copy of); a path on this machine means "
+        "nothing to the people who download the adapter"
+    )
+
+
+MACHINE_KEYS = ("output_dir", "logging_dir", "resume_from_checkpoint", "hub_token")
+
+
+def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> dict[str, Any]:
+    """The resolved recipe as it can be shown to the world: the base as its hub id, and no
+    absolute paths of the machine that trained it."""
+    public: dict[str, Any] = {}
+    for key, value in recipe.items():
+        if key in MACHINE_KEYS:
+            continue
+        if key == "model_name_or_path" and base_hub_id:
+            value = base_hub_id
+        elif isinstance(value, str) and (value.startswith(("/", "~")) or ":\\" in value):
+            value = f"<local: {Path(value).name}>"
+        public[key] = value
+    return public
+
+
 def build_metadata(
     run: RunArtifacts,
     repo_id: str,
@@ -144,9 +182,7 @@ def render_card(
     published: Any = None,
 ) -> str:
     """The README.md text for `run` published as `repo_id` (`published`: the base as the repo
-    names it, `fincheck.serve.publish.PublishedBase`)."""
-    from fincheck.serve.publish import public_recipe, published_base
-
+    names it, `PublishedBase`)."""
     published = published or published_base(run)
     metadata = build_metadata(run, repo_id, results, license, published.hub_id)
     rows = metrics_from_results(results or {})
@@ -186,13 +222,21 @@ def render_card(
         else "# not recorded\n",
         "result_rows": [_result_row(row) for row in rows],
         "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
-        "data_origins": [DATA_ORIGINS.get(t, t) for t in (run.tasks or list(all_tasks()))],
+        "data_origins": [data_origin(t) for t in (run.tasks or list(all_tasks()))],
         "anchor_rows": _anchor_only_rows(),
     }
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
     return env.from_string(TEMPLATE_PATH.read_text(encoding="utf-8")).render(**context)
+
+
+def data_origin(task: str) -> str:
+    """Where a task's data comes from, as its package says (a task no longer registered: its
+    name)."""
+    from fincheck.tasks import task_names
+
+    return (get_task(task).card.data_origin or task) if task in task_names() else task
 
 
 def vllm_lora_rank(rank: Any) -> int:

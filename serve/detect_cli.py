@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fincheck.detector import task_fields
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_utf8_text
-from fincheck.serve.detector import task_fields
 from fincheck.tasks import all_tasks
 
 SUPPORT_KEYS = ("question", "answer")
@@ -92,7 +92,7 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
 
 
 def run_detect(args: argparse.Namespace) -> int:
-    from fincheck.serve.detector import Detector
+    from fincheck.detector import Detector
 
     single = args.text is not None or args.summary is not None
     if single == (args.input is not None):

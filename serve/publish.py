@@ -41,7 +41,13 @@ from fincheck.runs import (
     adapter_sha256,
     load_run,
 )
-from fincheck.serve.card import read_results, render_card
+from fincheck.serve.card import (
+    PublishedBase,
+    public_recipe,
+    published_base,
+    read_results,
+    render_card,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,33 +82,6 @@ def is_main_process(env: dict[str, str] | None = None) -> bool:
         return int(rank) == 0
     except ValueError:
         return True
-
-
-@dataclass
-class PublishedBase:
-    """The base as the published repo names it: a hub id, or a random-init base shipped in it."""
-
-    hub_id: str | None
-    revision: str | None
-    shipped: Path | None  # the local folder copied into the repo as base/
-    origin: str
-
-
-def published_base(run: RunArtifacts, base_model_id: str | None = None) -> PublishedBase:
-    """Never a path on this machine: the hub id the run recorded (or the one named now), or the
-    run's random-init base, shipped; any other local base stops with what to do."""
-    origin = str(run.metadata.get("base_origin") or "")
-    if base_model_id:
-        return PublishedBase(base_model_id, None, None, origin or "named at publish time")
-    if run.hub_base_id:
-        return PublishedBase(run.hub_base_id, run.base_revision, None, origin or "Hugging Face Hub")
-    if run.local_base is not None:
-        return PublishedBase(None, None, run.local_base, origin or "random-init base of the run")
-    raise FincheckError(
-        f"the adapter's base {run.base_name or '?'} is a local folder with no known hub id: pass "
-        "--base-model-id ORG/NAME (the hub model it is a copy of); a path on this machine means "
-        "nothing to the people who download the adapter"
-    )
 
 
 def build_upload_folder(
@@ -213,24 +192,6 @@ def _skip_pickles_and_links(directory: str, names: list[str]) -> list[str]:
 
 # Recipe keys whose values are places on the training machine: the uploaded recipe names them
 # only when they are relative to the repository (configs/...), never an absolute path.
-MACHINE_KEYS = ("output_dir", "logging_dir", "resume_from_checkpoint", "hub_token")
-
-
-def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> dict[str, Any]:
-    """The resolved recipe as it can be shown to the world: the base as its hub id, and no
-    absolute paths of the machine that trained it."""
-    public: dict[str, Any] = {}
-    for key, value in recipe.items():
-        if key in MACHINE_KEYS:
-            continue
-        if key == "model_name_or_path" and base_hub_id:
-            value = base_hub_id
-        elif isinstance(value, str) and (value.startswith(("/", "~")) or ":\\" in value):
-            value = f"<local: {Path(value).name}>"
-        public[key] = value
-    return public
-
-
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:
     """Results go up with an adapter only if they were computed with that very adapter: the
     sha256 `fincheck eval` recorded must be the sha256 of the weights being uploaded."""

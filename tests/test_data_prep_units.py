@@ -7,19 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.data_prep.descriptions import explanation_to_descriptions, split_sentences
-from fincheck.data_prep.detokenize import detokenize
-from fincheck.data_prep.labels import final_target, letter, qasem_target
-from fincheck.data_prep.splits import split_by_group
-from fincheck.data_prep.trimming import (
+from fincheck.errors import FincheckError
+from fincheck.pairs import Pair
+from fincheck.prompting import load_prompt, parse_prompt_file
+from fincheck.splits import split_by_group
+from fincheck.tasks.final.descriptions import explanation_to_descriptions, split_sentences
+from fincheck.tasks.final.lettering import final_target, letters
+from fincheck.tasks.qasem.convert import qasem_target
+from fincheck.tasks.qasem.detokenize import detokenize
+from fincheck.trimming import (
     TRIM_MARKER,
     count_whitespace_tokens,
     messages_text,
     trim_pair,
 )
-from fincheck.errors import FincheckError
-from fincheck.pairs import Pair
-from fincheck.prompting import load_prompt, parse_prompt_file
 
 
 def test_detokenize_readable():
@@ -54,7 +55,7 @@ def test_qasem_majority_one_means_not_supported():
 
 
 def test_letters_and_final_target():
-    assert [letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+    assert [letters(28)[i] for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
     assert final_target([]) == "None"
     assert final_target(["x.", "y."]) == "A. x.\nB. y."
 

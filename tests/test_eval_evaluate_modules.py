@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.eval.fhsumbench_metrics import score_fhsumbench
-from fincheck.eval.qasem_metrics import QasemItem, score_qasem
+from fincheck.tasks.fhsumbench.metrics import score_fhsumbench
+from fincheck.tasks.qasem.metrics import QasemItem, score_qasem
 
 pytestmark = pytest.mark.slow  # `evaluate` imports datasets, pandas, pyarrow: ~9 s
 MODULES = Path(__file__).resolve().parents[1] / "eval" / "evaluate_metrics"

@@ -10,10 +10,10 @@ import pytest
 from fake_judge_server import FakeJudgeServer
 
 from fincheck.errors import FincheckError
-from fincheck.eval.final_metrics import FinalItem, final_figures, true_positives
 from fincheck.eval.judge import JudgePrompt, MatchingJudge, parse_matching
 from fincheck.eval.llm import RequestCache
 from fincheck.eval.llm_backends import OpenAIChatClient
+from fincheck.tasks.final.metrics import FinalItem, final_figures, true_positives
 
 SENTINEL_KEY = "sk-test-SENTINEL-never-written-0123456789"
 

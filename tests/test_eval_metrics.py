@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import (
+from fincheck.bootstrap import bootstrap_ci
+from fincheck.classification import (
     balanced_accuracy,
     harmonic_mean,
     macro_precision_recall,
     roc_auc,
     roc_curve,
 )
-from fincheck.eval.fhsumbench_metrics import (
+from fincheck.tasks.fhsumbench.metrics import (
     FACTUAL,
     INVALID,
     NO_HALLU,
@@ -24,16 +24,16 @@ from fincheck.eval.fhsumbench_metrics import (
     lenient_judgement,
     score_fhsumbench,
 )
-from fincheck.eval.final_metrics import (
+from fincheck.tasks.final.lettering import letters
+from fincheck.tasks.final.metrics import (
     FinalItem,
     ParsedDescriptions,
-    letters,
     parse_descriptions,
     read_descriptions,
     score_final,
     true_positives,
 )
-from fincheck.eval.qasem_metrics import QasemItem, parse_yes_no, score_qasem, support_score
+from fincheck.tasks.qasem.metrics import QasemItem, parse_yes_no, score_qasem, support_score
 
 # ---------------------------------------------------------------- binary metrics
 

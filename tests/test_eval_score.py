@@ -365,7 +365,7 @@ def test_fhsumbench_figures_equal_the_reference_scorers_on_off_format_outputs(
     import sklearn.metrics as sklearn
     from test_fhsumbench_reference import CASES
 
-    from fincheck.eval.fhsumbench_reference import reference_judgement
+    from fincheck.tasks.fhsumbench.reference import reference_judgement
 
     pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
     run = tmp_path / "run"
@@ -519,7 +519,7 @@ def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_p
 
 
 def test_plots_name_the_model_and_gold_has_no_invalid_row(monkeypatch, tmp_path):
-    from fincheck.eval import plots
+    from fincheck import plots
     from fincheck.eval.score import model_label
     from fincheck.tasks import get_task
     from fincheck.tasks.base import TaskScore

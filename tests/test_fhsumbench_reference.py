@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from fincheck.eval.fhsumbench_metrics import judgement_to_label
-from fincheck.eval.fhsumbench_reference import reference_judgement
+from fincheck.tasks.fhsumbench.metrics import judgement_to_label
+from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 # fmt: off
 CASES = [

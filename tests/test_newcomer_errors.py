@@ -21,7 +21,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 def test_no_data_dir_and_no_network(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FINCHECK_DATA_DIR", raising=False)
     monkeypatch.setenv("FINCHECK_CACHE_DIR", str(tmp_path / "cache"))
-    from fincheck.data_prep import sources
+    from fincheck import sources
 
     def offline(*_args, **_kwargs):
         raise sources.urllib.error.URLError("Temporary failure in name resolution")

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from fincheck.cli import main
-from fincheck.data_prep.fhsumbench import convert_fhsumbench
 from fincheck.data_prep.prepare import PrepareConfig, RecordStream, run_prepare
-from fincheck.data_prep.raw_records import iter_records
-from fincheck.data_prep.sources import resolve_source
 from fincheck.errors import FincheckError
+from fincheck.raw_records import iter_records
+from fincheck.sources import resolve_source
 from fincheck.tasks import qasem
+from fincheck.tasks.fhsumbench.convert import convert_fhsumbench
 
 GOOD = {
     "id": "x1",
@@ -131,7 +131,7 @@ def test_download_path_verifies_and_caches(tmp_path, data_dir, monkeypatch):
     """The real download path, served from a local file URL instead of the network."""
     import dataclasses
 
-    from fincheck.data_prep import sources
+    from fincheck import sources
 
     source = dataclasses.replace(qasem.TEST, url=(data_dir / "qasem" / "test.jsonl").as_uri())
     cached = resolve_source(source, None, cache_dir=tmp_path / "cache")

@@ -71,6 +71,29 @@ def _outputs(run: Path, task: str) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, lines)}
 
 
+def test_a_merged_adapter_served_answers_as_the_adapter_run_locally(smol_run, tmp_path):
+    """First in this file: its own server runs alone (the shared one below may still be
+    finishing an abandoned long answer). The path of a user who serves a trained detector: `fincheck merge`, then the merged
+    folder behind the server, evaluated with --tokenizer ADAPTER_DIR (the prompts fitted to the
+    adapter's training length as its local eval fits them) beside `fincheck eval --adapter`."""
+    merged = tmp_path / "merged"
+    assert main(["merge", "--adapter", str(smol_run), "--out", str(merged)]) == 0
+    served_run, local_run = tmp_path / "served", tmp_path / "local"
+    common = ["--data", str(SMALL), "--tasks", "final,fhsumbench", "--no-progress"]
+    with serving(merged, tmp_path / "serve.log") as (base_url, name):
+        assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
+                     "--tokenizer", str(smol_run), "--out", str(served_run), *common]) == 0  # fmt: skip
+    assert main(["eval", "--adapter", str(smol_run), "--device", "cpu", "--out", str(local_run),
+                 *common]) == 0  # fmt: skip
+    served_config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
+    local_config = json.loads((local_run / "predictions" / "eval_config.json").read_text())
+    assert served_config["window"] == local_config["window"] == 384  # the training length
+    for task in ("final", "fhsumbench"):
+        local, remote = _outputs(local_run, task), _outputs(served_run, task)
+        assert local.keys() == remote.keys()
+        assert all(local[i]["output"] == remote[i]["output"] for i in local), task
+
+
 def test_a_served_detector_answers_as_the_local_one(served, smollm2, tmp_path):
     base_url, name = served
     served_run, local_run = tmp_path / "served", tmp_path / "local"
@@ -137,25 +160,3 @@ def test_the_papers_methods_and_the_judge_run_against_the_real_server(served, tm
     assert code in (0, 3)
     assert (code == 3) == (judged > 0 and final["n_judge_failed"] / final["n"] > 0.02)
     assert final["judged_with"]["base_url"].startswith(base_url)
-
-
-def test_a_merged_adapter_served_answers_as_the_adapter_run_locally(smol_run, tmp_path):
-    """The path of a user who serves a trained detector: `fincheck merge`, then the merged
-    folder behind the server, evaluated with --tokenizer ADAPTER_DIR (the prompts fitted to the
-    adapter's training length as its local eval fits them) beside `fincheck eval --adapter`."""
-    merged = tmp_path / "merged"
-    assert main(["merge", "--adapter", str(smol_run), "--out", str(merged)]) == 0
-    served_run, local_run = tmp_path / "served", tmp_path / "local"
-    common = ["--data", str(SMALL), "--tasks", "final,fhsumbench", "--no-progress"]
-    with serving(merged, tmp_path / "serve.log") as (base_url, name):
-        assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
-                     "--tokenizer", str(smol_run), "--out", str(served_run), *common]) == 0  # fmt: skip
-    assert main(["eval", "--adapter", str(smol_run), "--device", "cpu", "--out", str(local_run),
-                 *common]) == 0  # fmt: skip
-    served_config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
-    local_config = json.loads((local_run / "predictions" / "eval_config.json").read_text())
-    assert served_config["window"] == local_config["window"] == 384  # the training length
-    for task in ("final", "fhsumbench"):
-        local, remote = _outputs(local_run, task), _outputs(served_run, task)
-        assert local.keys() == remote.keys()
-        assert all(local[i]["output"] == remote[i]["output"] for i in local), task

@@ -87,7 +87,7 @@ def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
 
 
 def test_describe_and_classify_return_parsed_outputs(detector):
-    from fincheck.eval.final_metrics import parse_descriptions
+    from fincheck.tasks.final.metrics import parse_descriptions
 
     raw = detector.generate("final", [{"text": TEXT, "summary": SUMMARY}])[0]
     descriptions = detector.describe(TEXT, SUMMARY)
@@ -126,7 +126,7 @@ def test_long_document_is_trimmed_on_the_grounding_text_with_a_warning(run_dir: 
     assert len(ids) <= 400  # --max-input-tokens bounds the prompt, as in `fincheck eval`
     # Instructions and summary intact; the document kept from its start, cut at a word boundary
     # and marked with data-prep's trim marker (the cut training used).
-    from fincheck.data_prep.trimming import TRIM_MARKER
+    from fincheck.trimming import TRIM_MARKER
 
     assert SUMMARY in prompt and load_prompt("final").system in prompt
     kept = prompt.split("Text:\n", 1)[1].split("\n\nSummary:", 1)[0]

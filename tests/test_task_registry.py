@@ -13,12 +13,12 @@ import pytest
 
 from fincheck.cli import main
 from fincheck.data_prep.prepare import PrepareConfig, run_prepare
-from fincheck.data_prep.raw_records import RawRecord, iter_records, require
-from fincheck.data_prep.sources import Source
 from fincheck.errors import FincheckError
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import Pair, read_pairs
 from fincheck.prompting import load_prompt
+from fincheck.raw_records import RawRecord, iter_records, require
+from fincheck.sources import Source
 from fincheck.tasks import BUILTIN, get_task, task_names, temporary_tasks
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
 
@@ -57,7 +57,10 @@ class ToyTask(Task):
     name, title, max_new_tokens = "toy", "Toy", 4
     paper_numbers = (PaperNumber("Some LLM", "accuracy", 0.75, "Toy paper, Table 1"),)
     comparability = "Toy numbers are on its test split."
-    card = CardInfo("text-classification", "Toy claims", "toy", "Toy", ("accuracy",))
+    card = CardInfo(
+        "text-classification", "Toy claims", "toy", "Toy", ("accuracy",),
+        data_origin="Toy claims (example.invalid)",
+    )  # fmt: skip
 
     def __init__(self, prompt_path: Path, source: Source) -> None:
         self._prompt_path, self.source = prompt_path, source
@@ -103,7 +106,7 @@ class ToyTask(Task):
 @pytest.fixture
 def toy(tmp_path):
     records = [
-        {"text": "The bridge opened in 1990.", "claim": "It opened in 1990.", "supported": True},
+        {"text": "The tunnel opened in 1985.", "claim": "It opened in 1985.", "supported": True},
         {"text": "The bridge opened in 1990.", "claim": "It opened in 1991.", "supported": False},
         {"text": "Rain fell all day.", "claim": "It was sunny.", "supported": False},
         {"text": "The team won twice.", "claim": "The team won.", "supported": True},
@@ -150,6 +153,49 @@ def test_a_toy_fourth_task_runs_prepare_score_and_report(toy, tmp_path, capsys):
     assert "Toy: Toy numbers are on its test split." in report
 
 
+def test_the_toy_task_trains_evaluates_detects_and_goes_into_the_card(
+    toy, tmp_path, capsys, monkeypatch
+):
+    """Registered, the toy task is in the default training mixture (the prepared folder holds
+    it), evaluated and scored, answered by `fincheck detect` (routed by its prompt's fields),
+    and named in the model card with its own data origin: no stage was edited for it."""
+    from fincheck.train.recipe import load_recipe
+    from fincheck.train.sft import build_trainer, train_and_save
+
+    _, data = toy
+    prepared, run = tmp_path / "prepared", tmp_path / "run"
+    run_prepare(PrepareConfig(tasks=["toy"]), data, prepared, progress=False, log=print)
+    monkeypatch.chdir(REPO)
+    recipe = load_recipe(
+        REPO / "configs/train/tiny-cpu.yaml",
+        [f"--dataset_dir={prepared}", f"--output_dir={run}", "--deepspeed=", "--max_steps=2",
+         "--save_steps=100", "--data_config=configs/data/all-tasks.yaml"],
+    )  # fmt: skip
+    assert train_and_save(build_trainer(recipe)) == 0
+    trained = json.loads((run / "fincheck_run.json").read_text())["data"]["train_examples"]
+    assert trained == {"toy": 1}  # the default mixture: every task the folder holds
+
+    out = tmp_path / "eval"
+    common = ["--data", str(prepared), "--out", str(out), "--no-progress"]
+    assert main(["eval", "--adapter", str(run), "--device", "cpu", *common]) == 0
+    assert len((out / "predictions" / "toy.jsonl").read_text().splitlines()) == 3
+    assert main(["score", "--predictions", str(out / "predictions"), *common]) == 0
+    assert json.loads((out / "results.json").read_text())["tasks"]["toy"]["n"] == 3
+
+    inputs = tmp_path / "claims.jsonl"
+    inputs.write_text(json.dumps({"text": "The bridge opened in 1990.", "claim": "It did."}) + "\n")
+    capsys.readouterr()
+    assert main(["detect", "--adapter", str(run), "--input", str(inputs), "--device", "cpu"]) == 0
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(answer) >= {"id", "stated"}  # the toy task's own reading (detect_output)
+
+    repo = tmp_path / "repo"
+    assert main(["publish", "--checkpoint", str(run), "--repo-id", "me/toy", "--dry-run",
+                 str(repo)]) == 0  # fmt: skip
+    card = (repo / "README.md").read_text()
+    assert "Toy claims (example.invalid)" in card and (repo / "prompts" / "toy.txt").is_file()
+
+
 def test_unknown_task_is_an_error_that_names_the_known_ones(tmp_path, prepared_dir):
     with pytest.raises(FincheckError, match=r"unknown task 'toy'; known tasks: final, qasem"):
         get_task("toy")
@@ -179,18 +225,20 @@ def test_every_stage_loops_over_the_registry_not_task_names():
 
 
 def test_the_docs_list_the_files_a_new_benchmark_needs(toy):
-    """docs/architecture.md's list is the one the toy task followed: a task module (the class
-    above), a prompt file, a converter (convert_toy), one line in BUILTIN."""
+    """docs/architecture.md's list is the one the built-in tasks follow: a package holding the
+    task, its prompt and its converter, and its name in BUILTIN (the toy task above shows that
+    no stage needs an edit)."""
     text = (REPO / "docs" / "architecture.md").read_text()
     section = text.split("## How to add a benchmark", 1)[1].split("\n## ", 1)[0]
     files = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
     assert files == [
-        "fincheck/tasks/<name>.py",
-        "fincheck/prompts/<name>.txt",
-        "data_prep/<name>.py",
+        "fincheck/tasks/<name>/__init__.py",
+        "fincheck/tasks/<name>/prompt.txt",
+        "fincheck/tasks/<name>/convert.py",
         "fincheck/tasks/__init__.py",
     ]
     for builtin in BUILTIN:  # and the built-in tasks follow it
-        assert (REPO / "fincheck" / "tasks" / f"{builtin}.py").is_file()
-        assert get_task(builtin).prompt_path == REPO / "fincheck" / "prompts" / f"{builtin}.txt"
-        assert (REPO / "data_prep" / f"{builtin if builtin != 'final' else 'defacto'}.py").is_file()
+        package = REPO / "fincheck" / "tasks" / builtin
+        assert get_task(builtin).prompt_path == package / "prompt.txt"
+        converters = {"final": "defacto.py"}  # FINAL's training data is DeFacto's
+        assert (package / converters.get(builtin, "convert.py")).is_file()

@@ -26,20 +26,29 @@ from fincheck.config import config_field, load_config
 from fincheck.errors import FincheckError
 from fincheck.inference import fit_messages, render_chat
 from fincheck.pairs import Pair
-from fincheck.prepared import read_manifest, read_split, require_prepared_dir, split_path
-from fincheck.tasks import BUILTIN, check_task_names
+from fincheck.prepared import (
+    prepared_tasks,
+    read_manifest,
+    read_split,
+    require_prepared_dir,
+    split_path,
+)
+from fincheck.tasks import check_task_names, get_task, task_names
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class DataMixture:
-    tasks: list[str] = config_field(
-        list(BUILTIN), "tasks to train on (any registered task: final, qasem, fhsumbench)"
+    tasks: list[str] | None = config_field(
+        None,
+        "tasks to train on (default: every registered task the prepared folder holds, so a new "
+        "task's package is trained on without an edit here)",
     )
     weights: dict[str, float] = config_field(
         {},
-        "task -> fraction of its pairs used per epoch (default 1.0; 2.0 repeats each pair twice)",
+        "task -> fraction of its pairs used per epoch (default: the task's `train_weight`, 1.0 "
+        "for the built-in ones; 2.0 repeats each pair twice)",
     )
     max_examples: dict[str, int] = config_field({}, "task -> cap on its pairs after weighting")
     balance_labels: list[str] = config_field(
@@ -62,15 +71,30 @@ class DataMixture:
     )
 
     def __post_init__(self) -> None:
-        check_task_names(
-            [*self.tasks, *self.weights, *self.max_examples, *self.balance_labels], "data mixture"
-        )
+        named = [*(self.tasks or []), *self.weights, *self.max_examples, *self.balance_labels]
+        if named or self.tasks is not None:
+            check_task_names(named, "data mixture")
         if any(w < 0 for w in self.weights.values()):
             raise FincheckError("data mixture: weights must be >= 0")
 
+    def weight(self, task: str) -> float:
+        return self.weights.get(task, get_task(task).train_weight)
 
-def load_mixture_config(path: str | Path) -> DataMixture:
-    return load_config(DataMixture, path)
+
+def load_mixture_config(path: str | Path, dataset_dir: str | Path | None = None) -> DataMixture:
+    """The mixture file; with `dataset_dir`, its default task list resolved to every
+    registered task that folder holds (the tasks its manifest counts)."""
+    mixture = load_config(DataMixture, path)
+    return resolve_tasks(mixture, dataset_dir) if dataset_dir is not None else mixture
+
+
+def resolve_tasks(mixture: DataMixture, dataset_dir: str | Path) -> DataMixture:
+    """The mixture with its task list: the one it names, else every registered task the
+    prepared folder holds (`prepared_tasks`)."""
+    if mixture.tasks is not None:
+        return mixture
+    tasks = prepared_tasks(dataset_dir)
+    return dataclasses.replace(mixture, tasks=tasks)
 
 
 @dataclass
@@ -196,9 +220,12 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
     balanced task may end above its cap)."""
     rng = random.Random(seed)
     mixed: list[Pair] = []
-    for task in mixture.tasks:
+    tasks = (
+        mixture.tasks if mixture.tasks is not None else [t for t in task_names() if t in by_task]
+    )
+    for task in tasks:
         pairs = seeded_order(by_task.get(task, []), rng, mixture.whole_documents)
-        weight = mixture.weights.get(task, 1.0)
+        weight = mixture.weight(task)
         whole, frac = divmod(weight, 1.0)
         chosen = pairs * int(whole) + take(pairs, round(frac * len(pairs)), mixture)
         cap = mixture.max_examples.get(task)
@@ -280,6 +307,7 @@ def build_training_data(
     """Read, fit, mix, tokenize: the rows for SFTTrainer plus counts for the log and the run
     metadata."""
     dataset_dir = require_prepared_dir(dataset_dir)
+    mixture = resolve_tasks(mixture, dataset_dir)
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.
@@ -294,7 +322,7 @@ def build_training_data(
         if row is not None:
             train.append(row)
     empty = [t for t in mixture.tasks if fit_stats.kept[t] + fit_stats.trimmed[t] == 0]
-    if empty and any(mixture.weights.get(t, 1.0) > 0 for t in empty):
+    if empty and any(mixture.weight(t) > 0 for t in empty):
         raise FincheckError(
             f"no {mixture.train_split} pair of {empty} fits max_length={max_length}"
         )

@@ -164,7 +164,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
     output_dir = recipe.resolved_output_dir()
-    mixture = data.load_mixture_config(recipe.data_config)
+    mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
         model.ensure_tiny_base(base_path)

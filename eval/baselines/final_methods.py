@@ -32,9 +32,10 @@ from fincheck.eval.baselines.methods import (
     cut_kind,
     last_yes_no,
 )
-from fincheck.eval.final_metrics import letters, parse_descriptions
 from fincheck.eval.llm import CachedLLM
 from fincheck.sentences import split_sentences
+from fincheck.tasks.final.lettering import final_target, lettered
+from fincheck.tasks.final.metrics import parse_descriptions
 
 # ---------------------------------------------------------------------- pure parts
 
@@ -60,12 +61,6 @@ def parse_fact_check(answer: str) -> tuple[bool | None, list[str]]:
     if verdict is None and found_bullets:
         verdict = False
     return verdict, ([] if verdict else found_bullets)
-
-
-def lettered(items: list[str]) -> str:
-    return "\n".join(
-        f"{letter}. {item}" for letter, item in zip(letters(len(items)), items, strict=True)
-    )
 
 
 # difflib ratio at which an edited description still maps to its original (a changed article
@@ -124,7 +119,7 @@ def merge_descriptions(answer: str, originals: list[str]) -> Merge:
 
 
 def as_final_output(descriptions: list[str]) -> str:
-    return lettered(descriptions) if descriptions else "None"
+    return final_target(descriptions)
 
 
 # ---------------------------------------------------------------------- pipeline

@@ -29,10 +29,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from fincheck.classification import balanced_accuracy
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, MethodOutput, ask
-from fincheck.eval.classification import balanced_accuracy
 from fincheck.eval.llm import CachedLLM
 from fincheck.sentences import split_sentences
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.eval.final_metrics import has_final_output
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
 from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
+from fincheck.tasks.final.metrics import has_final_output
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
 

@@ -22,13 +22,13 @@ from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_m
 from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
 from fincheck.eval.predictions import (
     EvalRun,
-    Prediction,
     PredictionWriter,
     check_eval_config,
     record_generation,
     record_loaded,
 )
 from fincheck.jsonl import drop_torn_last_line
+from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
 from fincheck.tasks import task_names
 
@@ -112,7 +112,7 @@ def step1_identity(step1: str) -> str:
 def adapter_step1(adapter: str, device: str | None):
     """Step 1 by a trained fincheck adapter: its FINAL answer (the training prompt), consistent
     when it lists nothing. One model, shared by the example threads under a lock."""
-    from fincheck.serve.detector import Detector
+    from fincheck.detector import Detector
 
     detector = Detector.from_pretrained(adapter=adapter, device=device)
     lock = threading.Lock()

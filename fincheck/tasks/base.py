@@ -16,21 +16,32 @@ these methods, so a new benchmark is a new module, not edits across the stages.
 
 from __future__ import annotations
 
-import math
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
-    from fincheck.data_prep.prepare import PrepareConfig
-    from fincheck.data_prep.raw_records import RecordStream
-    from fincheck.data_prep.sources import Source
-    from fincheck.eval.predictions import Prediction
-    from fincheck.pairs import Pair
+from fincheck.config import config_field
+from fincheck.figures import fmt
 
-PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
+if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
+    from fincheck.pairs import Pair, Prediction
+    from fincheck.raw_records import RecordStream
+    from fincheck.sources import Source
+
+
+@dataclass
+class PrepareSettings:
+    """What every task's `sources` and `collect` may read from `fincheck prepare`'s config.
+    A task's own settings are a dataclass of its package (`Task.prepare_options`, keys named
+    after the task); prepare's config holds these, its own and every task's."""
+
+    seed: int = config_field(13, "seed of the grouped splits (QASem dev -> train/dev, FHSumBench)")
+
+    def check(self) -> None:
+        """Raise ValueError on values that cannot work (each options class checks its own)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ class CardInfo:
     dataset_name: str
     metrics: tuple[str, ...]  # figures of results.json that go into the card
     subsets: tuple[str, ...] = ()  # sub-dicts of the figures holding per-subset figures
+    # where the data comes from, in the card's prose (GitHub repositories, not hub datasets:
+    # the card's `datasets:` metadata takes hub dataset ids only)
+    data_origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,23 +126,28 @@ class Task(ABC):
     # --limit N draws whole documents (`fincheck.pairs.sample_documents`) rather than N pairs:
     # for a task whose pairs share documents, so a sample keeps the prefix tree's speed
     limit_by_document: bool = False
+    # its own `fincheck prepare` settings: a PrepareSettings subclass whose keys start with the
+    # task's name (qasem_dev_fraction); None when it has none
+    prepare_options: type[PrepareSettings] | None = None
+    train_weight: float = 1.0  # share of its pairs per epoch in the default training mixture
     paper_numbers: tuple[PaperNumber, ...] = ()
     comparability: str = ""  # when our figure can stand next to the papers', in one paragraph
     card: CardInfo
 
     @property
     def prompt_path(self) -> Path:
-        return PROMPT_DIR / f"{self.name}.txt"
+        """`prompt.txt` beside the task's module (its package's `__init__.py`)."""
+        return Path(inspect.getfile(type(self))).parent / "prompt.txt"
 
     # --- prepare ---------------------------------------------------------------------------
 
     @abstractmethod
-    def sources(self, config: PrepareConfig) -> list[Source | UserFile]:
+    def sources(self, config: PrepareSettings) -> list[Source | UserFile]:
         """The raw files `collect` reads, under the config."""
 
     @abstractmethod
     def collect(
-        self, config: PrepareConfig, files: dict[str, Path], stream: RecordStream
+        self, config: PrepareSettings, files: dict[str, Path], stream: RecordStream
     ) -> Collected:
         """Raw files (by source name) -> pairs with their split assigned (train/dev/test)."""
 
@@ -143,9 +162,7 @@ class Task(ABC):
         """The figures a one-line summary shows (CLI, demo), as (label, value)."""
 
     def headline_text(self, figures: dict) -> str:
-        return " ".join(
-            f"{label} {format_figure(value)}" for label, value in self.headline(figures)
-        )
+        return " ".join(f"{label} {fmt(value)}" for label, value in self.headline(figures))
 
     @abstractmethod
     def report_section(self, figures: dict) -> list[str]:
@@ -177,12 +194,3 @@ class Task(ABC):
     @abstractmethod
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
         """What `fincheck detect` reports for one model output of this task."""
-
-
-def format_figure(value: Any) -> str:
-    """A figure for one-line summaries: 3 decimals, '–' when undefined."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, str):
-        return value
-    return f"{value:.3f}"

@@ -8,14 +8,14 @@
 predictions: raw model outputs (the JSON judgement, read exactly as the benchmark's reference
 scorer reads it; unreadable or faithful+non-factual is the class "invalid"); references: gold labels factual_hallu /
 non_factual_hallu / no_hallu. Returns macro P and R over gold ∪ predicted labels, F = their
-harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.eval.fhsumbench_metrics.
+harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.tasks.fhsumbench.metrics.
 """
 
 import datasets
 import evaluate
 
-from fincheck.eval.fhsumbench_metrics import judgement_to_label, score_fhsumbench
-from fincheck.eval.fhsumbench_reference import reference_judgement
+from fincheck.tasks.fhsumbench.metrics import judgement_to_label, score_fhsumbench
+from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 _DESCRIPTION = __doc__
 

@@ -8,14 +8,14 @@
 predictions / references: description lists as text ("A. ..." lines, or "None"); matchings:
 one {predicted letter: gold letter or None} per example, as a judge returned it (needed only
 where both lists are non-empty; None marks an example the judge failed on, left out of P/R).
-TP = distinct gold letters matched. Wraps fincheck.eval.final_metrics; the judge itself is
+TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judge itself is
 `fincheck score --judge ...`.
 """
 
 import datasets
 import evaluate
 
-from fincheck.eval.final_metrics import FinalItem, parse_descriptions, score_final, true_positives
+from fincheck.tasks.final.metrics import FinalItem, parse_descriptions, score_final, true_positives
 
 _DESCRIPTION = __doc__
 

@@ -6,13 +6,13 @@
 
 predictions: support scores s = P(Yes)/(P(Yes)+P(No)) in [0, 1]; references: 1 = supported
 (gold "Yes"), 0 = not supported. Optional `subsets` (cliff/factscore/verifiability per item)
-adds per-subset figures. Supported iff s >= 0.5. Thin wrapper over fincheck.eval.qasem_metrics.
+adds per-subset figures. Supported iff s >= 0.5. Thin wrapper over fincheck.tasks.qasem.metrics.
 """
 
 import datasets
 import evaluate
 
-from fincheck.eval.qasem_metrics import QasemItem, score_qasem
+from fincheck.tasks.qasem.metrics import QasemItem, score_qasem
 
 _DESCRIPTION = __doc__
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import balanced_accuracy, harmonic_mean, precision_recall
+from fincheck.bootstrap import bootstrap_ci
+from fincheck.classification import balanced_accuracy, harmonic_mean, precision_recall
 
 # "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"; a marker
 # alone on its line ("A.") opens an item whose text follows (the paper's few-shot layout).
@@ -69,20 +69,6 @@ def says_nothing(text: str) -> bool:
 
 
 BINARY_METRICS = ("binary_precision", "binary_recall", "binary_f1", "binary_bacc")
-
-
-def letters(n: int) -> list[str]:
-    """Identifiers for n items: A..Z, then AA, AB, ... (the judge prompt's lettering)."""
-    out = []
-    for i in range(n):
-        name, k = "", i
-        while True:
-            name = chr(ord("A") + k % 26) + name
-            k = k // 26 - 1
-            if k < 0:
-                break
-        out.append(name)
-    return out
 
 
 @dataclass(frozen=True)

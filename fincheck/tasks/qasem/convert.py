@@ -11,12 +11,11 @@ sentence the QA is about (`sent_id`), the question and the answer. Target: `Yes`
 
 from __future__ import annotations
 
-from fincheck.data_prep.detokenize import detokenize
-from fincheck.data_prep.labels import qasem_target
-from fincheck.data_prep.raw_records import RawRecord, require
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
 from fincheck.prompting import load_prompt
+from fincheck.raw_records import RawRecord, require
+from fincheck.tasks.qasem.detokenize import detokenize
 
 SUBSETS = ("cliff", "factscore", "verifiability")
 
@@ -124,3 +123,13 @@ def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> lis
             )
         )
     return pairs
+
+
+# QA `annotations`: 1 = NOT supported (hallucinated), 0 = supported; gold = majority of three.
+SUPPORTED, NOT_SUPPORTED = "Yes", "No"
+
+
+def qasem_target(annotations: list[int]) -> str:
+    """Majority of the annotators' votes, where 1 means the QA is not supported."""
+    not_supported = sum(annotations)
+    return NOT_SUPPORTED if 2 * not_supported > len(annotations) else SUPPORTED

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import balanced_accuracy, roc_auc
+from fincheck.bootstrap import bootstrap_ci
+from fincheck.classification import balanced_accuracy, roc_auc
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
 THRESHOLD = 0.5

@@ -7,12 +7,12 @@ FINAL file and DeFacto can be matched item by item.
 
 from __future__ import annotations
 
-from fincheck.data_prep.descriptions import explanation_to_descriptions
-from fincheck.data_prep.labels import final_target
-from fincheck.data_prep.raw_records import RawRecord, require
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
 from fincheck.prompting import load_prompt
+from fincheck.raw_records import RawRecord, require
+from fincheck.tasks.final.descriptions import explanation_to_descriptions
+from fincheck.tasks.final.lettering import final_target
 
 
 def final_pair(

@@ -1,5 +1,5 @@
 """FHSumBench scoring, with the semantics of the benchmark's reference scorer (method/score.py);
-how that scorer reads an output is `fincheck.eval.fhsumbench_reference`.
+how that scorer reads an output is `fincheck.tasks.fhsumbench.reference`.
 
 A judgement {"Faithfulness": bool, "Factuality": bool} maps to a label:
   faithful + factual        -> no_hallu
@@ -18,8 +18,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from fincheck.eval.bootstrap import bootstrap_ci
-from fincheck.eval.classification import (
+from fincheck.bootstrap import bootstrap_ci
+from fincheck.classification import (
     balanced_accuracy,
     confusion_matrix,
     harmonic_mean,

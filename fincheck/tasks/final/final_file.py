@@ -9,10 +9,10 @@ inconsistencies). An empty list means the summary is consistent. Items marked `"
 
 from __future__ import annotations
 
-from fincheck.data_prep.defacto import final_pair
-from fincheck.data_prep.raw_records import RawRecord
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
+from fincheck.raw_records import RawRecord
+from fincheck.tasks.final.defacto import final_pair
 
 TEXT_FIELDS = ("text", "document", "source", "article")
 SUMMARY_FIELDS = ("summary", "candidate", "output", "response")

@@ -8,12 +8,12 @@ unfaithful + non-factual). The 1,336 samples share 466 documents, so the split g
 from __future__ import annotations
 
 import hashlib
+import json
 
-from fincheck.data_prep.labels import FHSUM_LABELS, fhsum_target
-from fincheck.data_prep.raw_records import RawRecord, require
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
 from fincheck.prompting import load_prompt
+from fincheck.raw_records import RawRecord, require
 
 
 def document_key(text: str) -> str:
@@ -45,3 +45,16 @@ def convert_fhsumbench(raw: RawRecord, split: str) -> Pair:
             "grounding_span": list(span),
         },
     )
+
+
+# label <-> the {"Faithfulness", "Factuality"} judgement the model answers with
+FHSUM_LABELS = ("factual_hallu", "non_factual_hallu", "no_hallu")
+FHSUM_JUDGEMENT = {
+    "no_hallu": {"Faithfulness": True, "Factuality": True},
+    "factual_hallu": {"Faithfulness": False, "Factuality": True},
+    "non_factual_hallu": {"Faithfulness": False, "Factuality": False},
+}
+
+
+def fhsum_target(label: str) -> str:
+    return json.dumps(FHSUM_JUDGEMENT[label])

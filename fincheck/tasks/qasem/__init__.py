@@ -11,31 +11,34 @@ supported iff s >= 0.5; balanced accuracy and ROC-AUC of s per sub-dataset.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.data_prep.qasem import convert_qasem_response, qasem_response_id
-from fincheck.data_prep.raw_records import iter_records
-from fincheck.data_prep.sources import Source
-from fincheck.data_prep.splits import split_by_group
-from fincheck.eval.classification import balanced_accuracy, roc_auc, roc_curve
-from fincheck.eval.qasem_metrics import (
+from fincheck.classification import balanced_accuracy, roc_auc, roc_curve
+from fincheck.config import config_field
+from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.raw_records import iter_records
+from fincheck.sources import Source
+from fincheck.splits import split_by_group
+from fincheck.tasks.base import (
+    CardInfo,
+    Collected,
+    Joined,
+    PaperNumber,
+    PrepareSettings,
+    ScoreSettings,
+    Task,
+    TaskScore,
+)
+from fincheck.tasks.qasem.convert import convert_qasem_response, qasem_response_id
+from fincheck.tasks.qasem.metrics import (
     SUBSETS,
     THRESHOLD,
     QasemItem,
     parse_yes_no,
     score_qasem,
     support_score,
-)
-from fincheck.tasks.base import (
-    CardInfo,
-    Collected,
-    Joined,
-    PaperNumber,
-    ScoreSettings,
-    Task,
-    TaskScore,
-    format_figure,
 )
 
 _ORIGIN = "https://raw.githubusercontent.com/ariecattan/qasem_consistency/6a48e9dfa09ec310f52223284ebbffe281e72c18/data"
@@ -73,7 +76,20 @@ def _table4(system: str, bacc: tuple[float, ...], auc: tuple[float, ...] | None 
     return rows
 
 
+@dataclass
+class QasemPrepareOptions(PrepareSettings):
+    qasem_dev_fraction: float = config_field(
+        0.15,
+        "share of QASem's dev QAs held out as our dev split (grouped by response); its test split is the evaluation set",
+    )
+
+    def check(self) -> None:
+        if not 0 <= self.qasem_dev_fraction < 1:
+            raise ValueError("qasem_dev_fraction must be in [0, 1)")
+
+
 class QasemTask(Task):
+    prepare_options = QasemPrepareOptions
     name = "qasem"
     title = "QASemConsistency"
     max_new_tokens = 8
@@ -99,6 +115,7 @@ class QasemTask(Task):
         dataset_name="QASemConsistency",
         metrics=("bacc", "auc"),
         subsets=(*SUBSETS, "overall"),
+        data_origin="QASemConsistency (github.com/ariecattan/qasem_consistency)",
     )
 
     # --- prepare ---------------------------------------------------------------------------
@@ -172,14 +189,12 @@ class QasemTask(Task):
 
     def headline_text(self, figures: dict) -> str:
         return " ".join(
-            f"{name} BAcc {format_figure(figures[name]['bacc'])} "
-            f"AUC {format_figure(figures[name]['auc'])}"
+            f"{name} BAcc {fmt(figures[name]['bacc'])} AUC {fmt(figures[name]['auc'])}"
             for name in (*SUBSETS, "overall")
             if name in figures
         )
 
     def report_section(self, figures: dict) -> list[str]:
-        from fincheck.eval.report import fmt, fmt_ci, paper_rows
 
         subsets = [s for s in SUBSETS if s in figures]
         header = (
@@ -222,7 +237,7 @@ class QasemTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck.eval import plots
+        from fincheck import plots
 
         made = []
         groups: dict[str, list[dict]] = {}

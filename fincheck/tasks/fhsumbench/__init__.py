@@ -11,30 +11,34 @@ gold ∪ predicted labels, "invalid" a class of its own, F their harmonic mean; 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.data_prep.fhsumbench import convert_fhsumbench
-from fincheck.data_prep.raw_records import iter_records
-from fincheck.data_prep.sources import Source
-from fincheck.data_prep.splits import split_by_group
-from fincheck.eval.fhsumbench_metrics import (
+from fincheck.config import config_field
+from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.raw_records import iter_records
+from fincheck.sources import Source
+from fincheck.splits import split_by_group
+from fincheck.tasks.base import (
+    CardInfo,
+    Collected,
+    Joined,
+    PaperNumber,
+    PrepareSettings,
+    ScoreSettings,
+    Task,
+    TaskScore,
+)
+from fincheck.tasks.fhsumbench.convert import convert_fhsumbench
+from fincheck.tasks.fhsumbench.metrics import (
     INVALID,
     fhsumbench_figures,
     judgement_to_label,
     lenient_judgement,
     score_fhsumbench,
 )
-from fincheck.eval.fhsumbench_reference import reference_judgement
-from fincheck.tasks.base import (
-    CardInfo,
-    Collected,
-    Joined,
-    PaperNumber,
-    ScoreSettings,
-    Task,
-    TaskScore,
-)
+from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 DATA = Source(
     "fhsumbench/FHSumBench_data.json",
@@ -53,7 +57,34 @@ _T2 = "FHSumBench paper, Table 2"
 _T7 = "FHSumBench paper, Table 7 (appendix)"
 
 
+@dataclass
+class FhsumbenchPrepareOptions(PrepareSettings):
+    fhsumbench_train_fraction: float = config_field(
+        0.4, "FHSumBench share for training (grouped by source document)"
+    )
+    fhsumbench_dev_fraction: float = config_field(
+        0.1, "FHSumBench share for validation (grouped by source document)"
+    )
+    fhsumbench_test_fraction: float = config_field(
+        0.5, "FHSumBench share for evaluation (grouped by source document)"
+    )
+    fhsumbench_eval_all: bool = config_field(
+        False,
+        "put all 1,336 FHSumBench samples in test and train on none of them (numbers comparable with the paper)",
+    )
+
+    def check(self) -> None:
+        fractions = (
+            self.fhsumbench_train_fraction,
+            self.fhsumbench_dev_fraction,
+            self.fhsumbench_test_fraction,
+        )
+        if any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
+            raise ValueError(f"FHSumBench fractions must be >= 0 and sum to 1, got {fractions}")
+
+
 class FhsumbenchTask(Task):
+    prepare_options = FhsumbenchPrepareOptions
     name = "fhsumbench"
     title = "FHSumBench"
     max_new_tokens = 96
@@ -81,6 +112,7 @@ class FhsumbenchTask(Task):
         dataset_type="fhsumbench",
         dataset_name="FHSumBench",
         metrics=("f", "precision", "recall", "accuracy", "fh_acc", "nfh_acc", "noh_acc"),
+        data_origin="FHSumBench (github.com/cece00/FHSumBench)",
     )
 
     # --- prepare ---------------------------------------------------------------------------
@@ -172,7 +204,6 @@ class FhsumbenchTask(Task):
         return f"{super().headline_text(figures)} parse failures {figures['n_parse_failed']}"
 
     def report_section(self, figures: dict) -> list[str]:
-        from fincheck.eval.report import fmt, fmt_ci, paper_rows
 
         f = figures
         out = [
@@ -208,7 +239,7 @@ class FhsumbenchTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck.eval import plots
+        from fincheck import plots
 
         confusion = score.figures["confusion"]
         return [

@@ -13,14 +13,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.data_prep.defacto import convert_defacto
-from fincheck.data_prep.final_file import convert_final_item
-from fincheck.data_prep.raw_records import iter_records
-from fincheck.data_prep.sources import Source
-from fincheck.eval.final_metrics import (
+from fincheck.config import config_field
+from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.raw_records import iter_records
+from fincheck.sources import Source
+from fincheck.tasks.base import (
+    CardInfo,
+    Collected,
+    Joined,
+    PaperNumber,
+    PrepareSettings,
+    ScoreSettings,
+    Task,
+    TaskScore,
+    UserFile,
+)
+from fincheck.tasks.final.defacto import convert_defacto
+from fincheck.tasks.final.final_file import convert_final_item
+from fincheck.tasks.final.metrics import (
     FinalItem,
     ParsedDescriptions,
     final_figures,
@@ -28,16 +42,6 @@ from fincheck.eval.final_metrics import (
     read_descriptions,
     score_final,
     true_positives,
-)
-from fincheck.tasks.base import (
-    CardInfo,
-    Collected,
-    Joined,
-    PaperNumber,
-    ScoreSettings,
-    Task,
-    TaskScore,
-    UserFile,
 )
 
 _ORIGIN = "https://raw.githubusercontent.com/microsoft/DeFacto/a7e70a2fab6b6953f88a2e56d5b14feb4ff5beef/data"
@@ -62,7 +66,16 @@ _TABLE = "FINAL paper, Table 4 (F1, test, 1,265)"
 NO_ANSWER = ParsedDescriptions([], True)  # nothing to read: no description
 
 
+@dataclass
+class FinalPrepareOptions(PrepareSettings):
+    final_file: str | None = config_field(
+        None,
+        "a FINAL release file (JSONL or JSON): its items become final/test instead of DeFacto's test split",
+    )
+
+
 class FinalTask(Task):
+    prepare_options = FinalPrepareOptions
     name = "final"
     title = "FINAL"
     max_new_tokens = 384
@@ -85,6 +98,7 @@ class FinalTask(Task):
         dataset_type="final",
         dataset_name="FINAL",
         metrics=("f1", "precision", "recall", "binary_f1", "binary_bacc"),
+        data_origin="DeFacto (github.com/microsoft/DeFacto) for training; FINAL's release for evaluation",
     )
 
     # --- prepare ---------------------------------------------------------------------------
@@ -237,7 +251,6 @@ class FinalTask(Task):
         ]
 
     def report_section(self, figures: dict) -> list[str]:
-        from fincheck.eval.report import fmt, fmt_ci, paper_rows
 
         f = figures
         out = [
@@ -304,7 +317,7 @@ class FinalTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck.eval import plots
+        from fincheck import plots
 
         confusion = score.figures["binary_confusion"]
         return [
