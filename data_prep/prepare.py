@@ -186,10 +186,13 @@ def run_prepare(
 ) -> dict:
     """The whole stage: resolve and verify the sources, then `prepare_from_files`."""
     sources_dir = data_dir or cache_dir or default_cache_dir()
-    refuse_overlap(out_dir, [d for d in (sources_dir, config.final_file) if d])
+    user_files = [
+        s.path for t in config.tasks for s in get_task(t).sources(config) if isinstance(s, UserFile)
+    ]
+    refuse_overlap(out_dir, [sources_dir, *user_files])
     clock = Stopwatch()
     files, inputs = resolve_inputs(config, data_dir, cache_dir)
-    # every input file as resolved (a data folder whose qasem/ links into --out passes the
+    # every input file as resolved (a data folder whose task folder links into --out passes the
     # check of the folders above, and its files would be overwritten)
     refuse_overlap(out_dir, list(files.values()))
     clock.stage("resolve sources")

@@ -156,10 +156,6 @@ def model_dir(name: str) -> Path:
     return cache_root() / "models" / name
 
 
-def is_known(name: str) -> bool:
-    return name in KNOWN
-
-
 def read_model_info(folder: str | Path) -> ModelInfo | None:
     """The origin record of a fetched folder, None for any other folder."""
     path = Path(folder) / MODEL_INFO

@@ -4,9 +4,11 @@ registering a toy fourth task and running prepare -> score -> report on it."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -206,22 +208,80 @@ def test_unknown_task_is_an_error_that_names_the_known_ones(tmp_path, prepared_d
         run_score(ScoreOptions(prepared_dir, predictions, tmp_path / "out", tasks=("summaries",)))
 
 
-def test_every_stage_loops_over_the_registry_not_task_names():
-    """No stage module names a task: those live in fincheck/tasks and the converters."""
-    stage_files = [
-        *REPO.glob("eval/*.py"),
-        *REPO.glob("serve/*.py"),
-        *REPO.glob("train/*.py"),
-        REPO / "data_prep" / "prepare.py",
-        REPO / "fincheck" / "inference.py",
-        REPO / "scripts" / "demo.py",
-    ]
-    offenders = []
-    for path in stage_files:
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
-            if re.search(r"""(==|!=| in )\s*\(?["'](final|qasem|fhsumbench)["']""", line):
-                offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
-    assert offenders == []
+# A task's name in code: a string that is the name or starts with it ("qasem", "final=32",
+# "fhsumbench/f"; "final_" is English too often: final_adapter), or a name starting with
+# qasem/fhsum (QasemItem, fhsumbench_labels). Docstrings and comments are prose, not counted.
+TASK_STRING = re.compile(r"^((final|qasem|fhsumbench)($|[=/.,\-])|(qasem|fhsumbench)_)")
+TASK_IDENTIFIER = re.compile(r"^(qasem|fhsum)", re.IGNORECASE)
+
+# Non-test files outside fincheck/tasks/ that still name tasks, with how many times and why.
+# The test fails when a file gains a name and when one loses them (then lower its count), so
+# this list only shrinks.
+NAMED_OUTSIDE = {
+    # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
+    "eval/baselines/final_methods.py": 2,
+    "eval/baselines/methods.py": 10,
+    "eval/baselines/runner.py": 4,  # FIZZ's coverage (FINAL, FHSumBench)
+    "eval/evaluate_metrics/fincheck_qasem/fincheck_qasem.py": 1,  # one `evaluate` module per task
+    "fincheck/detector.py": 6,  # the documented Python API: describe / support / classify
+    # benchmarks and the demo: per-task sample sizes and workloads
+    "scripts/bench/eval_paths.py": 6,
+    "scripts/bench/eval_speed.py": 4,
+    "scripts/bench/train_layouts.py": 2,
+    "scripts/crosscheck_scores.py": 21,
+    "scripts/demo.py": 3,
+}
+
+
+def task_names_in(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and TASK_STRING.match(node.value):
+                found.append(node.value)
+        else:
+            name = getattr(node, "id", None) or getattr(node, "attr", None)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                name = node.name
+            if isinstance(name, str) and TASK_IDENTIFIER.match(name):
+                found.append(name)
+    return found
+
+
+def test_no_task_is_named_outside_its_package():
+    """Every non-test Python file is read; a task's name belongs in fincheck/tasks/."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    counts = {}
+    for name in tracked:
+        if name.startswith(("tests/", "fincheck/tasks/")) or not (REPO / name).is_file():
+            continue
+        found = task_names_in(REPO / name)
+        if found:
+            counts[name] = len(found)
+    assert counts == NAMED_OUTSIDE
+
+
+def test_the_task_name_reader_finds_names_in_code_not_in_prose(tmp_path):
+    path = tmp_path / "named.py"
+    path.write_text(
+        '"""A docstring naming qasem is prose."""\n'
+        'LIMIT = "final=32,qasem=200"\n'
+        'if task == "fhsumbench":\n    pass\n'
+        "item = QasemItem()\n"
+        'saved = "final_adapter"\n'
+    )
+    assert sorted(task_names_in(path)) == ["QasemItem", "fhsumbench", "final=32,qasem=200"]
 
 
 def test_the_docs_list_the_files_a_new_benchmark_needs(toy):

@@ -8,9 +8,9 @@ import sys
 CHILD = r"""
 import sys
 from fincheck.bench.memory import status_mib
-from fincheck.train.host_memory import can_release, release_freed_memory
+from fincheck.train.host_memory import release_freed_memory
 
-assert can_release(), "glibc's malloc_trim was not found"
+assert release_freed_memory(), "glibc's malloc_trim was not found"
 blocks = [bytearray(4096) for _ in range(60_000)]  # ~240 MiB of small heap blocks
 pin = bytearray(4096)  # a live block above them: the heap's top cannot shrink past it
 before_free = status_mib()["VmRSS"]

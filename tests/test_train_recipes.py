@@ -17,12 +17,11 @@ from fincheck.train.recipe import (
     load_recipe,
     read_recipe_values,
     recipe_differences,
-    recipe_paths,
     recipe_to_yaml,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPES = recipe_paths(REPO / "configs" / "train")
+RECIPES = sorted((REPO / "configs" / "train").glob("*.yaml"))
 EXPECTED = {
     "tiny-cpu",
     "smollm2-135m-cpu",

@@ -19,11 +19,6 @@ def _malloc_trim():
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
-def can_release() -> bool:
-    """Whether this C library can (glibc; not macOS or musl)."""
-    return _malloc_trim() is not None
-
-
 def release_freed_memory() -> bool:
     trim = _malloc_trim()
     if trim is None:

@@ -16,6 +16,7 @@ a GPU that supports it and fp32 elsewhere, and bf16 on the CPU needs a CPU with 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import difflib
 import hashlib
 import json
@@ -258,32 +259,6 @@ def cpu_has_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
-# Fields fincheck declares itself (the rest are TRL's / transformers').
-FINCHECK_KEYS = (
-    "model_name_or_path",
-    "base_model_id",
-    "tokenizer_name_or_path",
-    "torch_dtype",
-    "attn_implementation",
-    "load_in_4bit",
-    "trust_remote_code",
-    "chat_template_kwargs",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "lora_target_modules",
-    "dataset_dir",
-    "data_config",
-    "eval_max_examples",
-    "dev_figures",
-    "dev_figures_limit",
-    "tree_packing",
-    "tree_packing_max_tokens",
-    "overwrite_output_dir",
-    "precision",
-    "warmup_ratio",
-)
-
 # Keys that may change when a run is resumed: where it writes, how often it logs/saves, how
 # long it runs (a longer run also stretches the lr schedule from the resume point on), the
 # machine-derived ones. Anything else (base model, LoRA shape, data, optimiser, layout) must
@@ -513,15 +488,20 @@ def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
     return ["loss", *figures]
 
 
+def fincheck_keys() -> list[str]:
+    """The keys fincheck adds to TRL's SFTConfig (read from the class, never listed twice)."""
+    trl = {f.name for f in dataclasses.fields(SFTConfig)}
+    return [k for k in inspect.get_annotations(SFTRecipe) if k not in trl]
+
+
 def recipe_to_yaml(recipe: SFTRecipe) -> str:
     """The resolved recipe as a user would write it: fincheck's keys, then every TRL key whose
     declared value differs from its default. Reloads to the same recipe."""
     declared, defaults = recipe.declared, recipe_defaults()
     derived = {"use_cpu", "ddp_backend", "bf16", "fp16"}  # decided by the machine and precision
-    keys = [k for k in FINCHECK_KEYS] + [
-        k
-        for k in declared
-        if k not in FINCHECK_KEYS and k not in derived and declared[k] != defaults.get(k)
+    own = fincheck_keys()
+    keys = own + [
+        k for k in declared if k not in own and k not in derived and declared[k] != defaults.get(k)
     ]
     return yaml.safe_dump({k: declared[k] for k in keys}, sort_keys=False, allow_unicode=True)
 
@@ -567,7 +547,3 @@ def recipe_differences(old: dict[str, Any], new: SFTRecipe) -> list[str]:
         for key, value in current.items()
         if before[key] != value
     ]
-
-
-def recipe_paths(directory: str | Path = "configs/train") -> list[Path]:
-    return sorted(Path(directory).glob("*.yaml"))

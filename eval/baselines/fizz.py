@@ -232,14 +232,12 @@ def choose_threshold(scores: Sequence[float], consistent: Sequence[bool]) -> flo
 
 
 def fizz_output(task: str, consistent: bool, trace: dict) -> str:
-    """What the task's scorer reads: FINAL None or one description naming the least supported
-    fact; FHSumBench the JSON judgement of faithfulness (FIZZ says nothing of factuality: an
-    unfaithful summary is written as factual, so only the faithfulness figure is meaningful)."""
-    if task == "fhsumbench":
-        return '{"Faithfulness": %s, "Factuality": true}' % ("true" if consistent else "false")
-    if consistent:
-        return "None"
-    return f"A. The text does not support this: {trace['weakest']}"
+    """What the task's scorer reads: its answer for FIZZ's binary verdict, an inconsistent one
+    naming the least supported fact (FHSumBench: faithfulness only, see `verdict_answer`)."""
+    from fincheck.tasks import get_task
+
+    reason = f"The text does not support this: {trace.get('weakest')}"
+    return get_task(task).verdict_answer(consistent, reason)
 
 
 def run_fizz(

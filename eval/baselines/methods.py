@@ -243,8 +243,3 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise FincheckError(f"unknown method {name!r}; choose from {', '.join(sorted(METHODS))}")
     return METHODS[name]
-
-
-def method_names() -> list[str]:
-    get_method("e2e")
-    return sorted(METHODS)

@@ -30,7 +30,7 @@ from fincheck.eval.predictions import (
 from fincheck.jsonl import drop_torn_last_line
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
-from fincheck.tasks import task_names
+from fincheck.tasks import get_task, task_names
 
 
 @dataclass
@@ -183,11 +183,7 @@ def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
         scores: list[tuple[float, bool]] = []
 
         def done(pair, output: MethodOutput, n_calls: int) -> None:
-            if task == "final":
-                consistent = not pair.meta_value("descriptions", list)
-            else:
-                consistent = pair.meta_value("label", str) == "no_hallu"
-            scores.append((output.trace["score"], consistent))
+            scores.append((output.trace["score"], get_task(task).gold_consistent(pair)))
 
         dev_method = Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3")
         failures = run_examples(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fincheck.config import config_field
+from fincheck.errors import FincheckError
 from fincheck.figures import fmt
 
 if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
@@ -188,6 +189,17 @@ class Task(ABC):
     @abstractmethod
     def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
         """(count, n, what): outputs in none of the forms the task asks for."""
+
+    # --- a binary verdict (systems that only say consistent or not: FIZZ) -------------------
+
+    def gold_consistent(self, pair: Pair) -> bool:
+        """Whether the gold says the output is supported by its text."""
+        raise FincheckError(f"task {self.name!r} has no binary consistency label")
+
+    def verdict_answer(self, consistent: bool, reason: str) -> str:
+        """A binary verdict written as this task's answer (what its scorer reads); `reason`
+        says what is unsupported when it is not consistent."""
+        raise FincheckError(f"task {self.name!r} has no answer for a binary verdict")
 
     # --- serve -----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ gold ∪ predicted labels, "invalid" a class of its own, F their harmonic mean; 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from fincheck.config import config_field
 from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
 from fincheck.splits import split_by_group
@@ -251,6 +253,14 @@ class FhsumbenchTask(Task):
                 gold_labels=[label for label in confusion["labels"] if label != INVALID],
             )
         ]
+
+    def gold_consistent(self, pair: Pair) -> bool:
+        return pair.meta_value("label", str) == "no_hallu"
+
+    def verdict_answer(self, consistent: bool, reason: str) -> str:
+        """Faithfulness only: a binary verdict says nothing of factuality, so an unfaithful
+        summary is written as factual (only the faithfulness figure is then meaningful)."""
+        return json.dumps({"Faithfulness": consistent, "Factuality": True})
 
     # --- serve -----------------------------------------------------------------------------
 

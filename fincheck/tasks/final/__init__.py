@@ -19,6 +19,7 @@ from typing import Any
 
 from fincheck.config import config_field
 from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
 from fincheck.tasks.base import (
@@ -34,6 +35,7 @@ from fincheck.tasks.base import (
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
+from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import (
     FinalItem,
     ParsedDescriptions,
@@ -358,6 +360,12 @@ class FinalTask(Task):
         """Every gold item found, nothing extra."""
         tp = example["true_positives"]
         return tp is not None and tp == len(example["gold"]) == len(example["predicted"])
+
+    def gold_consistent(self, pair: Pair) -> bool:
+        return not pair.meta_value("descriptions", list)
+
+    def verdict_answer(self, consistent: bool, reason: str) -> str:
+        return final_target([] if consistent else [reason])
 
     # --- serve -----------------------------------------------------------------------------
 

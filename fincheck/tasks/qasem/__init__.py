@@ -18,6 +18,7 @@ from typing import Any
 from fincheck.classification import balanced_accuracy, roc_auc, roc_curve
 from fincheck.config import config_field
 from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
 from fincheck.splits import split_by_group
@@ -31,7 +32,12 @@ from fincheck.tasks.base import (
     Task,
     TaskScore,
 )
-from fincheck.tasks.qasem.convert import convert_qasem_response, qasem_response_id
+from fincheck.tasks.qasem.convert import (
+    NOT_SUPPORTED,
+    SUPPORTED,
+    convert_qasem_response,
+    qasem_response_id,
+)
 from fincheck.tasks.qasem.metrics import (
     SUBSETS,
     THRESHOLD,
@@ -275,6 +281,12 @@ class QasemTask(Task):
             )
         )
         return made
+
+    def gold_consistent(self, pair: Pair) -> bool:
+        return pair.meta_value("label", str) == SUPPORTED
+
+    def verdict_answer(self, consistent: bool, reason: str) -> str:
+        return SUPPORTED if consistent else NOT_SUPPORTED
 
     # --- serve -----------------------------------------------------------------------------
 

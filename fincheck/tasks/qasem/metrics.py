@@ -37,14 +37,6 @@ def parse_yes_no(text: str) -> bool | None:
     return match.group(1).lower() == "yes"
 
 
-def gold_supported(target: str) -> bool:
-    """The prepared pair's target ('Yes' = supported, 'No' = not supported)."""
-    answer = parse_yes_no(target)
-    if answer is None:
-        raise ValueError(f"QASem target must be Yes or No, got {target!r}")
-    return answer
-
-
 @dataclass(frozen=True)
 class QasemItem:
     """One scored QA: gold label, support score, and whether the score came from a parse failure."""
