@@ -16,9 +16,9 @@ a GPU that supports it and fp32 elsewhere, and bf16 on the CPU needs a CPU with 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import difflib
 import hashlib
+import inspect
 import json
 import os
 from dataclasses import dataclass
