@@ -102,7 +102,11 @@ def console() -> None:
     import os
     import threading
 
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # `fincheck models list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        os._exit(0)
     stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if stuck:
         sys.stdout.flush()
