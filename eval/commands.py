@@ -337,6 +337,12 @@ def register(subparsers) -> None:
         "--judge-concurrency", type=int, default=8, help="judge calls in flight (default: 8)"
     )
     s.add_argument(
+        "--no-judge-sanity",
+        action="store_true",
+        help="skip the judge sanity set (by default the judge also matches 15 descriptions of "
+        "known answer, 12 calls, cached, and its agreement is printed beside FINAL's figures)",
+    )
+    s.add_argument(
         "--judge-timeout", type=float, default=60.0, help="seconds per judge call (default: 60)"
     )
     s.add_argument(
@@ -633,6 +639,7 @@ def score_command(args) -> int:
         tasks=args.tasks,
         judge=build_judge(args),
         judge_concurrency=args.judge_concurrency,
+        judge_sanity=not args.no_judge_sanity,
         bootstrap_resamples=args.bootstrap,
         seed=args.seed,
         progress=not args.no_progress,

@@ -36,6 +36,7 @@ class ScoreOptions:
     tasks: tuple[str, ...] | None = None  # None = every task with a predictions file
     judge: MatchingJudge | None = None
     judge_concurrency: int = 8
+    judge_sanity: bool = True
     bootstrap_resamples: int = 1000
     seed: int = 0
     progress: bool = True
@@ -54,6 +55,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     settings = ScoreSettings(
         judge=opts.judge,
         judge_concurrency=opts.judge_concurrency,
+        judge_sanity=opts.judge_sanity,
         bootstrap_resamples=opts.bootstrap_resamples,
         seed=opts.seed,
         progress=opts.progress,

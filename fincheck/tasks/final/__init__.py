@@ -35,6 +35,7 @@ from fincheck.tasks.base import (
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
+from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import (
     FinalItem,
@@ -240,6 +241,10 @@ class FinalTask(Task):
             if judge
             else None
         )
+        # how far to trust it: its verdicts on description pairs of known answer
+        figures["judge_sanity"] = (
+            judge_agreement(judge) if judge and settings.judge_sanity else None
+        )
         asked = len(needs_judge) if judge is not None else 0
         return TaskScore(figures, examples, errors, parse_failed, asked, first_error)
 
@@ -250,6 +255,11 @@ class FinalTask(Task):
             ("F1", figures["f1"]),
             ("binarized F1", figures.get("binary_f1")),
             ("binarized BAcc", figures["binary_bacc"]),
+            *(
+                [("judge sanity agreement", figures["judge_sanity"]["agreement"])]
+                if figures.get("judge_sanity")
+                else []
+            ),
         ]
 
     def report_section(self, figures: dict) -> list[str]:
@@ -277,6 +287,14 @@ class FinalTask(Task):
             )
         judge = f.get("judged_with")
         judge_line = ", ".join(f"{k} `{v}`" for k, v in judge.items()) if judge else "none"
+        sanity = f.get("judge_sanity")
+        if sanity:
+            judge_line += (
+                f". **Judge sanity set**: the expected verdict on {sanity['agreed']} of "
+                f"{sanity['n']} predicted descriptions ({fmt(sanity['agreement'], 100, 0)}%; "
+                f"{sanity['matches_found']} matches found where {sanity['matches_expected']} are "
+                f"right; {sanity['failed']} unanswered): weigh P/R/F1 by it"
+            )
         out += [
             "",
             f"Paper rows: {_TABLE}. TP (distinct gold items matched) {f['true_positives']}; "

@@ -1,0 +1,56 @@
+"""How far to trust a FINAL judge: its verdicts on a small set of description pairs written from
+the matching criteria (FINAL paper, E.4): the same fact of the summary, whatever the reason given
+or the wording, is a match; another fact, a vague description, an omission is not; a prediction
+matches at most one gold description, and two predictions may match the same one.
+
+`judge_sanity.jsonl` holds one summary per line with its predicted and gold descriptions and the
+expected matching (predicted letter -> gold letter or null). Agreement is over predicted
+descriptions: the share whose verdict is the expected one. A judge that fails to answer an item
+(an error, unreadable JSON) counts as disagreeing on its descriptions, and is counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SANITY_SET = Path(__file__).with_name("judge_sanity.jsonl")
+
+
+def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def judge_agreement(judge: Any, items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`judge.match(summary, predicted, gold)` (a `fincheck.eval.judge.MatchingJudge`) on every
+    item: {n, agreed, agreement, failed, matches_expected, matches_found}."""
+    from fincheck.errors import FincheckError
+
+    items = read_sanity_set() if items is None else items
+    n = agreed = failed = found = 0
+    for number, item in enumerate(items):
+        try:
+            result = judge.match(item["summary"], item["predicted"], item["gold"])
+        except FincheckError as e:  # the endpoint stopped answering: the figures stand
+            unasked = sum(len(i["expected"]) for i in items[number:])
+            n, failed = n + unasked, failed + unasked
+            print(f"judge sanity set: stopped ({e})")
+            break
+        for letter, expected in item["expected"].items():
+            n += 1
+            if result.status != "ok":
+                failed += 1
+                continue
+            verdict = result.matching.get(letter)
+            agreed += verdict == expected
+            found += verdict is not None
+    expected_matches = sum(v is not None for i in items for v in i["expected"].values())
+    return {
+        "n": n,
+        "agreed": agreed,
+        "agreement": agreed / n if n else None,
+        "failed": failed,
+        "matches_expected": expected_matches,
+        "matches_found": found,
+    }
