@@ -453,9 +453,10 @@ def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, c
     # 15 predicted descriptions, the 2 of "two-of-two" answered wrongly
     agreement = results["tasks"]["final"]["judge_sanity"]
     assert (agreement["n"], agreement["agreed"], agreement["failed"]) == (15, 13, 0)
-    assert "**Judge sanity set**: the expected verdict on 13 of 15" in (
-        tmp_path / "run" / "report.md"
-    ).read_text()
+    assert (
+        "**Judge sanity set**: the expected verdict on 13 of 15"
+        in (tmp_path / "run" / "report.md").read_text()
+    )
 
 
 def test_judge_options_that_would_go_unused_are_an_error():
