@@ -180,10 +180,14 @@ def write_report(
         "about 90 minutes on 2 cores (docs/training.md, *A CPU run that learns*). Not a usable "
         "detector either way: the papers' systems are 10-1,000x larger, and their rows in the "
         "full reports are for orientation.",
-        "- FINAL's F1 needs an LLM judge (`fincheck score --judge ...`); without a network the "
-        "demo reports only the binarized figures (does the model flag an inconsistent summary? "
-        "Flagging every summary already scores a binarized F1 of 2p/(1+p) for a share p of "
-        "inconsistent ones, and a BAcc of 0.5).",
+        "- FINAL's F1 needs an LLM judge, which the demo leaves out to stay within its time "
+        "budget: it reports only the binarized figures (does the model flag an inconsistent "
+        "summary? Flagging every summary already scores a binarized F1 of 2p/(1+p) for a share "
+        "p of inconsistent ones, and a BAcc of 0.5). A real local judge runs on this machine: "
+        f"`fincheck score --data {out}/prepared --predictions {out}/eval/adapter/predictions "
+        f"--out {out}/eval/adapter-judged --tasks final --judge local --judge-model "
+        "qwen2.5-coder-1.5b-instruct` (about 40 minutes on 2 cores; its agreement on the judge "
+        "sanity set is printed beside the figures, docs/evaluation.md).",
         "- The samples are small: read the intervals, and claim a difference only where the "
         "paired interval excludes 0 (the verdicts below do exactly that).",
         "",

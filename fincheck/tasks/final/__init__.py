@@ -243,7 +243,9 @@ class FinalTask(Task):
         )
         # how far to trust it: its verdicts on description pairs of known answer
         figures["judge_sanity"] = (
-            judge_agreement(judge) if judge and settings.judge_sanity else None
+            judge_agreement(judge, concurrency=settings.judge_concurrency)
+            if judge and settings.judge_sanity
+            else None
         )
         asked = len(needs_judge) if judge is not None else 0
         return TaskScore(figures, examples, errors, parse_failed, asked, first_error)

@@ -22,30 +22,33 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def judge_agreement(judge: Any, items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """`judge.match(summary, predicted, gold)` (a `fincheck.eval.judge.MatchingJudge`) on every
-    item: {n, agreed, agreement, failed, matches_expected, matches_found}."""
+def judge_agreement(
+    judge: Any, items: list[dict[str, Any]] | None = None, concurrency: int = 8
+) -> dict[str, Any]:
+    """`judge.match_many` (a `fincheck.eval.judge.MatchingJudge`) on every item, `concurrency`
+    calls in flight (a local judge batches them): {n, agreed, agreement, failed,
+    matches_expected, matches_found}."""
     from fincheck.errors import FincheckError
 
     items = read_sanity_set() if items is None else items
-    n = agreed = failed = found = 0
-    for number, item in enumerate(items):
-        try:
-            result = judge.match(item["summary"], item["predicted"], item["gold"])
-        except FincheckError as e:  # the endpoint stopped answering: the figures stand
-            unasked = sum(len(i["expected"]) for i in items[number:])
-            n, failed = n + unasked, failed + unasked
-            print(f"judge sanity set: stopped ({e})")
-            break
+    n = sum(len(item["expected"]) for item in items)
+    expected_matches = sum(v is not None for i in items for v in i["expected"].values())
+    requests = [(item["summary"], item["predicted"], item["gold"]) for item in items]
+    try:
+        results = judge.match_many(requests, concurrency=concurrency, progress=False)
+    except FincheckError as e:  # the endpoint stopped answering: the figures stand
+        print(f"judge sanity set: stopped ({e})")
+        results = []
+    agreed = found = 0
+    failed = n - sum(len(item["expected"]) for item in items[: len(results)])
+    for item, result in zip(items, results, strict=False):
         for letter, expected in item["expected"].items():
-            n += 1
             if result.status != "ok":
                 failed += 1
                 continue
             verdict = result.matching.get(letter)
             agreed += verdict == expected
             found += verdict is not None
-    expected_matches = sum(v is not None for i in items for v in i["expected"].values())
     return {
         "n": n,
         "agreed": agreed,
