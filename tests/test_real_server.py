@@ -153,7 +153,7 @@ def test_the_papers_methods_and_the_judge_run_against_the_real_server(served, tm
     run = tmp_path / "e2e-cot"
     code = main(["score", "--data", str(SMALL), "--predictions", str(run / "predictions"),
                  "--out", str(run), "--judge", "openai", "--judge-base-url", base_url,
-                 "--judge-model", name, "--no-progress"])  # fmt: skip
+                 "--judge-model", name, "--no-judge-sanity", "--no-progress"])  # fmt: skip
     results = json.loads((run / "results.json").read_text())
     final = results["tasks"]["final"]
     judged = final["n_needing_judge"]
