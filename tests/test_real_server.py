@@ -82,7 +82,8 @@ def test_a_merged_adapter_served_answers_as_the_adapter_run_locally(smol_run, tm
     common = ["--data", str(SMALL), "--tasks", "final,fhsumbench", "--no-progress"]
     with serving(merged, tmp_path / "serve.log") as (base_url, name):
         assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
-                     "--tokenizer", str(smol_run), "--out", str(served_run), *common]) == 0  # fmt: skip
+                     "--tokenizer", str(smol_run), "--timeout", "600", "--out", str(served_run),
+                     *common]) == 0  # fmt: skip
     assert main(["eval", "--adapter", str(smol_run), "--device", "cpu", "--out", str(local_run),
                  *common]) == 0  # fmt: skip
     served_config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
@@ -98,8 +99,9 @@ def test_a_served_detector_answers_as_the_local_one(served, smollm2, tmp_path):
     base_url, name = served
     served_run, local_run = tmp_path / "served", tmp_path / "local"
     common = ["--data", str(SMALL), "--no-progress"]
+    # a CPU server writes a 384-token FINAL answer in about a minute: more than the default 60 s
     assert main(["eval", "--backend", "openai", "--base-url", base_url, "--model", name,
-                 "--out", str(served_run), *common]) == 0  # fmt: skip
+                 "--timeout", "600", "--out", str(served_run), *common]) == 0  # fmt: skip
     assert main(["eval", "--model", str(smollm2), "--dtype", "fp32", "--device", "cpu",
                  "--out", str(local_run), *common]) == 0  # fmt: skip
     config = json.loads((served_run / "predictions" / "eval_config.json").read_text())
