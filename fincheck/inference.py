@@ -271,6 +271,12 @@ def local_adapter_dir(adapter: str | Path) -> Path:
         ) from None
 
 
+def has_own_tokenizer(run: RunArtifacts) -> bool:
+    """Whether the run saved its tokenizer (training may add a pad token): then it, not the
+    base's, is the adapter's."""
+    return (run.path / "tokenizer_config.json").is_file()
+
+
 def load_adapter_model(
     adapter_dir: str | Path,
     base: str | None = None,
@@ -290,10 +296,9 @@ def load_adapter_model(
     model, base_tokenizer = load_base(
         run.resolve_base(base), dtype or torch.float32, trust_remote_code
     )
-    has_tokenizer = (run.path / "tokenizer_config.json").is_file()
     tokenizer = (
         AutoTokenizer.from_pretrained(str(run.path), trust_remote_code=trust_remote_code)
-        if has_tokenizer
+        if has_own_tokenizer(run)
         else base_tokenizer
     )
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
@@ -398,9 +403,8 @@ def load_prompt_fitter(
     if is_adapter(source):
         run = load_run(local_adapter_dir(source))
         base = run.resolve_base()
-        has_own = (run.path / "tokenizer_config.json").is_file()
-        where = str(run.path) if has_own else resolve_model(base, log=log.info)
         config_from = resolve_model(base, log=log.info)
+        where = str(run.path) if has_own_tokenizer(run) else config_from
     else:
         where = config_from = resolve_model(source, log=log.info)
         base = source
