@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fincheck.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
+from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.errors import FincheckError
 from fincheck.figures import fmt
 from fincheck.jsonl import iter_json_objects, read_json_object, strict_json
@@ -200,6 +201,17 @@ def compare_runs(
     return "\n".join(lines), data
 
 
+@dataclass
+class CompareOptions:
+    runs: list[Path] = config_field(REQUIRED, "`fincheck score --out` folders", positional=True)
+    names: list[str] | None = config_field(
+        None, "comma-separated run names (default: the folder names)"
+    )
+    out: Path | None = config_field(None, "write the markdown here (and NAME.json beside it)")
+    bootstrap: int = config_field(1000, "resamples of the paired differences")
+    seed: int = config_field(0, "bootstrap seed")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
@@ -209,20 +221,17 @@ def register(subparsers) -> None:
         epilog="example:\n  fincheck compare runs/base runs/tiny --names base,tuned --out "
         "runs/compare.md",
     )
-    p.add_argument("runs", nargs="+", type=Path, help="`fincheck score --out` folders")
-    p.add_argument("--names", help="comma-separated run names (default: the folder names)")
-    p.add_argument("--out", type=Path, help="write the markdown here (and NAME.json beside it)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="resamples (default: 1000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    add_options(p, CompareOptions)
     p.set_defaults(func=compare_command)
 
 
 def compare_command(args: argparse.Namespace) -> int:
+    args = read_options(CompareOptions, args)
     if args.out and args.out.suffix == ".json":
         raise FincheckError(
             f"--out {args.out}: name the markdown file (.md); the JSON goes beside it"
         )
-    names = args.names.split(",") if args.names else [None] * len(args.runs)
+    names = args.names or [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
     runs = [load_scored_run(path, name) for path, name in zip(args.runs, names, strict=True)]

@@ -14,12 +14,9 @@ The model sees `messages[:-1]` (system + user) through the tokenizer's chat temp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 from fincheck.errors import FincheckError
+from fincheck.eval.options import EvalOptions, EvalRun
 from fincheck.eval.predictions import (
-    EvalRun,
     PredictionWriter,
     check_eval_config,
     record_generation,
@@ -30,37 +27,7 @@ from fincheck.pairs import Pair, Prediction, sample, sample_documents, sample_pa
 from fincheck.prepared import read_manifest, read_split
 from fincheck.runs import adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
-from fincheck.tasks import get_task, task_names
-
-
-@dataclass
-class EvalOptions(EvalRun):
-    model: str
-    data_dir: Path
-    out_dir: Path
-    adapter: str | None = None
-    tasks: tuple[str, ...] = field(default_factory=task_names)
-    split: str = "test"
-    limit: int | dict[str, int] | None = None  # N for every task, or task -> N
-    sample_seed: int = 0
-    batch_size: int = 8
-    max_new_tokens: dict[str, int] = field(default_factory=dict)  # task -> N; default: the task's,
-    # fitted to the window (`LoadedModel.answer_budget`)
-    max_input_tokens: int | None = None
-    window: int | None = None  # tokens the model may see (default: the adapter's max_length)
-    device: str | None = None
-    dtype: str = "auto"
-    template_kwargs: dict | None = None  # default: the adapter's run's
-    prefix_reuse: bool = True  # shared prompt prefixes run once (off: the plain generate path)
-    trust_remote_code: bool = False  # run the base model's own code from its repository
-    progress: bool = True
-
-    def answer_budget(self, task: str, loaded=None) -> int:
-        """--max-new-tokens for the task when given, else its default fitted to the window."""
-        if task in self.max_new_tokens:
-            return self.max_new_tokens[task]
-        default = get_task(task).max_new_tokens
-        return loaded.answer_budget(default) if loaded is not None else default
+from fincheck.tasks import get_task
 
 
 def resolve_base_model(model: str | None, adapter: str | None) -> str:
@@ -101,6 +68,8 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
     """Generate predictions for every task; returns per-task counts (done before, new, trimmed)."""
     from tqdm.auto import tqdm
 
+    opts.model = resolve_base_model(opts.model, opts.adapter)
+    opts.resolve_tasks()
     check_eval_config(
         opts.predictions_dir,
         {

@@ -27,20 +27,6 @@ EVAL_CONFIG = "eval_config.json"
 EVAL_SUMMARY = "eval_summary.json"
 
 
-class EvalRun:
-    """What `fincheck eval` and its `--method` runs share: the output folder and the sample."""
-
-    out_dir: Path
-    limit: int | dict[str, int | None] | None
-
-    @property
-    def predictions_dir(self) -> Path:
-        return self.out_dir / "predictions"
-
-    def limit_for(self, task: str) -> int | None:
-        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
-
-
 def read_predictions(path: Path, task: str | None = None) -> list[Prediction]:
     """Read and validate a predictions file; a duplicate id is an error naming both lines."""
     predictions: list[Prediction] = []

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.eval.judge import MatchingJudge
+from fincheck.eval.options import ScoreOptions
 from fincheck.eval.predictions import (
     join_with_gold,
     read_eval_config,
@@ -25,21 +24,6 @@ from fincheck.jsonl import strict_json
 from fincheck.prepared import read_manifest, read_split, split_path
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
-
-
-@dataclass
-class ScoreOptions:
-    data_dir: Path
-    predictions_dir: Path
-    out_dir: Path
-    split: str = "test"
-    tasks: tuple[str, ...] | None = None  # None = every task with a predictions file
-    judge: MatchingJudge | None = None
-    judge_concurrency: int = 8
-    judge_sanity: bool = True
-    bootstrap_resamples: int = 1000
-    seed: int = 0
-    progress: bool = True
 
 
 def run_score(opts: ScoreOptions) -> tuple[dict, int]:

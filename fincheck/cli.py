@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from fincheck import __version__
+from fincheck.config import close_flags
 from fincheck.errors import FincheckError
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
@@ -59,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        command = parser._subparsers._group_actions[0].choices[args.command]
+        moved = [hint for flag, hint in getattr(args, "moved_flags", {}).items() if flag in extra]
+        command.error(
+            f"unrecognized arguments: {close_flags(command, extra)}"
+            + "".join(f"; {hint}" for hint in moved)
+        )
     args.overrides = extra
     try:
         return int(args.func(args) or 0)

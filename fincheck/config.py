@@ -1,17 +1,22 @@
-"""YAML recipes whose keys are typed dataclass fields, with `--key=value` overrides.
+"""Options and recipes: typed dataclass fields, read from YAML, `--key=value` or a command's flags.
 
-One mechanism for every stage: a stage declares a dataclass whose fields carry a default and
-`metadata={"help": ...}`; a YAML file sets some of them; `--key=value` on the command line wins.
-Unknown keys and values of the wrong type stop with a message naming the key and the file.
+One mechanism for every command: a stage declares a dataclass whose fields carry a default and
+their help (`config_field`). A recipe (prepare, train) is YAML plus `--key=value` overrides
+(`load_config`); every other command's flags are generated from its options class
+(`add_options`) and read back through the same type checks (`read_options`). Unknown keys and
+values of the wrong type stop with a message naming the key (and the file).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import enum
+import inspect
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,14 +27,37 @@ from fincheck.errors import FincheckError
 T = TypeVar("T")
 
 
-def config_field(default: Any, help: str, **kwargs: Any) -> Any:
-    """A dataclass field with its help text (mutable defaults are copied per instance)."""
+REQUIRED: Any = dataclasses.MISSING  # a field without a default: its flag is required
+
+
+def config_field(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    applies: dict[str, tuple[Any, ...]] | None = None,
+    cli: bool = True,
+    positional: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """A dataclass field with its help text (mutable defaults are copied per instance).
+
+    For a command's flags (`add_options`): `flag` names the flag when it is not the field's
+    name (`--data` for `data_dir`); `parse` reads the flag's text when YAML's reading is not
+    the right one (`final=512,qasem=4`); `applies` says which other options it is read with
+    (`{"backend": ("local",)}`): given in another mode it is an error, never ignored; `cli=False`
+    keeps a field off the command line (set by the code, not the user); `positional` makes it
+    the command's operands (`fincheck compare RUN [RUN ...]`).
+    """
+    metadata = {
+        "help": help, "flag": flag, "parse": parse, "applies": applies or {}, "cli": cli,
+        "positional": positional,
+    }  # fmt: skip
     if isinstance(default, (list, dict, tuple)):
         value = default
-        return dataclasses.field(
-            default_factory=lambda: _copy(value), metadata={"help": help}, **kwargs
-        )
-    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+        return dataclasses.field(default_factory=lambda: _copy(value), metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
 def _copy(value: Any) -> Any:
@@ -102,6 +130,10 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise FincheckError(f"{key}: expected a number, got {value!r}") from None
+    if annotation is Path:
+        if not isinstance(value, (str, Path)):
+            raise FincheckError(f"{key}: expected a path, got {value!r}")
+        return Path(value)
     if annotation is str:
         if isinstance(value, (dict, list)):
             raise FincheckError(f"{key}: expected a string, got {value!r}")
@@ -227,3 +259,140 @@ def override_value(text: str) -> Any:
     if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
         return text
     return value
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """`--batch-size` for the field `batch_size` (or its own `flag`); `--no-progress` for a
+    switch that turns off a field defaulting to true."""
+    name = (f.metadata.get("flag") or f.name).replace("_", "-")
+    return f"--no-{name}" if f.default is True else f"--{name}"
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return REQUIRED
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return "none" if value is None else str(plain_value(value))
+
+
+def _choices(annotation: Any) -> tuple[Any, ...] | None:
+    return typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else None
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per field of `cls`, with its help and default: `--batch-size` (`--batch_size`,
+    the recipes' spelling, works too); a boolean is a switch (`--trust-remote-code`, or
+    `--no-progress` for one that defaults to true); a field without a default is a required
+    flag. The fields each base class declares are grouped under its docstring's first line.
+    Values stay text here: `read_options` checks them as a recipe's values are checked."""
+    types_ = field_types(cls)
+    owners = [c for c in cls.__mro__ if dataclasses.is_dataclass(c)]
+    for owner in [owners[-1], *owners[:-1]] if len(owners) > 1 else owners:  # the root first
+        own = inspect.get_annotations(owner)
+        doc = (owner.__doc__ or "").strip()
+        title = None
+        if owner is not cls and not doc.startswith(owner.__name__):
+            title = doc.splitlines()[0].rstrip(".")
+        group = parser.add_argument_group(title) if title else parser
+        for f in dataclasses.fields(cls):
+            if f.name in own and f.init and f.metadata.get("cli", True):
+                _add_flag(group, f, types_[f.name], cls)
+
+
+def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> None:
+    if f.metadata.get("positional"):
+        many = typing.get_origin(annotation) in (list, tuple)
+        parser.add_argument(f.name, nargs="+" if many else None, help=f.metadata.get("help"))
+        return
+    name = flag_name(f)
+    default = _field_default(f)
+    text = f.metadata.get("help", "")
+    for other, allowed in f.metadata.get("applies", {}).items():
+        text += f" [with {flag_name(cls.__dataclass_fields__[other])} {'/'.join(allowed)}]"
+    if annotation is bool:
+        action = {"action": "store_const", "const": "false" if default is True else "true"}
+    else:
+        if default not in (REQUIRED, None) and "(default" not in text:
+            text += f" (default: {_shown(default)})"
+        choices = _choices(annotation)
+        action = {"choices": choices, "metavar": None if choices else name.split("-")[-1].upper()}
+    spellings = [name, "--" + name[2:].replace("-", "_")]
+    parser.add_argument(
+        spellings[0],
+        dest=f.name,
+        default=argparse.SUPPRESS,
+        required=default is REQUIRED,
+        help=text.replace("%", "%%"),
+        **action,
+    )
+    if spellings[1] != spellings[0]:  # the recipes' spelling, accepted but not listed
+        parser.add_argument(
+            spellings[1], dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **action
+        )
+
+
+def _from_text(text: str, annotation: Any) -> Any:
+    """A flag's text as YAML reads it, except for plain strings and paths (`--model 2024`)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    plain = (
+        args[0]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1
+        else annotation
+    )
+    return text if plain in (str, Path) else override_value(text)
+
+
+def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
+    """The options a command's flags name (`add_options`), checked like a recipe's keys: a
+    value of the wrong type, or an option the chosen mode does not read, is an error naming
+    the flag. `fixed` sets fields that are not flags."""
+    types_ = field_types(cls)
+    values = dict(fixed)
+    given: list[dataclasses.Field] = []
+    for f in dataclasses.fields(cls):
+        if f.name not in vars(args) or not f.metadata.get("cli", True):
+            continue
+        raw, key, parse = getattr(args, f.name), flag_name(f), f.metadata.get("parse")
+        try:
+            if isinstance(raw, list):  # a positional's operands
+                value = [parse(r) if parse else r for r in raw]
+            else:
+                value = parse(raw) if parse else _from_text(raw, types_[f.name])
+        except (ValueError, FincheckError) as e:
+            raise FincheckError(f"{key}: {e}") from None
+        values[f.name] = coerce(value, types_[f.name], key)
+        given.append(f)
+    try:
+        options = cls(**values)
+    except (TypeError, ValueError) as e:
+        raise FincheckError(f"{cls.__name__}: {e}") from None
+    for f in given:
+        for other, allowed in f.metadata.get("applies", {}).items():
+            value = getattr(options, other)
+            if value not in allowed:
+                other_flag = flag_name(cls.__dataclass_fields__[other])
+                raise FincheckError(
+                    f"{flag_name(f)}: read only with {other_flag} "
+                    f"{' or '.join(str(a) for a in allowed)}, not {value}; leave it out"
+                )
+    return options
+
+
+def close_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """'--bach-size (did you mean --batch-size?)' for each unknown flag: argparse only lists them."""
+    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    out = []
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") else []
+        out.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+    return " ".join(out)

@@ -58,16 +58,6 @@ def parse_dtype(name: str | None) -> str:
     return name
 
 
-def dtype_argument(value: str) -> str:
-    """`parse_dtype` for argparse (`--dtype`): a bad name is a usage error."""
-    import argparse
-
-    try:
-        return parse_dtype(value)
-    except FincheckError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def default_device() -> str:
     import torch
 

@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap = ["--data", str(prepared), "--tasks", "qasem", "--limit", args.limit]
     stages.run(
         "the word-overlap floor (QASem, no model)",
-        [fincheck, "eval", "--method", "overlap", *overlap, "--no-progress",
+        [fincheck, "baseline", "--method", "overlap", *overlap, "--no-progress",
          "--out", str(runs["word overlap (QASem floor)"])],
     )  # fmt: skip
     for name, path in runs.items():

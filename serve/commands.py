@@ -10,8 +10,10 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass
 
-from fincheck.inference import dtype_argument
+from fincheck.config import REQUIRED, add_options, config_field, read_options
+from fincheck.inference import parse_dtype
 
 DETECT_EXAMPLES = """\
 examples:
@@ -48,112 +50,91 @@ publishes.
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
+@dataclass
+class DetectOptions:
+    adapter: str = config_field(REQUIRED, "run folder or adapter folder (or hub id)")
+    model: str | None = config_field(
+        None, "base model (default: the adapter's own base, as recorded)"
+    )
+    text: str | None = config_field(None, "file with the grounding text (document)")
+    summary: str | None = config_field(None, "file with the summary / generated output")
+    input: str | None = config_field(None, "JSONL input file (see below)")
+    out: str | None = config_field(None, "JSONL output file (default: stdout)")
+    batch_size: int = config_field(4, "inputs per forward pass")
+    max_new_tokens: int | None = config_field(
+        None,
+        "tokens generated for the free-text answers (descriptions, judgement) (default: each "
+        "task's own, as in `fincheck eval`)",
+    )
+    max_input_tokens: int | None = config_field(
+        None,
+        "prompt tokens at most: longer documents are trimmed (default: the adapter's training "
+        "max_length, capped by the model's positions, minus the answer's budget; the rule "
+        "`fincheck eval` uses)",
+    )
+    device: str | None = config_field(None, "cpu, cuda, cuda:1 (default: cuda if available)")
+    dtype: str = config_field(
+        "auto",
+        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
+        parse=parse_dtype,
+    )
+    trust_remote_code: bool = config_field(
+        False, "allow the base model's own Python code to run (off by default)"
+    )
 
-    detect = subparsers.add_parser(
-        "detect",
-        help="run a trained adapter on a text and a summary (or a JSONL file of them)",
-        description="Say what a summary (or answer) states that its grounding text does not support.",
-        epilog=DETECT_EXAMPLES,
-        formatter_class=fmt,
-    )
-    detect.add_argument("--adapter", required=True, help="run folder or adapter folder (or hub id)")
-    detect.add_argument(
-        "--model", default=None, help="base model (default: the adapter's own base, as recorded)"
-    )
-    detect.add_argument("--text", help="file with the grounding text (document)")
-    detect.add_argument("--summary", help="file with the summary / generated output")
-    detect.add_argument("--input", help="JSONL input file (see below)")
-    detect.add_argument("--out", help="JSONL output file (default: stdout)")
-    detect.add_argument(
-        "--batch-size", type=int, default=4, help="inputs per forward pass (default 4)"
-    )
-    detect.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help="tokens generated for the free-text answers (descriptions, judgement); "
-        "default: each task's own, as in `fincheck eval`",
-    )
-    detect.add_argument(
-        "--max-input-tokens",
-        type=int,
-        default=None,
-        help="prompt tokens at most: longer documents are trimmed (default: the adapter's "
-        "training max_length, capped by the model's positions, minus the answer's budget; the "
-        "rule `fincheck eval` uses)",
-    )
-    detect.add_argument(
-        "--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)"
-    )
-    detect.add_argument(
-        "--dtype",
-        type=dtype_argument,
-        default="auto",
-        help="weights dtype: auto, bf16, fp16, fp32 (default auto: bf16 on a GPU that has it, "
-        "else fp32)",
-    )
-    detect.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow the base model's own Python code to run (off by default)",
-    )
-    detect.set_defaults(func=_detect)
 
-    merge = subparsers.add_parser(
-        "merge",
-        help="fold an adapter into its base and save one standalone model",
-        description="Write base + LoRA as one model (safetensors), ready for any inference server.",
-        epilog=MERGE_EXAMPLES,
-        formatter_class=fmt,
-    )
-    merge.add_argument("--adapter", required=True, help="run folder or adapter folder")
-    merge.add_argument("--out", required=True, help="output folder (must be new or empty)")
-    merge.add_argument("--model", default=None, help="base model (default: the adapter's own base)")
-    merge.add_argument(
-        "--dtype",
-        type=dtype_argument,
-        default="bf16",
-        help="saved dtype: bf16, fp16, fp32 (default bf16)",
-    )
-    merge.add_argument("--trust-remote-code", action="store_true", help="allow the base's own code")
-    merge.set_defaults(func=_merge)
+@dataclass
+class MergeOptions:
+    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
+    out: str = config_field(REQUIRED, "output folder (must be new or empty)")
+    model: str | None = config_field(None, "base model (default: the adapter's own base)")
+    dtype: str = config_field("bf16", "saved dtype: bf16, fp16, fp32", parse=parse_dtype)
+    trust_remote_code: bool = config_field(False, "allow the base's own code")
 
-    publish = subparsers.add_parser(
-        "publish",
-        help="upload an adapter, its tokenizer and a model card to the Hugging Face Hub",
-        description="Publish a trained adapter with a model card built from its run and results.",
-        epilog=PUBLISH_EXAMPLES,
-        formatter_class=fmt,
+
+@dataclass
+class PublishOptions:
+    checkpoint: str = config_field(REQUIRED, "run folder (checkpoints/<run>/)")
+    repo_id: str = config_field(REQUIRED, "ORG/NAME on the hub")
+    private: bool = config_field(False, "create the repo as private")
+    revision: str | None = config_field(None, "branch to publish to (default: main)")
+    results: str | None = config_field(
+        None, "results.json from `fincheck score` (its figures go into the model card)"
     )
-    publish.add_argument("--checkpoint", required=True, help="run folder (checkpoints/<run>/)")
-    publish.add_argument("--repo-id", required=True, help="ORG/NAME on the hub")
-    publish.add_argument("--private", action="store_true", help="create the repo as private")
-    publish.add_argument("--revision", default=None, help="branch to publish to (default main)")
-    publish.add_argument(
-        "--results",
-        default=None,
-        help="results.json from `fincheck score` (its figures go into the model card)",
+    license: str = config_field(
+        "apache-2.0", "card license (must be compatible with the base model's)"
     )
-    publish.add_argument(
-        "--license",
-        default="apache-2.0",
-        help="card license (default apache-2.0; must be compatible with the base model's)",
-    )
-    publish.add_argument(
-        "--base-model-id",
-        default=None,
-        help="the hub id of the base (default: the one training recorded; needed when the run "
+    base_model_id: str | None = config_field(
+        None,
+        "the hub id of the base (default: the one training recorded; needed when the run "
         "trained on a local folder it could not name)",
     )
-    publish.add_argument(
-        "--dry-run",
-        metavar="DIR",
-        default=None,
-        help="write the repo folder to DIR, upload nothing",
-    )
-    publish.set_defaults(func=_publish)
+    dry_run: str | None = config_field(None, "write the repo folder to DIR, upload nothing")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    for name, options, handler, help_, description, epilog in (
+        ("detect", DetectOptions, _detect,
+         "run a trained adapter on a text and a summary (or a JSONL file of them)",
+         "Say what a summary (or answer) states that its grounding text does not support.",
+         DETECT_EXAMPLES),
+        ("merge", MergeOptions, _merge, "fold an adapter into its base and save one standalone model",
+         "Write base + LoRA as one model (safetensors), ready for any inference server.",
+         MERGE_EXAMPLES),
+        ("publish", PublishOptions, _publish,
+         "upload an adapter, its tokenizer and a model card to the Hugging Face Hub",
+         "Publish a trained adapter with a model card built from its run and results.",
+         PUBLISH_EXAMPLES),
+    ):  # fmt: skip
+        parser = subparsers.add_parser(
+            name,
+            help=help_,
+            description=description,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_options(parser, options)
+        parser.set_defaults(func=handler)
 
 
 def _setup_logging() -> None:
@@ -164,11 +145,12 @@ def _detect(args: argparse.Namespace) -> int:
     _setup_logging()
     from fincheck.serve.detect_cli import run_detect
 
-    return run_detect(args)
+    return run_detect(read_options(DetectOptions, args))
 
 
 def _merge(args: argparse.Namespace) -> int:
     _setup_logging()
+    args = read_options(MergeOptions, args)
     from fincheck.serve.merge import merge_adapter
 
     report = merge_adapter(
@@ -184,6 +166,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _publish(args: argparse.Namespace) -> int:
     _setup_logging()
+    args = read_options(PublishOptions, args)
     from fincheck.serve.publish import publish
 
     result = publish(

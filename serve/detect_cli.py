@@ -9,7 +9,6 @@ and a hallucination class (FHSumBench).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -91,7 +90,8 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
     return results
 
 
-def run_detect(args: argparse.Namespace) -> int:
+def run_detect(args) -> int:
+    """`args`: the command's DetectOptions."""
     from fincheck.detector import Detector
 
     single = args.text is not None or args.summary is not None

@@ -221,7 +221,7 @@ def test_two_step_routes_consistent_summaries_to_none_without_step_2():
 def _eval(out: Path, server: FakeJudgeServer, method: str, *extra: str) -> int:
     return main(
         [
-            "eval", "--method", method, "--backend", "openai", "--model", "fake-gpt",
+            "baseline", "--method", method, "--backend", "openai", "--model", "fake-gpt",
             "--base-url", server.base_url, "--data", str(SMALL), "--out", str(out),
             "--max-retries", "2", "--concurrency", "2", "--no-progress", *extra,
         ]
@@ -316,7 +316,7 @@ def test_an_unknown_task_for_the_method_and_a_missing_model_are_clear(tmp_path, 
     with FakeJudgeServer() as server:
         assert _eval(tmp_path / "x", server, "pipeline", "--tasks", "qasem") == 1
     assert "--method pipeline covers final, not qasem" in capsys.readouterr().err
-    args = ["eval", "--method", "e2e", "--data", str(SMALL), "--out", str(tmp_path / "y")]
+    args = ["baseline", "--method", "e2e", "--data", str(SMALL), "--out", str(tmp_path / "y")]
     assert main(args) == 1
     assert "--method needs --model" in capsys.readouterr().err
 
@@ -388,7 +388,7 @@ def test_fizz_reads_each_label_style_of_a_saved_nli_model(
     assert got.entailment == pytest.approx(probs[entailment_index].item(), abs=1e-6)
 
     out = tmp_path / "fizz"
-    args = ["eval", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
+    args = ["baseline", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
             "--llm-max-tokens", "8", "--tasks", "fhsumbench", "--limit", "4", "--nli-model",
             str(folder), *flags, "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(args) == 0
@@ -404,7 +404,7 @@ def test_unnamed_nli_labels_without_an_order_fail_clearly(tiny_base, tmp_path, c
                         num_attention_heads=2, intermediate_size=64, num_labels=3)  # fmt: skip
     BertForSequenceClassification(config).save_pretrained(tmp_path / "nli")
     tokenizer.save_pretrained(tmp_path / "nli")
-    args = ["eval", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
+    args = ["baseline", "--method", "fizz", "--model", str(tiny_base), "--data", str(SMALL),
             "--tasks", "fhsumbench", "--limit", "2", "--nli-model", str(tmp_path / "nli"),
             "--out", str(tmp_path / "fizz"), "--no-progress"]  # fmt: skip
     assert main(args) != 0
@@ -422,7 +422,7 @@ def test_every_method_runs_on_a_local_model(tiny_base, tiny_nli, tmp_path):
         ("fizz", ["--nli-model", str(tiny_nli)]),
     ):
         out = tmp_path / method
-        args = ["eval", "--method", method, *common, "--out", str(out), "--no-progress", *extra]
+        args = ["baseline", "--method", method, *common, "--out", str(out), "--no-progress", *extra]
         assert main(args) == 0, method
         results = _score(out)
         expected = {"pipeline": {"final"}, "two-step": {"final"}, "fizz": {"final", "fhsumbench"}}
@@ -451,7 +451,7 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     from fincheck.pairs import read_pairs
 
     out = tmp_path / "overlap"
-    args = ["eval", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    args = ["baseline", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
     assert main(args) == 0  # every task asked for: overlap covers QASem alone
     records = _lines(out / "predictions" / "qasem.jsonl")
     pairs = {p.id: p for p in read_pairs(SMALL / "qasem" / "test.jsonl")}
@@ -471,7 +471,7 @@ def test_a_torn_last_trace_line_does_not_break_a_rerun(tmp_path):
     """A full disk (or a kill) mid-write leaves the trace's last line without its end: the rerun
     drops that partial record, finishes, and leaves a trace of whole JSON lines."""
     out = tmp_path / "overlap"
-    args = ["eval", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    args = ["baseline", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
     assert main(args) == 0
     trace = out / "predictions" / "qasem.trace.jsonl"
     predictions = out / "predictions" / "qasem.jsonl"
@@ -523,7 +523,7 @@ def test_what_the_final_baselines_do_not_reproduce_is_said_where_users_meet_it(t
     chose the better of two prompt variants per model while fincheck runs one."""
     from fincheck.tasks import all_tasks
 
-    args = ["eval", "--method", "two-step", "--step1", "trueteacher", "--model", "m",
+    args = ["baseline", "--method", "two-step", "--step1", "trueteacher", "--model", "m",
             "--data", str(SMALL), "--tasks", "final", "--out", str(tmp_path / "run")]  # fmt: skip
     assert main(args) != 0
     assert "TrueTeacher classifier is not offered" in capsys.readouterr().err
@@ -554,7 +554,7 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
 
 def test_an_unreachable_endpoint_is_named_with_the_callers_own_options(tmp_path, capsys):
     """`fincheck eval --method` talks of --base-url and --timeout, never of the judge's options."""
-    args = ["eval", "--method", "e2e", "--backend", "openai", "--model", "m",
+    args = ["baseline", "--method", "e2e", "--backend", "openai", "--model", "m",
             "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", "--max-retries", "0",
             "--concurrency", "1", "--data", str(SMALL), "--out", str(tmp_path / "run"),
             "--no-progress"]  # fmt: skip
@@ -576,7 +576,7 @@ def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
     with FakeJudgeServer() as server:
         server.script = {"": [("sleep", 30, "A. late")]}
         process = subprocess.Popen(
-            [str(fincheck), "eval", "--method", "e2e", "--backend", "openai", "--model", "m",
+            [str(fincheck), "baseline", "--method", "e2e", "--backend", "openai", "--model", "m",
              "--base-url", server.base_url, "--tasks", "final", "--data", str(SMALL),
              "--out", str(tmp_path / "run"), "--no-progress"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -433,34 +433,63 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
 @pytest.mark.parametrize(
     "argv, match",
     [
-        (["--limit", "-5"], "N >= 1"),
+        (["--limit", "-5"], "--limit: expected N or task=N,... with N >= 1"),
         (["--limit", "final=0"], "N >= 1"),
         (["--limit", "bogus=3"], "tasks: final,qasem,fhsumbench"),
+        (["--tasks", "final,bogus"], "--tasks: unknown task(s) ['bogus']"),
+        (["--batch-size", "four"], "--batch-size: expected an integer, got 'four'"),
+        (["--dtype", "fp8"], "--dtype"),
+        (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs: expected a JSON object"),
+        # an option the chosen backend does not read is an error, never ignored
         (["--backend", "openai", "--batch-size", "4"],
-         "--batch-size: not used by a served detector (--backend openai without --method)"),
-        (["--adapter", "a", "--backend", "openai"], "--adapter with --backend openai"),
-        # a served detector's prompt fitting: a tokenizer to count with, and only there
+         "--batch-size: read only with --backend local, not openai; leave it out"),
+        (["--backend", "openai", "--no-prefix-reuse"], "--no-prefix-reuse: read only with --backend local"),
+        (["--backend", "openai", "--max-new-tokens", "9"], "--max-new-tokens: read only with --backend local"),
+        (["--adapter", "a", "--backend", "openai"], "--adapter: read only with --backend local"),
+        (["--tokenizer", "t"], "--tokenizer: read only with --backend openai, not local"),
+        (["--base-url", "http://x"], "--base-url: read only with --backend openai"),
+        # a served detector's prompt fitting: a tokenizer to count with
         (["--backend", "openai", "--window", "512"], "--window needs --tokenizer"),
         (["--backend", "openai", "--max-input-tokens", "512"], "--max-input-tokens needs --tokenizer"),
-        (["--tokenizer", "t"], "--tokenizer: not used by a plain eval (no --method)"),
-        (["--method", "e2e", "--backend", "openai", "--tokenizer", "t"],
-         "--tokenizer: not used by --method e2e with --backend openai"),
-        (["--method", "e2e", "--batch-size", "4"], "--batch-size: not used by --method e2e"),
-        # another method's options, and a local model's options with an endpoint
-        (["--method", "e2e", "--step1", "oracle"], "--step1: not used by --method e2e"),
-        (["--method", "pipeline", "--step2", "cot-hint"], "--step2: not used by --method pipeline"),
-        (["--method", "two-step", "--nli-model", "x"], "--nli-model: not used by --method two-step"),
-        (["--method", "e2e", "--nli-labels", "a,b,c"], "--nli-labels: not used by --method e2e"),
-        (["--method", "e2e", "--backend", "openai", "--window", "512"],
-         "--window: not used by --method e2e with --backend openai"),
-        (["--method", "e2e", "--backend", "openai", "--device", "cpu"],
-         "--device: not used by --method e2e with --backend openai"),
+        # a misspelt flag gets the closest one; a baseline's flag says where it went
+        (["--bach-size", "4"], "--bach-size (did you mean --batch-size?)"),
+        (["--method", "e2e"], "fincheck baseline --method"),
     ],
 )  # fmt: skip
 def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
     try:
         status = main(
             ["eval", "--model", "m", "--data", str(tmp_path), "--out", str(tmp_path), *argv]
+        )
+    except SystemExit as e:  # argparse's own usage error
+        status = e.code
+    assert status != 0
+    assert re.search(re.escape(match), capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--method", "e3e"], "--method: 'e3e' is not one of e2e, e2e-fewshot"),
+        (["--method", "detector"], "--method: 'detector' is not one of"),
+        # another method's options, and a local model's options with an endpoint
+        (["--method", "e2e", "--step1", "oracle"], "--step1: read only with --method two-step, not e2e"),
+        (["--method", "pipeline", "--step2", "cot-hint"], "--step2: read only with --method two-step"),
+        (["--method", "two-step", "--nli-model", "x"], "--nli-model: read only with --method fizz"),
+        (["--method", "e2e", "--nli-labels", "a,b,c"], "--nli-labels: read only with --method fizz"),
+        (["--method", "e2e", "--backend", "openai", "--window", "512"],
+         "--window: read only with --backend local, not openai"),
+        (["--method", "e2e", "--backend", "openai", "--device", "cpu"], "--device: read only with --backend local"),
+        (["--method", "e2e", "--timeout", "5"], "--timeout: read only with --backend openai"),
+        # a plain eval's options are not a baseline's
+        (["--method", "e2e", "--batch-size", "4"], "unrecognized arguments: --batch-size"),
+        (["--method", "e2e", "--tokenizer", "t"], "unrecognized arguments: --tokenizer"),
+    ],
+)  # fmt: skip
+def test_baseline_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
+    try:
+        status = main(
+            ["baseline", "--model", "m", "--data", str(tmp_path), "--out", str(tmp_path), *argv]
         )
     except SystemExit as e:  # argparse's own usage error
         status = e.code
@@ -525,7 +554,7 @@ def test_another_prepared_folder_into_the_same_out_is_refused(tmp_path, capsys):
     manifest["fingerprint"] = "0" * 12
     (other / "manifest.json").write_text(json.dumps(manifest))
     out = tmp_path / "run"
-    args = ["eval", "--method", "overlap", "--out", str(out), "--no-progress", "--data"]
+    args = ["baseline", "--method", "overlap", "--out", str(out), "--no-progress", "--data"]
     assert main([*args, str(small)]) == 0
     assert main([*args, str(other)]) != 0
     assert "data_fingerprint differ" in capsys.readouterr().err
@@ -538,7 +567,16 @@ def test_two_evals_into_one_out_at_once_the_second_is_refused(tmp_path, capsys):
 
     small = Path(__file__).parent / "assets" / "prepared"
     out = tmp_path / "run"
-    args = ["eval", "--method", "overlap", "--data", str(small), "--out", str(out), "--no-progress"]
+    args = [
+        "baseline",
+        "--method",
+        "overlap",
+        "--data",
+        str(small),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     with hold_out_dir(out, "fincheck eval"):
         assert main(args) != 0
         assert f"{out} is in use by fincheck eval (pid" in capsys.readouterr().err

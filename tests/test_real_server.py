@@ -146,7 +146,7 @@ def test_the_papers_methods_and_the_judge_run_against_the_real_server(served, tm
     common = ["--data", str(SMALL), "--tasks", "final", "--limit", "2", "--no-progress"]
     for method in ("e2e-cot", "pipeline"):
         out = tmp_path / method
-        args = ["eval", "--method", method, *endpoint, "--llm-max-tokens", "48", *common]
+        args = ["baseline", "--method", method, *endpoint, "--llm-max-tokens", "48", *common]
         assert main([*args, "--out", str(out)]) == 0, method
         records = list(_outputs(out, "final").values())
         assert len(records) == 2 and all(isinstance(r["output"], str) for r in records)

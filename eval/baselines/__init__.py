@@ -1,1 +1,1 @@
-"""The papers' systems as baselines (`fincheck eval --method`): see `methods` for the list."""
+"""The papers' systems as baselines (`fincheck baseline --method`): see `methods` for the list."""

@@ -223,8 +223,7 @@ METHODS: dict[str, Method] = {
             "detector",
             ("final", "qasem", "fhsumbench"),
             run_detector,
-            "fincheck's own task prompts on an endpoint (`fincheck eval --backend openai` "
-            "without --method)",
+            "fincheck's own task prompts on an endpoint (`fincheck eval --backend openai`)",
         ),
         Method(
             "overlap",

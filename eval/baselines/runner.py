@@ -1,4 +1,4 @@
-"""`fincheck eval --method M`: run a paper's system over the prepared pairs, like a model.
+"""`fincheck baseline --method M`: run a paper's system over the prepared pairs, like a model.
 
 Stages: build the client (an OpenAI-compatible endpoint or a local model) behind the request
 cache -> build the method (two-step's step 1, FIZZ's NLI model and dev threshold) -> for each
@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_method
 from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
+from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import (
-    EvalRun,
     PredictionWriter,
     check_eval_config,
     record_generation,
@@ -30,35 +29,7 @@ from fincheck.eval.predictions import (
 from fincheck.jsonl import drop_torn_last_line
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
-from fincheck.tasks import get_task, task_names
-
-
-@dataclass
-class BaselineOptions(EvalRun):
-    method: str
-    model: str
-    data_dir: Path
-    out_dir: Path
-    backend: str = "local"  # local | openai
-    tasks: tuple[str, ...] = field(default_factory=task_names)
-    split: str = "test"
-    limit: int | dict[str, int] | None = None
-    sample_seed: int = 0
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
-    timeout: float = 60.0  # llm_backends.DEFAULT_TIMEOUT_S
-    max_retries: int = 4  # llm_backends.DEFAULT_MAX_RETRIES
-    max_tokens: int = 512  # answer budget per call (reasoning included)
-    step1: str = "self"  # two-step: self | oracle | a fincheck adapter folder
-    step2: str = "cot"  # two-step: cot | cot-hint
-    nli_model: str | None = None  # fizz
-    nli_labels: tuple[str, ...] | None = None  # fizz: the NLI model's labels in index order
-    device: str | None = None
-    window: int | None = None  # tokens the model may see (local backend; a served detector)
-    tokenizer: str | None = None  # a served detector: fit its prompts with this tokenizer
-    max_input_tokens: int | None = None  # a served detector: prompt tokens at most
-    progress: bool = True
+from fincheck.tasks import get_task
 
 
 class NoLLM:
@@ -127,8 +98,6 @@ def adapter_step1(adapter: str, device: str | None):
 
 def check_method_options(opts: BaselineOptions) -> None:
     """The method's own options, checked before any model loads (a typo fails in a second)."""
-    if opts.method != "detector" and (opts.tokenizer or opts.max_input_tokens):
-        raise FincheckError("--tokenizer and --max-input-tokens fit a served detector's prompts")
     if opts.method == "detector" and not opts.tokenizer and (opts.window or opts.max_input_tokens):
         given = "--window" if opts.window else "--max-input-tokens"
         raise FincheckError(
@@ -241,6 +210,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     """Predictions of the method for each task it covers; returns per-task counts."""
     from fincheck.eval.generate import sample_by, sample_task
 
+    opts.resolve_tasks()
     check_method_options(opts)
     client = build_client(opts)
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")

@@ -1,0 +1,355 @@
+"""The options of `fincheck eval`, `fincheck baseline` and `fincheck score`: each command's flags
+are these fields (`fincheck.config.add_options`), declared once with their help and default.
+
+An option one mode alone reads says so (`applies`): `--batch-size` with `--backend openai`, or
+`--step1` with `--method e2e`, is an error naming the flag, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fincheck.config import REQUIRED, config_field
+from fincheck.errors import FincheckError
+from fincheck.inference import parse_dtype
+from fincheck.tasks import all_tasks, task_names
+
+LOCAL = {"backend": ("local",)}
+ENDPOINT = {"backend": ("openai",)}
+
+
+def parse_tasks(text: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in tasks if t not in task_names()]
+    if unknown or not tasks:
+        raise FincheckError(f"unknown task(s) {unknown}; choose from {','.join(task_names())}")
+    return tasks
+
+
+def per_task_numbers(text: str) -> int | dict[str, int]:
+    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
+    try:
+        if "=" not in text:
+            numbers: int | dict[str, int] = int(text)
+            values = [numbers]
+        else:
+            numbers = {}
+            for part in text.split(","):
+                task, n = part.split("=")
+                if task.strip() not in task_names():
+                    raise ValueError(task)
+                numbers[task.strip()] = int(n)
+            values = list(numbers.values())
+        if any(n < 1 for n in values):
+            raise ValueError(text)
+    except ValueError:
+        raise FincheckError(
+            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
+        ) from None
+    return numbers
+
+
+def per_task_budget(text: str) -> dict[str, int]:
+    """`--max-new-tokens`: N for every task, or the tasks named (the others keep their own)."""
+    numbers = per_task_numbers(text)
+    return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
+
+
+def json_object(text: str) -> dict:
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise FincheckError("expected a JSON object")
+    return parsed
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    return tuple(text.split(","))
+
+
+def _task_budgets() -> str:
+    return ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
+
+
+@dataclass(kw_only=True)
+class EvalRun:
+    """What every model run over prepared pairs shares: the data, the output folder, the sample."""
+
+    data_dir: Path = config_field(
+        REQUIRED, "prepared data directory (`fincheck prepare --out`)", flag="data"
+    )
+    out_dir: Path = config_field(
+        REQUIRED, "run directory; predictions go to OUT/predictions/", flag="out"
+    )
+    tasks: tuple[str, ...] | None = config_field(
+        None,
+        f"comma-separated tasks, of {','.join(task_names())} (default: every task the prepared "
+        "folder holds)",
+        parse=parse_tasks,
+    )
+    split: Literal["dev", "test"] = config_field("test", "split to evaluate")
+    limit: int | dict[str, int] | None = config_field(
+        None,
+        "a seeded random sample of N examples per task, or task=N,... (the tasks not named: all "
+        "their examples); QASem's N draws whole reference documents, about N QAs (default: all)",
+        parse=per_task_numbers,
+    )
+    sample_seed: int = config_field(0, "seed of the --limit sample")
+    progress: bool = config_field(True, "no progress bars")
+
+    @property
+    def predictions_dir(self) -> Path:
+        return self.out_dir / "predictions"
+
+    def limit_for(self, task: str) -> int | None:
+        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
+
+    def resolve_tasks(self) -> tuple[str, ...]:
+        """--tasks, or every registered task the prepared folder holds."""
+        if self.tasks is None:
+            from fincheck.prepared import prepared_tasks
+
+            self.tasks = tuple(prepared_tasks(self.data_dir))
+        return self.tasks
+
+
+@dataclass(kw_only=True)
+class Endpoint:
+    """An OpenAI-compatible endpoint (api.openai.com, vLLM, `transformers serve`, ...)."""
+
+    base_url: str | None = config_field(
+        None, "OpenAI-compatible base URL (default: api.openai.com)", applies=ENDPOINT
+    )
+    api_key_env: str = config_field(
+        "OPENAI_API_KEY",
+        "environment variable holding the API key; the key is never written anywhere",
+        applies=ENDPOINT,
+    )
+    timeout: float = config_field(
+        60.0,
+        "seconds per call (raise it for a slow server writing long answers)",
+        applies=ENDPOINT,
+    )
+    max_retries: int = config_field(
+        4,
+        "retries on 429/5xx/timeouts, honouring Retry-After (4: an endpoint that never answers "
+        "gives a one-line error within about five minutes)",
+        applies=ENDPOINT,
+    )
+
+
+@dataclass(kw_only=True)
+class EvalOptions(Endpoint, EvalRun):
+    """`fincheck eval`: a detector's predictions, run here (a model and its adapter) or served."""
+
+    backend: Literal["local", "openai"] = config_field(
+        "local",
+        "where the detector runs: local (--model and --adapter loaded here), or openai (a served "
+        "detector: fincheck's task prompts sent to the endpoint's --model -- vLLM, llama.cpp, "
+        "`transformers serve` -- QASem's P(Yes) from its logprobs when it returns them)",
+    )
+    model: str | None = config_field(
+        None,
+        "base model name or path (default: the adapter's recorded base); with --backend openai "
+        "the served model's name",
+    )
+    adapter: str | None = config_field(
+        None, "LoRA adapter directory (from `fincheck train`)", applies=LOCAL
+    )
+    batch_size: int = config_field(8, "prompts per generate call", applies=LOCAL)
+    max_new_tokens: dict[str, int] = config_field(
+        {},
+        f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most a "
+        "quarter of the window)",
+        parse=per_task_budget,
+        applies=LOCAL,
+    )
+    max_input_tokens: int | None = config_field(
+        None,
+        "prompt tokens at most: longer prompts have their grounding text trimmed (default: the "
+        "window -- an adapter's training max_length, capped by the model's positions -- minus "
+        "the task's --max-new-tokens; the rule detect uses too)",
+    )
+    window: int | None = config_field(
+        None,
+        "tokens the model may see, prompt and answer (default: an adapter's training "
+        "max_length, capped by the model's positions): gives an untuned base the same prompts "
+        "as its adapter",
+    )
+    template_kwargs: dict | None = config_field(
+        None,
+        "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for Qwen3 "
+        "(default: those the adapter was trained with, else none)",
+        flag="chat_template_kwargs",
+        parse=json_object,
+        applies=LOCAL,
+    )
+    device: str | None = config_field(
+        None, "cpu, cuda, cuda:1 ... (default: cuda when available)", applies=LOCAL
+    )
+    dtype: str = config_field(
+        "auto",
+        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
+        parse=parse_dtype,
+        applies=LOCAL,
+    )
+    prefix_reuse: bool = config_field(
+        True,
+        "the plain generate path, every prompt whole (for comparison and debugging): by default "
+        "each prefix that prompts share (the task's instructions, a document, a response "
+        "sentence) runs once into a KV cache, and QASem's P(Yes) needs no generation",
+        applies=LOCAL,
+    )
+    trust_remote_code: bool = config_field(
+        False,
+        "allow the base model's own Python code from its repository (off by default)",
+        applies=LOCAL,
+    )
+    tokenizer: str | None = config_field(
+        None,
+        "fit a served detector's prompts to the window as a local eval does: an adapter's run "
+        "folder (its tokenizer, training length and template kwargs) or the served model's "
+        "tokenizer (folder or name; window: its positions, or --window) (default: prompts sent "
+        "whole, answers at the task's default budget)",
+        applies=ENDPOINT,
+    )
+    concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT)
+
+    def answer_budget(self, task: str, loaded=None) -> int:
+        """--max-new-tokens for the task when given, else its default fitted to the window."""
+        if task in self.max_new_tokens:
+            return self.max_new_tokens[task]
+        default = all_tasks()[task].max_new_tokens
+        return loaded.answer_budget(default) if loaded is not None else default
+
+
+METHODS = ("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap")
+
+
+def parse_method(text: str) -> str:
+    if text not in METHODS:
+        raise FincheckError(f"{text!r} is not one of {', '.join(METHODS)}")
+    return text
+
+
+@dataclass(kw_only=True)
+class BaselineOptions(Endpoint, EvalRun):
+    """`fincheck baseline`: a paper's system run with any LLM (docs/baselines.md)."""
+
+    method: str = config_field(
+        REQUIRED,
+        "e2e / e2e-fewshot / e2e-cot: every task; pipeline, two-step: FINAL; fizz: FINAL and "
+        "FHSumBench; overlap: QASem, no model (the share of the answer's words found in the "
+        "reference)",
+        parse=parse_method,
+    )
+    model: str | None = config_field(
+        None, "the LLM that runs the method: a local model, or the endpoint's model name"
+    )
+    backend: Literal["local", "openai"] = config_field(
+        "local", "where --model runs: local, or openai (any OpenAI-compatible endpoint)"
+    )
+    concurrency: int = config_field(8, "examples in flight (a local model batches their calls)")
+    max_tokens: int = config_field(
+        512, "answer tokens per call, reasoning included", flag="llm_max_tokens"
+    )
+    step1: str = config_field(
+        "self",
+        "two-step, step 1: self (the model's binary CoT), oracle (the gold label), or a "
+        "fincheck adapter folder",
+        applies={"method": ("two-step",)},
+    )
+    step2: Literal["cot", "cot-hint"] = config_field(
+        "cot", "two-step, step 2", applies={"method": ("two-step",)}
+    )
+    nli_model: str | None = config_field(
+        None, "fizz: a Hugging Face NLI sequence classifier", applies={"method": ("fizz",)}
+    )
+    nli_labels: tuple[str, ...] | None = config_field(
+        None,
+        "fizz: the NLI model's three labels in its output order, for a model saved without "
+        "label names (LABEL_0..2), e.g. entailment,contradiction,neutral (named labels, also "
+        "SUPPORTS/REFUTES/NOT ENOUGH INFO, are read from the model's config)",
+        parse=comma_list,
+        applies={"method": ("fizz",)},
+    )
+    device: str | None = config_field(
+        None, "cpu, cuda, cuda:1 ... (default: cuda when available)", applies=LOCAL
+    )
+    window: int | None = config_field(
+        None,
+        "tokens the local model may see (default: its positions); longer prompts are trimmed",
+        applies=LOCAL,
+    )
+    # A served detector (`fincheck eval --backend openai`) runs as the method "detector":
+    tokenizer: str | None = config_field(None, "", cli=False)
+    max_input_tokens: int | None = config_field(None, "", cli=False)
+
+
+@dataclass
+class ScoreOptions:
+    """`fincheck score`: predictions against the gold, with a judge for FINAL's matching."""
+
+    data_dir: Path = config_field(REQUIRED, "prepared data directory (the gold)", flag="data")
+    predictions_dir: Path = config_field(
+        REQUIRED, "directory with <task>.jsonl predictions", flag="predictions"
+    )
+    out_dir: Path = config_field(
+        REQUIRED, "where results.json, report.md, plots/ and scored/ go", flag="out"
+    )
+    tasks: tuple[str, ...] | None = config_field(
+        None, "tasks to score (default: every task with a predictions file)", parse=parse_tasks
+    )
+    split: Literal["dev", "test"] = config_field("test", "gold split")
+    judge_kind: Literal["none", "openai", "local"] | None = config_field(
+        None,
+        "FINAL matching judge: none, openai or local (default: openai when --judge-base-url is "
+        "given, local when --judge-model is an existing folder, openai when it is a model name; "
+        "else none = FINAL P/R/F1 not computed)",
+        flag="judge",
+    )
+    judge_model: str | None = config_field(None, "judge model name (openai) or path (local)")
+    judge_prompt: Literal["paper", "strict"] = config_field(
+        "paper",
+        "FINAL matching criteria: paper = the FINAL paper's (prompt E.4); strict = also no match "
+        "for omissions and multi-fact descriptions (a variant, named in the report)",
+    )
+    judge_base_url: str | None = config_field(
+        None, "OpenAI-compatible base URL of the judge (default: api.openai.com)"
+    )
+    judge_api_key_env: str = config_field(
+        "OPENAI_API_KEY", "environment variable holding the judge's API key"
+    )
+    judge_concurrency: int = config_field(8, "judge calls in flight")
+    judge_timeout: float = config_field(60.0, "seconds per judge call")
+    judge_max_retries: int = config_field(
+        4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After"
+    )
+    judge_max_tokens: int = config_field(1024, "answer budget per judge call, reasoning included")
+    judge_cache: Path | None = config_field(
+        None, "judge answer cache (default: OUT/judge_cache.jsonl)"
+    )
+    judge_sanity: bool = config_field(
+        True,
+        "skip the judge sanity set (by default the judge also matches 15 descriptions of known "
+        "answer, 12 calls, cached, and its agreement is printed beside FINAL's figures)",
+    )
+    max_judge_failure_rate: float = config_field(
+        0.02,
+        "exit 3 when a larger share of the FINAL examples needing the judge got no usable answer",
+    )
+    bootstrap_resamples: int = config_field(
+        1000, "bootstrap resamples for the CIs", flag="bootstrap"
+    )
+    seed: int = config_field(0, "bootstrap seed")
+    report_to: Literal["none", "wandb"] = config_field(
+        "none", "also log results and the report to wandb (WANDB_MODE=offline works)"
+    )
+    wandb_project: str = config_field("fincheck", "wandb project")
+    progress: bool = config_field(True, "no progress bars")
+    judge: Any = config_field(None, "", cli=False)  # the MatchingJudge the judge_* options build
