@@ -65,6 +65,7 @@ def register(subparsers) -> None:
     add_options(p, EvalOptions)
     p.set_defaults(
         func=eval_command,
+        options=EvalOptions,
         moved_flags={"--method": "the papers' systems run with `fincheck baseline --method`"},
     )
     b = subparsers.add_parser(
@@ -76,7 +77,7 @@ def register(subparsers) -> None:
         formatter_class=raw,
     )
     add_options(b, BaselineOptions)
-    b.set_defaults(func=baseline_command)
+    b.set_defaults(func=baseline_command, options=BaselineOptions)
     s = subparsers.add_parser(
         "score",
         help="score predictions against the prepared gold: results.json, report.md, plots",
@@ -87,7 +88,7 @@ def register(subparsers) -> None:
         formatter_class=raw,
     )
     add_options(s, ScoreOptions)
-    s.set_defaults(func=score_command)
+    s.set_defaults(func=score_command, options=ScoreOptions)
 
 
 def eval_command(args: argparse.Namespace) -> int:

@@ -222,7 +222,7 @@ def register(subparsers) -> None:
         "runs/compare.md",
     )
     add_options(p, CompareOptions)
-    p.set_defaults(func=compare_command)
+    p.set_defaults(func=compare_command, options=CompareOptions)
 
 
 def compare_command(args: argparse.Namespace) -> int:

@@ -311,7 +311,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
 def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> None:
     if f.metadata.get("positional"):
         many = typing.get_origin(annotation) in (list, tuple)
-        parser.add_argument(f.name, nargs="+" if many else None, help=f.metadata.get("help"))
+        nargs = ("+" if _field_default(f) is REQUIRED else "*") if many else None
+        parser.add_argument(f.name, nargs=nargs, help=f.metadata.get("help"))
         return
     name = flag_name(f)
     default = _field_default(f)

@@ -268,7 +268,7 @@ def has_own_tokenizer(run: RunArtifacts) -> bool:
 
 
 def load_adapter_model(
-    adapter_dir: str | Path,
+    adapter_dir: str | Path | RunArtifacts,
     base: str | None = None,
     dtype: Any = None,
     device: str | None = None,
@@ -282,7 +282,7 @@ def load_adapter_model(
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    run = load_run(adapter_dir)
+    run = adapter_dir if isinstance(adapter_dir, RunArtifacts) else load_run(adapter_dir)
     model, base_tokenizer = load_base(
         run.resolve_base(base), dtype or torch.float32, trust_remote_code
     )
@@ -327,7 +327,7 @@ def load_model(
         run = load_run(local_adapter_dir(adapter))
         base = run.resolve_base(model)
         net, tokenizer = load_adapter_model(
-            run.path, base, weights, device, trust_remote_code=trust_remote_code
+            run, base, weights, device, trust_remote_code=trust_remote_code
         )
         if merge_adapter is None:
             merge_adapter = weights == torch_dtype("fp32")

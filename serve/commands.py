@@ -134,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         add_options(parser, options)
-        parser.set_defaults(func=handler)
+        parser.set_defaults(func=handler, options=options)
 
 
 def _setup_logging() -> None:

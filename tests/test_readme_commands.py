@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fincheck.cli import build_parser
+from fincheck.config import read_options
 
 REPO = Path(__file__).resolve().parents[1]
 FINCHECK = Path(sys.executable).parent / "fincheck"
@@ -59,6 +60,8 @@ def test_doc_command_parses(command: str, monkeypatch, tmp_path):
     elif program == "fincheck":
         args, extra = build_parser().parse_known_args(argv[1:])  # argparse errors exit non-zero
         assert args.command, command
+        if getattr(args, "options", None):  # its values are of the right type and mode
+            read_options(args.options, args)
         if extra:
             assert getattr(args, "accepts_overrides", False), f"unknown options {extra}"
             check_overrides(args.command, getattr(args, "config", None), extra)

@@ -124,14 +124,11 @@ def write_subset(s: EvalPathSettings) -> Path:
 def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
-    from fincheck.eval.generate import resolve_base_model
     from fincheck.inference import load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
     from fincheck.tasks import get_task
 
-    loaded = load_model(
-        resolve_base_model(s.model, s.adapter), s.adapter, window=s.window, dtype=s.dtype
-    )
+    loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
     totals = {}
     for task in s.tasks:
         budget = loaded.prompt_budget(loaded.answer_budget(get_task(task).max_new_tokens))
@@ -159,7 +156,7 @@ def read_predictions(path: Path) -> dict[str, dict]:
 
 
 def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)) -> EvalPathReport:
-    from fincheck.eval.generate import EvalOptions, resolve_base_model, run_eval
+    from fincheck.eval.generate import EvalOptions, run_eval
 
     if bad := [m for m in s.modes if m not in PATH_MODES]:
         raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
@@ -181,7 +178,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         for mode in s.modes:
             out = s.scratch / f"{task}-{mode}"
             opts = EvalOptions(
-                model=resolve_base_model(s.model, s.adapter),
+                model=s.model,
                 adapter=s.adapter,
                 data_dir=data,
                 out_dir=out,

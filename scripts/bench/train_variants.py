@@ -30,7 +30,6 @@ import importlib.util
 import os
 import platform
 import resource
-import socket
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -186,21 +185,11 @@ def single_process_group():
     the benchmark leaves no process group or RANK/WORLD_SIZE behind (matters under pytest)."""
     import torch
 
-    saved = {
-        k: os.environ.get(k)
-        for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
-    }
-    if saved["MASTER_PORT"] is None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    for key, value in {
-        "MASTER_ADDR": "127.0.0.1",
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-    }.items():
-        os.environ.setdefault(key, value)
+    from fincheck.train.sft import single_process_group_env
+
+    keys = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    saved = {k: os.environ.get(k) for k in keys}
+    single_process_group_env()  # the one `fincheck train` describes
     was_initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
     try:
         yield

@@ -1,0 +1,69 @@
+"""The one options mechanism: a command's flags generated from its options dataclass, read back
+with the recipes' type checks."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fincheck.config import REQUIRED, add_options, config_field, load_config, read_options
+from fincheck.errors import FincheckError
+
+
+@dataclass
+class Options:
+    data_dir: Path = config_field(REQUIRED, "input folder", flag="data")
+    runs: list[Path] = config_field([], "operands", positional=True)
+    batch_size: int = config_field(8, "rows per batch")
+    names: list[str] | None = config_field(None, "comma list")
+    progress: bool = config_field(True, "no bars")
+    trust_remote_code: bool = config_field(False, "run their code")
+    mode: str = config_field("fast", "fast or slow")
+    depth: int | None = config_field(None, "slow mode's depth", applies={"mode": ("slow",)})
+
+
+def parse(argv: list[str]) -> Options:
+    parser = argparse.ArgumentParser(prog="x")
+    add_options(parser, Options)
+    return read_options(Options, parser.parse_args(argv))
+
+
+def test_flags_take_the_fields_types_defaults_and_both_spellings():
+    got = parse(["--data", "d", "r1", "r2", "--batch_size", "3", "--names", "a,b", "--no-progress"])
+    assert got == Options(
+        data_dir=Path("d"), runs=[Path("r1"), Path("r2")], batch_size=3, names=["a", "b"],
+        progress=False,
+    )  # fmt: skip
+    assert parse(["--data", "d", "--trust-remote-code", "--batch-size", "4"]).trust_remote_code
+    # what a flag leaves out keeps the default, as a YAML recipe without the key would
+    assert parse(["--data", "d"]) == load_config(Options, None, {"data_dir": "d"})
+
+
+def test_a_flag_value_of_the_wrong_type_names_the_flag():
+    with pytest.raises(FincheckError, match=r"--batch-size: expected an integer, got 'many'"):
+        parse(["--data", "d", "--batch-size", "many"])
+    with pytest.raises(SystemExit):  # required, as argparse says
+        parse([])
+
+
+def test_an_option_of_another_mode_is_an_error_and_named_in_help(capsys):
+    assert parse(["--data", "d", "--mode", "slow", "--depth", "3"]).depth == 3
+    with pytest.raises(FincheckError, match=r"--depth: read only with --mode slow, not fast"):
+        parse(["--data", "d", "--depth", "3"])
+    parser = argparse.ArgumentParser(prog="x")
+    add_options(parser, Options)
+    text = " ".join(parser.format_help().split())
+    assert "slow mode's depth [with --mode slow]" in text
+    assert "rows per batch (default: 8)" in text
+    assert "--batch_size" not in text  # accepted, not listed twice
+
+
+def test_a_misspelt_command_flag_names_the_closest(capsys):
+    from fincheck.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["score", "--data", "d", "--predictions", "p", "--out", "o", "--judge-modle", "m"])
+    assert "--judge-modle (did you mean --judge-model?)" in capsys.readouterr().err
