@@ -451,7 +451,16 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     from fincheck.pairs import read_pairs
 
     out = tmp_path / "overlap"
-    args = ["baseline", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    args = [
+        "baseline",
+        "--method",
+        "overlap",
+        "--data",
+        str(SMALL),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(args) == 0  # every task asked for: overlap covers QASem alone
     records = _lines(out / "predictions" / "qasem.jsonl")
     pairs = {p.id: p for p in read_pairs(SMALL / "qasem" / "test.jsonl")}
@@ -471,7 +480,16 @@ def test_a_torn_last_trace_line_does_not_break_a_rerun(tmp_path):
     """A full disk (or a kill) mid-write leaves the trace's last line without its end: the rerun
     drops that partial record, finishes, and leaves a trace of whole JSON lines."""
     out = tmp_path / "overlap"
-    args = ["baseline", "--method", "overlap", "--data", str(SMALL), "--out", str(out), "--no-progress"]
+    args = [
+        "baseline",
+        "--method",
+        "overlap",
+        "--data",
+        str(SMALL),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(args) == 0
     trace = out / "predictions" / "qasem.trace.jsonl"
     predictions = out / "predictions" / "qasem.jsonl"
