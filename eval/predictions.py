@@ -71,12 +71,15 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
 def join_with_gold(
     gold: list[Pair], predictions: list[Prediction], predictions_path: Path, gold_path: Path
 ) -> tuple[list[tuple[Pair, Prediction]], list[str]]:
-    """Pair each prediction with its gold pair by id.
+    """Pair each prediction with its gold pair by id, in the gold split's order: the order a
+    predictions file was written in (a resumed eval, a baseline's concurrent calls) must not
+    move a bootstrap CI.
 
     An id that is not in the gold split is an error (file:line); gold ids without a prediction
     are returned as `missing` (a --limit run scores a sample; the report says how many).
     """
     by_id = {pair.id: pair for pair in gold}
+    position = {pair.id: i for i, pair in enumerate(gold)}
     joined = []
     for prediction in predictions:
         pair = by_id.get(prediction.id)
@@ -88,6 +91,7 @@ def join_with_gold(
                 f"{prediction.id!r} is not in the gold split {gold_path}",
             )
         joined.append((pair, prediction))
+    joined.sort(key=lambda item: position[item[0].id])
     predicted = {p.id for p in predictions}
     missing = [pair.id for pair in gold if pair.id not in predicted]
     return joined, missing

@@ -14,7 +14,7 @@ import sys
 
 from fincheck import __version__
 from fincheck.config import close_flags
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, UsageError
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
     except PermissionError as e:
         if args.debug:
             raise

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, UsageError
 
 T = TypeVar("T")
 
@@ -355,7 +355,8 @@ def _from_text(text: str, annotation: Any) -> Any:
 def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
     """The options a command's flags name (`add_options`), checked like a recipe's keys: a
     value of the wrong type, or an option the chosen mode does not read, is an error naming
-    the flag. `fixed` sets fields that are not flags."""
+    the flag (a `UsageError`: exit 2, as argparse's own). `fixed` sets fields that are not
+    flags."""
     types_ = field_types(cls)
     values = dict(fixed)
     given: list[dataclasses.Field] = []
@@ -368,9 +369,10 @@ def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
                 value = [parse(r) if parse else r for r in raw]
             else:
                 value = parse(raw) if parse else _from_text(raw, types_[f.name])
+            values[f.name] = coerce(value, types_[f.name], key)
         except (ValueError, FincheckError) as e:
-            raise FincheckError(f"{key}: {e}") from None
-        values[f.name] = coerce(value, types_[f.name], key)
+            message = str(e) if str(e).startswith(key) else f"{key}: {e}"
+            raise UsageError(message) from None
         given.append(f)
     try:
         options = cls(**values)
@@ -381,7 +383,7 @@ def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
             value = getattr(options, other)
             if value not in allowed:
                 other_flag = flag_name(cls.__dataclass_fields__[other])
-                raise FincheckError(
+                raise UsageError(
                     f"{flag_name(f)}: read only with {other_flag} "
                     f"{' or '.join(str(a) for a in allowed)}, not {value}; leave it out"
                 )

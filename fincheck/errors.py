@@ -7,6 +7,11 @@ class FincheckError(Exception):
     """A problem the user can fix: the message says what happened and what to do."""
 
 
+class UsageError(FincheckError):
+    """A command-line option with a bad value, or one the chosen mode does not read: exit 2,
+    argparse's code for a usage error."""
+
+
 class InvalidRecordError(FincheckError):
     """A raw data record that fails validation, located as `file:line: field: problem`."""
 

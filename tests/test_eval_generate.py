@@ -15,7 +15,7 @@ from fincheck import inference
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
-from fincheck.pairs import read_pairs
+from fincheck.pairs import Pair, Prediction, read_pairs
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
 
@@ -582,3 +582,14 @@ def test_two_evals_into_one_out_at_once_the_second_is_refused(tmp_path, capsys):
         assert f"{out} is in use by fincheck eval (pid" in capsys.readouterr().err
         assert not (out / "predictions").exists()
     assert main(args) == 0  # released
+
+
+def test_predictions_join_the_gold_in_the_gold_splits_order():
+    from fincheck.eval.predictions import join_with_gold
+
+    gold = [Pair(f"g{i}", "qasem", "test", []) for i in range(5)]
+    predictions = [Prediction(f"g{i}", "qasem", "Yes") for i in (3, 0, 4)]
+    joined, missing = join_with_gold(gold, predictions, Path("p.jsonl"), Path("gold.jsonl"))
+    assert [pair.id for pair, _ in joined] == ["g0", "g3", "g4"]
+    assert [prediction.id for _, prediction in joined] == ["g0", "g3", "g4"]
+    assert missing == ["g1", "g2"]

@@ -600,3 +600,23 @@ def test_a_predictions_file_with_bytes_that_are_not_utf8_names_file_and_line(tmp
                  "--out", str(tmp_path / "run"), "--no-progress"])  # fmt: skip
     assert code == 1
     assert f"{path}:1: <encoding>: not UTF-8 text (byte 0xe9" in capsys.readouterr().err
+
+
+def test_a_predictions_files_line_order_moves_no_figure_and_no_ci(scored_run, prepared_dir):
+    """A resumed eval or a baseline's concurrent calls write the same predictions in another
+    order: the figures and their bootstrap CIs are those of the gold split's order."""
+    first, _, _, run_dir, _ = scored_run
+    shuffled = run_dir.parent / "shuffled"
+    for path in (run_dir / "predictions").glob("*.jsonl"):
+        lines = path.read_text().splitlines(keepends=True)
+        random.Random(1).shuffle(lines)
+        (shuffled / "predictions").mkdir(parents=True, exist_ok=True)
+        (shuffled / "predictions" / path.name).write_text("".join(reversed(lines)))
+    judge = MatchingJudge(EchoJudge(), RequestCache(run_dir / "judge_cache.jsonl"))
+    again, _ = run_score(
+        ScoreOptions(
+            prepared_dir, shuffled / "predictions", shuffled, judge=judge,
+            bootstrap_resamples=50, progress=False,
+        )
+    )  # fmt: skip
+    assert again["tasks"] == first["tasks"]
