@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.config import describe_config
+from fincheck.config import REQUIRED, add_options, config_field, describe_config, read_options
 
 EXAMPLES = """\
 examples:
@@ -25,6 +26,23 @@ recipe keys (YAML via --config, or --key=value):
 """
 
 
+@dataclass
+class PrepareCommand:
+    """The command's own flags; the recipe's keys (`PrepareConfig`) come from --config and
+    `--key=value`."""
+
+    out: Path = config_field(REQUIRED, "output folder for the pairs and manifest")
+    data_dir: Path | None = config_field(
+        None,
+        "local folder laid out like ../shared/data (default: $FINCHECK_DATA_DIR, else download "
+        "the pinned files)",
+    )
+    config: Path | None = config_field(None, "YAML recipe (keys listed below)")
+    cache_dir: Path | None = config_field(None, "download cache (default: ~/.cache/fincheck/data)")
+    skip_invalid: bool = config_field(False, "skip invalid raw records instead of stopping")
+    progress: bool = config_field(True, "no progress bars")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from fincheck.data_prep.prepare import PrepareConfig
 
@@ -36,28 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES + describe_config(PrepareConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="local folder laid out like ../shared/data (default: $FINCHECK_DATA_DIR, "
-        "else download the pinned files)",
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="output folder for the pairs and manifest"
-    )
-    parser.add_argument("--config", type=Path, default=None, help="YAML recipe (keys listed below)")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="download cache (default ~/.cache/fincheck/data)",
-    )
-    parser.add_argument(
-        "--skip-invalid", action="store_true", help="skip invalid raw records instead of stopping"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run, accepts_overrides=True)
+    add_options(parser, PrepareCommand)
+    parser.set_defaults(func=run, accepts_overrides=True, options=PrepareCommand)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,16 +63,16 @@ def run(args: argparse.Namespace) -> int:
     from fincheck.data_prep.prepare import PrepareConfig, run_prepare
     from fincheck.sources import default_data_dir
 
+    command = read_options(PrepareCommand, args)
     overrides = parse_overrides(args.overrides)
-    if args.skip_invalid:
+    if command.skip_invalid:
         overrides["skip_invalid"] = True
-    config = load_config(PrepareConfig, args.config, overrides)
-    data_dir = args.data_dir or default_data_dir()
+    config = load_config(PrepareConfig, command.config, overrides)
     run_prepare(
         config,
-        data_dir,
-        args.out,
-        cache_dir=args.cache_dir,
-        progress=not args.no_progress and os.isatty(2),
+        command.data_dir or default_data_dir(),
+        command.out,
+        cache_dir=command.cache_dir,
+        progress=command.progress and os.isatty(2),
     )
     return 0

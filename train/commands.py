@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from fincheck.config import REQUIRED, add_options, config_field, read_options
 
 EPILOG = """\
 examples:
@@ -19,6 +22,14 @@ with their defaults. Resume an interrupted run with --resume_from_checkpoint=aut
 """
 
 
+@dataclass
+class TrainCommand:
+    """The command's own flags; every recipe key is a `--key=value` override."""
+
+    config: str = config_field(REQUIRED, "recipe YAML (configs/train/*.yaml)")
+    list_keys: bool = config_field(False, "print every recipe key with its default and exit")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
@@ -27,11 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", required=True, help="recipe YAML (configs/train/*.yaml)")
-    parser.add_argument(
-        "--list-keys", action="store_true", help="print every recipe key with its default and exit"
-    )
-    parser.set_defaults(func=handle_train, accepts_overrides=True)
+    add_options(parser, TrainCommand)
+    parser.set_defaults(func=handle_train, accepts_overrides=True, options=TrainCommand)
 
 
 def handle_train(args: argparse.Namespace) -> int:
@@ -41,7 +49,7 @@ def handle_train(args: argparse.Namespace) -> int:
     from fincheck.train.recipe import SFTRecipe
     from fincheck.train.sft import load_training_recipe, run, share_cpu_threads
 
-    if args.list_keys:
+    if read_options(TrainCommand, args).list_keys:
         print(describe_config(SFTRecipe))
         return 0
     share_cpu_threads()
