@@ -141,13 +141,13 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def _unknown_key_error(cls: type, key: str, where: str) -> FincheckError:
+def _unknown_key_error(cls: type, key: str, where: str, listing: str) -> FincheckError:
     names = list(field_types(cls))
     close = difflib.get_close_matches(key, names, n=3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     return FincheckError(
         f"{where}: unknown key {key!r} for {cls.__name__}.{hint} "
-        f"Valid keys: {', '.join(sorted(names))}."
+        + (listing or f"Valid keys: {', '.join(sorted(names))}.")
     )
 
 
@@ -184,29 +184,46 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     return loaded
 
 
-def load_config(
-    cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None
-) -> T:
-    """Build `cls` from its defaults, then the YAML at `path`, then `overrides` (strings or values)."""
+def config_values(
+    cls: type,
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    listing: str = "",
+) -> dict[str, Any]:
+    """The keys the YAML at `path` and then `overrides` (strings or values) set, each checked
+    against its field's type; an unknown key is an error with the closest names (`listing`
+    replaces the list of valid keys, for a class with many)."""
     types_ = field_types(cls)
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise FincheckError(f"config file not found: {path}")
-        loaded = read_yaml_mapping(path)
-        for key, value in loaded.items():
+        for key, value in read_yaml_mapping(path).items():
             if key not in types_:
-                raise _unknown_key_error(cls, key, str(path))
+                raise _unknown_key_error(cls, key, str(path), listing)
             values[key] = coerce(value, types_[key], f"{path}: {key}")
     for key, value in (overrides or {}).items():
         if key not in types_:
-            raise _unknown_key_error(cls, key, "command line")
+            raise _unknown_key_error(cls, key, "command line", listing)
         if isinstance(value, str) and types_[key] is not str:
             value = override_value(value)
         values[key] = coerce(value, types_[key], f"--{key}")
+    return values
+
+
+def config_defaults(cls: type) -> dict[str, Any]:
+    """Every field's default (fields without one are left out)."""
+    defaults = {f.name: _field_default(f) for f in dataclasses.fields(cls) if f.init}
+    return {k: v for k, v in defaults.items() if v is not REQUIRED}
+
+
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> T:
+    """Build `cls` from its defaults, then the YAML at `path`, then `overrides` (strings or values)."""
     try:
-        return cls(**values)
+        return cls(**config_values(cls, path, overrides))
     except (TypeError, ValueError) as e:
         raise FincheckError(f"{cls.__name__}: {e}") from None
 

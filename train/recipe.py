@@ -16,7 +16,6 @@ a GPU that supports it and fp32 elsewhere, and bf16 on the CPU needs a CPU with 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import inspect
 import json
@@ -29,10 +28,10 @@ import yaml
 from trl import SFTConfig
 
 from fincheck.config import (
+    config_defaults,
     config_field,
-    field_types,
+    config_values,
     load_config,
-    override_value,
     parse_overrides,
     plain_value,
 )
@@ -293,13 +292,7 @@ def is_resumable_change(key: str) -> bool:
 
 
 def recipe_defaults() -> dict[str, Any]:
-    out = {}
-    for f in dataclasses.fields(SFTRecipe):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return {k: plain_value(v) for k, v in out.items()}
+    return {k: plain_value(v) for k, v in config_defaults(SFTRecipe).items()}
 
 
 def load_recipe(
@@ -309,7 +302,7 @@ def load_recipe(
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     values = read_recipe_values(path, overrides)  # keys, types and values first, did-you-mean
-    found = {k: values[k] for k in PROJECT_PATH_KEYS if values[k] != _raw(path, overrides, k)}
+    found = {k: values[k] for k in PROJECT_PATH_KEYS}  # project files, found from here
     return load_config(SFTRecipe, path, {**(overrides or {}), **found})
 
 
@@ -317,16 +310,6 @@ def load_recipe(
 # relative to the current directory when they exist there, else to the folder above the recipe
 # that holds them (the repository), so a launch from another directory finds them.
 PROJECT_PATH_KEYS = ("deepspeed", "data_config", "chat_template_path")
-
-
-def _raw(path: str | Path | None, overrides: dict[str, Any] | None, key: str) -> Any:
-    """The key's value as written (override, else YAML, else default), before resolution."""
-    from fincheck.config import read_yaml_mapping
-
-    if overrides and key in overrides:
-        return overrides[key]
-    written = read_yaml_mapping(path) if path is not None else {}
-    return written.get(key, recipe_defaults()[key])
 
 
 def resolve_project_path(value: str, recipe_path: str | Path | None) -> str:
@@ -345,36 +328,15 @@ def read_recipe_values(
 ) -> dict[str, Any]:
     """The recipe's keys (defaults <- YAML <- overrides), type-checked, without building it for
     this machine: what a CPU machine can check of a GPU recipe."""
-    from fincheck.config import coerce, read_yaml_mapping
-
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    types_ = field_types(SFTRecipe)
-    values = recipe_defaults()
-    for key, value in (read_yaml_mapping(path) if path is not None else {}).items():
-        if key not in types_:
-            raise FincheckError(_unknown_key_message(key, str(path)))
-        values[key] = coerce(value, types_[key], f"{path}: {key}")
-    for key, value in (overrides or {}).items():
-        if key not in types_:
-            raise FincheckError(_unknown_key_message(key, "command line"))
-        if isinstance(value, str) and types_[key] is not str:
-            value = override_value(value)
-        values[key] = coerce(value, types_[key], f"--{key}")
+    listing = "`fincheck train --list-keys` lists every key."
+    values = {**recipe_defaults(), **config_values(SFTRecipe, path, overrides, listing)}
     for key in PROJECT_PATH_KEYS:
         if isinstance(values[key], str):
             values[key] = resolve_project_path(values[key], path)
     validate_recipe(values)
     return values
-
-
-def _unknown_key_message(key: str, where: str) -> str:
-    close = difflib.get_close_matches(key, list(field_types(SFTRecipe)), n=3)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    return (
-        f"{where}: unknown key {key!r} for SFTRecipe.{hint} `fincheck train --list-keys` lists "
-        "every key."
-    )
 
 
 # Recipe keys that hold secrets: refused, since a recipe is copied into every run it starts.
