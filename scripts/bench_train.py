@@ -27,75 +27,41 @@ memory variants side by side on batches shaped like the data (fincheck.bench.tra
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
 
 from fincheck.bench import train_layouts, train_variants
-from fincheck.bench.options import options_parser, settings_from_args
+from fincheck.bench.options import Bench, ModelDispatch
 from fincheck.bench.train_layouts import (
     TrainLayoutSettings,
     format_layouts_report,
     run_train_layouts,
 )
 from fincheck.bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
-from fincheck.bench.workload import model_config_path
-from fincheck.errors import FincheckError
+
+BENCH = ModelDispatch(
+    "bench_train.py",
+    __doc__,
+    architecture=Bench(
+        TrainBenchSettings,
+        train_variants.__doc__,
+        run_train_bench,
+        lambda r: (format_train_report(r), r.ok),
+    ),
+    model=Bench(
+        TrainLayoutSettings,
+        train_layouts.__doc__,
+        run_train_layouts,
+        lambda r: (format_layouts_report(r), True),
+    ),
+)
 
 
-def is_architecture(model: str) -> bool:
-    try:
-        model_config_path(model)
-    except FincheckError:
-        return False
-    return True
-
-
-def model_of(argv: list[str]) -> str:
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--model", default=TrainBenchSettings.model)
-    return probe.parse_known_args(argv)[0].model
-
-
-def parser_for(model: str) -> argparse.ArgumentParser:
-    if is_architecture(model):
-        return options_parser(TrainBenchSettings, __doc__ + "\n" + train_variants.__doc__)
-    return options_parser(TrainLayoutSettings, __doc__ + "\n" + train_layouts.__doc__)
-
-
-class ModelDispatchParser:
-    """The options of the benchmark that --model selects (an architecture or a real model)."""
-
-    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
-        argv = sys.argv[1:] if argv is None else argv
-        return parser_for(model_of(argv)).parse_args(argv)
-
-
-def build_parser() -> ModelDispatchParser:
-    return ModelDispatchParser()
+def build_parser() -> ModelDispatch:
+    return BENCH
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    architecture = is_architecture(model_of(argv))
-    args = build_parser().parse_args(argv)
-    try:
-        if architecture:
-            report = run_train_bench(settings_from_args(TrainBenchSettings, args))
-            text, ok = format_train_report(report), report.ok
-        else:
-            report = run_train_layouts(settings_from_args(TrainLayoutSettings, args))
-            text, ok = format_layouts_report(report), True
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-    print("\n" + text)
-    if args.json_out:
-        command = " ".join(["bench_train.py", *argv])
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report.to_json(command), indent=2) + "\n")
-        print(f"wrote {args.json_out}")
-    return 0 if ok else 1
+    return BENCH.main(argv)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,16 @@ options mechanism, as every `fincheck` command), plus `--json-out`.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from fincheck.bench.workload import model_config_path
 from fincheck.config import add_options, read_options
+from fincheck.errors import FincheckError
 
 settings_from_args = read_options
 
@@ -22,3 +29,56 @@ def options_parser(cls: type, description: str) -> argparse.ArgumentParser:
     add_options(parser, cls)
     parser.add_argument("--json-out", type=Path, help="also write the report as JSON here")
     return parser
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark: its settings, what it measures (shown in --help), how it runs, and its
+    report as text with whether its checks passed."""
+
+    settings: type
+    doc: str
+    run: Callable[[Any], Any]
+    text: Callable[[Any], tuple[str, bool]]
+
+
+@dataclass(frozen=True)
+class ModelDispatch:
+    """Two benchmarks behind one script, picked by --model: an architecture
+    (configs/models/<name>.json, random-init weights) or a real model (a name, folder, or
+    'tiny-random'). Each has its own options."""
+
+    script: str
+    doc: str
+    architecture: Bench
+    model: Bench
+
+    def bench_for(self, argv: list[str]) -> Bench:
+        probe = argparse.ArgumentParser(add_help=False)
+        probe.add_argument("--model", default=self.architecture.settings.model)
+        try:
+            model_config_path(probe.parse_known_args(argv)[0].model)
+        except FincheckError:
+            return self.model
+        return self.architecture
+
+    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
+        argv = sys.argv[1:] if argv is None else argv
+        bench = self.bench_for(argv)
+        return options_parser(bench.settings, self.doc + "\n" + bench.doc).parse_args(argv)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        argv = sys.argv[1:] if argv is None else argv
+        bench, args = self.bench_for(argv), self.parse_args(argv)
+        try:
+            report = bench.run(settings_from_args(bench.settings, args))
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        text, ok = bench.text(report)
+        print("\n" + text)
+        if args.json_out:
+            command = " ".join([self.script, *argv])
+            args.json_out.parent.mkdir(parents=True, exist_ok=True)
+            args.json_out.write_text(json.dumps(report.to_json(command), indent=2) + "\n")
+            print(f"wrote {args.json_out}")
+        return 0 if ok else 1
