@@ -302,6 +302,10 @@ def _shown(value: Any) -> str:
 
 
 def _choices(annotation: Any) -> tuple[Any, ...] | None:
+    """A Literal's values (an optional one's too): argparse lists them and checks them."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else annotation
     return typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else None
 
 
