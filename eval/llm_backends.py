@@ -342,12 +342,11 @@ class TransformersChatClient:
     # -- internals ---------------------------------------------------------------------------
 
     def _prompt(self, messages, span, max_new: int) -> str:
-        budget = self.loaded.prompt_budget(max_new)
         with self._tokenizer_lock:
-            fit = self.loaded.fit_prompt(messages, span, budget)
+            fit = self.loaded.fit_for_answer(messages, span, max_new)
         if fit.text is None:
             raise LLMCallError(
-                f"the prompt does not fit the model's window ({budget} prompt tokens) even with "
+                f"the prompt does not fit the model's window ({fit.budget} prompt tokens) even with "
                 "its grounding text trimmed"
             )
         self.trimmed += fit.trimmed

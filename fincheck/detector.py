@@ -171,8 +171,8 @@ class Detector:
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
-        max_tokens = self.loaded.prompt_budget(budget, self.max_input_tokens)
-        fit = self.loaded.fit_prompt(messages, span, max_tokens)
+        fit = self.loaded.fit_for_answer(messages, span, budget, self.max_input_tokens)
+        max_tokens = fit.budget
         if fit.text is None:
             others = [f for f in fields if f != GROUNDING_FIELD]
             raise FincheckError(

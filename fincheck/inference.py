@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,20 @@ class LoadedModel:
                 f"{self.window}-token window for the prompt: lower --max-new-tokens or raise --window"
             )
         return self.window - max_new_tokens
+
+    def fit_for_answer(
+        self,
+        messages: Sequence[dict[str, str]],
+        span: Sequence[int] | None,
+        answer_tokens: int,
+        max_input_tokens: int | None = None,
+    ) -> Fit:
+        """The one budget-and-render step of eval, detect, a local judge and a served
+        detector's fitting: the prompt gets `max_input_tokens`, else the window minus the
+        answer's tokens (`prompt_budget`), and its grounding text is cut to fit; `Fit.budget`
+        is that number of tokens."""
+        budget = self.prompt_budget(answer_tokens, max_input_tokens)
+        return replace(self.fit_prompt(messages, span, budget), budget=budget)
 
     def fit_prompt(
         self, messages: Sequence[dict[str, str]], span: Sequence[int] | None, budget: int | None
@@ -466,6 +480,7 @@ class Fit:
     kept_fraction: float  # share of the grounding text's characters kept
     text: str | None = None
     span: tuple[int, int] | None = None  # the grounding text in the fitted user message
+    budget: int | None = None  # the prompt tokens it was fitted to (`fit_for_answer`)
 
     @property
     def trimmed(self) -> bool:

@@ -187,13 +187,13 @@ def fit_detector_pairs(
     from fincheck.tasks import get_task
 
     answer = fitter.answer_budget(get_task(task_name).max_new_tokens)
-    budget = fitter.prompt_budget(answer, max_input_tokens)
     fitted, trimmed = [], 0
     for pair in pairs:
-        fit = fitter.fit_prompt(pair.prompt_messages, pair.meta.get("grounding_span"), budget)
+        span = pair.meta.get("grounding_span")
+        fit = fitter.fit_for_answer(pair.prompt_messages, span, answer, max_input_tokens)
         if fit.messages is None:
             raise FincheckError(
-                f"{task_name}/{pair.id}: the prompt does not fit in {budget} tokens even "
+                f"{task_name}/{pair.id}: the prompt does not fit in {fit.budget} tokens even "
                 "without its grounding text; raise --max-input-tokens or --window"
             )
         trimmed += fit.trimmed

@@ -131,10 +131,12 @@ def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
     totals = {}
     for task in s.tasks:
-        budget = loaded.prompt_budget(loaded.answer_budget(get_task(task).max_new_tokens))
+        answer = loaded.answer_budget(get_task(task).max_new_tokens)
         ids = []
         for pair in read_split(data, task, "test"):
-            fit = loaded.fit_prompt(pair.messages[:-1], pair.meta.get("grounding_span"), budget)
+            fit = loaded.fit_for_answer(
+                pair.prompt_messages, pair.meta.get("grounding_span"), answer
+            )
             ids.append(loaded.tokenizer(fit.text, add_special_tokens=False)["input_ids"])
         totals[task] = (sum(map(len, ids)), count_prefill_tokens(ids, build_prefix_tree(ids)))
     return totals
