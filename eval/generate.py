@@ -35,9 +35,10 @@ def resolve_base_model(model: str | None, adapter: str | None) -> str:
     if model:
         return model
     if adapter:
+        from fincheck.inference import local_adapter_dir
         from fincheck.runs import load_run
 
-        return load_run(adapter).resolve_base()
+        return load_run(local_adapter_dir(adapter)).resolve_base()  # a hub id is fetched first
     raise FincheckError(
         "give --model (a base model name or path), or an --adapter that records its base"
     )

@@ -281,6 +281,16 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     assert (tmp_path / "cache" / "base" / "model.safetensors").is_file()
     assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
     assert detector.classify(TEXT, SUMMARY) in LABELS
+    # `fincheck eval` takes the same hub id (its base read from the downloaded run)
+    from fincheck.cli import main
+
+    small = Path(__file__).parent / "assets" / "prepared"
+    out = tmp_path / "eval"
+    argv = ["eval", "--adapter", "me/tiny-detector", "--data", str(small), "--tasks", "fhsumbench",
+            "--limit", "1", "--max-new-tokens", "8", "--device", "cpu", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert len((out / "predictions" / "fhsumbench.jsonl").read_text().splitlines()) == 1
 
 
 def test_an_empty_final_answer_is_no_verdict_not_consistent():
