@@ -439,7 +439,9 @@ def render_chat(
     if not tokenizer.chat_template:
         raise FincheckError(
             f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')} has no chat "
-            "template"
+            "template (a base model, not an instruct one): prompt an instruct model, or an "
+            "adapter trained on this base with the recipe key chat_template_path (its run "
+            "folder keeps the template and eval reads it from there)"
         )
     return tokenizer.apply_chat_template(
         list(messages),

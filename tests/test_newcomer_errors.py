@@ -235,3 +235,17 @@ def test_an_unwritable_models_cache_is_one_line(tmp_path, capsys, monkeypatch):
     code, err = run_cli(capsys, "models", "fetch", "smollm2-135m-instruct")
     assert code == 1 and err.count("\n") <= 1
     assert f"permission denied: {cache}" in err and "FINCHECK_CACHE_DIR" in err
+
+
+def test_a_base_without_a_chat_template_says_what_to_use_instead():
+    """Gemma-3-270M (a base) has no template: the error names the ways that work."""
+    from types import SimpleNamespace
+
+    from fincheck.errors import FincheckError
+    from fincheck.inference import render_chat
+
+    tokenizer = SimpleNamespace(chat_template=None, name_or_path="gemma-3-270m")
+    with pytest.raises(
+        FincheckError, match=r"gemma-3-270m has no chat template .*chat_template_path"
+    ):
+        render_chat(tokenizer, [{"role": "user", "content": "hi"}], add_generation_prompt=True)
