@@ -66,7 +66,11 @@ def register(subparsers) -> None:
     p.set_defaults(
         func=eval_command,
         options=EvalOptions,
-        moved_flags={"--method": "the papers' systems run with `fincheck baseline --method`"},
+        moved_flags={
+            "--method": "the papers' systems run with `fincheck baseline --method`",
+            "--llm-max-tokens": "a served detector's answers get each task's budget (fitted to "
+            "the window with --tokenizer); --llm-max-tokens is `fincheck baseline`'s",
+        },
     )
     b = subparsers.add_parser(
         "baseline",
@@ -77,7 +81,16 @@ def register(subparsers) -> None:
         formatter_class=raw,
     )
     add_options(b, BaselineOptions)
-    b.set_defaults(func=baseline_command, options=BaselineOptions)
+    b.set_defaults(
+        func=baseline_command,
+        options=BaselineOptions,
+        moved_flags={
+            "--adapter": "a fincheck adapter is evaluated by `fincheck eval --adapter`, or is "
+            "two-step's first step (--method two-step --step1 ADAPTER)",
+            "--tokenizer": "a served fincheck detector is evaluated by `fincheck eval --backend "
+            "openai --tokenizer ...`",
+        },
+    )
     s = subparsers.add_parser(
         "score",
         help="score predictions against the prepared gold: results.json, report.md, plots",
@@ -96,7 +109,7 @@ def eval_command(args: argparse.Namespace) -> int:
     if opts.backend == "openai":
         if not opts.model:
             raise FincheckError("--backend openai needs --model (the served model's name)")
-        return report_baseline(served_detector(opts))
+        return report_baseline(served_detector(opts), "fincheck eval")
     with hold_out_dir(opts.out_dir, "fincheck eval"):  # one writer per --out
         from fincheck.eval.generate import run_eval
 
@@ -131,14 +144,14 @@ def baseline_command(args: argparse.Namespace) -> int:
         raise FincheckError("--method needs --model (the LLM that runs it)")
     if opts.model and not needs_llm:
         raise FincheckError(f"--method {opts.method} asks no model: leave out --model")
-    return report_baseline(opts)
+    return report_baseline(opts, "fincheck baseline")
 
 
-def report_baseline(opts: BaselineOptions) -> int:
+def report_baseline(opts: BaselineOptions, command: str) -> int:
     from fincheck.eval.baselines.runner import run_baseline
 
     opts.model = opts.model or "none"
-    with hold_out_dir(opts.out_dir, "fincheck eval"):  # one writer per --out
+    with hold_out_dir(opts.out_dir, command):  # one writer per --out
         summary = run_baseline(opts)
     failed = 0
     for task, counts in summary.items():
@@ -156,7 +169,7 @@ def report_baseline(opts: BaselineOptions) -> int:
     if failed:
         first = next(c["failed"][0] for c in summary.values() if c["failed"])
         print(
-            f"fincheck eval: {failed} example(s) failed (first: {first}); rerun to retry them "
+            f"{command}: {failed} example(s) failed (first: {first}); rerun to retry them "
             "(answers received are cached)",
             file=sys.stderr,
         )

@@ -279,7 +279,10 @@ class BaselineOptions(Endpoint, EvalRun):
         applies={"method": ("fizz",)},
     )
     device: str | None = config_field(
-        None, "cpu, cuda, cuda:1 ... (default: cuda when available)", applies=LOCAL
+        None,
+        "cpu, cuda, cuda:1 ... for what runs here: the local model, FIZZ's NLI model, a two-step "
+        "adapter (default: cuda when available)",
+        applies=[LOCAL, {"method": ("fizz", "two-step")}],
     )
     window: int | None = config_field(
         None,

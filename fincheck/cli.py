@@ -31,6 +31,7 @@ COMMAND_MODULES = (
 RERUN_AFTER_FULL_DISK = {
     "prepare": "then rerun it: prepare starts over (no half-written file is left)",
     "eval": "then rerun: the predictions written are kept and only the rest is generated",
+    "baseline": "then rerun: the predictions written are kept and LLM answers are cached",
     "score": "then rerun: judge answers already received are cached",
 }
 
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra and not getattr(args, "accepts_overrides", False):
         command = parser._subparsers._group_actions[0].choices[args.command]
-        moved = [hint for flag, hint in getattr(args, "moved_flags", {}).items() if flag in extra]
+        given = {arg.split("=", 1)[0] for arg in extra}
+        moved = [hint for flag, hint in getattr(args, "moved_flags", {}).items() if flag in given]
         command.error(
             f"unrecognized arguments: {close_flags(command, extra)}"
             + "".join(f"; {hint}" for hint in moved)

@@ -36,9 +36,10 @@ def config_field(
     *,
     flag: str | None = None,
     parse: Callable[[str], Any] | None = None,
-    applies: dict[str, tuple[Any, ...]] | None = None,
+    applies: dict[str, tuple[Any, ...]] | list[dict[str, tuple[Any, ...]]] | None = None,
     cli: bool = True,
     positional: bool = False,
+    metavar: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """A dataclass field with its help text (mutable defaults are copied per instance).
@@ -46,13 +47,14 @@ def config_field(
     For a command's flags (`add_options`): `flag` names the flag when it is not the field's
     name (`--data` for `data_dir`); `parse` reads the flag's text when YAML's reading is not
     the right one (`final=512,qasem=4`); `applies` says which other options it is read with
-    (`{"backend": ("local",)}`): given in another mode it is an error, never ignored; `cli=False`
+    (`{"backend": ("local",)}`, or a list of such settings, any of which will do): given in
+    another mode it is an error, never ignored; `cli=False`
     keeps a field off the command line (set by the code, not the user); `positional` makes it
     the command's operands (`fincheck compare RUN [RUN ...]`).
     """
     metadata = {
         "help": help, "flag": flag, "parse": parse, "applies": applies or {}, "cli": cli,
-        "positional": positional,
+        "positional": positional, "metavar": metavar,
     }  # fmt: skip
     if isinstance(default, (list, dict, tuple)):
         value = default
@@ -206,8 +208,8 @@ def config_values(
     for key, value in (overrides or {}).items():
         if key not in types_:
             raise _unknown_key_error(cls, key, "command line", listing)
-        if isinstance(value, str) and types_[key] is not str:
-            value = override_value(value)
+        if isinstance(value, str):
+            value = text_value(value, types_[key])
         values[key] = coerce(value, types_[key], f"--{key}")
     return values
 
@@ -267,15 +269,37 @@ def describe_config(cls: type) -> str:
 
 
 def override_value(text: str) -> Any:
-    """A `--key=value` string as YAML would read it (numbers, lists, booleans), except that only
+    """A `--key=value` string as YAML would read it (lists, mappings), except that only
     true/false are booleans: YAML 1.1 reads `no`, `off`, `yes`, `on` as booleans, and
-    `--save_strategy=no` means the string "no". An empty value is None."""
+    `--save_strategy=no` means the string "no". An empty value is None; text YAML cannot read
+    stays text (the field's type check then names the key)."""
     if text == "":
         return None
-    value = yaml.safe_load(text)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
     if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
         return text
     return value
+
+
+def text_value(text: str, annotation: Any) -> Any:
+    """A `--key=value` (or flag) text for a field of this type, before its type check: numbers
+    stay text for int()/float() (YAML would read `010` as 8 and `1:30` as 90), a list is split
+    on commas (or read as YAML's `[a, b]`), mappings and mixed types are read as YAML, and ""
+    or null is None for an optional field."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    if union and len(args) < len(typing.get_args(annotation)) and text.strip() in ("", "null"):
+        return None
+    plain = args[0] if union and len(args) == 1 else annotation
+    origin = typing.get_origin(plain) or plain
+    if origin in (list, tuple):
+        return override_value(text) if text.lstrip().startswith("[") else text
+    if origin is dict or plain is Any or (union and len(args) > 1):
+        return override_value(text)
+    return text
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -310,8 +334,8 @@ def _choices(annotation: Any) -> tuple[Any, ...] | None:
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One flag per field of `cls`, with its help and default: `--batch-size` (`--batch_size`,
-    the recipes' spelling, works too); a boolean is a switch (`--trust-remote-code`, or
+    """One flag per field of `cls`, with its help and default: `--batch-size` for `batch_size`;
+    a boolean is a switch (`--trust-remote-code`, or
     `--no-progress` for one that defaults to true); a field without a default is a required
     flag. The fields each base class declares are grouped under its docstring's first line.
     Values stay text here: `read_options` checks them as a recipe's values are checked."""
@@ -329,6 +353,23 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 _add_flag(group, f, types_[f.name], cls)
 
 
+def _conditions(f: dataclasses.Field) -> list[dict[str, tuple[Any, ...]]]:
+    """A field's `applies`: the settings under which it is read (any one of them)."""
+    applies = f.metadata.get("applies") or []
+    return [applies] if isinstance(applies, dict) else list(applies)
+
+
+def _describe_conditions(f: dataclasses.Field, cls: type, joiner: str) -> str:
+    fields = cls.__dataclass_fields__
+    return ", or with ".join(
+        " and ".join(
+            f"{flag_name(fields[key])} {joiner.join(str(v) for v in allowed)}"
+            for key, allowed in condition.items()
+        )
+        for condition in _conditions(f)
+    )
+
+
 def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> None:
     if f.metadata.get("positional"):
         many = typing.get_origin(annotation) in (list, tuple)
@@ -338,39 +379,24 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
     name = flag_name(f)
     default = _field_default(f)
     text = f.metadata.get("help", "")
-    for other, allowed in f.metadata.get("applies", {}).items():
-        text += f" [with {flag_name(cls.__dataclass_fields__[other])} {'/'.join(allowed)}]"
+    if _conditions(f):
+        text += f" [with {_describe_conditions(f, cls, '/')}]"
     if annotation is bool:
         action = {"action": "store_const", "const": "false" if default is True else "true"}
     else:
         if default not in (REQUIRED, None) and "(default" not in text:
             text += f" (default: {_shown(default)})"
         choices = _choices(annotation)
-        action = {"choices": choices, "metavar": None if choices else name.split("-")[-1].upper()}
-    spellings = [name, "--" + name[2:].replace("-", "_")]
+        metavar = f.metadata.get("metavar") or name.split("-")[-1].upper()
+        action = {"choices": choices, "metavar": None if choices else metavar}
     parser.add_argument(
-        spellings[0],
+        name,
         dest=f.name,
         default=argparse.SUPPRESS,
         required=default is REQUIRED,
         help=text.replace("%", "%%"),
         **action,
     )
-    if spellings[1] != spellings[0]:  # the recipes' spelling, accepted but not listed
-        parser.add_argument(
-            spellings[1], dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **action
-        )
-
-
-def _from_text(text: str, annotation: Any) -> Any:
-    """A flag's text as YAML reads it, except for plain strings and paths (`--model 2024`)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    plain = (
-        args[0]
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1
-        else annotation
-    )
-    return text if plain in (str, Path) else override_value(text)
 
 
 def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
@@ -389,7 +415,7 @@ def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
             if isinstance(raw, list):  # a positional's operands
                 value = [parse(r) if parse else r for r in raw]
             else:
-                value = parse(raw) if parse else _from_text(raw, types_[f.name])
+                value = parse(raw) if parse else text_value(raw, types_[f.name])
             values[f.name] = coerce(value, types_[f.name], key)
         except (ValueError, FincheckError) as e:
             message = str(e) if str(e).startswith(key) else f"{key}: {e}"
@@ -400,14 +426,19 @@ def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
     except (TypeError, ValueError) as e:
         raise FincheckError(f"{cls.__name__}: {e}") from None
     for f in given:
-        for other, allowed in f.metadata.get("applies", {}).items():
-            value = getattr(options, other)
-            if value not in allowed:
-                other_flag = flag_name(cls.__dataclass_fields__[other])
-                raise UsageError(
-                    f"{flag_name(f)}: read only with {other_flag} "
-                    f"{' or '.join(str(a) for a in allowed)}, not {value}; leave it out"
-                )
+        conditions = _conditions(f)
+        if conditions and not any(
+            all(getattr(options, key) in allowed for key, allowed in condition.items())
+            for condition in conditions
+        ):
+            chosen = ", ".join(
+                f"{flag_name(cls.__dataclass_fields__[key])} {getattr(options, key)}"
+                for key in dict.fromkeys(k for c in conditions for k in c)
+            )
+            raise UsageError(
+                f"{flag_name(f)}: read only with {_describe_conditions(f, cls, ' or ')}, not "
+                f"{chosen}; leave it out"
+            )
     return options
 
 

@@ -109,7 +109,9 @@ class PublishOptions:
         "the hub id of the base (default: the one training recorded; needed when the run "
         "trained on a local folder it could not name)",
     )
-    dry_run: str | None = config_field(None, "write the repo folder to DIR, upload nothing")
+    dry_run: str | None = config_field(
+        None, "write the repo folder to DIR, upload nothing", metavar="DIR"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

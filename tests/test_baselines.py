@@ -571,7 +571,7 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
 
 
 def test_an_unreachable_endpoint_is_named_with_the_callers_own_options(tmp_path, capsys):
-    """`fincheck eval --method` talks of --base-url and --timeout, never of the judge's options."""
+    """`fincheck baseline` talks of --base-url and --timeout, never of the judge's options."""
     args = ["baseline", "--method", "e2e", "--backend", "openai", "--model", "m",
             "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2", "--max-retries", "0",
             "--concurrency", "1", "--data", str(SMALL), "--out", str(tmp_path / "run"),

@@ -442,11 +442,11 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs: expected a JSON object"),
         # an option the chosen backend does not read is an error, never ignored
         (["--backend", "openai", "--batch-size", "4"],
-         "--batch-size: read only with --backend local, not openai; leave it out"),
+         "--batch-size: read only with --backend local, not --backend openai; leave it out"),
         (["--backend", "openai", "--no-prefix-reuse"], "--no-prefix-reuse: read only with --backend local"),
         (["--backend", "openai", "--max-new-tokens", "9"], "--max-new-tokens: read only with --backend local"),
         (["--adapter", "a", "--backend", "openai"], "--adapter: read only with --backend local"),
-        (["--tokenizer", "t"], "--tokenizer: read only with --backend openai, not local"),
+        (["--tokenizer", "t"], "--tokenizer: read only with --backend openai, not --backend local"),
         (["--base-url", "http://x"], "--base-url: read only with --backend openai"),
         # a served detector's prompt fitting: a tokenizer to count with
         (["--backend", "openai", "--window", "512"], "--window needs --tokenizer"),
@@ -454,6 +454,8 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         # a misspelt flag gets the closest one; a baseline's flag says where it went
         (["--bach-size", "4"], "--bach-size (did you mean --batch-size?)"),
         (["--method", "e2e"], "fincheck baseline --method"),
+        (["--method=e2e"], "fincheck baseline --method"),
+        (["--window", "0x800"], "--window: expected an integer, got '0x800'"),
     ],
 )  # fmt: skip
 def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
@@ -473,17 +475,21 @@ def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
         (["--method", "e3e"], "--method: 'e3e' is not one of e2e, e2e-fewshot"),
         (["--method", "detector"], "--method: 'detector' is not one of"),
         # another method's options, and a local model's options with an endpoint
-        (["--method", "e2e", "--step1", "oracle"], "--step1: read only with --method two-step, not e2e"),
+        (["--method", "e2e", "--step1", "oracle"], "--step1: read only with --method two-step, not --method e2e"),
         (["--method", "pipeline", "--step2", "cot-hint"], "--step2: read only with --method two-step"),
         (["--method", "two-step", "--nli-model", "x"], "--nli-model: read only with --method fizz"),
         (["--method", "e2e", "--nli-labels", "a,b,c"], "--nli-labels: read only with --method fizz"),
         (["--method", "e2e", "--backend", "openai", "--window", "512"],
-         "--window: read only with --backend local, not openai"),
-        (["--method", "e2e", "--backend", "openai", "--device", "cpu"], "--device: read only with --backend local"),
+         "--window: read only with --backend local, not --backend openai"),
+        (["--method", "e2e", "--backend", "openai", "--device", "cpu"],
+         "--device: read only with --backend local, or with --method fizz or two-step, not "
+         "--backend openai, --method e2e"),
         (["--method", "e2e", "--timeout", "5"], "--timeout: read only with --backend openai"),
         # a plain eval's options are not a baseline's
         (["--method", "e2e", "--batch-size", "4"], "unrecognized arguments: --batch-size"),
         (["--method", "e2e", "--tokenizer", "t"], "unrecognized arguments: --tokenizer"),
+        (["--method", "e2e", "--adapter", "a"], "fincheck eval --adapter"),
+        (["--method", "e2e", "--sample-seed", "{"], "--sample-seed: expected an integer, got '{'"),
     ],
 )  # fmt: skip
 def test_baseline_options_are_checked_never_ignored(argv, match, tmp_path, capsys):

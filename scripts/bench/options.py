@@ -19,7 +19,14 @@ from fincheck.bench.workload import model_config_path
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
 
-settings_from_args = read_options
+
+def settings_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """The settings the flags name; a bad value is one line and exit 2, as argparse's own."""
+    try:
+        return read_options(cls, args)
+    except FincheckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def options_parser(cls: type, description: str) -> argparse.ArgumentParser:
@@ -70,8 +77,9 @@ class ModelDispatch:
     def main(self, argv: list[str] | None = None) -> int:
         argv = sys.argv[1:] if argv is None else argv
         bench, args = self.bench_for(argv), self.parse_args(argv)
+        settings = settings_from_args(bench.settings, args)
         try:
-            report = bench.run(settings_from_args(bench.settings, args))
+            report = bench.run(settings)
         except ValueError as e:
             raise SystemExit(str(e)) from None
         text, ok = bench.text(report)
