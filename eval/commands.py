@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
@@ -184,29 +183,11 @@ def next_step(opts: EvalOptions | BaselineOptions) -> str:
     )
 
 
-def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> str:
-    """The judge backend the options name. A base URL or a judge model never goes unused: given
-    without --judge they choose it, and with --judge none they are an error."""
-    if judge is None:
-        if base_url:
-            return "openai"
-        if model:
-            return "local" if Path(model).is_dir() else "openai"
-        return "none"
-    if judge == "none" and (model or base_url):
-        given = "--judge-base-url" if base_url else "--judge-model"
-        raise FincheckError(f"{given} was given with --judge none: drop one of them")
-    if judge == "local" and base_url:
-        raise FincheckError("--judge-base-url is for --judge openai, not --judge local")
-    return judge
-
-
 def build_judge(args: ScoreOptions):
     """The judge the --judge* options name (None: FINAL's matching is not scored)."""
     from fincheck.eval.judge import JudgePrompt, MatchingJudge
     from fincheck.eval.llm import RequestCache
 
-    args.judge_kind = judge_kind(args.judge_kind, args.judge_model, args.judge_base_url)
     if args.judge_kind == "none":
         return None
     if not args.judge_model:

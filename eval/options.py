@@ -294,6 +294,27 @@ class BaselineOptions(Endpoint, EvalRun):
     max_input_tokens: int | None = config_field(None, "", cli=False)
 
 
+def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> str:
+    """The judge backend the options name. A base URL or a judge model never goes unused: given
+    without --judge they choose it, and with --judge none they are an error."""
+    if judge is None:
+        if base_url:
+            return "openai"
+        if model:
+            return "local" if Path(model).is_dir() else "openai"
+        return "none"
+    if judge == "none" and (model or base_url):
+        given = "--judge-base-url" if base_url else "--judge-model"
+        raise FincheckError(f"{given} was given with --judge none: drop one of them")
+    if judge == "local" and base_url:
+        raise FincheckError("--judge-base-url is for --judge openai, not --judge local")
+    return judge
+
+
+JUDGED = {"judge_kind": ("openai", "local")}
+JUDGE_API = {"judge_kind": ("openai",)}
+
+
 @dataclass
 class ScoreOptions:
     """`fincheck score`: predictions against the gold, with a judge for FINAL's matching."""
@@ -321,30 +342,35 @@ class ScoreOptions:
         "paper",
         "FINAL matching criteria: paper = the FINAL paper's (prompt E.4); strict = also no match "
         "for omissions and multi-fact descriptions (a variant, named in the report)",
+        applies=JUDGED,
     )
     judge_base_url: str | None = config_field(
         None, "OpenAI-compatible base URL of the judge (default: api.openai.com)"
     )
     judge_api_key_env: str = config_field(
-        "OPENAI_API_KEY", "environment variable holding the judge's API key"
+        "OPENAI_API_KEY", "environment variable holding the judge's API key", applies=JUDGE_API
     )
-    judge_concurrency: int = config_field(8, "judge calls in flight")
-    judge_timeout: float = config_field(60.0, "seconds per judge call")
+    judge_concurrency: int = config_field(8, "judge calls in flight", applies=JUDGED)
+    judge_timeout: float = config_field(60.0, "seconds per judge call", applies=JUDGE_API)
     judge_max_retries: int = config_field(
-        4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After"
+        4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After", applies=JUDGE_API
     )
-    judge_max_tokens: int = config_field(1024, "answer budget per judge call, reasoning included")
+    judge_max_tokens: int = config_field(
+        1024, "answer budget per judge call, reasoning included", applies=JUDGED
+    )
     judge_cache: Path | None = config_field(
-        None, "judge answer cache (default: OUT/judge_cache.jsonl)"
+        None, "judge answer cache (default: OUT/judge_cache.jsonl)", applies=JUDGED
     )
     judge_sanity: bool = config_field(
         True,
         "skip the judge sanity set (by default the judge also matches 15 descriptions of known "
         "answer, 12 calls, cached, and its agreement is printed beside FINAL's figures)",
+        applies=JUDGED,
     )
     max_judge_failure_rate: float = config_field(
         0.02,
         "exit 3 when a larger share of the FINAL examples needing the judge got no usable answer",
+        applies=JUDGED,
     )
     bootstrap_resamples: int = config_field(
         1000, "bootstrap resamples for the CIs", flag="bootstrap"
@@ -353,6 +379,12 @@ class ScoreOptions:
     report_to: Literal["none", "wandb"] = config_field(
         "none", "also log results and the report to wandb (WANDB_MODE=offline works)"
     )
-    wandb_project: str = config_field("fincheck", "wandb project")
+    wandb_project: str = config_field(
+        "fincheck", "wandb project", applies={"report_to": ("wandb",)}
+    )
     progress: bool = config_field(True, "no progress bars")
     judge: Any = config_field(None, "", cli=False)  # the MatchingJudge the judge_* options build
+
+    def __post_init__(self) -> None:
+        # resolved here, so that the judge options it leaves unread are refused (`applies`)
+        self.judge_kind = judge_kind(self.judge_kind, self.judge_model, self.judge_base_url)

@@ -459,8 +459,33 @@ def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, c
     )
 
 
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--judge-timeout", "5"], "--judge-timeout: read only with --judge openai, not --judge none"),
+        (["--judge-concurrency", "2"], "--judge-concurrency: read only with --judge openai or local"),
+        (["--no-judge-sanity"], "--no-judge-sanity: read only with --judge openai or local"),
+        (["--judge", "local", "--judge-model", ".", "--judge-api-key-env", "K"],
+         "--judge-api-key-env: read only with --judge openai, not --judge local"),
+        (["--wandb-project", "p"], "--wandb-project: read only with --report-to wandb"),
+    ],
+)  # fmt: skip
+def test_score_options_nothing_would_read_are_usage_errors(argv, match, tmp_path, capsys):
+    args = [
+        "score",
+        "--data",
+        str(tmp_path),
+        "--predictions",
+        str(tmp_path),
+        "--out",
+        str(tmp_path),
+    ]
+    assert main([*args, *argv]) == 2
+    assert match in capsys.readouterr().err
+
+
 def test_judge_options_that_would_go_unused_are_an_error():
-    from fincheck.eval.commands import judge_kind
+    from fincheck.eval.options import judge_kind
 
     assert judge_kind(None, None, None) == "none"
     assert judge_kind(None, "gpt-4o", None) == "openai"
