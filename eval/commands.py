@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from fincheck.config import add_options, read_options
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, UsageError
 from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
 from fincheck.out_lock import hold_out_dir
 from fincheck.tasks import get_task
@@ -107,7 +107,13 @@ def eval_command(args: argparse.Namespace) -> int:
     opts = read_options(EvalOptions, args)
     if opts.backend == "openai":
         if not opts.model:
-            raise FincheckError("--backend openai needs --model (the served model's name)")
+            raise UsageError("--backend openai needs --model (the served model's name)")
+        if not opts.tokenizer and (opts.window or opts.max_input_tokens):
+            given = "--window" if opts.window else "--max-input-tokens"
+            raise UsageError(
+                f"{given} needs --tokenizer (an adapter's folder, or the served model's "
+                "tokenizer) to count the prompt's tokens"
+            )
         return report_baseline(served_detector(opts), "fincheck eval")
     with hold_out_dir(opts.out_dir, "fincheck eval"):  # one writer per --out
         from fincheck.eval.generate import run_eval
