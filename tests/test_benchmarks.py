@@ -97,6 +97,9 @@ def test_bench_eval_tiny_cpu(prepared_dir):
     }
     for r in report.results:
         assert r.examples == 3 and r.prefill_tokens_per_s > 0 and r.examples_per_s > 0
+        # both rates over the same seconds: their ratio is the prompt tokens per example
+        ratio = r.e2e_prompt_tokens_per_s / r.examples_per_s
+        assert ratio == pytest.approx(r.prompt_tokens / r.examples, rel=1e-9)
     for task in ("final", "qasem", "fhsumbench"):
         naive, batched = by[(task, "naive")], by[(task, "batched")]
         assert naive.prompt_tokens == batched.prompt_tokens  # the same prompts either way
@@ -121,6 +124,10 @@ def test_bench_eval_times_the_harness_itself(prepared_dir):
     harness = [r for r in report.results if r.mode == "harness"]
     assert [r.task for r in harness] == ["qasem", "fhsumbench"]
     assert all(r.examples == 2 and r.examples_per_s > 0 for r in harness)
+    for r in harness:  # the batched mode's prompts, fitted alike: the harness re-measures a
+        # trimmed prompt on the chat template, so a token may merge across the cut (1 at most)
+        batched = next(b for b in report.results if b.mode == "batched" and b.task == r.task)
+        assert abs(r.prompt_tokens - batched.prompt_tokens) <= r.examples
 
 
 @pytest.mark.parametrize("name", ["bench_train", "bench_eval"])
