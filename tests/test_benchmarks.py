@@ -124,10 +124,6 @@ def test_bench_eval_times_the_harness_itself(prepared_dir):
     harness = [r for r in report.results if r.mode == "harness"]
     assert [r.task for r in harness] == ["qasem", "fhsumbench"]
     assert all(r.examples == 2 and r.examples_per_s > 0 for r in harness)
-    for r in harness:  # the batched mode's prompts, fitted alike: the harness re-measures a
-        # trimmed prompt on the chat template, so a token may merge across the cut (1 at most)
-        batched = next(b for b in report.results if b.mode == "batched" and b.task == r.task)
-        assert abs(r.prompt_tokens - batched.prompt_tokens) <= r.examples
 
 
 @pytest.mark.parametrize("name", ["bench_train", "bench_eval"])
