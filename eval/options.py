@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype
+from fincheck.models import KNOWN as FETCHABLE_MODELS
 from fincheck.tasks import all_tasks, task_names
 
 LOCAL = {"backend": ("local",)}
@@ -296,12 +297,14 @@ class BaselineOptions(Endpoint, EvalRun):
 
 def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> str:
     """The judge backend the options name. A base URL or a judge model never goes unused: given
-    without --judge they choose it, and with --judge none they are an error."""
+    without --judge they choose it, and with --judge none they are an error. A judge model that
+    is a folder or a name `fincheck models list` shows runs here; any other name is an API's."""
     if judge is None:
         if base_url:
             return "openai"
         if model:
-            return "local" if Path(model).is_dir() else "openai"
+            local = Path(model).is_dir() or model in FETCHABLE_MODELS
+            return "local" if local else "openai"
         return "none"
     if judge == "none" and (model or base_url):
         given = "--judge-base-url" if base_url else "--judge-model"
@@ -337,7 +340,10 @@ class ScoreOptions:
         "else none = FINAL P/R/F1 not computed)",
         flag="judge",
     )
-    judge_model: str | None = config_field(None, "judge model name (openai) or path (local)")
+    judge_model: str | None = config_field(
+        None,
+        "judge model: an endpoint's model name (openai), or a folder or fetchable name (local)",
+    )
     judge_prompt: Literal["paper", "strict"] = config_field(
         "paper",
         "FINAL matching criteria: paper = the FINAL paper's (prompt E.4); strict = also no match "

@@ -484,11 +484,14 @@ def test_score_options_nothing_would_read_are_usage_errors(argv, match, tmp_path
     assert match in capsys.readouterr().err
 
 
-def test_judge_options_that_would_go_unused_are_an_error():
+def test_judge_options_that_would_go_unused_are_an_error(tmp_path):
     from fincheck.eval.options import judge_kind
 
     assert judge_kind(None, None, None) == "none"
     assert judge_kind(None, "gpt-4o", None) == "openai"
+    assert judge_kind(None, str(tmp_path), None) == "local"  # a model folder
+    assert judge_kind(None, "qwen2.5-coder-1.5b-instruct", None) == "local"  # fetchable by name
+    assert judge_kind(None, "qwen2.5-coder-1.5b-instruct", "http://x/v1") == "openai"  # served
     assert judge_kind(None, None, "http://localhost:8000/v1") == "openai"
     with pytest.raises(FincheckError, match="--judge-base-url was given with --judge none"):
         judge_kind("none", None, "http://x/v1")
