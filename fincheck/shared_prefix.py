@@ -33,6 +33,14 @@ from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
 from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 
+def cache_argument() -> str:
+    """The forward argument (and output field) that carries the KV cache: transformers renamed
+    `past_key_values` to `cache` within 5.x and drops the old name in 5.40; both are supported."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
 @dataclass
 class Answers:
     """One batch's answers: `indices` into the prompts, their greedy texts, and P(Yes) when
@@ -118,6 +126,7 @@ class _TreeRunner:
         self.model, self.tokenizer, self.ids = model, tokenizer, ids
         self.max_new_tokens, self.batch_size, self.want_p_yes = max_new_tokens, batch_size, p_yes
         self.device = model.device
+        self.cache_arg = cache_argument()
         self.yes = answer_spellings(tokenizer, YES_SPELLINGS)
         self.no = answer_spellings(tokenizer, NO_SPELLINGS)
         # spellings of several tokens are teacher-forced: one extra row per (prompt, spelling)
@@ -149,11 +158,11 @@ class _TreeRunner:
         out = self.model(
             input_ids=ids,
             position_ids=positions,
-            past_key_values=copy.deepcopy(cache) if cache is not None else None,
+            **{self.cache_arg: copy.deepcopy(cache) if cache is not None else None},
             use_cache=True,
             logits_to_keep=1,
         )
-        return out.past_key_values
+        return out[self.cache_arg]
 
     def answer(self, members: list[int], cache: Any, cached: int) -> Answers:
         """One batch of prompts that share the cached prefix: their suffixes in one forward
@@ -179,13 +188,13 @@ class _TreeRunner:
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            **{self.cache_arg: cache},
             use_cache=True,
             logits_to_keep=self.keep,
         )
         last = out.logits[:n, -1].float()
         p_yes = self.p_yes(last, out.logits[n:].float(), n) if self.want_p_yes else None
-        cache = out.past_key_values
+        cache = out[self.cache_arg]
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
         texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
@@ -249,11 +258,11 @@ class _TreeRunner:
                 input_ids=next_ids[:, None],
                 attention_mask=mask,
                 position_ids=last_position[:, None],
-                past_key_values=cache,
+                **{self.cache_arg: cache},
                 use_cache=True,
                 logits_to_keep=1,
             )
-            cache = out.past_key_values
+            cache = out[self.cache_arg]
             next_ids = out.logits[:, -1].argmax(-1)
         decode = self.tokenizer.decode
         return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated], cut
