@@ -230,6 +230,8 @@ class EvalOptions(Endpoint, EvalRun):
 
 
 METHODS = ("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap")
+LLM = {"method": METHODS[:-1]}  # every method but overlap, which runs no model
+LOCAL_LLM = {**LOCAL, **LLM}
 
 
 def parse_method(text: str) -> str:
@@ -250,14 +252,20 @@ class BaselineOptions(Endpoint, EvalRun):
         parse=parse_method,
     )
     model: str | None = config_field(
-        None, "the LLM that runs the method: a local model, or the endpoint's model name"
+        None,
+        "the LLM that runs the method: a local model, or the endpoint's model name",
+        applies=LLM,
     )
     backend: Literal["local", "openai"] = config_field(
-        "local", "where --model runs: local, or openai (any OpenAI-compatible endpoint)"
+        "local",
+        "where --model runs: local, or openai (any OpenAI-compatible endpoint)",
+        applies=LLM,
     )
-    concurrency: int = config_field(8, "examples in flight (a local model batches their calls)")
+    concurrency: int = config_field(
+        8, "examples in flight (a local model batches their calls)", applies=LLM
+    )
     max_tokens: int = config_field(
-        512, "answer tokens per call, reasoning included", flag="llm_max_tokens"
+        512, "answer tokens per call, reasoning included", flag="llm_max_tokens", applies=LLM
     )
     step1: str = config_field(
         "self",
@@ -283,12 +291,12 @@ class BaselineOptions(Endpoint, EvalRun):
         None,
         "cpu, cuda, cuda:1 ... for what runs here: the local model, FIZZ's NLI model, a two-step "
         "adapter (default: cuda when available)",
-        applies=[LOCAL, {"method": ("fizz", "two-step")}],
+        applies=[LOCAL_LLM, {"method": ("fizz", "two-step")}],
     )
     window: int | None = config_field(
         None,
         "tokens the local model may see (default: its positions); longer prompts are trimmed",
-        applies=LOCAL,
+        applies=LOCAL_LLM,
     )
     # A served detector (`fincheck eval --backend openai`) runs as the method "detector":
     tokenizer: str | None = config_field(None, "", cli=False)

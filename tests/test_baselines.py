@@ -472,8 +472,9 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     assert not (out / "predictions" / "final.jsonl").exists()
     assert "qasem" in _score(out)["tasks"]
     capsys.readouterr()
-    assert main([*args[:3], "--model", "m", *args[3:]]) == 1
-    assert "asks no model: leave out --model" in capsys.readouterr().err
+    for flag in (["--model", "m"], ["--backend", "openai"], ["--window", "512"]):
+        assert main([*args[:3], *flag, *args[3:]]) == 2  # a usage error, never ignored
+        assert "--method overlap; leave it out" in capsys.readouterr().err
 
 
 def test_a_torn_last_trace_line_does_not_break_a_rerun(tmp_path):

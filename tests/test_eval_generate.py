@@ -480,10 +480,11 @@ def test_eval_options_are_checked_never_ignored(argv, match, tmp_path, capsys):
         (["--method", "two-step", "--nli-model", "x"], "--nli-model: read only with --method fizz"),
         (["--method", "e2e", "--nli-labels", "a,b,c"], "--nli-labels: read only with --method fizz"),
         (["--method", "e2e", "--backend", "openai", "--window", "512"],
-         "--window: read only with --backend local, not --backend openai"),
+         "--window: read only with --backend local and --method e2e or e2e-fewshot"),
         (["--method", "e2e", "--backend", "openai", "--device", "cpu"],
-         "--device: read only with --backend local, or with --method fizz or two-step, not "
-         "--backend openai, --method e2e"),
+         "or with --method fizz or two-step, not --backend openai, --method e2e"),
+        # overlap runs no model: the LLM's options are errors there, not ignored
+        (["--method", "overlap"], "--model: read only with --method e2e or e2e-fewshot"),
         (["--method", "e2e", "--timeout", "5"], "--timeout: read only with --backend openai"),
         # a plain eval's options are not a baseline's
         (["--method", "e2e", "--batch-size", "4"], "unrecognized arguments: --batch-size"),
