@@ -564,33 +564,31 @@ def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
     return seqs
 
 
-def sequence_probs(model, input_ids, attention_mask, first_logits, spellings) -> Any:
-    """P(spelling | prompt) for each spelling, summed: a (batch,) tensor.
+def yes_share(first_logits, yes, no, continuation) -> list[float]:
+    """P(Yes) / (P(Yes) + P(No)) per row, each summed over its spellings' token sequences.
 
-    Single-token spellings read `first_logits` (the first generated position); longer ones are
-    teacher-forced: the prompt plus the spelling's tokens in one forward pass. Position ids skip
-    the left padding (RoPE models would not notice a constant shift; absolute-position models
-    would).
+    A spelling's first token reads `first_logits` (batch, vocab), the logits at the answer's
+    first position; `continuation(seq)` gives the logits that predict its later tokens,
+    (batch, len(seq) - 1, vocab), from a pass that teacher-forced the spelling. The batched
+    path and the prefix tree lay those passes out differently; the sum is this one.
     """
     import torch
 
-    first_probs = torch.softmax(first_logits.float(), dim=-1)
-    total = torch.zeros(first_probs.shape[0], device=first_probs.device)
-    for seq in spellings:
-        prob = first_probs[:, seq[0]]
-        if len(seq) > 1:
-            tail = torch.tensor(seq, device=input_ids.device).expand(input_ids.shape[0], -1)
-            ids = torch.cat([input_ids, tail], dim=1)
-            mask = torch.cat([attention_mask, torch.ones_like(tail)], dim=1)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-            n_prompt = input_ids.shape[1]
-            for k in range(1, len(seq)):
-                step = torch.softmax(logits[:, n_prompt + k - 1].float(), dim=-1)
-                prob = prob * step[:, seq[k]]
-        total = total + prob
-    return total
+    first = torch.softmax(first_logits.float(), dim=-1)
+
+    def total(spellings: list[tuple[int, ...]]):
+        value = torch.zeros(first.shape[0], device=first.device)
+        for seq in spellings:
+            prob = first[:, seq[0]]
+            if len(seq) > 1:
+                steps = torch.softmax(continuation(seq).float(), dim=-1)
+                for j in range(1, len(seq)):
+                    prob = prob * steps[:, j - 1, seq[j]]
+            value = value + prob
+        return value
+
+    p_yes, p_no = total(yes), total(no)
+    return (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
 
 
 def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, want_p_yes: bool):
@@ -608,9 +606,21 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
     p_yes = None
     if want_p_yes:
-        first = out.logits[0]
         ids, mask = enc["input_ids"], enc["attention_mask"]
-        yes = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, YES_SPELLINGS))
-        no = sequence_probs(model, ids, mask, first, answer_spellings(tokenizer, NO_SPELLINGS))
-        p_yes = (yes / (yes + no).clamp(min=1e-30)).tolist()
+
+        def continuation(seq: tuple[int, ...]):
+            """The prompt plus the spelling in one pass; position ids skip the left padding."""
+            tail = torch.tensor(seq, device=ids.device).expand(ids.shape[0], -1)
+            full_mask = torch.cat([mask, torch.ones_like(tail)], dim=1)
+            positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                logits = model(
+                    input_ids=torch.cat([ids, tail], dim=1),
+                    attention_mask=full_mask,
+                    position_ids=positions,
+                ).logits
+            return logits[:, ids.shape[1] : ids.shape[1] + len(seq) - 1]
+
+        yes, no = (answer_spellings(tokenizer, w) for w in (YES_SPELLINGS, NO_SPELLINGS))
+        p_yes = yes_share(out.logits[0], yes, no, continuation)
     return texts, p_yes

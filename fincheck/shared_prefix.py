@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings, yes_share
 from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 
@@ -201,26 +201,15 @@ class _TreeRunner:
         return Answers(members, texts, p_yes, cut)
 
     def p_yes(self, last, extra, n: int) -> list[float]:
-        """P(Yes)/(P(Yes)+P(No)) per member from its last position (and its spelling rows)."""
-        import torch
+        """P(Yes)/(P(Yes)+P(No)) per member from its last position and its spelling rows:
+        row k * len(longer) + i of `extra` is member k's suffix followed by longer[i]."""
+        stride = len(self.longer)
 
-        first = torch.softmax(last, dim=-1)
-        extra = torch.softmax(extra, dim=-1) if self.longer else None
-        values = []
-        for k in range(n):
-            total = {}
-            for name, spellings in (("yes", self.yes), ("no", self.no)):
-                value = 0.0
-                for seq in spellings:
-                    prob = float(first[k, seq[0]])
-                    if len(seq) > 1:  # its row: the suffix, then the spelling's tokens
-                        r = k * len(self.longer) + self.longer.index(seq)
-                        for j in range(1, len(seq)):
-                            prob *= float(extra[r, -len(seq) - 1 + j, seq[j]])
-                    value += prob
-                total[name] = value
-            values.append(total["yes"] / max(total["yes"] + total["no"], 1e-30))
-        return values
+        def continuation(seq: tuple[int, ...]):
+            rows = extra[self.longer.index(seq) :: stride]
+            return rows[:, -len(seq) : -1]  # the positions that predict seq[1:]
+
+        return yes_share(last[:n], self.yes, self.no, continuation)
 
     def decode(self, next_ids, cache, mask, last_position) -> tuple[list[str], list[bool]]:
         """Greedy tokens from `next_ids` on, each row leaving the batch at an end-of-turn token,
