@@ -23,7 +23,7 @@ from fincheck.eval.predictions import (
     record_loaded,
 )
 from fincheck.inference import fit_messages, generate_batch, load_model
-from fincheck.pairs import Pair, Prediction, sample, sample_documents, sample_pairs  # noqa: F401  (tests)
+from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_manifest, read_split
 from fincheck.runs import adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order

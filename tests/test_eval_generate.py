@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fincheck import inference
+from fincheck import pairs as pairs_module
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
@@ -148,7 +149,7 @@ def test_eval_writes_predictions_resumes_and_scores(
         records = _lines(out / "predictions" / f"{task}.jsonl")
         gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
         by_document = task == "qasem"  # --limit 3 of QASem: one whole reference document
-        sample = (generate.sample_documents if by_document else generate.sample_pairs)(
+        sample = (pairs_module.sample_documents if by_document else pairs_module.sample_pairs)(
             gold_pairs, 3, seed=0
         )
         assert sorted(r["id"] for r in records) == sorted(p.id for p in sample)
@@ -218,10 +219,10 @@ def test_adapter_changes_outputs_and_its_base_is_found(
 
 def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
     pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
-    sample = generate.sample_pairs(pairs, 60, seed=0)
-    assert [p.id for p in sample] == [p.id for p in generate.sample_pairs(pairs, 60, seed=0)]
+    sample = pairs_module.sample_pairs(pairs, 60, seed=0)
+    assert [p.id for p in sample] == [p.id for p in pairs_module.sample_pairs(pairs, 60, seed=0)]
     assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
-    assert generate.sample_pairs(pairs, None, 0) == pairs
+    assert pairs_module.sample_pairs(pairs, None, 0) == pairs
 
 
 def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):

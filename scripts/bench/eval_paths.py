@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fincheck.config import config_field
-from fincheck.pairs import Pair, write_pairs
+from fincheck.pairs import Pair, sample_pairs, write_pairs
 from fincheck.prepared import read_split
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
@@ -96,13 +96,6 @@ def sample_documents(pairs: list[Pair], documents: int, seed: int) -> list[Pair]
     return [p for p in pairs if p.grounding in chosen]
 
 
-def sample_examples(pairs: list[Pair], limit: int, seed: int) -> list[Pair]:
-    if not limit or limit >= len(pairs):
-        return pairs
-    keep = sorted(random.Random(seed).sample(range(len(pairs)), limit))
-    return [pairs[i] for i in keep]
-
-
 def write_subset(s: EvalPathSettings) -> Path:
     """A prepared folder holding only the sampled test pairs (and the source's manifest)."""
     data = s.scratch / "data"
@@ -113,7 +106,7 @@ def write_subset(s: EvalPathSettings) -> Path:
         if task == "qasem":
             pairs = sample_documents(pairs, s.qasem_docs, s.seed)
         else:
-            pairs = sample_examples(pairs, s.limit, s.seed)
+            pairs = sample_pairs(pairs, s.limit or None, s.seed)
         write_pairs(data / task / "test.jsonl", pairs)
     manifest = s.prepared_dir / "manifest.json"
     if manifest.is_file():
