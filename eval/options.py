@@ -230,7 +230,8 @@ class EvalOptions(Endpoint, EvalRun):
 
 
 METHODS = ("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap")
-LLM = {"method": METHODS[:-1]}  # every method but overlap, which runs no model
+NO_MODEL = ("overlap",)  # the share of the answer's words in the reference: no LLM
+LLM = {"method": tuple(m for m in METHODS if m not in NO_MODEL)}
 LOCAL_LLM = {**LOCAL, **LLM}
 
 

@@ -193,14 +193,14 @@ class _TreeRunner:
             logits_to_keep=self.keep,
         )
         last = out.logits[:n, -1].float()
-        p_yes = self.p_yes(last, out.logits[n:].float(), n) if self.want_p_yes else None
+        p_yes = self.p_yes(last, out.logits[n:].float()) if self.want_p_yes else None
         cache = out[self.cache_arg]
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
         texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
         return Answers(members, texts, p_yes, cut)
 
-    def p_yes(self, last, extra, n: int) -> list[float]:
+    def p_yes(self, last, extra) -> list[float]:
         """P(Yes)/(P(Yes)+P(No)) per member from its last position and its spelling rows:
         row k * len(longer) + i of `extra` is member k's suffix followed by longer[i]."""
         stride = len(self.longer)
@@ -209,7 +209,7 @@ class _TreeRunner:
             rows = extra[self.longer.index(seq) :: stride]
             return rows[:, -len(seq) : -1]  # the positions that predict seq[1:]
 
-        return yes_share(last[:n], self.yes, self.no, continuation)
+        return yes_share(last, self.yes, self.no, continuation)
 
     def decode(self, next_ids, cache, mask, last_position) -> tuple[list[str], list[bool]]:
         """Greedy tokens from `next_ids` on, each row leaving the batch at an end-of-turn token,
