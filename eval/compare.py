@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fincheck.bootstrap import MIN_ITEMS_FOR_CI, Interval, percentile
+from fincheck.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci
 from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.errors import FincheckError
 from fincheck.figures import fmt
@@ -93,21 +92,10 @@ def paired_difference(
 
     if not shared:
         return Difference(metric, math.nan, None, 0)
-    observed = delta(shared)
-    if len(shared) < MIN_ITEMS_FOR_CI or n_resamples <= 0:
-        return Difference(metric, observed, None, len(shared))
-    rng = random.Random(seed)
-    values = []
-    for _ in range(n_resamples):
-        sample = [shared[rng.randrange(len(shared))] for _ in shared]
-        value = delta(sample)
-        if not math.isnan(value):
-            values.append(value)
-    if len(values) < n_resamples / 2:
-        return Difference(metric, observed, None, len(shared))
-    values.sort()
-    ci = Interval(percentile(values, 0.025), percentile(values, 0.975))
-    return Difference(metric, observed, ci, len(shared))
+    ci = bootstrap_ci(
+        lambda idx: delta([shared[i] for i in idx]), len(shared), n_resamples, seed=seed
+    )
+    return Difference(metric, delta(shared), ci, len(shared))
 
 
 def _figure(figures: dict, metric: str) -> tuple[float | None, list | None]:

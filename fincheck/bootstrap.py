@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 MIN_ITEMS_FOR_CI = 30
@@ -23,8 +23,34 @@ class Interval:
     low: float
     high: float
 
-    def as_list(self) -> list[float]:
-        return [self.low, self.high]
+
+def bootstrap_cis(
+    figures: Callable[[Sequence[int]], Mapping[str, float]],
+    n_items: int,
+    metrics: Sequence[str],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Interval | None]:
+    """Percentile CI of each of `metrics` in `figures(indices)`, where indices are a resample of
+    range(n_items); every metric is read off the same resamples, drawn once (so each interval is
+    the one `bootstrap_ci` gives that metric alone). None below MIN_ITEMS_FOR_CI items."""
+    if n_items < MIN_ITEMS_FOR_CI or n_resamples <= 0:
+        return dict.fromkeys(metrics)
+    rng = random.Random(seed)
+    values: dict[str, list[float]] = {m: [] for m in metrics}
+    for _ in range(n_resamples):
+        resampled = figures([rng.randrange(n_items) for _ in range(n_items)])
+        for m in metrics:
+            if not math.isnan(resampled[m]):
+                values[m].append(resampled[m])
+    alpha = 1 - confidence
+    return {
+        m: Interval(*(percentile(sorted(v), q) for q in (alpha / 2, 1 - alpha / 2)))
+        if len(v) >= n_resamples / 2
+        else None
+        for m, v in values.items()
+    }
 
 
 def bootstrap_ci(
@@ -34,22 +60,15 @@ def bootstrap_ci(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> Interval | None:
-    """Percentile CI of `metric(indices)` where indices are a resample of range(n_items); None
-    below MIN_ITEMS_FOR_CI items."""
-    if n_items < MIN_ITEMS_FOR_CI or n_resamples <= 0:
-        return None
-    rng = random.Random(seed)
-    values = []
-    for _ in range(n_resamples):
-        indices = [rng.randrange(n_items) for _ in range(n_items)]
-        value = metric(indices)
-        if not math.isnan(value):
-            values.append(value)
-    if len(values) < n_resamples / 2:
-        return None
-    values.sort()
-    alpha = 1 - confidence
-    return Interval(percentile(values, alpha / 2), percentile(values, 1 - alpha / 2))
+    """`bootstrap_cis` of a single figure."""
+    return bootstrap_cis(
+        lambda idx: {"": metric(idx)}, n_items, [""], n_resamples, confidence, seed
+    )[""]
+
+
+def ci95_lists(cis: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:
+    """results.json's `ci95`: each metric's [low, high], or None."""
+    return {m: [ci.low, ci.high] if ci else None for m, ci in cis.items()}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from fincheck.bootstrap import bootstrap_ci
+from fincheck.bootstrap import bootstrap_cis, ci95_lists
 from fincheck.classification import (
     balanced_accuracy,
     confusion_matrix,
@@ -143,16 +143,14 @@ def score_fhsumbench(
             "labels": matrix_labels,
             "counts": confusion_matrix(gold, pred, matrix_labels),
         },
-        "ci95": {},
+        "ci95": ci95_lists(
+            bootstrap_cis(
+                lambda idx: fhsumbench_figures([gold[i] for i in idx], [pred[i] for i in idx]),
+                len(gold),
+                ("f", "precision", "recall", "faithfulness_bacc"),
+                n_resamples,
+                seed=seed,
+            )
+        ),
     }
-    for metric in ("f", "precision", "recall", "faithfulness_bacc"):
-        ci = bootstrap_ci(
-            lambda idx, m=metric: fhsumbench_figures(
-                [gold[i] for i in idx], [pred[i] for i in idx]
-            )[m],
-            len(gold),
-            n_resamples=n_resamples,
-            seed=seed,
-        )
-        result["ci95"][metric] = ci.as_list() if ci else None
     return result

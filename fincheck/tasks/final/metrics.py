@@ -20,8 +20,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fincheck.bootstrap import bootstrap_ci
-from fincheck.classification import balanced_accuracy, harmonic_mean, precision_recall
+from fincheck.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.classification import (
+    balanced_accuracy,
+    confusion_matrix,
+    harmonic_mean,
+    precision_recall,
+)
 
 # "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"; a marker
 # alone on its line ("A.") opens an item whose text follows (the paper's few-shot layout).
@@ -197,26 +202,16 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
         "gold_descriptions": sum(it.n_gold for it in counted),  # the recall's divisor
         "binary_confusion": {
             "labels": ["consistent", "inconsistent"],
-            "counts": [
-                [
-                    sum(
-                        1
-                        for g, p in zip(flagged_gold, flagged_pred, strict=True)
-                        if g == gv and p == pv
-                    )
-                    for pv in (False, True)
-                ]
-                for gv in (False, True)
-            ],
+            "counts": confusion_matrix(flagged_gold, flagged_pred, [False, True]),
         },
-        "ci95": {},
+        "ci95": ci95_lists(
+            bootstrap_cis(
+                lambda idx: final_figures([items[i] for i in idx]),
+                len(items),
+                ("f1", "precision", "recall", *BINARY_METRICS),
+                n_resamples,
+                seed=seed,
+            )
+        ),
     }
-    for metric in ("f1", "precision", "recall", *BINARY_METRICS):
-        ci = bootstrap_ci(
-            lambda idx, m=metric: final_figures([items[i] for i in idx])[m],
-            len(items),
-            n_resamples=n_resamples,
-            seed=seed,
-        )
-        result["ci95"][metric] = ci.as_list() if ci else None
     return result

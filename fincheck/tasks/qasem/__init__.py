@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.classification import balanced_accuracy, roc_auc, roc_curve
+from fincheck.classification import balanced_accuracy, confusion_matrix, roc_auc, roc_curve
 from fincheck.config import config_field
 from fincheck.figures import fmt, fmt_ci, paper_rows
 from fincheck.pairs import Pair
@@ -265,13 +265,11 @@ class QasemTask(Task):
                     plot_dir / "qasem_roc.png",
                 )
             )
-        counts = [
-            [
-                sum(1 for ex in score.examples if ex["gold"] == g and ex["predicted"] == p)
-                for p in ("Yes", "No")
-            ]
-            for g in ("Yes", "No")
-        ]
+        counts = confusion_matrix(
+            [ex["gold"] for ex in score.examples],
+            [ex["predicted"] for ex in score.examples],
+            ["Yes", "No"],
+        )
         made.append(
             plots.plot_confusion(
                 counts,

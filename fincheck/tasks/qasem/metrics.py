@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fincheck.bootstrap import bootstrap_ci
+from fincheck.bootstrap import bootstrap_cis, ci95_lists
 from fincheck.classification import balanced_accuracy, roc_auc
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
@@ -96,16 +96,16 @@ def score_qasem(
             "n_parse_failed": sum(it.parse_failed for it in group),
             "n_scored_from_text": sum(it.from_text for it in group),
             "n_text_not_yes_no": sum(it.text_not_yes_no for it in group),
-            "ci95": {},
+            "ci95": ci95_lists(
+                bootstrap_cis(
+                    lambda idx, g=group: qasem_figures([g[i] for i in idx]),
+                    len(group),
+                    ("bacc", "auc"),
+                    n_resamples,
+                    seed=seed,
+                )
+            ),
         }
-        for metric in ("bacc", "auc"):
-            ci = bootstrap_ci(
-                lambda idx, g=group, m=metric: qasem_figures([g[i] for i in idx])[m],
-                len(group),
-                n_resamples=n_resamples,
-                seed=seed,
-            )
-            entry["ci95"][metric] = ci.as_list() if ci else None
         out[name] = entry
     subset_entries = [out[s] for s in SUBSETS if s in out]
     if subset_entries:
