@@ -9,7 +9,7 @@ import sys
 
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError, UsageError
-from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
+from fincheck.eval.options import NO_MODEL, BaselineOptions, EvalOptions, ScoreOptions
 from fincheck.out_lock import hold_out_dir
 from fincheck.tasks import get_task
 
@@ -141,10 +141,8 @@ def served_detector(opts: EvalOptions) -> BaselineOptions:
 
 
 def baseline_command(args: argparse.Namespace) -> int:
-    from fincheck.eval.baselines.runner import get_method_needs_llm
-
     opts = read_options(BaselineOptions, args)  # an LLM's options with overlap: exit 2
-    if not opts.model and get_method_needs_llm(opts.method):
+    if not opts.model and opts.method not in NO_MODEL:
         raise FincheckError("--method needs --model (the LLM that runs it)")
     return report_baseline(opts, "fincheck baseline")
 
@@ -152,7 +150,6 @@ def baseline_command(args: argparse.Namespace) -> int:
 def report_baseline(opts: BaselineOptions, command: str) -> int:
     from fincheck.eval.baselines.runner import run_baseline
 
-    opts.model = opts.model or "none"
     with hold_out_dir(opts.out_dir, command):  # one writer per --out
         summary = run_baseline(opts)
     failed = 0

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from fincheck.jsonl import drop_torn_last_line
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -53,16 +55,6 @@ class ChatClient(Protocol):
     ) -> str | Completion: ...
 
 
-class YesNoClient(ChatClient, Protocol):
-    """A client that can also read P(Yes) / (P(Yes) + P(No)) at the first answer token
-    (QASem's score): a local model from its logits, an endpoint from its logprobs. None when
-    the endpoint gives no logprobs."""
-
-    def p_yes(
-        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
-    ) -> float | None: ...
-
-
 class RequestCache:
     """Append-only JSONL of {key, response[, cut]}: one line per completed call, flushed at once,
     so a crash loses at most the calls in flight. Only successful answers are stored."""
@@ -73,18 +65,15 @@ class RequestCache:
         self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
         self._lock = threading.Lock()
         if self.path and self.path.exists():
-            text = self.path.read_text(encoding="utf-8")
-            for line in text.splitlines():
+            drop_torn_last_line(self.path)  # so appends start clean
+            for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
                     record = json.loads(line)
                     self._entries[record["key"]] = record["response"]
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a torn last line from a crash
-            if text and not text.endswith("\n"):  # end the torn line so appends start clean
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write("\n")
+                    continue
         self.hits = 0
         self.misses = 0
 

@@ -1,7 +1,7 @@
 """LLM backends for the judge and the baselines: an OpenAI-compatible chat-completions endpoint,
 and a local transformers model.
 
-Both satisfy `fincheck.eval.llm.ChatClient` (and `YesNoClient`). The HTTP backend leans on the
+Both satisfy `fincheck.eval.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP backend leans on the
 `openai` client for the hard parts: per-request timeout, retries with exponential backoff and
 jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
 `Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
+from fincheck.inference import one_line
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Defaults that give an answer or a one-line error within about five minutes on an endpoint
@@ -177,7 +178,7 @@ class OpenAIChatClient:
             "temperature": "refuses temperature 0: its answers are sampled at its default "
             "temperature, not greedy (runs will not repeat exactly)",
         }[param]
-        return f"{where} {what} ({_short(e)})"
+        return f"{where} {what} ({one_line(e)})"
 
     def _create_once(self, messages: list[dict[str, str]], sampling: dict):
         import openai
@@ -203,11 +204,11 @@ class OpenAIChatClient:
             if stop:
                 raise FincheckError(
                     f"{self.caller.name} {self.identity['base_url']} is unreachable "
-                    f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {_short(e)}); "
+                    f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {one_line(e)}); "
                     f"check {self.caller.base_url_flag} and the network (a slow server needs a "
                     f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
                 ) from None
-            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+            raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
         except (openai.BadRequestError, openai.UnprocessableEntityError) as e:  # 400/422
             param = refused_parameter(e, sampling)
             if param is not None and param not in self._refused_params:
@@ -218,12 +219,12 @@ class OpenAIChatClient:
             if stop:
                 raise FincheckError(
                     f"{self.caller.name} {self.identity['base_url']} refused {self._refused_in_a_row} "
-                    f"requests in a row (HTTP {e.status_code}: {_short(e)}); check the model name "
+                    f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
                     "and the options it accepts, then rerun (answers so far are cached)"
                 ) from None
-            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+            raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
         except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
-            raise LLMCallError(f"{type(e).__name__}: {_short(e)}") from None
+            raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
         if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
             with self._lock:
                 self._unreachable_in_a_row += 1
@@ -287,11 +288,6 @@ def hit_budget(choice, response, max_tokens: int | None) -> bool | None:
     return not stopped_short
 
 
-def _short(e: Exception) -> str:
-    text = str(e).replace("\n", " ")
-    return text[:300]
-
-
 class TransformersChatClient:
     """A local causal LM through the project's one inference path: chat template, the prompt
     fitted to the model's window by trimming its grounding text (when the caller says where it
@@ -306,18 +302,15 @@ class TransformersChatClient:
         model_path: str,
         max_new_tokens: int = 512,
         device: str | None = None,
-        adapter: str | None = None,
         batch_size: int = 8,
         window: int | None = None,
     ):
         from fincheck.inference import load_model
 
-        self.loaded = load_model(model_path, adapter, dtype="auto", device=device, window=window)
+        self.loaded = load_model(model_path, None, dtype="auto", device=device, window=window)
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.identity = {"backend": "transformers", "model": str(model_path)}
-        if adapter:
-            self.identity["adapter"] = str(adapter)
         self.trimmed = 0  # prompts whose grounding text was cut to fit the window
         # A fast tokenizer's padding state is shared: the worker's padded batches and the
         # callers' token counts must not interleave.

@@ -233,11 +233,11 @@ def is_managed_path(path: str) -> bool:
     return path in MANAGED_FILES or path in TOKENIZER_FILES or path.startswith("base/")
 
 
-def resolve_token(token: str | None = None) -> str:
-    """The user's token: explicit, else HF_TOKEN, else the saved `hf auth login` token."""
+def resolve_token() -> str:
+    """The user's token: HF_TOKEN, else the saved `hf auth login` token."""
     from huggingface_hub import get_token
 
-    token = token or get_token()
+    token = get_token()
     if not token:
         raise FincheckError(
             "no Hugging Face token: set HF_TOKEN to a token with write access, "
@@ -304,14 +304,14 @@ def push_folder(
     token: str,
     private: bool = False,
     revision: str | None = None,
-    endpoint: str | None = None,
     attempts: int = 5,
     base_delay: float = 2.0,
 ) -> tuple[str | None, bool]:
     """Upload every file of `folder` in one commit. Returns (commit url, whether it changed)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
-    api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
+    # HF_ENDPOINT read now: huggingface_hub reads it once, when it is first imported
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     retry = {"attempts": attempts, "base_delay": base_delay}
     with_retries(
         lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo", **retry
@@ -356,7 +356,6 @@ def publish(
     results_path: str | Path | None = None,
     dry_run: str | Path | None = None,
     license: str = "apache-2.0",
-    endpoint: str | None = None,
     attempts: int = 5,
     base_delay: float = 2.0,
     base_model_id: str | None = None,
@@ -378,6 +377,6 @@ def publish(
             run, repo_id, Path(tmp) / "repo", results, license, base_model_id
         )
         url, changed = push_folder(
-            Path(tmp) / "repo", repo_id, token, private, revision, endpoint, attempts, base_delay
+            Path(tmp) / "repo", repo_id, token, private, revision, attempts, base_delay
         )
     return PublishResult(repo_id, rev, url, changed, files)

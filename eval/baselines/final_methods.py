@@ -118,10 +118,6 @@ def merge_descriptions(answer: str, originals: list[str]) -> Merge:
     return Merge(chosen, exact, near, unmatched, False)
 
 
-def as_final_output(descriptions: list[str]) -> str:
-    return final_target(descriptions)
-
-
 # ---------------------------------------------------------------------- pipeline
 
 
@@ -149,14 +145,10 @@ def run_pipeline(example: Example, llm: CachedLLM) -> MethodOutput:
     else:
         counts = {}
     trace = {"facts": checks, "merge_answer": merge_answer, "merged": merged, "counts": counts}
-    return MethodOutput(as_final_output(merged), None, trace)
+    return MethodOutput(final_target(merged), None, trace)
 
 
 # ---------------------------------------------------------------------- two-step
-
-
-def gold_is_consistent(example: Example) -> bool:
-    return not example.pair.meta_value("descriptions", list)
 
 
 def self_step1(example: Example, llm: CachedLLM) -> tuple[bool | None, dict]:
@@ -193,7 +185,10 @@ def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:
 
 STEP1: dict[str, Step1] = {
     "self": self_step1,
-    "oracle": lambda example, llm: (gold_is_consistent(example), {"step1": "oracle"}),
+    "oracle": lambda example, llm: (  # the gold: consistent when it lists no description
+        not example.pair.meta_value("descriptions", list),
+        {"step1": "oracle"},
+    ),
 }
 
 METHODS["pipeline"] = Method("pipeline", ("final",), run_pipeline, "FINAL §4.1, B.2 (E.2.5)")

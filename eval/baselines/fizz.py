@@ -40,9 +40,8 @@ MIN_SENTENCE_CHARS = 10
 MAX_WINDOW = 3
 NLI_LABELS = ("entailment", "contradiction", "neutral")
 # The FIZZ paper's NLI model has no label names in its config; FIZZ's and SummaC's code index
-# its outputs in this order.
+# its outputs in NLI_LABELS' order.
 PAPER_NLI_MODEL = "tals/albert-xlarge-vitaminc-mnli"
-PAPER_NLI_ORDER = ("entailment", "contradiction", "neutral")
 # Names of the three labels as NLI and fact-verification models spell them (lower case, the
 # start of the name is enough: "ENTAILMENT", "entails", "CONTRADICTION", "REFUTES", ...).
 LABEL_NAMES = {
@@ -88,7 +87,6 @@ class NLIScorer:
         self.model.to(self.device).eval()
         self.index = label_indices(self.model.config.id2label, labels, model_name)
         self.batch_size = batch_size
-        self.name = model_name
         self._lock = threading.Lock()
         self._torch = torch
 
@@ -106,12 +104,7 @@ class NLIScorer:
                     return_tensors="pt",
                 ).to(self.device)
                 probs = torch.softmax(self.model(**enc).logits.float(), dim=-1).tolist()
-                out += [
-                    Entailment(
-                        *(row[self.index[k]] for k in ("entailment", "contradiction", "neutral"))
-                    )
-                    for row in probs
-                ]
+                out += [Entailment(*(row[self.index[k]] for k in NLI_LABELS)) for row in probs]
         return out
 
 
@@ -144,9 +137,9 @@ def label_indices(
     if model_name.rstrip("/").endswith(PAPER_NLI_MODEL) and n == 3:
         notice(
             f"{PAPER_NLI_MODEL} names no labels ({', '.join(map(str, id2label.values()))}): "
-            f"reading them as {', '.join(PAPER_NLI_ORDER)}, the order of FIZZ's code"
+            f"reading them as {', '.join(NLI_LABELS)}, the order of FIZZ's code"
         )
-        return {name: i for i, name in enumerate(PAPER_NLI_ORDER)}
+        return {name: i for i, name in enumerate(NLI_LABELS)}
     raise FincheckError(
         f"the NLI model's labels {dict(id2label)} do not name entailment, contradiction and "
         "neutral: pass their index order (--nli-labels entailment,contradiction,neutral) or an "

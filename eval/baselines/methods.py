@@ -153,7 +153,6 @@ class Method:
     run: Callable[[Example, CachedLLM], MethodOutput]
     source: str  # the paper section it follows
     prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
-    needs_llm: bool = True  # False: runs without --model (overlap)
 
 
 def run_detector(example: Example, llm: CachedLLM) -> MethodOutput:
@@ -230,7 +229,6 @@ METHODS: dict[str, Method] = {
             ("qasem",),
             run_overlap,
             "not a paper's system: the share of the answer's words found in the reference",
-            needs_llm=False,
         ),
     )
 }
