@@ -224,8 +224,13 @@ def load_config(
     cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> T:
     """Build `cls` from its defaults, then the YAML at `path`, then `overrides` (strings or values)."""
+    return build_config(cls, config_values(cls, path, overrides))
+
+
+def build_config(cls: type[T], values: dict[str, Any]) -> T:
+    """`cls(**values)`, with what its checks raise as one line naming the class."""
     try:
-        return cls(**config_values(cls, path, overrides))
+        return cls(**values)
     except (TypeError, ValueError) as e:
         raise FincheckError(f"{cls.__name__}: {e}") from None
 
@@ -421,10 +426,7 @@ def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
             message = str(e) if str(e).startswith(key) else f"{key}: {e}"
             raise UsageError(message) from None
         given.append(f)
-    try:
-        options = cls(**values)
-    except (TypeError, ValueError) as e:
-        raise FincheckError(f"{cls.__name__}: {e}") from None
+    options = build_config(cls, values)
     for f in given:
         conditions = _conditions(f)
         if conditions and not any(

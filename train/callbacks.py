@@ -304,12 +304,11 @@ class SigtermCallback(TrainerCallback):
     (`kill` of the deepspeed runner leaves the ranks behind): finish the step, save a
     checkpoint, stop."""
 
-    def __init__(self, watch_launcher: bool = True) -> None:
+    def __init__(self) -> None:
         self.requested = False
         self.stopped_at: int | None = None
         self.reason = "SIGTERM"
         self._previous: Any = None
-        self._watch_launcher = watch_launcher
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
@@ -327,8 +326,7 @@ class SigtermCallback(TrainerCallback):
         from fincheck.train.launcher_watch import watch_launchers
 
         self._previous = signal.signal(signal.SIGTERM, self._handle)
-        if self._watch_launcher:
-            watch_launchers(self._launcher_gone)
+        watch_launchers(self._launcher_gone)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._previous is not None:
@@ -358,18 +356,15 @@ class SigtermCallback(TrainerCallback):
 WANDB_RUN_ID_FILE = "wandb_run_id"  # in the run folder: a resume continues the same wandb run
 
 
-def continue_wandb_run(output_dir: Path) -> str | None:
+def continue_wandb_run(output_dir: Path) -> None:
     """Before a resumed run starts wandb: point it at the run the first attempt created (unless
     the user chose one with WANDB_RUN_ID), so one training run stays one wandb run."""
     import os
 
     path = output_dir / WANDB_RUN_ID_FILE
-    if "WANDB_RUN_ID" in os.environ or not path.is_file():
-        return None
-    run_id = path.read_text(encoding="utf-8").strip()
-    os.environ["WANDB_RUN_ID"] = run_id
-    os.environ.setdefault("WANDB_RESUME", "allow")
-    return run_id
+    if "WANDB_RUN_ID" not in os.environ and path.is_file():
+        os.environ["WANDB_RUN_ID"] = path.read_text(encoding="utf-8").strip()
+        os.environ.setdefault("WANDB_RESUME", "allow")
 
 
 class RunConfigCallback(TrainerCallback):

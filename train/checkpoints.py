@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.runs import MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
+from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 
 COMPLETE_MARKER = "fincheck_complete.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -126,7 +126,8 @@ def out_of_space_message(output_dir: Path, step: int) -> str:
     )
 
 
-RUN_OUTPUTS = ("adapter_model.safetensors", "adapter_config.json", "fincheck_run.json")
+ADAPTER_FILES = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
+RUN_OUTPUTS = (*ADAPTER_FILES, RUN_METADATA)
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:
@@ -259,9 +260,6 @@ def finished_at(checkpoint: Path, max_steps: int) -> int | None:
     return step if target and step >= target else None
 
 
-ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
-
-
 def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
     """The checkpoint's adapter as the run's final one (written beside, then renamed in)."""
     import shutil
@@ -300,12 +298,9 @@ def best_adapter_record(checkpoint: Path, best: Path, metric: str | None) -> dic
 def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
     """Put the checkpoint's adapter in the run folder when the final save did not happen (a
     kill after the last checkpoint); False when the final adapter is already there."""
-    import shutil
-
-    if (output_dir / "adapter_model.safetensors").is_file():
+    if (output_dir / ADAPTER_WEIGHTS).is_file():
         return False
-    for name in ("adapter_model.safetensors", "adapter_config.json"):
-        shutil.copy2(checkpoint / name, output_dir / name)
+    copy_adapter(checkpoint, output_dir)
     return True
 
 

@@ -47,12 +47,11 @@ def handle_train(args: argparse.Namespace) -> int:
 
     from fincheck.config import describe_config
     from fincheck.train.recipe import SFTRecipe
-    from fincheck.train.sft import load_training_recipe, run, share_cpu_threads
+    from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
     if read_options(TrainCommand, args).list_keys:
         print(describe_config(SFTRecipe))
         return 0
-    share_cpu_threads()
     recipe = load_training_recipe(args.config, args.overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    return run(recipe)
+    return train_and_save(build_trainer(recipe))

@@ -15,10 +15,11 @@ Stages, each a small function:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,32 +86,9 @@ def load_mixture_config(path: str | Path, dataset_dir: str | Path | None = None)
     """The mixture file; with `dataset_dir`, its default task list resolved to every
     registered task that folder holds (the tasks its manifest counts)."""
     mixture = load_config(DataMixture, path)
-    return resolve_tasks(mixture, dataset_dir) if dataset_dir is not None else mixture
-
-
-def resolve_tasks(mixture: DataMixture, dataset_dir: str | Path) -> DataMixture:
-    """The mixture with its task list: the one it names, else every registered task the
-    prepared folder holds (`prepared_tasks`)."""
-    if mixture.tasks is not None:
-        return mixture
-    tasks = prepared_tasks(dataset_dir)
-    return dataclasses.replace(mixture, tasks=tasks)
-
-
-@dataclass
-class FitStats:
-    """Per-task counts of what `fit_pair` did."""
-
-    kept: Counter = field(default_factory=Counter)
-    trimmed: Counter = field(default_factory=Counter)
-    dropped: Counter = field(default_factory=Counter)
-
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        tasks = sorted(set(self.kept) | set(self.trimmed) | set(self.dropped))
-        return {
-            t: {"kept": self.kept[t], "trimmed": self.trimmed[t], "dropped": self.dropped[t]}
-            for t in tasks
-        }
+    if mixture.tasks is None and dataset_dir is not None:
+        mixture = dataclasses.replace(mixture, tasks=prepared_tasks(dataset_dir))
+    return mixture
 
 
 def fit_pair(
@@ -307,21 +285,25 @@ def build_training_data(
     """Read, fit, mix, tokenize: the rows for SFTTrainer plus counts for the log and the run
     metadata."""
     dataset_dir = require_prepared_dir(dataset_dir)
-    mixture = resolve_tasks(mixture, dataset_dir)
+    row_of = functools.partial(
+        training_row,
+        tokenizer=tokenizer,
+        max_length=max_length,
+        min_grounding_kept=mixture.min_grounding_kept,
+        template_kwargs=template_kwargs,
+    )
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.
     by_task = {t: read_split(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
-    fit_stats = FitStats()
+    fit: Counter = Counter()  # (task, "kept" | "trimmed" | "dropped") -> pairs
     train: list[dict[str, Any]] = []
     for pair in mix_pairs(by_task, mixture, seed):
-        row, status = training_row(
-            pair, tokenizer, max_length, mixture.min_grounding_kept, template_kwargs
-        )
-        getattr(fit_stats, status)[pair.task] += 1
+        row, status = row_of(pair)
+        fit[pair.task, status] += 1
         if row is not None:
             train.append(row)
-    empty = [t for t in mixture.tasks if fit_stats.kept[t] + fit_stats.trimmed[t] == 0]
+    empty = [t for t in mixture.tasks if fit[t, "kept"] + fit[t, "trimmed"] == 0]
     if empty and any(mixture.weight(t) > 0 for t in empty):
         raise FincheckError(
             f"no {mixture.train_split} pair of {empty} fits max_length={max_length}"
@@ -339,14 +321,15 @@ def build_training_data(
         for pair in candidates:
             if len(eval_rows) == eval_max_examples:
                 break
-            row, _ = training_row(
-                pair, tokenizer, max_length, mixture.min_grounding_kept, template_kwargs
-            )
+            row, _ = row_of(pair)
             if row is not None:
                 eval_rows.append(row)
 
     stats = {
-        "fit": fit_stats.as_dict(),
+        "fit": {
+            t: {s: fit[t, s] for s in ("kept", "trimmed", "dropped")}
+            for t in sorted({t for t, _ in fit})
+        },
         "train_examples": dict(Counter(row["task"] for row in train)),
         "eval_examples": len(eval_rows),
     }

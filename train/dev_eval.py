@@ -26,27 +26,19 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference import fit_answer_budget, fit_messages
-from fincheck.pairs import Pair, sample
+from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_split
 from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import get_task
-from fincheck.tasks.base import ScoreSettings
+from fincheck.tasks.base import ScoreSettings, Task
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class DevAnswer:
-    """What a task's scorer reads of a prediction."""
-
-    id: str
-    output: str
-    p_yes: float | None = None
-
-
-@dataclass
 class DevTask:
     name: str
+    task: Task
     pairs: list[Pair]
     prompts: list[str]
     max_new_tokens: int
@@ -90,7 +82,7 @@ class DevFigures:
                         "even without its grounding text; raise max_length"
                     )
                 prompts.append(fit.text)
-            self.tasks.append(DevTask(name, pairs, prompts, budget))
+            self.tasks.append(DevTask(name, task, pairs, prompts, budget))
 
     def sizes(self) -> dict[str, int]:
         return {t.name: len(t.pairs) for t in self.tasks}
@@ -114,10 +106,10 @@ class DevFigures:
                     [task.prompts[i] for i in chosen],
                     task.max_new_tokens,
                     batch_size=self.batch_size,
-                    want_p_yes=get_task(task.name).reads_p_yes,
+                    want_p_yes=task.task.reads_p_yes,
                 )
                 answers = [
-                    DevAnswer(task.pairs[i].id, texts[k], p_yes[k] if p_yes else None)
+                    Prediction(task.pairs[i].id, task.name, texts[k], p_yes[k] if p_yes else None)
                     for k, i in enumerate(chosen)
                 ]
                 if mine is not None:
@@ -126,11 +118,11 @@ class DevFigures:
                     answers = [a for part in gathered for a in part]
                 by_id = {a.id: a for a in answers}
                 joined = [(pair, by_id[pair.id]) for pair in task.pairs]
-                score = get_task(task.name).score(
+                score = task.task.score(
                     joined, ScoreSettings(bootstrap_resamples=0, progress=False)
                 )
-                values = get_task(task.name).example_figures(score.examples)
-                for key, _label in get_task(task.name).compare_metrics:  # the headline ones
+                values = task.task.example_figures(score.examples)
+                for key, _label in task.task.compare_metrics:  # the headline ones
                     value = values.get(key)
                     # always logged, so metric_for_best_model finds its key; NaN where the
                     # sample leaves it undefined (one class only), and NaN never counts as best

@@ -28,17 +28,16 @@ import yaml
 from trl import SFTConfig
 
 from fincheck.config import (
+    build_config,
     config_defaults,
     config_field,
     config_values,
-    load_config,
     parse_overrides,
     plain_value,
 )
 from fincheck.errors import FincheckError
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 
 @dataclass
@@ -240,9 +239,6 @@ class SFTRecipe(SFTConfig):
         """Every key as the recipe declared it (before TRL's normalisation), JSON-ready."""
         return {k: plain_value(v) for k, v in self._declared.items()}
 
-    def resolved_output_dir(self) -> Path:
-        return Path(self.output_dir)
-
     @property
     def tree_budget(self) -> int:
         """Tokens per tree-packed sequence."""
@@ -287,10 +283,6 @@ RESUMABLE_CHANGES = frozenset(
 RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")
 
 
-def is_resumable_change(key: str) -> bool:
-    return key in RESUMABLE_CHANGES or key.startswith(RESUMABLE_PREFIXES)
-
-
 def recipe_defaults() -> dict[str, Any]:
     return {k: plain_value(v) for k, v in config_defaults(SFTRecipe).items()}
 
@@ -298,12 +290,9 @@ def recipe_defaults() -> dict[str, Any]:
 def load_recipe(
     path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None
 ) -> SFTRecipe:
-    """Recipe defaults <- YAML file <- `--key=value` overrides, built for this machine."""
-    if isinstance(overrides, list):
-        overrides = parse_overrides(overrides)
-    values = read_recipe_values(path, overrides)  # keys, types and values first, did-you-mean
-    found = {k: values[k] for k in PROJECT_PATH_KEYS}  # project files, found from here
-    return load_config(SFTRecipe, path, {**(overrides or {}), **found})
+    """Recipe defaults <- YAML file <- `--key=value` overrides, checked (`read_recipe_values`),
+    then built for this machine."""
+    return build_config(SFTRecipe, read_recipe_values(path, overrides))
 
 
 # Keys naming files of the project (configs/deepspeed/..., configs/data/..., train/assets/...):
@@ -474,7 +463,7 @@ def _must_match(values: dict[str, Any]) -> dict[str, Any]:
     return {
         k: _same_file(v) if k in PROJECT_PATH_KEYS else v
         for k, v in values.items()
-        if not is_resumable_change(k)
+        if k not in RESUMABLE_CHANGES and not k.startswith(RESUMABLE_PREFIXES)
     }
 
 

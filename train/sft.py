@@ -57,7 +57,6 @@ class Run:
     trainer: Any
     recipe: SFTRecipe
     output_dir: Path
-    base_path: str
     resume_from: Path | None
     metadata: dict[str, Any]
     manifest: dict[str, Any]
@@ -69,19 +68,14 @@ def share_cpu_threads() -> None:
 
     torchrun sets OMP_NUM_THREADS=1 itself, the `deepspeed` and `accelerate` launchers do not;
     with every process using all cores, tiny-cpu on 2 processes / 2 cores ran at 4.1K tokens/s
-    instead of 10K. Called before torch is imported, it sets OMP_NUM_THREADS (which sizes the
-    OpenMP pool); afterwards, torch.set_num_threads is the best it can do.
+    instead of 10K. torch is imported by then (the recipe is TRL's), so the environment
+    variable would come too late: torch.set_num_threads sizes the pool.
     """
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    if local <= 1 or "OMP_NUM_THREADS" in os.environ:
-        return
-    threads = max(1, (os.cpu_count() or 1) // local)
-    if "torch" not in sys.modules:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-    else:
+    if local > 1 and "OMP_NUM_THREADS" not in os.environ:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
 def single_process_group_env() -> None:
@@ -172,7 +166,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
-    output_dir = recipe.resolved_output_dir()
+    output_dir = Path(recipe.output_dir)
     mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
@@ -286,7 +280,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     )
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
-    return Run(trainer, recipe, output_dir, base_path, resume_from, metadata, manifest, sigterm)
+    return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm)
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
@@ -299,12 +293,8 @@ def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
         log.warning("prompts changed since `fincheck prepare` for %s: re-run prepare", stale)
 
 
-def run(recipe: SFTRecipe) -> int:
-    """Train, then write the final adapter and the run files. Returns the exit status."""
-    return train_and_save(build_trainer(recipe))
-
-
 def train_and_save(r: Run) -> int:
+    """Train, then write the final adapter and the run files. Returns the exit status."""
     from fincheck.train import checkpoints
 
     trainer, recipe = r.trainer, r.recipe
@@ -410,10 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     config, rest = split_config_arg(argv)
-    share_cpu_threads()  # before torch is imported
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        return run(load_training_recipe(config, rest))
+        return train_and_save(build_trainer(load_training_recipe(config, rest)))
     except FincheckError as e:
         print(f"train/sft.py: error: {e}", file=sys.stderr)
         return 1
