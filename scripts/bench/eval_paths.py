@@ -26,7 +26,6 @@ share (227 documents for 667 summaries): their full splits show it.
 from __future__ import annotations
 
 import json
-import platform
 import random
 import re
 import shutil
@@ -34,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fincheck.bench import workload as wl
 from fincheck.config import config_field
 from fincheck.pairs import Pair, sample_pairs, write_pairs
 from fincheck.prepared import read_split
@@ -157,13 +157,8 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
     data = write_subset(s)
     tokens = prompt_tokens(s, data)
-    import os
-
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     report = EvalPathReport(
-        device=f"{device} ({platform.machine()}, {os.cpu_count()} cores)",
+        device=wl.device_name(),
         settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
         reference_mode=s.modes[0],
     )

@@ -31,17 +31,14 @@ The first call of each mode is an untimed warmup.
 from __future__ import annotations
 
 import gc
-import os
-import platform
-import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from fincheck.bench import workload as wl
 from fincheck.config import config_field
+from fincheck.pairs import sample_pairs
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task, task_names
 
@@ -88,9 +85,7 @@ class EvalBenchReport:
     results: list[Result]
     settings: dict
     skipped: dict[str, str] = field(default_factory=dict)  # mode -> why
-    date: str = field(
-        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
-    )
+    date: str = field(default_factory=wl.utc_now)
 
     def to_json(self, command: str) -> dict:
         import torch
@@ -132,14 +127,10 @@ def batches_for(mode: str, lengths: list[int], batch_size: int) -> list[list[int
 def left_padded(prompts: list, rows: list[int], pad_id: int):
     """(input_ids, attention_mask) of the chosen prompts, left-padded to the longest."""
     import torch
+    from trl.trainer.utils import pad
 
-    width = max(len(prompts[i]) for i in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, i in enumerate(rows):
-        n = len(prompts[i])
-        ids[r, width - n :] = prompts[i]
-        mask[r, width - n :] = 1
+    ids = pad([torch.as_tensor(prompts[i], dtype=torch.long) for i in rows], pad_id, "left")
+    mask = pad([torch.ones(len(prompts[i]), dtype=torch.long) for i in rows], 0, "left")
     return ids, mask
 
 
@@ -192,14 +183,6 @@ def time_mode(
             sync()
             timings.append(time.perf_counter() - start)
     return timings[0], timings[1], sum(ids.numel() for ids, _ in tensors)
-
-
-def pick(n_total: int, limit: int, seed: int) -> list[int]:
-    """A seeded sample of `limit` indices in file order, as the harness's --limit samples
-    (prepared files are grouped by sub-dataset, so the first N would be unrepresentative)."""
-    if limit >= n_total:
-        return list(range(n_total))
-    return sorted(random.Random(seed).sample(range(n_total), limit))
 
 
 def load_tokenizer(s: EvalBenchSettings):
@@ -265,11 +248,7 @@ def run_eval_bench(
     new_tokens = {**parse_new_tokens(DEFAULT_NEW_TOKENS), **parse_new_tokens(s.max_new_tokens)}
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    device_name = (
-        torch.cuda.get_device_name()
-        if cuda
-        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    )
+    device_name = wl.device_name()
     tokenizer = load_tokenizer(s)
     pairs: dict[str, list] = {}
     if s.prepared_dir:
@@ -279,7 +258,7 @@ def run_eval_bench(
             s.prepared_dir, s.split, tasks, tokenizer=length_tokenizer, prompt_only=True
         )
         for task in tasks:
-            keep = pick(len(per_task[task]), s.limit, s.seed)
+            keep = sample_pairs(range(len(per_task[task])), s.limit, s.seed)  # as eval --limit
             per_task[task] = [per_task[task][i] for i in keep]
             all_pairs = read_split(s.prepared_dir, task, s.split)
             pairs[task] = [all_pairs[i] for i in keep]

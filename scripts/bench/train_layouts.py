@@ -22,17 +22,14 @@ One untimed warmup micro-batch per layout first.
 from __future__ import annotations
 
 import gc
-import os
-import platform
 import random
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fincheck.bench import workload as wl
 from fincheck.config import config_field
 from fincheck.errors import FincheckError
 
@@ -84,9 +81,7 @@ class TrainLayoutReport:
     model: str
     settings: dict
     results: list[LayoutResult] = field(default_factory=list)
-    date: str = field(
-        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
-    )
+    date: str = field(default_factory=wl.utc_now)
 
     def to_json(self, command: str) -> dict:
         import torch
@@ -217,17 +212,12 @@ def run_train_layouts(
 ) -> TrainLayoutReport:
     import tempfile
 
-    import torch
-
     if s.prepared_dir is None:
         raise ValueError("--prepared-dir is required (a `fincheck prepare` output)")
     unknown = [name for name in s.layouts if name not in LAYOUTS]
     if unknown:
         raise ValueError(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
-    device = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name()
-    report = TrainLayoutReport(device, s.model, {k: str(v) for k, v in asdict(s).items()})
+    report = TrainLayoutReport(wl.device_name(), s.model, {k: str(v) for k, v in asdict(s).items()})
     with tempfile.TemporaryDirectory() as scratch:
         model, tokenizer = load_model_and_tokenizer(s, Path(scratch))
         for task in s.tasks:
@@ -249,7 +239,7 @@ def run_train_layouts(
                     pairs_per_s=len(rows) / seconds,
                     tokens_per_s=tokens_run / seconds,
                     mean_loss=loss,
-                    peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                    peak_rss_gib=wl.peak_rss_bytes() / 2**30,
                 )
                 if layout == "unpacked":
                     base_rate = result.pairs_per_s

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import random
+import resource
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -164,16 +168,33 @@ def sample_steps(
     return out
 
 
+def device_name() -> str:
+    """What a report ran on: the GPU's name, else the CPU's with its cores."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def utc_now() -> str:
+    """A report's date."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux ru_maxrss is KiB); never decreases."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def padded_batch(lengths: Sequence[int], vocab: int, pad_id: int, generator) -> dict[str, Any]:
     """Right-padded (batch, longest) tensors: pads masked out of attention and loss."""
     import torch
+    from trl.trainer.utils import pad
 
-    width = max(lengths)
-    ids = torch.full((len(lengths), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(lengths), width), dtype=torch.long)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = torch.randint(3, vocab, (n,), generator=generator)
-        mask[row, :n] = 1
+    rows = [torch.randint(3, vocab, (n,), generator=generator) for n in lengths]
+    ids = pad(rows, pad_id)
+    mask = pad([torch.ones(n, dtype=torch.long) for n in lengths], 0)
     labels = ids.masked_fill(mask == 0, -100)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
