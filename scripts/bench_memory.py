@@ -13,26 +13,20 @@ from __future__ import annotations
 import sys
 
 from fincheck.bench import memory
-from fincheck.bench.memory import (
-    MemorySettings,
-    format_memory_report,
-    report_json,
-    run_memory_bench,
+from fincheck.bench.memory import MemorySettings, format_memory_report, run_memory_bench
+from fincheck.bench.options import Bench
+
+BENCH = Bench(
+    MemorySettings, memory.__doc__, run_memory_bench, lambda r: (format_memory_report(r), True)
 )
-from fincheck.bench.options import options_parser, settings_from_args
+
+
+def build_parser():
+    return BENCH.parser(__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = options_parser(MemorySettings, __doc__ + "\n" + memory.__doc__).parse_args(argv)
-    settings = settings_from_args(MemorySettings, args)
-    report = run_memory_bench(settings)
-    print("\n" + format_memory_report(report))
-    if args.json_out:
-        command = " ".join(["bench_memory.py", *(argv if argv is not None else sys.argv[1:])])
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(report_json(report, command))
-        print(f"wrote {args.json_out}")
-    return 0
+    return BENCH.main("bench_memory.py", __doc__, argv)
 
 
 if __name__ == "__main__":

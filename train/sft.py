@@ -78,16 +78,20 @@ def share_cpu_threads() -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (the process group's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def single_process_group_env() -> None:
     """DeepSpeed outside a launcher (`fincheck train`, `python train/sft.py`): describe a
     one-process group in the environment, otherwise DeepSpeed goes looking for MPI."""
     if "WORLD_SIZE" in os.environ:
         return
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     os.environ.update(
         {
             "RANK": "0",
@@ -95,7 +99,7 @@ def single_process_group_env() -> None:
             "WORLD_SIZE": "1",
             "LOCAL_WORLD_SIZE": "1",
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
+            "MASTER_PORT": str(free_port()),
         }
     )
 

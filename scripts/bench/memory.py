@@ -12,7 +12,6 @@ peak at step 10.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,7 +134,3 @@ def format_memory_report(report: MemoryReport) -> str:
         rows.append("")
         rows.append(f"peak at step {last} / peak at step 10 = {ratio:.3f} (goal: within 1.10)")
     return "\n".join(rows)
-
-
-def report_json(report: MemoryReport, command: str) -> str:
-    return json.dumps(report.to_json(command), indent=2, default=str) + "\n"

@@ -48,6 +48,29 @@ class Bench:
     run: Callable[[Any], Any]
     text: Callable[[Any], tuple[str, bool]]
 
+    def parser(self, script_doc: str) -> argparse.ArgumentParser:
+        return options_parser(self.settings, script_doc + "\n" + self.doc)
+
+    def main(self, script: str, script_doc: str, argv: list[str] | None = None) -> int:
+        """Parse, run, print the report (and write it with --json-out); exit 1 when one of its
+        checks failed."""
+        argv = sys.argv[1:] if argv is None else argv
+        args = self.parser(script_doc).parse_args(argv)
+        settings = settings_from_args(self.settings, args)
+        try:
+            report = self.run(settings)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        text, ok = self.text(report)
+        print("\n" + text)
+        if args.json_out:
+            command = " ".join([script, *argv])
+            args.json_out.parent.mkdir(parents=True, exist_ok=True)
+            report_json = json.dumps(report.to_json(command), indent=2, default=str)
+            args.json_out.write_text(report_json + "\n")
+            print(f"wrote {args.json_out}")
+        return 0 if ok else 1
+
 
 @dataclass(frozen=True)
 class ModelDispatch:
@@ -71,22 +94,8 @@ class ModelDispatch:
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
         argv = sys.argv[1:] if argv is None else argv
-        bench = self.bench_for(argv)
-        return options_parser(bench.settings, self.doc + "\n" + bench.doc).parse_args(argv)
+        return self.bench_for(argv).parser(self.doc).parse_args(argv)
 
     def main(self, argv: list[str] | None = None) -> int:
         argv = sys.argv[1:] if argv is None else argv
-        bench, args = self.bench_for(argv), self.parse_args(argv)
-        settings = settings_from_args(bench.settings, args)
-        try:
-            report = bench.run(settings)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-        text, ok = bench.text(report)
-        print("\n" + text)
-        if args.json_out:
-            command = " ".join([self.script, *argv])
-            args.json_out.parent.mkdir(parents=True, exist_ok=True)
-            args.json_out.write_text(json.dumps(report.to_json(command), indent=2) + "\n")
-            print(f"wrote {args.json_out}")
-        return 0 if ok else 1
+        return self.bench_for(argv).main(self.script, self.doc, argv)

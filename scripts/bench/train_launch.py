@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,13 +47,9 @@ class LaunchReport:
     output_dir: str
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure_launch(s: LaunchSettings) -> LaunchReport:
+    from fincheck.train.sft import free_port  # torch and TRL: not for --help
+
     out = Path(tempfile.mkdtemp(prefix="bench-train-"))
     launcher = Path(sys.executable).parent / s.launcher
     nproc_flag = "--num_gpus" if s.launcher == "deepspeed" else "--nproc_per_node"
