@@ -10,9 +10,11 @@ values of the wrong type stop with a message naming the key (and the file).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import difflib
 import enum
+import functools
 import inspect
 import types
 import typing
@@ -40,7 +42,6 @@ def config_field(
     cli: bool = True,
     positional: bool = False,
     metavar: str | None = None,
-    **kwargs: Any,
 ) -> Any:
     """A dataclass field with its help text (mutable defaults are copied per instance).
 
@@ -57,13 +58,10 @@ def config_field(
         "positional": positional, "metavar": metavar,
     }  # fmt: skip
     if isinstance(default, (list, dict, tuple)):
-        value = default
-        return dataclasses.field(default_factory=lambda: _copy(value), metadata=metadata, **kwargs)
-    return dataclasses.field(default=default, metadata=metadata, **kwargs)
-
-
-def _copy(value: Any) -> Any:
-    return type(value)(value) if not isinstance(value, dict) else dict(value)
+        return dataclasses.field(
+            default_factory=functools.partial(copy.copy, default), metadata=metadata
+        )
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -258,12 +256,8 @@ def describe_config(cls: type) -> str:
     lines = []
     types_ = field_types(cls)
     for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = "required"
+        default = _field_default(f)
+        default = "required" if default is REQUIRED else default
         type_name = getattr(types_[f.name], "__name__", None) or str(types_[f.name]).replace(
             "typing.", ""
         )
@@ -346,7 +340,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
     Values stay text here: `read_options` checks them as a recipe's values are checked."""
     types_ = field_types(cls)
     owners = [c for c in cls.__mro__ if dataclasses.is_dataclass(c)]
-    for owner in [owners[-1], *owners[:-1]] if len(owners) > 1 else owners:  # the root first
+    for owner in [owners[-1], *owners[:-1]]:  # the root first
         own = inspect.get_annotations(owner)
         doc = (owner.__doc__ or "").strip()
         title = None

@@ -187,14 +187,8 @@ VERY_LONG = int(1e30)  # transformers' own "no limit" value for model_max_length
 def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
     `fincheck models` knows (fetched on first use)."""
+    from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:  # how recent huggingface_hub reports a mistyped config field
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:  # older versions raise TypeError/ValueError, caught below
-
-        class StrictDataclassError(Exception):
-            pass
 
     from fincheck.models import resolve_model
 

@@ -19,7 +19,7 @@ here, with `build_prefix_tree`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # A node gets a cache of its own only when it shares this many tokens beyond its parent: a
@@ -101,10 +101,3 @@ def count_prefill_tokens(ids: Sequence[Sequence[int]], tree: PrefixNode) -> int:
         return own + suffixes + sum(walk(child, node.depth) for child in node.children)
 
     return walk(tree, 0)
-
-
-def walk_nodes(node: PrefixNode, parent_depth: int = 0) -> Iterator[tuple[PrefixNode, int]]:
-    """(node, its parent's depth) for every node, depth first, a node before its children."""
-    yield node, parent_depth
-    for child in node.children:
-        yield from walk_nodes(child, node.depth)

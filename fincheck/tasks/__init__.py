@@ -76,14 +76,3 @@ def temporary_tasks(*tasks: Task) -> Iterator[None]:
     finally:
         for name in added:
             _registry.pop(name, None)
-
-
-__all__ = [
-    "BUILTIN",
-    "Task",
-    "all_tasks",
-    "check_task_names",
-    "get_task",
-    "task_names",
-    "temporary_tasks",
-]

@@ -14,6 +14,7 @@ from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
 from fincheck.prompting import load_prompt
 from fincheck.raw_records import RawRecord, require
+from fincheck.tasks.fhsumbench.metrics import JUDGEMENTS, LABELS
 
 
 def document_key(text: str) -> str:
@@ -28,8 +29,8 @@ def convert_fhsumbench(raw: RawRecord, split: str) -> Pair:
     label = require(record, "label", str, raw)
     sample_id = require(record, "id", (int, str), raw)
     hallu_span = require(record, "hallu_span", str, raw)
-    if label not in FHSUM_LABELS:
-        raise InvalidRecordError(raw.path, raw.line, "label", f"{label!r} not in {FHSUM_LABELS}")
+    if label not in LABELS:
+        raise InvalidRecordError(raw.path, raw.line, "label", f"{label!r} not in {LABELS}")
 
     messages, span = load_prompt("fhsumbench").messages(text=source, summary=summary)
     return Pair(
@@ -47,14 +48,6 @@ def convert_fhsumbench(raw: RawRecord, split: str) -> Pair:
     )
 
 
-# label <-> the {"Faithfulness", "Factuality"} judgement the model answers with
-FHSUM_LABELS = ("factual_hallu", "non_factual_hallu", "no_hallu")
-FHSUM_JUDGEMENT = {
-    "no_hallu": {"Faithfulness": True, "Factuality": True},
-    "factual_hallu": {"Faithfulness": False, "Factuality": True},
-    "non_factual_hallu": {"Faithfulness": False, "Factuality": False},
-}
-
-
 def fhsum_target(label: str) -> str:
-    return json.dumps(FHSUM_JUDGEMENT[label])
+    """The answer trained on: the label's judgement as the JSON object the prompt asks for."""
+    return json.dumps(dict(zip(("Faithfulness", "Factuality"), JUDGEMENTS[label], strict=True)))

@@ -32,6 +32,8 @@ NO_HALLU = "no_hallu"
 INVALID = "invalid"
 LABELS: tuple[str, ...] = (FACTUAL, NON_FACTUAL, NO_HALLU)
 ACCURACY_NAMES = {FACTUAL: "fh_acc", NON_FACTUAL: "nfh_acc", NO_HALLU: "noh_acc"}
+# label -> the (Faithfulness, Factuality) judgement the model answers with
+JUDGEMENTS = {NO_HALLU: (True, True), FACTUAL: (False, True), NON_FACTUAL: (False, False)}
 
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
@@ -86,16 +88,8 @@ def _from_mapping(obj: dict) -> tuple[bool, bool] | None:
 
 def judgement_to_label(judgement: tuple[bool, bool] | None) -> str:
     """(faithful, factual) -> one of LABELS, or INVALID (see the module docstring)."""
-    if judgement is None:
-        return INVALID
-    faithful, factual = judgement
-    if faithful and factual:
-        return NO_HALLU
-    if not faithful and factual:
-        return FACTUAL
-    if not faithful and not factual:
-        return NON_FACTUAL
-    return INVALID
+    labels = {judgement: label for label, judgement in JUDGEMENTS.items()}
+    return labels.get(tuple(judgement), INVALID) if judgement is not None else INVALID
 
 
 def fhsumbench_figures(gold: Sequence[str], pred: Sequence[str]) -> dict[str, float]:

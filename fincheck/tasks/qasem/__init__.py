@@ -52,17 +52,12 @@ _LICENSE = (
     "QASemConsistency (Cattan et al.); no license file in the repository at the pinned commit: "
     "research use; ask the authors before redistributing"
 )
-DEV = Source(
-    "qasem/dev.jsonl",
-    f"{_ORIGIN}/dev.jsonl",
-    "fde80e4c4c61bddd32c37a73b07957611d4020e80e8a7fc450d4f4505897556f",
-    _LICENSE,
-)
-TEST = Source(
-    "qasem/test.jsonl",
-    f"{_ORIGIN}/test.jsonl",
-    "c816457d29088a976abe66fee8c472ee2d9e9d78cd6cfa789ebd875956eb1e5b",
-    _LICENSE,
+DEV, TEST = (
+    Source(f"qasem/{split}.jsonl", f"{_ORIGIN}/{split}.jsonl", sha256, _LICENSE)
+    for split, sha256 in (
+        ("dev", "fde80e4c4c61bddd32c37a73b07957611d4020e80e8a7fc450d4f4505897556f"),
+        ("test", "c816457d29088a976abe66fee8c472ee2d9e9d78cd6cfa789ebd875956eb1e5b"),
+    )
 )
 
 _TABLE = "QASem paper, Table 4"
