@@ -200,6 +200,10 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FincheckError(f"GGUF file not found: {path}")
+        import importlib.util
+
+        if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it
+            raise FincheckError("reading GGUF weights needs the gguf package: pip install gguf")
         from transformers import GgufConfig
 
         where, gguf = str(path.parent), {"gguf_file": path.name}

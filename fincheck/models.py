@@ -302,20 +302,11 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
 
 def _convert_gguf(gguf_path: Path, out: Path) -> None:
     """A GGUF file -> config, fp32 safetensors, tokenizer and chat template (a normal folder)."""
-    import importlib.util
-
-    if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it
-        raise FincheckError("reading GGUF weights needs the gguf package: pip install gguf")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf_path.parent),
-        gguf_file=gguf_path.name,
-        dtype=torch.float32,
-        quantization_config=GgufConfig(dequantize=True),  # a plain model: saveable, trainable
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    from fincheck.inference import load_base
+
+    model, tokenizer = load_base(str(gguf_path), torch.float32)  # dequantized: a plain model
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 

@@ -38,11 +38,7 @@ def plot_confusion(
         for j, value in enumerate(row):
             color = "white" if peak and value > peak / 2 else "black"
             ax.text(j, i, str(value), ha="center", va="center", color=color)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_roc(
@@ -58,6 +54,10 @@ def plot_roc(
     ax.set_ylabel("true-positive rate (supported called supported)")
     ax.set_title(title)
     ax.legend(loc="lower right")
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

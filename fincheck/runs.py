@@ -57,7 +57,6 @@ class RunArtifacts:
     path: Path
     adapter_config: dict[str, Any]
     recipe: dict[str, Any] = field(default_factory=dict)
-    recipe_path: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     manifest_path: Path | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # fincheck_run.json
@@ -144,8 +143,7 @@ def load_run(path: str | Path) -> RunArtifacts:
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
     run = RunArtifacts(path=path, adapter_config=read_json_object(config_path))
     if (path / RECIPE_FILE).is_file():
-        run.recipe_path = path / RECIPE_FILE
-        run.recipe = read_yaml_mapping(run.recipe_path)
+        run.recipe = read_yaml_mapping(path / RECIPE_FILE)
     if (path / MANIFEST_FILE).is_file():
         run.manifest_path = path / MANIFEST_FILE
         run.manifest = read_json_object(run.manifest_path)

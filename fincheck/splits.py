@@ -9,11 +9,6 @@ from collections.abc import Iterable
 from fincheck.pairs import Pair
 
 
-def group_order_key(group: str, seed: int) -> str:
-    """A seeded, platform-independent shuffle key (Python's hash() is salted per process)."""
-    return hashlib.sha256(f"{seed}:{group}".encode()).hexdigest()
-
-
 def split_by_group(
     pairs: Iterable[Pair], fractions: dict[str, float], seed: int
 ) -> dict[str, list[Pair]]:
@@ -33,7 +28,8 @@ def split_by_group(
     out: dict[str, list[Pair]] = {name: [] for name in fractions}
     filled = dict.fromkeys(fractions, 0)
     names = [name for name in fractions if fractions[name] > 0]
-    for group in sorted(groups, key=lambda g: group_order_key(g, seed)):
+    # a seeded, platform-independent shuffle (Python's hash() is salted per process)
+    for group in sorted(groups, key=lambda g: hashlib.sha256(f"{seed}:{g}".encode()).hexdigest()):
         members = groups[group]
         # the split furthest below its quota, relative to the quota, takes the group
         target = min(names, key=lambda n: (filled[n] / quotas[n], names.index(n)))

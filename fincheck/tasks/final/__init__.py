@@ -12,6 +12,7 @@ and the binarized form (flagged = at least one description) scored by balanced a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,11 +228,9 @@ class FinalTask(Task):
         )
         figures["n_needing_judge"] = len(needs_judge)
         # FINAL release items vs DeFacto-derived silver descriptions: the paper's are the former
-        origins: dict[str, int] = {}
-        for pair, *_ in parsed:
-            origin = str(pair.meta.get("origin", "unknown"))
-            origins[origin] = origins.get(origin, 0) + 1
-        figures["gold_origin"] = origins
+        figures["gold_origin"] = dict(
+            Counter(str(pair.meta.get("origin", "unknown")) for pair, *_ in parsed)
+        )
         figures["judged_with"] = (
             {
                 **judge.client.identity,
