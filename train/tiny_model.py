@@ -53,12 +53,7 @@ TINY_MODEL_SHAPE = {
 }
 
 
-def read_chat_template(path: str | Path = CHAT_TEMPLATE_FILE) -> str:
-    """The Jinja chat template text (ChatML by default)."""
-    return Path(path).read_text(encoding="utf-8")
-
-
-def train_tiny_tokenizer(corpus: str | Path = CORPUS_FILE, vocab_size: int = TINY_VOCAB_SIZE):
+def train_tiny_tokenizer():
     """Train the byte-level BPE from scratch (deterministic for a given corpus and version).
 
     Returns a `tokenizers.Tokenizer`; `scripts/build_tiny_tokenizer.py` saves it as the shipped
@@ -79,13 +74,13 @@ def train_tiny_tokenizer(corpus: str | Path = CORPUS_FILE, vocab_size: int = TIN
     )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=TINY_VOCAB_SIZE,
         min_frequency=1,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes: no unknown text
         show_progress=False,
     )
-    lines = Path(corpus).read_text(encoding="utf-8").splitlines()
+    lines = CORPUS_FILE.read_text(encoding="utf-8").splitlines()
     tokenizer.train_from_iterator(lines, trainer=trainer)
     return tokenizer
 
@@ -104,19 +99,19 @@ def build_tiny_tokenizer(tokenizer_file: str | Path = TOKENIZER_FILE):
         padding_side="right",
         clean_up_tokenization_spaces=False,
     )
-    tokenizer.chat_template = read_chat_template()
+    tokenizer.chat_template = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")  # ChatML
     return tokenizer
 
 
-def build_tiny_model(vocab_size: int | None = None, seed: int = 0, **shape_overrides):
+def build_tiny_model(seed: int = 0):
     """A random-init Qwen2ForCausalLM of `TINY_MODEL_SHAPE`; the same `seed` gives the same weights."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     tokenizer = build_tiny_tokenizer()
     config = Qwen2Config(
-        vocab_size=vocab_size or len(tokenizer),
-        **{**TINY_MODEL_SHAPE, **shape_overrides},
+        vocab_size=len(tokenizer),
+        **TINY_MODEL_SHAPE,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -140,8 +135,6 @@ def save_tiny_base(out_dir: str | Path, seed: int = 0) -> Path:
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(vocab_size=len(tokenizer), seed=seed)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    build_tiny_model(seed=seed).save_pretrained(out, safe_serialization=True)
+    build_tiny_tokenizer().save_pretrained(out)
     return out
