@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -31,47 +31,31 @@ LAUNCHER_MARKS = (
 @dataclass(frozen=True)
 class Process:
     pid: int
-    start_time: str  # field 22 of /proc/<pid>/stat: fixed for the life of the process
     command: str
+    handle: Any  # a psutil.Process: it knows its start time, so a recycled pid is not taken for it
 
     def alive(self) -> bool:
-        found = _stat(self.pid)
-        return found is not None and found[1] == self.start_time
-
-
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, start time) of `pid`, or None when it does not exist (Linux /proc)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
-    return int(fields[1]), fields[19]
-
-
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
+        return self.handle.is_running()
 
 
 def launcher_ancestors(pid: int | None = None, depth: int = 4) -> list[Process]:
     """The launcher processes among the nearest `depth` ancestors of `pid` (default: this one)."""
+    import psutil
+
+    try:
+        parents = psutil.Process(pid or os.getpid()).parents()[:depth]
+    except psutil.Error:
+        return []
     found = []
-    current = pid or os.getpid()
-    for _ in range(depth):
-        stat = _stat(current)
-        if stat is None or stat[0] <= 1:
+    for parent in parents:
+        if parent.pid <= 1:
             break
-        parent = stat[0]
-        parent_stat = _stat(parent)
-        command = _command(parent)
-        if parent_stat is None:
-            break
+        try:
+            command = " ".join(parent.cmdline())
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            continue
         if any(mark in command for mark in LAUNCHER_MARKS):
-            found.append(Process(parent, parent_stat[1], command))
-        current = parent
+            found.append(Process(parent.pid, command, parent))
     return found
 
 
