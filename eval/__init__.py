@@ -20,3 +20,18 @@ def evaluate_module_path(name: str) -> str:
     if name not in EVALUATE_MODULES:
         raise ValueError(f"unknown metric module {name!r}; choose from {EVALUATE_MODULES}")
     return str(Path(__file__).parent / "evaluate_metrics" / name)
+
+
+def metric_info(description: str, predictions: str, references: str):
+    """A metric module's `evaluate.MetricInfo`: its docstring, and the value types (`datasets`
+    names) of its predictions and references."""
+    import datasets
+    import evaluate
+
+    features = {"predictions": predictions, "references": references}
+    return evaluate.MetricInfo(
+        description=description,
+        citation="",
+        inputs_description=description,
+        features=datasets.Features({k: datasets.Value(v) for k, v in features.items()}),
+    )

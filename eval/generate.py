@@ -135,16 +135,12 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         )
         try:
             for batch, texts, p_yes, cut in answer_batches(loaded, task, todo, prompts, opts):
+                p_yes, cut = p_yes or [None] * len(batch), cut or [False] * len(batch)
+                rows = zip(batch, texts, p_yes, cut, strict=True)
                 writer.write_batch(
                     [
-                        Prediction(
-                            p.id,
-                            task,
-                            text,
-                            p_yes[i] if p_yes else None,
-                            cut="answer" if cut and cut[i] else None,
-                        )
-                        for i, (p, text) in enumerate(zip(batch, texts, strict=True))
+                        Prediction(p.id, task, t, y, cut="answer" if c else None)
+                        for p, t, y, c in rows
                     ]
                 )
                 bar.update(len(batch))

@@ -200,19 +200,16 @@ class MatchingJudge:
         """Judge (summary, predicted, gold) triples, `concurrency` calls in flight at most."""
         from tqdm.auto import tqdm
 
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-        futures = [pool.submit(self.match, *req) for req in requests]
-        results = []
-        try:
-            with tqdm(
-                total=len(futures), desc="judging FINAL", unit="ex", disable=not progress
-            ) as bar:
-                for future in futures:
-                    results.append(future.result())
-                    bar.update(1)
-        except BaseException:
-            # a run-stopping error (wrong key, Ctrl-C): do not send the calls still queued
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-        return results
+        # map submits every call; an error that stops the run (wrong key, Ctrl-C) cancels the
+        # calls still queued, and leaving the pool waits for those in flight
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            answers = pool.map(lambda request: self.match(*request), requests)
+            return list(
+                tqdm(
+                    answers,
+                    total=len(requests),
+                    desc="judging FINAL",
+                    unit="ex",
+                    disable=not progress,
+                )
+            )

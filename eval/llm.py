@@ -91,10 +91,8 @@ class RequestCache:
     def get(self, key: str) -> str | None:
         with self._lock:
             response = self._entries.get(key)
-            if response is None:
-                self.misses += 1
-            else:
-                self.hits += 1
+            self.hits += response is not None
+            self.misses += response is None
             return response
 
     def cut(self, key: str) -> bool | None:

@@ -78,23 +78,18 @@ def join_with_gold(
     An id that is not in the gold split is an error (file:line); gold ids without a prediction
     are returned as `missing` (a --limit run scores a sample; the report says how many).
     """
-    by_id = {pair.id: pair for pair in gold}
-    position = {pair.id: i for i, pair in enumerate(gold)}
-    joined = []
+    gold_ids = {pair.id for pair in gold}
     for prediction in predictions:
-        pair = by_id.get(prediction.id)
-        if pair is None:
+        if prediction.id not in gold_ids:
             raise InvalidRecordError(
                 str(predictions_path),
                 prediction.line,
                 "id",
                 f"{prediction.id!r} is not in the gold split {gold_path}",
             )
-        joined.append((pair, prediction))
-    joined.sort(key=lambda item: position[item[0].id])
-    predicted = {p.id for p in predictions}
-    missing = [pair.id for pair in gold if pair.id not in predicted]
-    return joined, missing
+    by_id = {p.id: p for p in predictions}  # unique: read_predictions refuses a repeated id
+    joined = [(pair, by_id[pair.id]) for pair in gold if pair.id in by_id]
+    return joined, [pair.id for pair in gold if pair.id not in by_id]
 
 
 class PredictionWriter:

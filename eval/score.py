@@ -47,8 +47,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     examples: dict[str, list[dict]] = {}
     plot_paths: dict[str, list[str]] = {}
-    judge_errors = judge_parse_failed = judge_asked = 0
-    judge_first_error = None
+    judge = {"errors": 0, "parse_failed": 0, "asked": 0, "first_error": None}  # over the tasks
     for name in tasks:
         task = get_task(name)
         gold_path = split_path(opts.data_dir, name, opts.split)
@@ -63,10 +62,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         if not joined:
             raise FincheckError(f"{name}: {pred_path} holds no predictions")
         score = task.score(joined, settings)
-        judge_errors += score.judge_errors
-        judge_parse_failed += score.judge_parse_failed
-        judge_asked += score.judge_asked
-        judge_first_error = judge_first_error or score.judge_first_error
+        for key in ("errors", "parse_failed", "asked"):
+            judge[key] += getattr(score, f"judge_{key}")
+        judge["first_error"] = judge["first_error"] or score.judge_first_error
         results["tasks"][name] = score.figures
         results["counts"][name] = {
             "n_gold": len(gold),
@@ -85,10 +83,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             "prompt_version": opts.judge.prompt.version,
             "cache_hits": opts.judge.cache.hits,
             "cache_misses": opts.judge.cache.misses,
-            "errors": judge_errors,
-            "parse_failed": judge_parse_failed,
-            "asked": judge_asked,
-            "first_error": judge_first_error,
+            **judge,
         }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "results.json").write_text(
@@ -97,7 +92,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     (opts.out_dir / "report.md").write_text(
         render_report(results, plot_paths, examples), encoding="utf-8"
     )
-    return results, judge_errors
+    return results, judge["errors"]
 
 
 def model_label(run: dict) -> str | None:

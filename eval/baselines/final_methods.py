@@ -133,17 +133,13 @@ def run_pipeline(example: Example, llm: CachedLLM) -> MethodOutput:
         consistent, found = parse_fact_check(answer)
         checks.append({"fact": fact, "consistent": consistent, "descriptions": found})
         descriptions += [d for d in found if d not in descriptions]
-    merged = descriptions
-    merge_answer = None
+    merged, merge_answer, counts = descriptions, None, {}
     if len(descriptions) > 1:
         merge_answer = ask(
             llm, "final_pipeline_merge", summary=summary, descriptions=lettered(descriptions)
         )
         merge = merge_descriptions(merge_answer, descriptions)
-        merged = merge.kept
-        counts = merge.counts()
-    else:
-        counts = {}
+        merged, counts = merge.kept, merge.counts()
     trace = {"facts": checks, "merge_answer": merge_answer, "merged": merged, "counts": counts}
     return MethodOutput(final_target(merged), None, trace)
 

@@ -176,10 +176,7 @@ def fact_score(fact: str, doc_sentences: list[str], nli: NLIScorer) -> tuple[flo
 
 def filter_facts(facts: list[str], summary_sentences: list[str], nli: NLIScorer) -> list[str]:
     """The facts some summary sentence entails (argmax); the sentences themselves if none."""
-    kept = []
-    for fact in facts:
-        if any(e.entailed for e in nli([(s, fact) for s in summary_sentences])):
-            kept.append(fact)
+    kept = [f for f in facts if any(e.entailed for e in nli([(s, f) for s in summary_sentences]))]
     return kept or list(summary_sentences)
 
 
@@ -193,9 +190,7 @@ def fizz_score(example: Example, llm: CachedLLM, nli: NLIScorer) -> tuple[float,
         # facts of 10 characters or fewer drop, as in the reference code
         facts += [fact for fact in bullets(answer) if len(fact.strip()) > MIN_SENTENCE_CHARS]
     kept = filter_facts(facts, summary_sentences, nli)
-    per_fact = {}
-    for fact in kept:
-        per_fact[fact] = fact_score(fact, doc_sentences, nli)
+    per_fact = {fact: fact_score(fact, doc_sentences, nli) for fact in kept}
     weakest = min(per_fact, key=lambda f: per_fact[f][0])
     score = per_fact[weakest][0]
     trace = {

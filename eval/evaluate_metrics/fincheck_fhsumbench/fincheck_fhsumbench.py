@@ -11,25 +11,16 @@ non_factual_hallu / no_hallu. Returns macro P and R over gold ∪ predicted labe
 harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.tasks.fhsumbench.metrics.
 """
 
-import datasets
 import evaluate
 
+from fincheck.eval import metric_info
 from fincheck.tasks.fhsumbench.metrics import judgement_to_label, score_fhsumbench
 from fincheck.tasks.fhsumbench.reference import reference_judgement
-
-_DESCRIPTION = __doc__
 
 
 class FincheckFhsumbench(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
+        return metric_info(__doc__, "string", "string")
 
     def _compute(self, predictions, references, n_resamples=1000, seed=0):
         judgements = [reference_judgement(text)[0] for text in predictions]

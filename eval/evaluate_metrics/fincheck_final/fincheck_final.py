@@ -12,24 +12,15 @@ TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judg
 `fincheck score --judge ...`.
 """
 
-import datasets
 import evaluate
 
+from fincheck.eval import metric_info
 from fincheck.tasks.final.metrics import FinalItem, parse_descriptions, score_final, true_positives
-
-_DESCRIPTION = __doc__
 
 
 class FincheckFinal(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
+        return metric_info(__doc__, "string", "string")
 
     def _compute(self, predictions, references, matchings=None, n_resamples=1000, seed=0):
         matchings = matchings or [None] * len(predictions)

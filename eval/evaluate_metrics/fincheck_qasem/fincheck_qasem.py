@@ -9,24 +9,15 @@ predictions: support scores s = P(Yes)/(P(Yes)+P(No)) in [0, 1]; references: 1 =
 adds per-subset figures. Supported iff s >= 0.5. Thin wrapper over fincheck.tasks.qasem.metrics.
 """
 
-import datasets
 import evaluate
 
+from fincheck.eval import metric_info
 from fincheck.tasks.qasem.metrics import QasemItem, score_qasem
-
-_DESCRIPTION = __doc__
 
 
 class FincheckQasem(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("float64"), "references": datasets.Value("int32")}
-            ),
-        )
+        return metric_info(__doc__, "float64", "int32")
 
     def _compute(self, predictions, references, subsets=None, n_resamples=1000, seed=0):
         names = subsets or ["overall"] * len(predictions)
