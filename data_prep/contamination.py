@@ -11,9 +11,9 @@ compare whole). Pairs at or above the threshold are dropped before writing.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
@@ -30,24 +30,6 @@ def shingles(words: list[str], size: int) -> set[str]:
     if len(words) < size:
         return {" ".join(words)} if words else set()
     return {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
-
-
-@dataclass
-class ContaminationReport:
-    threshold: float
-    shingle_size: int
-    dropped: dict[str, int] = field(default_factory=dict)  # "train_task->eval_task": count
-    dropped_by_task: dict[str, int] = field(default_factory=dict)
-    examples: list[dict] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "threshold": self.threshold,
-            "shingle_size": self.shingle_size,
-            "dropped": dict(sorted(self.dropped.items())),
-            "dropped_by_task": dict(sorted(self.dropped_by_task.items())),
-            "examples": self.examples,
-        }
 
 
 class EvaluationIndex:
@@ -74,12 +56,8 @@ class EvaluationIndex:
 
     def matches(self, text: str, threshold: float) -> dict[str, tuple[str, float]]:
         """{evaluation task: (pair id, containment)} of the documents `text` overlaps."""
-        words = normalize_words(text)
-        grams = shingles(words, self.shingle_size)
-        hits: Counter[int] = Counter()
-        for gram in grams:
-            for doc in self.postings.get(gram, ()):
-                hits[doc] += 1
+        grams = shingles(normalize_words(text), self.shingle_size)
+        hits = Counter(doc for gram in grams for doc in self.postings.get(gram, ()))
         found: dict[str, tuple[str, float]] = {}
         for doc, shared in hits.items():
             score = shared / max(1, min(len(grams), self.sizes[doc]))
@@ -94,28 +72,32 @@ def drop_contaminated(
     eval_pairs: list[Pair],
     threshold: float,
     shingle_size: int,
-    examples_per_key: int = 3,
     progress: bool = True,
-) -> tuple[list[Pair], ContaminationReport]:
-    """Training/validation pairs whose document overlaps an evaluation document are removed."""
+) -> tuple[list[Pair], dict]:
+    """Training/validation pairs whose document overlaps an evaluation document are removed;
+    the manifest's report says how many, per task and per "train_task->eval_task", with the
+    first 3 of each."""
     index = EvaluationIndex(eval_pairs, shingle_size)
-    report = ContaminationReport(threshold=threshold, shingle_size=shingle_size)
+    matches = functools.cache(lambda text: index.matches(text, threshold))  # documents repeat
+    by_task: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    examples: list[dict] = []
     kept: list[Pair] = []
-    cache: dict[str, dict[str, tuple[str, float]]] = {}
     for pair in tqdm(train_pairs, desc="contamination check", unit="pair", disable=not progress):
-        grounding = pair.grounding
-        if grounding not in cache:
-            cache[grounding] = index.matches(grounding, threshold)
-        found = cache[grounding]
+        found = matches(pair.grounding)
         if not found:
             kept.append(pair)
             continue
-        report.dropped_by_task[pair.task] = report.dropped_by_task.get(pair.task, 0) + 1
+        by_task[pair.task] += 1
         for eval_task, (eval_id, score) in sorted(found.items()):
             key = f"{pair.task}->{eval_task}"
-            report.dropped[key] = report.dropped.get(key, 0) + 1
-            if report.dropped[key] <= examples_per_key:
-                report.examples.append(
-                    {"train_id": pair.id, "eval_id": eval_id, "containment": score}
-                )
-    return kept, report
+            dropped[key] += 1
+            if dropped[key] <= 3:
+                examples.append({"train_id": pair.id, "eval_id": eval_id, "containment": score})
+    return kept, {
+        "threshold": threshold,
+        "shingle_size": shingle_size,
+        "dropped": dict(sorted(dropped.items())),
+        "dropped_by_task": dict(sorted(by_task.items())),
+        "examples": examples,
+    }

@@ -252,7 +252,7 @@ def prepare_from_files(
         "prompt_hashes": prompt_hashes(config.tasks),
         "counts": label_counts(pairs, config.tasks),
         "counts_before_guard": before,
-        "contamination": contamination.to_dict(),
+        "contamination": contamination,
         "trimming": trimming,
         "skipped_invalid": dict(stream.skipped),
         "first_skipped_error": dict(stream.first_error),

@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fincheck.config import config_field, load_config
 from fincheck.errors import FincheckError
@@ -35,6 +35,9 @@ from fincheck.prepared import (
     split_path,
 )
 from fincheck.tasks import check_task_names, get_task, task_names
+
+if TYPE_CHECKING:
+    from fincheck.train.recipe import SFTRecipe
 
 log = logging.getLogger(__name__)
 
@@ -273,24 +276,18 @@ class PreparedData:
     manifest: dict[str, Any]
 
 
-def build_training_data(
-    dataset_dir: str | Path,
-    mixture: DataMixture,
-    tokenizer: Any,
-    max_length: int,
-    seed: int,
-    eval_max_examples: int = 0,
-    template_kwargs: dict[str, Any] | None = None,
-) -> PreparedData:
-    """Read, fit, mix, tokenize: the rows for SFTTrainer plus counts for the log and the run
-    metadata."""
-    dataset_dir = require_prepared_dir(dataset_dir)
+def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any) -> PreparedData:
+    """Read, fit, mix, tokenize: the rows for SFTTrainer (dev rows for the eval loss when the
+    recipe evaluates) plus counts for the log and the run metadata."""
+    dataset_dir = require_prepared_dir(recipe.dataset_dir)
+    max_length, seed = recipe.max_length, recipe.seed
+    eval_max_examples = recipe.eval_max_examples if recipe.eval_steps else 0
     row_of = functools.partial(
         training_row,
         tokenizer=tokenizer,
         max_length=max_length,
         min_grounding_kept=mixture.min_grounding_kept,
-        template_kwargs=template_kwargs,
+        template_kwargs=recipe.chat_template_kwargs,
     )
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every

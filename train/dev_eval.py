@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference import fit_answer_budget, fit_messages
@@ -31,6 +31,9 @@ from fincheck.prepared import read_split
 from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import get_task
 from fincheck.tasks.base import ScoreSettings, Task
+
+if TYPE_CHECKING:
+    from fincheck.train.recipe import SFTRecipe
 
 log = logging.getLogger(__name__)
 
@@ -47,24 +50,17 @@ class DevTask:
 class DevFigures:
     """The dev sample of each task, its prompts fitted once; `compute(model)` answers them."""
 
-    def __init__(
-        self,
-        tasks: list[str],
-        dataset_dir: str,
-        split: str,
-        tokenizer: Any,
-        window: int,
-        limits: dict[str, int],
-        seed: int,
-        batch_size: int,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        self.tokenizer, self.batch_size = tokenizer, batch_size
+    def __init__(self, recipe: SFTRecipe, split: str, tokenizer: Any) -> None:
+        """The recipe's dev_figures tasks on `split`, sampled by dev_figures_limit, fitted to
+        max_length (the window) and answered per_device_eval_batch_size at a time."""
+        self.tokenizer, self.batch_size = tokenizer, recipe.per_device_eval_batch_size
+        window, template_kwargs = recipe.max_length, recipe.chat_template_kwargs
         self.tasks: list[DevTask] = []
-        for name in tasks:
+        for name in recipe.dev_figures:
             task = get_task(name)
-            pairs = read_split(dataset_dir, name, split)
-            pairs = sample(pairs, limits.get(name), seed, task.limit_by_document)
+            pairs = read_split(recipe.dataset_dir, name, split)
+            limit = recipe.dev_figures_limit.get(name)
+            pairs = sample(pairs, limit, recipe.seed, task.limit_by_document)
             budget = fit_answer_budget(task.max_new_tokens, window)
             prompts = []
             for pair in pairs:

@@ -202,15 +202,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
             callbacks.continue_wandb_run(output_dir)
 
     tokenizer = model.load_tokenizer(recipe, base_path)
-    prepared = data.build_training_data(
-        recipe.dataset_dir,
-        mixture,
-        tokenizer,
-        recipe.max_length,
-        recipe.seed,
-        eval_max_examples=recipe.eval_max_examples if recipe.eval_steps else 0,
-        template_kwargs=recipe.chat_template_kwargs,
-    )
+    prepared = data.build_training_data(recipe, mixture, tokenizer)
     train_rows, eval_rows, collator = prepared.train_rows, prepared.eval_rows, None
     if recipe.tree_packing:
         train_rows, eval_rows, prepared.stats["tree_packing"] = tree_packing.pack_splits(
@@ -237,17 +229,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         peft_config=model.build_lora_config(recipe),
     )
     if recipe.dev_figures:
-        trainer.dev_figures = dev_eval.DevFigures(
-            recipe.dev_figures,
-            recipe.dataset_dir,
-            mixture.eval_split,
-            tokenizer,
-            recipe.max_length,
-            recipe.dev_figures_limit,
-            recipe.seed,
-            recipe.per_device_eval_batch_size,
-            recipe.chat_template_kwargs,
-        )
+        trainer.dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer)
         prepared.stats["dev_figures"] = trainer.dev_figures.sizes()
     # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
     trainer.pair_ids_by_row = {
