@@ -26,19 +26,14 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from fincheck.jsonl import iter_json_objects
 from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [
-        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
-
-
 def qasem_rows(data: Path, predictions: Path) -> dict[str, tuple[list[bool], list[float]]]:
-    gold = {r["id"]: r for r in read_jsonl(data / "qasem" / "test.jsonl")}
+    gold = {r["id"]: r for _, r in iter_json_objects(data / "qasem" / "test.jsonl")}
     groups: dict[str, tuple[list[bool], list[float]]] = {}
-    for pred in read_jsonl(predictions / "qasem.jsonl"):
+    for _, pred in iter_json_objects(predictions / "qasem.jsonl"):
         pair = gold[pred["id"]]
         supported = pair["messages"][-1]["content"].strip() == "Yes"
         if pred.get("p_yes") is not None:
@@ -56,9 +51,9 @@ def qasem_rows(data: Path, predictions: Path) -> dict[str, tuple[list[bool], lis
 def fhsumbench_labels(data: Path, predictions: Path) -> tuple[list[int], list[int]]:
     """0 factual, 1 non-factual, 2 no hallucination, -1 invalid: the reference scorer's codes."""
     codes = {"factual_hallu": 0, "non_factual_hallu": 1, "no_hallu": 2}
-    gold = {r["id"]: r for r in read_jsonl(data / "fhsumbench" / "test.jsonl")}
+    gold = {r["id"]: r for _, r in iter_json_objects(data / "fhsumbench" / "test.jsonl")}
     y_true, y_pred = [], []
-    for pred in read_jsonl(predictions / "fhsumbench.jsonl"):
+    for _, pred in iter_json_objects(predictions / "fhsumbench.jsonl"):
         y_true.append(codes[gold[pred["id"]]["meta"]["label"]])
         judgement, _ = reference_judgement(pred["output"])
         y_pred.append({(False, True): 0, (False, False): 1, (True, True): 2}.get(judgement, -1))

@@ -61,14 +61,6 @@ def _any_rank(flag: bool, device: Any) -> bool:
     return bool(t.item())
 
 
-def deepspeed_zero_stage(trainer: Any) -> int:
-    """The ZeRO stage of a DeepSpeed run (0 without DeepSpeed)."""
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    if plugin is None:
-        return 0
-    return int(plugin.deepspeed_config.get("zero_optimization", {}).get("stage", 0))
-
-
 def warmup_from_the_first_step(schedule, warmup_steps: int):
     """transformers' warmup multiplies the learning rate by step / warmup, so the first step
     trains at lr 0 (a wasted step, and with a ratio rounded up to one warmup step at small step
@@ -129,7 +121,7 @@ class FincheckSFTTrainer(SFTTrainer):
             self.args.world_size,
             # each process answers its share only where it holds the whole model
             sharded=not self.is_fsdp_enabled
-            and (not self.is_deepspeed_enabled or deepspeed_zero_stage(self) < 3),
+            and not (self.is_deepspeed_enabled and self.args.hf_deepspeed_config.is_zero3()),
         )
         figures = {f"{metric_key_prefix}_{k}": v for k, v in figures.items()}
         figures[f"{metric_key_prefix}_figures_seconds"] = round(seconds, 1)
@@ -333,14 +325,7 @@ class SigtermCallback(TrainerCallback):
             signal.signal(signal.SIGTERM, self._previous)
 
     def on_step_end(self, args, state, control, **kwargs):
-        import torch
-
-        device = (
-            torch.device("cuda", torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else "cpu"
-        )
-        if _any_rank(self.requested, device):
+        if _any_rank(self.requested, args.device):  # the process group's device
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

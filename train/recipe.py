@@ -206,19 +206,12 @@ class SFTRecipe(SFTConfig):
 
         gpu = torch.cuda.is_available()
         precision = self.precision
-        explicit = {"bf16": self.bf16 is True, "fp16": bool(self.fp16)}
-        if precision == "auto":
-            if explicit["bf16"]:
-                precision = "bf16"
-            elif explicit["fp16"]:
-                precision = "fp16"
-            else:
-                precision = "bf16" if gpu and torch.cuda.is_bf16_supported() else "fp32"
-        elif any(on and name != precision for name, on in explicit.items()):
-            raise FincheckError(
-                f"precision={precision} but {[n for n, on in explicit.items() if on]} is set: "
-                "use only precision"
-            )
+        explicit = [n for n, on in (("bf16", self.bf16 is True), ("fp16", bool(self.fp16))) if on]
+        if precision == "auto":  # TRL's own bf16/fp16 keys, else what the machine does best
+            gpu_bf16 = gpu and torch.cuda.is_bf16_supported()
+            precision = explicit[0] if explicit else ("bf16" if gpu_bf16 else "fp32")
+        elif any(name != precision for name in explicit):
+            raise FincheckError(f"precision={precision} but {explicit} is set: use only precision")
         if not gpu and precision == "fp16":
             raise FincheckError("precision=fp16 needs a GPU; use --precision=fp32 on the CPU")
         if not gpu and precision == "bf16" and not cpu_has_bf16():

@@ -17,6 +17,7 @@ max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run 
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import json
@@ -378,14 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         print(HELP + describe_config(SFTRecipe))
         return 0
-    # The `deepspeed` launcher appends --local_rank=N; LOCAL_RANK in the environment says the same.
-    argv = [a for a in argv if not a.startswith(("--local_rank", "--local-rank"))]
-    if "--config" not in argv and not any(a.startswith("--config=") for a in argv):
+    config, rest = split_config_arg(argv)
+    if config is None:
         print(
             "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)", file=sys.stderr
         )
         return 2
-    config, rest = split_config_arg(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         return train_and_save(build_trainer(load_training_recipe(config, rest)))
@@ -394,22 +393,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def split_config_arg(argv: list[str]) -> tuple[str, list[str]]:
-    rest, config = [], None
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--config":
-            config = argv[i + 1]
-            i += 2
-            continue
-        if argv[i].startswith("--config="):
-            config = argv[i].split("=", 1)[1]
-        else:
-            rest.append(argv[i])
-        i += 1
-    if config is None:
-        raise FincheckError("--config RECIPE.yaml is required")
-    return config, rest
+def split_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the recipe, the `--key=value` overrides) of a command line. The `deepspeed` launcher
+    appends --local_rank=N; LOCAL_RANK in the environment says the same, so it is dropped."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config")
+    parser.add_argument("--local_rank", "--local-rank")
+    known, rest = parser.parse_known_args(argv)
+    return known.config, rest
 
 
 if __name__ == "__main__":

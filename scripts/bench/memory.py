@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fincheck.config import config_field
 
 
 def status_mib() -> dict[str, float]:
@@ -30,22 +32,15 @@ def status_mib() -> dict[str, float]:
 
 @dataclass
 class MemorySettings:
-    config: Path = field(
-        default=Path("configs/train/smollm2-135m-cpu.yaml"), metadata={"help": "training recipe"}
+    config: Path = config_field(Path("configs/train/smollm2-135m-cpu.yaml"), "training recipe")
+    dataset_dir: Path = config_field(Path("prepared"), "prepared data")
+    steps: int = config_field(50, "optimizer steps")
+    max_length: int = config_field(384, "tokens per pair: below the shortest pair, a fixed shape")
+    batch_size: int = config_field(2, "pairs per step")
+    keep_host_memory: bool = config_field(
+        False, "release_host_memory: false, the behaviour before the fix"
     )
-    dataset_dir: Path = field(default=Path("prepared"), metadata={"help": "prepared data"})
-    steps: int = field(default=50, metadata={"help": "optimizer steps"})
-    max_length: int = field(
-        default=384, metadata={"help": "tokens per pair: below the shortest pair, a fixed shape"}
-    )
-    batch_size: int = field(default=2, metadata={"help": "pairs per step"})
-    keep_host_memory: bool = field(
-        default=False,
-        metadata={"help": "release_host_memory: false, the behaviour before the fix"},
-    )
-    output_dir: Path = field(
-        default=Path("runs/bench-memory"), metadata={"help": "scratch run folder (replaced)"}
-    )
+    output_dir: Path = config_field(Path("runs/bench-memory"), "scratch run folder (replaced)")
 
 
 @dataclass

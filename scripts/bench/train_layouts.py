@@ -155,24 +155,15 @@ def micro_batches(layout: str, rows: list[dict], s: TrainLayoutSettings, pad: in
     from fincheck.train.tree_packing import TreeCollator, pack_rows
 
     if layout == "tree":
-        packs = [p.as_row() for p in pack_rows(rows, s.tree_max_tokens or 2 * s.max_length)]
-        collate = TreeCollator(pad)
-        out = []
-        for k in range(0, len(packs), s.tree_batch_size):
-            batch = collate(packs[k : k + s.tree_batch_size])
-            batch["_real"] = int((batch["tree_end"] >= 0).sum())
-            out.append(batch)
-        return out
-    collate = DataCollatorForLanguageModeling(pad, padding_free=layout == "padding-free")
-    out = []
-    for k in range(0, len(rows), s.batch_size):
-        chunk = [
-            {"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows[k : k + s.batch_size]
-        ]
-        batch = collate(chunk)
-        batch["_real"] = sum(len(r["input_ids"]) for r in chunk)
-        out.append(batch)
-    return out
+        items = [p.as_row() for p in pack_rows(rows, s.tree_max_tokens or 2 * s.max_length)]
+        size, collate = s.tree_batch_size, TreeCollator(pad)
+    else:
+        items = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
+        size = s.batch_size
+        collate = DataCollatorForLanguageModeling(pad, padding_free=layout == "padding-free")
+    chunks = [items[k : k + size] for k in range(0, len(items), size)]
+    # _real: the tokens before padding (a tree pack's input_ids hold each shared prefix once)
+    return [{**collate(c), "_real": sum(len(x["input_ids"]) for x in c)} for c in chunks]
 
 
 def run_layout(model, batches: list[dict], lr: float) -> tuple[float, float, int]:

@@ -6,6 +6,7 @@ engine, the warmup and timed steps on the batches every variant shares, and what
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -123,12 +124,8 @@ def regroup_by_length(steps: list[list[int]], warmup: int) -> list[list[int]]:
     the warmup steps and within the timed steps separately (so the timed tokens are unchanged)."""
 
     def regroup(part: list[list[int]]) -> list[list[int]]:
-        pool = sorted((n for b in part for n in b), reverse=True)
-        out, start = [], 0
-        for b in part:
-            out.append(pool[start : start + len(b)])
-            start += len(b)
-        return out
+        pool = iter(sorted((n for b in part for n in b), reverse=True))
+        return [list(itertools.islice(pool, len(b))) for b in part]
 
     return regroup(steps[:warmup]) + regroup(steps[warmup:])
 
