@@ -305,6 +305,8 @@ def flag_name(f: dataclasses.Field) -> str:
     """`--batch-size` for the field `batch_size` (or its own `flag`); `--no-progress` for a
     switch that turns off a field defaulting to true."""
     name = (f.metadata.get("flag") or f.name).replace("_", "-")
+    if f.metadata.get("positional"):
+        return name.upper()  # an operand: named as the usage line names it
     return f"--no-{name}" if f.default is True else f"--{name}"
 
 
@@ -372,8 +374,20 @@ def _describe_conditions(f: dataclasses.Field, cls: type, joiner: str) -> str:
 def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> None:
     if f.metadata.get("positional"):
         many = typing.get_origin(annotation) in (list, tuple)
-        nargs = ("+" if _field_default(f) is REQUIRED else "*") if many else None
-        parser.add_argument(f.name, nargs=nargs, help=f.metadata.get("help"))
+        required, choices = _field_default(f) is REQUIRED, _choices(annotation)
+        # an optional single operand that is not given stays out of the namespace, as a flag
+        # does (its choices are then checked by read_options: argparse would check the default)
+        single = {"nargs": None} if required else {"nargs": "?", "default": argparse.SUPPRESS}
+        text = f.metadata.get("help", "")
+        if choices:
+            text += f" ({', '.join(map(str, choices))})"
+        parser.add_argument(
+            f.name,
+            **({"nargs": "+" if required else "*"} if many else single),
+            choices=choices if required else None,
+            metavar=flag_name(f),
+            help=text.replace("%", "%%"),
+        )
         return
     name = flag_name(f)
     default = _field_default(f)

@@ -30,9 +30,11 @@ import urllib.request
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from fincheck.checksums import sha256_file
-from fincheck.errors import FincheckError
+from fincheck.config import REQUIRED, add_options, config_field, read_options
+from fincheck.errors import FincheckError, UsageError
 
 CACHE_ENV = "FINCHECK_CACHE_DIR"
 MODEL_INFO = "fincheck_model.json"
@@ -325,6 +327,24 @@ differs.
 """
 
 
+@dataclass
+class ModelsOptions:
+    """`fincheck models list`, `fincheck models fetch NAME`."""
+
+    verb: Literal["list", "fetch"] = config_field(
+        REQUIRED,
+        "list: the known names, their origin and what differs; fetch: download, check and "
+        "convert NAME, then print its folder",
+        positional=True,
+    )
+    name: str | None = config_field(
+        None,
+        f"the model or tokenizer to fetch ({', '.join(KNOWN)})",
+        positional=True,
+        applies={"verb": ("fetch",)},
+    )
+
+
 def register(subparsers) -> None:
     import argparse
 
@@ -335,17 +355,16 @@ def register(subparsers) -> None:
         epilog=MODELS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    verbs.add_parser("list", help="the known names, their origin and what differs")
-    fetch_parser = verbs.add_parser(
-        "fetch", help="download, check and convert one; print its folder"
-    )
-    fetch_parser.add_argument("name", choices=sorted(KNOWN), help="the model or tokenizer")
-    parser.set_defaults(func=_models_command)
+    add_options(parser, ModelsOptions)
+    parser.set_defaults(func=_models_command, options=ModelsOptions)
 
 
 def _models_command(args) -> int:
-    if args.verb == "list":
+    opts = read_options(ModelsOptions, args)  # NAME with `list`: a usage error
+    if opts.verb == "fetch" and opts.name not in KNOWN:
+        given = f"{opts.name!r} is not a known name" if opts.name else "fetch needs NAME"
+        raise UsageError(f"{given}; choose one of: {', '.join(KNOWN)}")
+    if opts.verb == "list":
         for item in KNOWN.values():
             where = model_dir(item.name)
             state = "fetched" if (where / MODEL_INFO).is_file() else "not fetched"
@@ -355,5 +374,5 @@ def _models_command(args) -> int:
             print(f"{'':<28} for: {item.purpose}")
             print(f"{'':<28} differs: {item.note}")
         return 0
-    print(fetch(args.name, log=lambda line: print(line, file=sys.stderr)))
+    print(fetch(opts.name, log=lambda line: print(line, file=sys.stderr)))
     return 0

@@ -130,3 +130,17 @@ def test_the_list_says_size_license_and_use_of_every_model(capsys):
         assert name in out
     assert out.count("size: ") == out.count("license: ") == out.count("for: ") == len(models.KNOWN)
     assert "22 wheels" in out  # the 1.5B's parts
+
+
+def test_the_models_command_reads_its_operands_like_every_command(cache, capsys):
+    """VERB and NAME come from the options class: a missing, unknown or unread NAME is a
+    usage error (exit 2) that names what would work."""
+    assert main(["models", "fetch"]) == 2
+    assert "fetch needs NAME; choose one of: smollm2-135m-instruct" in capsys.readouterr().err
+    assert main(["models", "fetch", "nope"]) == 2
+    assert "'nope' is not a known name" in capsys.readouterr().err
+    assert main(["models", "list", "smollm2-135m-instruct"]) == 2
+    assert "NAME: read only with VERB fetch, not VERB list" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["models", "remove"])
+    assert exit_.value.code == 2
