@@ -41,11 +41,6 @@ class RawOutput:
     trimmed: bool
 
 
-def task_fields(task: str) -> tuple[str, ...]:
-    """The inputs a task's prompt needs (its placeholders: text, summary, ...)."""
-    return load_prompt(task).fields
-
-
 class Detector:
     def __init__(
         self,
@@ -146,27 +141,24 @@ class Detector:
     def generate(self, task: str, records: Sequence[dict[str, str]]) -> list[RawOutput]:
         """Render, fit, generate, in batches; outputs in input order."""
         budget = self.max_new_tokens[task]
-        prompts, trimmed = [], []
-        for record in records:
-            prompt, was_trimmed = self.render(task, record, budget)
-            prompts.append(prompt)
-            trimmed.append(was_trimmed)
+        rendered = [self.render(task, record, budget) for record in records]  # (prompt, trimmed)
         texts, p_yes = answer_in_order(
             self.model,
             self.tokenizer,
-            prompts,
+            [prompt for prompt, _ in rendered],
             budget,
             batch_size=self.batch_size,
             want_p_yes=get_task(task).reads_p_yes,
         )
         return [
-            RawOutput(text, p_yes[i] if p_yes else None, trimmed[i]) for i, text in enumerate(texts)
+            RawOutput(text, p_yes[i] if p_yes else None, rendered[i][1])
+            for i, text in enumerate(texts)
         ]
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
         """The chat-formatted prompt for one input, trimmed on its grounding text to fit the
         window minus the answer budget; like evaluation, an input is trimmed, never dropped."""
-        fields = task_fields(task)
+        fields = load_prompt(task).fields
         missing = [f for f in fields if not isinstance(record.get(f), str)]
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
@@ -195,5 +187,5 @@ class Detector:
 
 
 def _records(task: str, items: Sequence[Sequence[str]]) -> list[dict[str, str]]:
-    fields = task_fields(task)
+    fields = load_prompt(task).fields
     return [dict(zip(fields, item, strict=True)) for item in items]

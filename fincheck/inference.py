@@ -554,12 +554,8 @@ def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool = Fal
 
 def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
     """Distinct token sequences of the answer word's spellings."""
-    seqs: list[tuple[int, ...]] = []
-    for word in words:
-        ids = tuple(tokenizer(word, add_special_tokens=False)["input_ids"])
-        if ids and ids not in seqs:
-            seqs.append(ids)
-    return seqs
+    seqs = (tuple(tokenizer(word, add_special_tokens=False)["input_ids"]) for word in words)
+    return list(dict.fromkeys(ids for ids in seqs if ids))
 
 
 def yes_share(first_logits, yes, no, continuation) -> list[float]:

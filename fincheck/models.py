@@ -192,15 +192,11 @@ def fetch(name: str, log=print) -> Path:
         return _fetch_locked(item, final, log)
 
 
-def available_gib() -> float | None:
-    """Memory the kernel says a new process can use (MemAvailable), None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
+def available_gib() -> float:
+    """Memory the kernel says a new process can use (Linux: MemAvailable)."""
+    import psutil
+
+    return psutil.virtual_memory().available / 2**30
 
 
 def check_memory(item: Fetchable, log) -> None:
@@ -210,9 +206,9 @@ def check_memory(item: Fetchable, log) -> None:
     free = available_gib()
     log(
         f"{item.name}: converting to fp32 takes about {item.convert_gib:.1f} GiB of memory at "
-        f"its peak" + (f" ({free:.1f} GiB available now)" if free is not None else "")
+        f"its peak ({free:.1f} GiB available now)"
     )
-    if free is not None and free < item.convert_gib:
+    if free < item.convert_gib:
         raise FincheckError(
             f"{item.name}: the conversion needs about {item.convert_gib:.1f} GiB of memory and "
             f"{free:.1f} GiB is available: free some, or fetch it on a larger machine and copy "

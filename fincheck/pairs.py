@@ -13,6 +13,7 @@ over-long document without touching the instructions or the target.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -78,14 +79,7 @@ class Pair:
         return value
 
     def to_json(self) -> str:
-        record = {
-            "id": self.id,
-            "task": self.task,
-            "split": self.split,
-            "messages": self.messages,
-            "meta": self.meta,
-        }
-        return json.dumps(record, ensure_ascii=False, sort_keys=False)
+        return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, record: dict[str, Any], where: str = "<pair>", line: int = 0) -> Pair:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fincheck.detector import task_fields
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_utf8_text
+from fincheck.prompting import load_prompt
 from fincheck.tasks import all_tasks
 
 SUPPORT_KEYS = ("question", "answer")
@@ -33,7 +33,7 @@ def route(record: dict[str, Any]) -> tuple[list[str], list[str]]:
     ones: a QA record (text, sentence, question, answer) gets QASem alone, a (text, summary)
     record gets FINAL and FHSumBench.
     """
-    fields = {name: task_fields(name) for name in all_tasks()}
+    fields = {name: load_prompt(name).fields for name in all_tasks()}  # each prompt's inputs
     fits = [name for name, needed in fields.items() if all(_present(record, f) for f in needed)]
     if fits:
         most = max(len(fields[name]) for name in fits)

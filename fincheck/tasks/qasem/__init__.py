@@ -65,16 +65,12 @@ _TABLE = "QASem paper, Table 4"
 
 def _table4(system: str, bacc: tuple[float, ...], auc: tuple[float, ...] | None = None):
     """One system's row of Table 4 (percent in the paper, fractions here)."""
-    rows = [
-        PaperNumber(system, "bacc", round(v / 100, 4), _TABLE, subset)
-        for subset, v in zip(SUBSETS, bacc, strict=True)
+    return [
+        PaperNumber(system, metric, round(v / 100, 4), _TABLE, subset)
+        for metric, values in (("bacc", bacc), ("auc", auc))
+        if values
+        for subset, v in zip(SUBSETS, values, strict=True)
     ]
-    if auc:
-        rows += [
-            PaperNumber(system, "auc", round(v / 100, 4), _TABLE, subset)
-            for subset, v in zip(SUBSETS, auc, strict=True)
-        ]
-    return rows
 
 
 @dataclass
