@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from fincheck.jsonl import drop_torn_last_line
-
 
 @dataclass(frozen=True)
 class Completion:
@@ -65,15 +63,20 @@ class RequestCache:
         self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
         self._lock = threading.Lock()
         if self.path and self.path.exists():
-            drop_torn_last_line(self.path)  # so appends start clean
-            for line in self.path.read_text(encoding="utf-8").splitlines():
+            text = self.path.read_text(encoding="utf-8")
+            for line in text.splitlines():
                 try:
                     record = json.loads(line)
                     self._entries[record["key"]] = record["response"]
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
+                    continue  # a torn last line from a crash
+            # End a torn line so appends start clean; never truncate: another run sharing the
+            # cache (--judge-cache) may be appending to it right now.
+            if text and not text.endswith("\n"):
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write("\n")
         self.hits = 0
         self.misses = 0
 

@@ -45,12 +45,14 @@ def bootstrap_cis(
             if not math.isnan(resampled[m]):
                 values[m].append(resampled[m])
     alpha = 1 - confidence
-    return {
-        m: Interval(*(percentile(sorted(v), q) for q in (alpha / 2, 1 - alpha / 2)))
-        if len(v) >= n_resamples / 2
-        else None
-        for m, v in values.items()
-    }
+    intervals: dict[str, Interval | None] = {}
+    for m, v in values.items():
+        v.sort()
+        enough = len(v) >= n_resamples / 2  # else most resamples left it undefined
+        intervals[m] = (
+            Interval(percentile(v, alpha / 2), percentile(v, 1 - alpha / 2)) if enough else None
+        )
+    return intervals
 
 
 def bootstrap_ci(

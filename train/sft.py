@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck import __version__
-from fincheck.config import describe_config
+from fincheck.config import build_config, describe_config
 from fincheck.errors import FincheckError
 from fincheck.inference import template_fingerprint
 from fincheck.models import resolve_model
@@ -40,7 +40,6 @@ from fincheck.runs import relative_base
 from fincheck.train.recipe import (
     TINY_RANDOM,
     SFTRecipe,
-    load_recipe,
     read_recipe_values,
     recipe_differences,
     recipe_fingerprint,
@@ -151,7 +150,7 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
         model.ensure_tiny_base(str((output_dir / "base").resolve()))
     else:
         resolve_model(values["model_name_or_path"])  # a known name: fetched once, here
-    return load_recipe(config, overrides)
+    return build_config(SFTRecipe, values)
 
 
 def build_trainer(recipe: SFTRecipe) -> Run:
@@ -372,6 +371,7 @@ def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
 
 
 HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
+USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,9 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     config, rest = split_config_arg(argv)
     if config is None:
-        print(
-            "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)", file=sys.stderr
-        )
+        print(USAGE, file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
@@ -396,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
 def split_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
     """(the recipe, the `--key=value` overrides) of a command line. The `deepspeed` launcher
     appends --local_rank=N; LOCAL_RANK in the environment says the same, so it is dropped."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog="train/sft.py", usage=USAGE.removeprefix("usage: "), add_help=False, allow_abbrev=False
+    )
     parser.add_argument("--config")
     parser.add_argument("--local_rank", "--local-rank")
     known, rest = parser.parse_known_args(argv)

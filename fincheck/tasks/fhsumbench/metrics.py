@@ -34,6 +34,7 @@ LABELS: tuple[str, ...] = (FACTUAL, NON_FACTUAL, NO_HALLU)
 ACCURACY_NAMES = {FACTUAL: "fh_acc", NON_FACTUAL: "nfh_acc", NO_HALLU: "noh_acc"}
 # label -> the (Faithfulness, Factuality) judgement the model answers with
 JUDGEMENTS = {NO_HALLU: (True, True), FACTUAL: (False, True), NON_FACTUAL: (False, False)}
+LABEL_OF = {judgement: label for label, judgement in JUDGEMENTS.items()}
 
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
@@ -88,8 +89,7 @@ def _from_mapping(obj: dict) -> tuple[bool, bool] | None:
 
 def judgement_to_label(judgement: tuple[bool, bool] | None) -> str:
     """(faithful, factual) -> one of LABELS, or INVALID (see the module docstring)."""
-    labels = {judgement: label for label, judgement in JUDGEMENTS.items()}
-    return labels.get(tuple(judgement), INVALID) if judgement is not None else INVALID
+    return LABEL_OF.get(tuple(judgement), INVALID) if judgement is not None else INVALID
 
 
 def fhsumbench_figures(gold: Sequence[str], pred: Sequence[str]) -> dict[str, float]:
