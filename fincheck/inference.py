@@ -539,17 +539,22 @@ def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool = Fal
     outputs; only the stop tokens are taken from it."""
     from transformers import GenerationConfig
 
-    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
     return GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,
         num_beams=1,
         repetition_penalty=1.0,
-        eos_token_id=eos,
+        eos_token_id=stop_tokens(model, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         return_dict_in_generate=True,
         output_logits=want_logits,
     )
+
+
+def stop_tokens(model, tokenizer) -> int | list[int]:
+    """The end-of-turn token(s) an answer stops at: the model's generation config's, else the
+    tokenizer's EOS (the same for `generate` and the prefix tree)."""
+    return getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
 
 
 def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
@@ -592,29 +597,28 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
         model.device
     )
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+
+    def continuation(seq: tuple[int, ...]):
+        """The prompt plus the spelling in one pass; position ids skip the left padding."""
+        tail = torch.tensor(seq, device=ids.device).expand(ids.shape[0], -1)
+        full_mask = torch.cat([mask, torch.ones_like(tail)], dim=1)
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=torch.cat([ids, tail], dim=1),
+            attention_mask=full_mask,
+            position_ids=positions,
+        ).logits
+        return logits[:, ids.shape[1] : ids.shape[1] + len(seq) - 1]
+
+    p_yes = None
     with torch.no_grad():
         out = model.generate(
             **enc, generation_config=greedy_config(model, tokenizer, max_new_tokens, want_p_yes)
         )
-    new_tokens = out.sequences[:, enc["input_ids"].shape[1] :]
+        if want_p_yes:
+            yes, no = (answer_spellings(tokenizer, w) for w in (YES_SPELLINGS, NO_SPELLINGS))
+            p_yes = yes_share(out.logits[0], yes, no, continuation)
+    new_tokens = out.sequences[:, ids.shape[1] :]
     texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
-    p_yes = None
-    if want_p_yes:
-        ids, mask = enc["input_ids"], enc["attention_mask"]
-
-        def continuation(seq: tuple[int, ...]):
-            """The prompt plus the spelling in one pass; position ids skip the left padding."""
-            tail = torch.tensor(seq, device=ids.device).expand(ids.shape[0], -1)
-            full_mask = torch.cat([mask, torch.ones_like(tail)], dim=1)
-            positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
-            with torch.no_grad():
-                logits = model(
-                    input_ids=torch.cat([ids, tail], dim=1),
-                    attention_mask=full_mask,
-                    position_ids=positions,
-                ).logits
-            return logits[:, ids.shape[1] : ids.shape[1] + len(seq) - 1]
-
-        yes, no = (answer_spellings(tokenizer, w) for w in (YES_SPELLINGS, NO_SPELLINGS))
-        p_yes = yes_share(out.logits[0], yes, no, continuation)
     return texts, p_yes

@@ -29,7 +29,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings, yes_share
+from fincheck.inference import (
+    NO_SPELLINGS,
+    YES_SPELLINGS,
+    answer_spellings,
+    stop_tokens,
+    yes_share,
+)
 from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 
@@ -133,7 +139,7 @@ class _TreeRunner:
         self.longer = [s for s in (*self.yes, *self.no) if len(s) > 1] if p_yes else []
         self.keep = max([1, *(len(s) for s in self.longer)])  # logits positions to compute
         self.answer_starts = {s[0] for s in (*self.yes, *self.no)}
-        eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+        eos = stop_tokens(model, tokenizer)
         self.eos = set(eos if isinstance(eos, list) else [eos])
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
@@ -155,14 +161,13 @@ class _TreeRunner:
 
         ids = torch.tensor([tokens], device=self.device)
         positions = torch.arange(cached, cached + len(tokens), device=self.device)[None]
-        out = self.model(
-            input_ids=ids,
-            position_ids=positions,
-            **{self.cache_arg: copy.deepcopy(cache) if cache is not None else None},
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out[self.cache_arg]
+        return self.forward(copy.deepcopy(cache), 1, input_ids=ids, position_ids=positions)[1]
+
+    def forward(self, cache: Any, keep: int, **inputs: Any) -> tuple[Any, Any]:
+        """(logits of the last `keep` positions, the cache grown by `inputs`): every pass of
+        the walk, the KV cache passed under the name the installed transformers uses."""
+        out = self.model(**inputs, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=keep)
+        return out.logits, out[self.cache_arg]
 
     def answer(self, members: list[int], cache: Any, cached: int) -> Answers:
         """One batch of prompts that share the cached prefix: their suffixes in one forward
@@ -184,17 +189,11 @@ class _TreeRunner:
         if cache is not None:
             cache = copy.deepcopy(cache)
             cache.batch_repeat_interleave(len(rows))
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            **{self.cache_arg: cache},
-            use_cache=True,
-            logits_to_keep=self.keep,
+        logits, cache = self.forward(
+            cache, self.keep, input_ids=input_ids, attention_mask=mask, position_ids=positions
         )
-        last = out.logits[:n, -1].float()
-        p_yes = self.p_yes(last, out.logits[n:].float()) if self.want_p_yes else None
-        cache = out[self.cache_arg]
+        last = logits[:n, -1]
+        p_yes = self.p_yes(last, logits[n:]) if self.want_p_yes else None  # fp32 inside
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
         texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
@@ -243,15 +242,13 @@ class _TreeRunner:
                 rows = [rows[r] for r in keep]
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             last_position = last_position + 1
-            out = self.model(
+            logits, cache = self.forward(
+                cache,
+                1,
                 input_ids=next_ids[:, None],
                 attention_mask=mask,
                 position_ids=last_position[:, None],
-                **{self.cache_arg: cache},
-                use_cache=True,
-                logits_to_keep=1,
             )
-            cache = out[self.cache_arg]
-            next_ids = out.logits[:, -1].argmax(-1)
+            next_ids = logits[:, -1].argmax(-1)
         decode = self.tokenizer.decode
         return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated], cut
