@@ -344,9 +344,8 @@ class ScoreOptions:
     split: Literal["dev", "test"] = config_field("test", "gold split")
     judge_kind: Literal["none", "openai", "local"] | None = config_field(
         None,
-        "FINAL matching judge: none, openai or local (default: openai when --judge-base-url is "
-        "given, local when --judge-model is an existing folder, openai when it is a model name; "
-        "else none = FINAL P/R/F1 not computed)",
+        "FINAL matching judge: none, openai or local (default: openai with --judge-base-url, "
+        "else as --judge-model says, else none = FINAL P/R/F1 not computed)",
         flag="judge",
     )
     judge_model: str | None = config_field(

@@ -37,6 +37,7 @@ from fincheck.bench import workload as wl
 from fincheck.config import config_field
 from fincheck.pairs import Pair, sample_pairs, write_pairs
 from fincheck.prepared import read_split
+from fincheck.tasks import get_task
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 
@@ -103,7 +104,7 @@ def write_subset(s: EvalPathSettings) -> Path:
         shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
     for task in s.tasks:
         pairs = read_split(s.prepared_dir, task, "test")
-        if task == "qasem":
+        if get_task(task).limit_by_document:  # QASem: whole references, each with its QAs
             pairs = sample_documents(pairs, s.qasem_docs, s.seed)
         else:
             pairs = sample_pairs(pairs, s.limit or None, s.seed)
@@ -119,7 +120,6 @@ def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]
     those the prefix-reuse path runs through the model (each shared prefix once)."""
     from fincheck.inference import load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
-    from fincheck.tasks import get_task
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
     totals = {}
@@ -139,7 +139,7 @@ def answer_of(task: str, output: str) -> str:
     """What is compared between modes: QASem's Yes/No word (prefix reuse decodes only the
     answer's first token where the plain path writes on, `No.` vs `No, because ...`); the
     whole text for the generating tasks."""
-    if task == "qasem":
+    if get_task(task).reads_p_yes:
         word = re.match(r"\W*(yes|no)\b", output, re.IGNORECASE)
         return word.group(1).lower() if word else output
     return output
@@ -197,7 +197,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                     for i in predictions
                 )
                 result.same_output_share = same / n
-                if task == "qasem":
+                if get_task(task).reads_p_yes:
                     result.max_abs_delta_p_yes = max(
                         abs(ref[i]["p_yes"] - predictions[i]["p_yes"]) for i in predictions
                     )
