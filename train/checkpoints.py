@@ -24,9 +24,17 @@ from typing import Any
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
+from fincheck.runs import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    CHECKPOINT_METADATA,
+    MANIFEST_FILE,
+    RECIPE_FILE,
+    RUN_METADATA,
+)
 
-COMPLETE_MARKER = "fincheck_complete.json"
+COMPLETE_MARKER = CHECKPOINT_METADATA  # written last: a checkpoint that holds it is complete
+
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 

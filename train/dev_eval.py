@@ -40,11 +40,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DevTask:
-    name: str
     task: Task
     pairs: list[Pair]
     prompts: list[str]
     max_new_tokens: int
+
+    @property
+    def name(self) -> str:
+        return self.task.name
 
 
 class DevFigures:
@@ -78,7 +81,7 @@ class DevFigures:
                         "even without its grounding text; raise max_length"
                     )
                 prompts.append(fit.text)
-            self.tasks.append(DevTask(name, task, pairs, prompts, budget))
+            self.tasks.append(DevTask(task, pairs, prompts, budget))
 
     def sizes(self) -> dict[str, int]:
         return {t.name: len(t.pairs) for t in self.tasks}

@@ -32,10 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fincheck.bench import workload as wl
-from fincheck.bench.flops import (
-    ModelShape,
-    device_peak_tflops,
-)
+from fincheck.bench.flops import ModelShape, device_peak_tflops
 from fincheck.bench.train_steps import Result, Variant, run_variant, single_process_group
 from fincheck.config import config_field
 
