@@ -412,13 +412,12 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
     )
 
 
-def read_options(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
+def read_options(cls: type[T], args: argparse.Namespace) -> T:
     """The options a command's flags name (`add_options`), checked like a recipe's keys: a
     value of the wrong type, or an option the chosen mode does not read, is an error naming
-    the flag (a `UsageError`: exit 2, as argparse's own). `fixed` sets fields that are not
-    flags."""
+    the flag (a `UsageError`: exit 2, as argparse's own)."""
     types_ = field_types(cls)
-    values = dict(fixed)
+    values: dict[str, Any] = {}
     given: list[dataclasses.Field] = []
     for f in dataclasses.fields(cls):
         if f.name not in vars(args) or not f.metadata.get("cli", True):

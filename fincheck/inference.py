@@ -220,21 +220,15 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
             f"{one_line(e)}"
         ) from None
-    except ValueError as e:
-        if "trust_remote_code" in str(e):
+    except (ValueError, KeyError, TypeError, AttributeError, StrictDataclassError) as e:
+        if isinstance(e, ValueError) and "trust_remote_code" in str(e):
             raise FincheckError(remote_code_message(name_or_path)) from None
-        raise FincheckError(unreadable_config_message(name_or_path, e)) from None
-    except (KeyError, TypeError, AttributeError, StrictDataclassError) as e:  # a field missing
-        raise FincheckError(unreadable_config_message(name_or_path, e)) from None  # or mistyped
+        raise FincheckError(  # a config field missing or mistyped
+            f"cannot load base model {name_or_path!r}: its config.json is not one transformers "
+            f"can build a model from ({type(e).__name__}: {one_line(e)}); check model_type and "
+            "the field types"
+        ) from None
     return model, tokenizer
-
-
-def unreadable_config_message(name: str, error: Exception) -> str:
-    return (
-        f"cannot load base model {name!r}: its config.json is not one transformers can build a "
-        f"model from ({type(error).__name__}: {one_line(error)}); check model_type and the "
-        "field types"
-    )
 
 
 def remote_code_message(name: str) -> str:

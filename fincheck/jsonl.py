@@ -25,15 +25,6 @@ def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, A
     return record
 
 
-def decode_utf8(path: str | Path, line_no: int, raw: bytes) -> str:
-    """A line's bytes as text, or `InvalidRecordError` naming the first byte that is not UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        problem = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-        raise InvalidRecordError(str(path), line_no, "<encoding>", problem) from None
-
-
 def read_utf8_text(path: str | Path) -> str:
     """A whole text file, or a one-line error naming the line with the first non-UTF-8 byte."""
     raw = Path(path).read_bytes()
@@ -51,7 +42,11 @@ def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     not UTF-8) raises `InvalidRecordError`."""
     with Path(path).open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
-            line = decode_utf8(path, line_no, raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                problem = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                raise InvalidRecordError(str(path), line_no, "<encoding>", problem) from None
             if line.strip():
                 yield line_no, decode_object_line(path, line_no, line)
 

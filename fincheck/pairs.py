@@ -93,10 +93,8 @@ class Pair:
         )
 
 
-def validate_pair_dict(record: Any, where: str, line: int) -> None:
-    """Check a decoded line against the schema; raise `file:line: field: problem`."""
-    if not isinstance(record, dict):
-        raise InvalidRecordError(where, line, "<record>", "expected a JSON object")
+def validate_pair_dict(record: dict[str, Any], where: str, line: int) -> None:
+    """Check a decoded object against the schema; raise `file:line: field: problem`."""
     for key, kind in (("id", str), ("task", str), ("split", str), ("messages", list)):
         if key not in record:
             raise InvalidRecordError(where, line, key, "missing")

@@ -42,11 +42,8 @@ class PrefixNode:
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for k in range(n):
-        if a[k] != b[k]:
-            return k
-    return n
+    differences = (k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    return next(differences, min(len(a), len(b)))  # none: the shorter one is the prefix
 
 
 def build_prefix_tree(ids: Sequence[Sequence[int]], min_shared: int = MIN_SHARED) -> PrefixNode:

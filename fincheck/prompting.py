@@ -41,16 +41,13 @@ class Prompt:
         parts: list[str] = []
         span = (0, 0)
         pos = 0
-        length = 0
         for match in _PLACEHOLDER.finditer(self.user):
-            literal = self.user[pos : match.start()]
-            parts.append(literal)
-            length += len(literal)
+            parts.append(self.user[pos : match.start()])
             value = values[match.group(1)]
             if match.group(1) == GROUNDING_FIELD:
-                span = (length, length + len(value))
+                start = sum(map(len, parts))
+                span = (start, start + len(value))
             parts.append(value)
-            length += len(value)
             pos = match.end()
         parts.append(self.user[pos:])
         return self.system, "".join(parts), span
@@ -58,11 +55,12 @@ class Prompt:
     def fields_of(self, user: str) -> dict[str, str]:
         """The values this prompt was rendered with, read back from its user message (how a
         baseline with its own prompt gets a prepared pair's document, summary or QA)."""
-        pattern, pos = [], 0
+        pattern, pos, named = [], 0, set()
         for match in _PLACEHOLDER.finditer(self.user):
             pattern.append(re.escape(self.user[pos : match.start()]))
             name = match.group(1)
-            pattern.append(f"(?P={name})" if name in pattern_names(pattern) else f"(?P<{name}>.*?)")
+            pattern.append(f"(?P={name})" if name in named else f"(?P<{name}>.*?)")
+            named.add(name)
             pos = match.end()
         pattern.append(re.escape(self.user[pos:]))
         found = re.fullmatch("".join(pattern), user, flags=re.DOTALL)
@@ -77,10 +75,6 @@ class Prompt:
         """Chat messages (system, user) for these values, and the grounding span."""
         system, user, span = self.render(**values)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}], span
-
-
-def pattern_names(parts: list[str]) -> set[str]:
-    return set(re.findall(r"\(\?P<([a-z_]+)>", "".join(parts)))
 
 
 def parse_prompt_file(path: Path, task: str, needs_grounding: bool = True) -> Prompt:

@@ -29,16 +29,6 @@ class RawRecord:
     error: InvalidRecordError | None = None
 
 
-def _object_record(path: Path, line: int, value: Any) -> RawRecord:
-    """A decoded record, or an error record when it is not a JSON object."""
-    if isinstance(value, dict):
-        return RawRecord(str(path), line, value)
-    problem = f"expected a JSON object, got {type(value).__name__}"
-    return RawRecord(
-        str(path), line, error=InvalidRecordError(str(path), line, "<record>", problem)
-    )
-
-
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     """One record per non-blank line; a line that is not a JSON object is an error record."""
     n = 0
@@ -75,7 +65,12 @@ def iter_json_array(path: Path) -> Iterator[RawRecord]:
         raise FincheckError(f"{path}: the file is empty (no records)")
     lines = _element_lines(text, len(document))
     for value, line_no in zip(document, lines, strict=True):
-        yield _object_record(path, line_no, value)
+        if isinstance(value, dict):
+            yield RawRecord(str(path), line_no, value)
+        else:  # an error record, as a JSONL line that is not an object
+            problem = f"expected a JSON object, got {type(value).__name__}"
+            error = InvalidRecordError(str(path), line_no, "<record>", problem)
+            yield RawRecord(str(path), line_no, error=error)
 
 
 def _element_lines(text: str, count: int) -> list[int]:
@@ -120,26 +115,14 @@ def require(
     if field not in record:
         raise InvalidRecordError(where.path, where.line, field, "missing")
     value = record[field]
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise InvalidRecordError(
-            where.path, where.line, field, f"expected {_kind_name(kind)}, got a boolean"
-        )
-    if not isinstance(value, kind):
-        raise InvalidRecordError(
-            where.path,
-            where.line,
-            field,
-            f"expected {_kind_name(kind)}, got {type(value).__name__}",
-        )
+    bool_for_number = isinstance(value, bool) and kind in (int, float, (int, float))
+    if bool_for_number or not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        got = "a boolean" if bool_for_number else type(value).__name__
+        raise InvalidRecordError(where.path, where.line, field, f"expected {names}, got {got}")
     if non_empty and not (value.strip() if isinstance(value, str) else value):
         raise InvalidRecordError(where.path, where.line, field, "is empty")
     return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    if isinstance(kind, tuple):
-        return " or ".join(k.__name__ for k in kind)
-    return kind.__name__
 
 
 class RecordStream:

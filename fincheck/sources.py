@@ -38,10 +38,8 @@ def default_cache_dir() -> Path:
 
 
 def default_data_dir() -> Path | None:
-    """`FINCHECK_DATA_DIR` if set; else `../shared/data` beside a checkout when it exists."""
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV])
-    return None
+    """`FINCHECK_DATA_DIR` if set, else None (the sources come from the download cache)."""
+    return Path(os.environ[DATA_DIR_ENV]) if os.environ.get(DATA_DIR_ENV) else None
 
 
 def _verify(source: Source, path: Path, fix: str) -> Path:

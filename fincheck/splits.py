@@ -26,15 +26,13 @@ def split_by_group(
     total = sum(len(g) for g in groups.values())
     quotas = {name: fraction * total for name, fraction in fractions.items()}
     out: dict[str, list[Pair]] = {name: [] for name in fractions}
-    filled = dict.fromkeys(fractions, 0)
     names = [name for name in fractions if fractions[name] > 0]
     # a seeded, platform-independent shuffle (Python's hash() is salted per process)
     for group in sorted(groups, key=lambda g: hashlib.sha256(f"{seed}:{g}".encode()).hexdigest()):
         members = groups[group]
-        # the split furthest below its quota, relative to the quota, takes the group
-        target = min(names, key=lambda n: (filled[n] / quotas[n], names.index(n)))
+        # the split furthest below its quota (relative to it) takes the group; ties: the first
+        target = min(names, key=lambda n: len(out[n]) / quotas[n])
         for pair in members:
             pair.split = target
         out[target].extend(members)
-        filled[target] += len(members)
     return out

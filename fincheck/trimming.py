@@ -9,6 +9,7 @@ that does not fit even with an empty document cannot be fitted; callers count bo
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
@@ -64,16 +65,11 @@ def trim_grounding(
     if allowed <= 0:
         return None
     word_ends = [m.end() for m in _WORD_END.finditer(document)]
-    lo, hi = 0, len(word_ends)  # largest k with count(first k words) <= allowed
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count(document[: word_ends[mid - 1]]) <= allowed:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == 0:
+    # the most words that fit: a binary search, the count growing with the words kept
+    words = bisect.bisect_right(word_ends, allowed, key=lambda end: count(document[:end]))
+    if words == 0:
         return None
-    kept = document[: word_ends[lo - 1]] + TRIM_MARKER
+    kept = document[: word_ends[words - 1]] + TRIM_MARKER
     out = [dict(m) for m in messages]
     out[user_index]["content"] = user[:start] + kept + user[end:]
     return out, (start, start + len(kept))
