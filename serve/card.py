@@ -20,7 +20,7 @@ import yaml
 from fincheck.errors import FincheckError
 from fincheck.jsonl import read_json_object
 from fincheck.runs import RunArtifacts
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, task_names
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
@@ -57,9 +57,8 @@ def metrics_from_results(results: dict[str, Any]) -> list[MetricRow]:
         section = root.get(task)
         if not isinstance(section, dict):
             continue
-        split_size = _count(counts.get(task) or {}, "n_gold")
-        scored = _count(counts.get(task) or {}, "n_scored")
-        rows += _rows(task, None, section, split_size, scored)
+        count = counts.get(task) or {}
+        rows += _rows(task, None, section, _count(count, "n_gold"), _count(count, "n_scored"))
         for subset in get_task(task).card.subsets:
             if isinstance(section.get(subset), dict):
                 rows += _rows(task, subset, section[subset], None, None)
@@ -234,8 +233,6 @@ def render_card(
 def data_origin(task: str) -> str:
     """Where a task's data comes from, as its package says (a task no longer registered: its
     name)."""
-    from fincheck.tasks import task_names
-
     return (get_task(task).card.data_origin or task) if task in task_names() else task
 
 
@@ -284,10 +281,8 @@ def _n_text(row: MetricRow) -> str:
 
 
 def _anchor_only_rows() -> list[dict[str, str]]:
-    keys = list(
-        dict.fromkeys(
-            (name, n.subset, n.metric) for name, t in all_tasks().items() for n in t.paper_numbers
-        )
+    keys = dict.fromkeys(  # in order, each once
+        (name, n.subset, n.metric) for name, t in all_tasks().items() for n in t.paper_numbers
     )
     return [
         {"task": t, "subset": s or "all", "metric": m, "anchors": _anchor_text(t, s, m)}

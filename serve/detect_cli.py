@@ -82,7 +82,7 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
             indices, detector.detect(task, [records[i] for i in indices]), strict=True
         ):
             raw[i][task] = out.pop("raw")
-            trimmed[i] = trimmed[i] or out.pop("trimmed")
+            trimmed[i] |= out.pop("trimmed")  # popped always: the key goes last, once
             results[i].update(out)
     for result, was_trimmed, texts in zip(results, trimmed, raw, strict=True):
         result["trimmed"] = was_trimmed

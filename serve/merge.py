@@ -44,8 +44,7 @@ def merge_adapter(
     )
     if getattr(model.config, "quantization_config", None):
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
-    merged = model.merge_and_unload()
-    merged = merged.to(torch_dtype(dtype))
+    merged = model.merge_and_unload().to(torch_dtype(dtype))
     # One pad id everywhere: the tokenizer's (training chose one distinct from EOS), not the one
     # the base shipped in its config and generation config (often EOS itself).
     merged.config.pad_token_id = tokenizer.pad_token_id

@@ -190,8 +190,6 @@ def _skip_pickles_and_links(directory: str, names: list[str]) -> list[str]:
     return skipped
 
 
-# Recipe keys whose values are places on the training machine: the uploaded recipe names them
-# only when they are relative to the repository (configs/...), never an absolute path.
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:
     """Results go up with an adapter only if they were computed with that very adapter: the
     sha256 `fincheck eval` recorded must be the sha256 of the weights being uploaded."""
@@ -248,6 +246,7 @@ def resolve_token() -> str:
 
 def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 2.0) -> T:
     """Run `call`, retrying transient hub failures; auth failures become a clear FincheckError."""
+    import httpx2
     from huggingface_hub.errors import HfHubHTTPError
 
     for attempt in range(1, attempts + 1):
@@ -262,7 +261,7 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay
             reason = f"HTTP {status}"
         except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
             raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
-        except (OSError, _network_errors()) as e:
+        except (OSError, httpx2.TransportError) as e:
             if attempt == attempts:
                 raise FincheckError(
                     f"{what} failed after {attempts} attempts: {type(e).__name__}"
@@ -274,12 +273,6 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay
         )
         _sleep(delay)
     raise AssertionError("unreachable")
-
-
-def _network_errors() -> tuple[type[Exception], ...]:
-    import httpx2
-
-    return (httpx2.TransportError,)
 
 
 def _auth_message(status: int, what: str) -> str:

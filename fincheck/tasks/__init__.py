@@ -65,14 +65,12 @@ def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") ->
 def temporary_tasks(*tasks: Task) -> Iterator[None]:
     """Register extra tasks for the duration of a `with` block (tests, experiments)."""
     _load_builtins()
-    added = [t.name for t in tasks if t.name not in _registry]
-    clash = [t.name for t in tasks if t.name not in added]
+    clash = [t.name for t in tasks if t.name in _registry]
     if clash:
         raise FincheckError(f"task(s) {clash} already registered")
+    _registry.update((t.name, t) for t in tasks)
     try:
-        for task in tasks:
-            _registry[task.name] = task
         yield
     finally:
-        for name in added:
-            _registry.pop(name, None)
+        for task in tasks:
+            _registry.pop(task.name, None)

@@ -43,7 +43,7 @@ _FIELD = r"[\"']?{name}[\"']?\s*[:=]\s*[\"']?(true|false)\b"
 
 def lenient_judgement(text: str) -> tuple[bool, bool] | None:
     """fincheck's lenient reading, a second figure labelled "lenient parse" (the headline uses
-    the reference's, `fhsumbench_reference.reference_judgement`): (faithfulness, factuality) or
+    the reference's, `reference.reference_judgement`): (faithfulness, factuality) or
     None.
 
     Tolerates code fences, prose before and after the object, Python-style True/False, quoted
@@ -127,7 +127,7 @@ def score_fhsumbench(
             raise ValueError(f"gold FHSumBench label {label!r} not in {LABELS}")
     figures = fhsumbench_figures(gold, pred)
     matrix_labels = [*LABELS, INVALID]
-    result: dict = {
+    return {
         **figures,
         "n": len(gold),
         "n_parse_failed": sum(parse_failed),
@@ -147,4 +147,3 @@ def score_fhsumbench(
             )
         ),
     }
-    return result

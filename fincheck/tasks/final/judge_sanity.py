@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fincheck.errors import FincheckError
+
 SANITY_SET = Path(__file__).with_name("judge_sanity.jsonl")
 
 
@@ -22,15 +24,11 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def judge_agreement(
-    judge: Any, items: list[dict[str, Any]] | None = None, concurrency: int = 8
-) -> dict[str, Any]:
+def judge_agreement(judge: Any, concurrency: int = 8) -> dict[str, Any]:
     """`judge.match_many` (a `fincheck.eval.judge.MatchingJudge`) on every item, `concurrency`
     calls in flight (a local judge batches them): {n, agreed, agreement, failed,
     matches_expected, matches_found}."""
-    from fincheck.errors import FincheckError
-
-    items = read_sanity_set() if items is None else items
+    items = read_sanity_set()
     n = sum(len(item["expected"]) for item in items)
     expected_matches = sum(v is not None for i in items for v in i["expected"].values())
     requests = [(item["summary"], item["predicted"], item["gold"]) for item in items]

@@ -9,18 +9,14 @@ from collections.abc import Sequence
 NONE = "None"
 
 
+def _letter(i: int) -> str:
+    """The i-th identifier (from 0) in bijective base 26: Z is followed by AA."""
+    return (_letter(i // 26 - 1) if i >= 26 else "") + chr(ord("A") + i % 26)
+
+
 def letters(n: int) -> list[str]:
     """Identifiers for n items: A..Z, then AA, AB, ... (unambiguous past 26)."""
-    out = []
-    for i in range(n):
-        name, k = "", i
-        while True:
-            name = chr(ord("A") + k % 26) + name
-            k = k // 26 - 1
-            if k < 0:
-                break
-        out.append(name)
-    return out
+    return [_letter(i) for i in range(n)]
 
 
 def lettered(items: Sequence[str]) -> str:

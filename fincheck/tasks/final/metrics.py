@@ -190,7 +190,7 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
     flagged_gold = [it.n_gold > 0 for it in items]
     flagged_pred = [it.n_pred > 0 for it in items]
     counted = [it for it in items if it.tp_known or it.judge_failed]
-    result: dict = {
+    return {
         **figures,
         "excluding_judge_failures": {k: excluded[k] for k in ("precision", "recall", "f1")},
         "n": len(items),
@@ -214,4 +214,3 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
             )
         ),
     }
-    return result

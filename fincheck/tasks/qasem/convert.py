@@ -16,8 +16,7 @@ from fincheck.pairs import Pair
 from fincheck.prompting import load_prompt
 from fincheck.raw_records import RawRecord, require
 from fincheck.tasks.qasem.detokenize import detokenize
-
-SUBSETS = ("cliff", "factscore", "verifiability")
+from fincheck.tasks.qasem.metrics import SUBSETS
 
 
 def qasem_response_id(record: dict) -> str:
@@ -74,7 +73,6 @@ def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> lis
                     f"{field}.{name}",
                     f"expected {kind.__name__}, got {type(qa[name]).__name__}",
                 )
-        sentence = sentences[0] if flat else None
         if not flat and not 0 <= qa["sent_id"] < len(sentences):
             raise InvalidRecordError(
                 raw.path,
@@ -82,7 +80,7 @@ def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> lis
                 f"{field}.sent_id",
                 f"{qa['sent_id']} is outside the {len(sentences)} summary sentences",
             )
-        sentence = sentence if flat else sentences[qa["sent_id"]]
+        sentence = sentences[0] if flat else sentences[qa["sent_id"]]
         votes = qa["annotations"]
         if len(votes) != 3 or any(v not in (0, 1) or isinstance(v, bool) for v in votes):
             raise InvalidRecordError(

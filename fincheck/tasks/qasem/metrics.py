@@ -88,9 +88,8 @@ def score_qasem(
     for name, group in [*((s, groups[s]) for s in order), ("overall", list(items))]:
         if not group:
             continue
-        figures = qasem_figures(group)
-        entry: dict = {
-            **figures,
+        out[name] = {
+            **qasem_figures(group),
             "n": len(group),
             "n_supported": sum(it.gold for it in group),
             "n_parse_failed": sum(it.parse_failed for it in group),
@@ -106,7 +105,6 @@ def score_qasem(
                 )
             ),
         }
-        out[name] = entry
     subset_entries = [out[s] for s in SUBSETS if s in out]
     if subset_entries:
         out["mean_of_subsets"] = {
