@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from fincheck.eval.compare import compare_runs, load_scored_run
 from fincheck.jsonl import strict_json
+from fincheck.sources import default_data_dir
 from fincheck.tasks import all_tasks, task_names
 from fincheck.train.recipe import read_recipe_values
 
@@ -79,7 +79,7 @@ class Stages:
     def run(self, name: str, command: list[str]) -> None:
         print(f"\n==> {name}\n$ {shlex.join(command)}", flush=True)
         start = time.perf_counter()
-        result = subprocess.run(command, cwd=REPO, env=os.environ)
+        result = subprocess.run(command, cwd=REPO)
         elapsed = time.perf_counter() - start
         self.times.append((name, elapsed))
         if result.returncode != 0:
@@ -97,12 +97,8 @@ class Stages:
 
 
 def resolve_data_dir(given: Path | None) -> Path | None:
-    if given:
-        return given
-    if os.environ.get("FINCHECK_DATA_DIR"):
-        return Path(os.environ["FINCHECK_DATA_DIR"])
-    shared = REPO.parent / "shared" / "data"
-    return shared if shared.is_dir() else None  # None: fincheck prepare downloads the pinned files
+    shared = REPO.parent / "shared" / "data"  # absent: fincheck prepare downloads the pinned files
+    return given or default_data_dir() or (shared if shared.is_dir() else None)
 
 
 def training_speed(run_dir: Path) -> dict[str, float]:

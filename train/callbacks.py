@@ -3,6 +3,7 @@ wandb run config."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -344,8 +345,6 @@ WANDB_RUN_ID_FILE = "wandb_run_id"  # in the run folder: a resume continues the 
 def continue_wandb_run(output_dir: Path) -> None:
     """Before a resumed run starts wandb: point it at the run the first attempt created (unless
     the user chose one with WANDB_RUN_ID), so one training run stays one wandb run."""
-    import os
-
     path = output_dir / WANDB_RUN_ID_FILE
     if "WANDB_RUN_ID" not in os.environ and path.is_file():
         os.environ["WANDB_RUN_ID"] = path.read_text(encoding="utf-8").strip()

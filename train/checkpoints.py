@@ -1,23 +1,18 @@
 """Writing run folders: complete checkpoints, resume checks, the run files at the end.
-(`fincheck.runs` reads them.)
+(`fincheck.runs` reads them; its docstring lists what a run folder holds.)
 
-A run folder `checkpoints/<run_name>/` holds:
-    base/                     the tiny random-init base (only for model_name_or_path: tiny-random)
-    checkpoint-<step>/        resumable checkpoints; `fincheck_complete.json` is written last,
-                              after every process has finished writing, so a checkpoint cut
-                              short by a crash or a kill is never picked by `auto`
-    adapter_model.safetensors, adapter_config.json, tokenizer files   the final adapter
-    recipe.yaml               the resolved recipe (every key, after overrides)
-    data_manifest.json        the prepared data's manifest (fingerprint, prompt hashes, counts)
-    fincheck_run.json         run metadata: `base_model` (relative to the run folder when it is
-                              inside it), fingerprints, data counts
+Resumable checkpoints are `checkpoint-<step>/` folders; `fincheck_complete.json` is written
+last, after every process has finished writing, so a checkpoint cut short by a crash or a kill
+is never picked by `auto`.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +55,6 @@ def rotate_checkpoints(output_dir: Path, limit: int | None, keep: Path | None = 
     metric_for_best_model); remove older complete ones and the incomplete leftovers older than
     the newest complete one (an interrupted save). Called only after a new checkpoint is
     marked complete, so a kill at any moment leaves one to resume."""
-    import shutil
-
     if not limit or limit <= 0:
         return []
     all_checkpoints = checkpoint_dirs(output_dir)  # highest step first
@@ -93,25 +86,21 @@ def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> N
 
 
 def disk_of(path: Path) -> str:
-    """The device (and mount point) holding `path`, for messages: "/dev/vdb (/data)"."""
-    path = path.resolve()
-    while not path.exists():
-        path = path.parent
-    best, device = "", "its disk"
+    """The device (and mount point) holding `path`, an existing resolved path, for messages:
+    "/dev/vdb (/data)"."""
+    import psutil
+
     try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            dev, mount = line.split()[:2]
-            if str(path).startswith(mount) and len(mount) > len(best):
-                best, device = mount, f"{dev} ({mount})"
+        partitions = psutil.disk_partitions(all=True)
     except OSError:
-        pass
-    return device
+        return "its disk"
+    mounts = [p for p in partitions if str(path).startswith(p.mountpoint)]
+    best = max(mounts, key=lambda p: len(p.mountpoint), default=None)
+    return f"{best.device} ({best.mountpoint})" if best else "its disk"
 
 
 def is_out_of_space(error: BaseException) -> bool:
     """ENOSPC/EDQUOT, or what torch's C++ writer says when the disk fills up mid-save."""
-    import errno
-
     text = str(error)
     return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
         s in text for s in ("No space left", "iostream error", "file write failed")
@@ -119,8 +108,6 @@ def is_out_of_space(error: BaseException) -> bool:
 
 
 def out_of_space_message(output_dir: Path, step: int) -> str:
-    import shutil
-
     last = last_complete_checkpoint(output_dir)
     where = output_dir.resolve()
     while not where.exists():
@@ -128,7 +115,7 @@ def out_of_space_message(output_dir: Path, step: int) -> str:
     free = shutil.disk_usage(where).free / 2**30
     keep = f"{last.name} is still complete" if last else "no complete checkpoint is left"
     return (
-        f"no space left on {disk_of(output_dir)} ({free:.1f} GiB free) while saving at step "
+        f"no space left on {disk_of(where)} ({free:.1f} GiB free) while saving at step "
         f"{step}: {keep}. Free some space (or point --output_dir at a larger disk) and rerun "
         "with --resume_from_checkpoint=auto"
     )
@@ -142,8 +129,6 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main
     """A fresh start must not silently replace a run: with checkpoints or an adapter in
     `output_dir` and no resume, stop and say what to do; with `overwrite`, delete them first
     (the main process only) and start over."""
-    import shutil
-
     if resume:
         return
     found = [p for p in checkpoint_dirs(output_dir)] + [
@@ -270,8 +255,6 @@ def finished_at(checkpoint: Path, max_steps: int) -> int | None:
 
 def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
     """The checkpoint's adapter as the run's final one (written beside, then renamed in)."""
-    import shutil
-
     output_dir.mkdir(parents=True, exist_ok=True)
     for name in ADAPTER_FILES:
         tmp = output_dir / f".{name}.tmp"

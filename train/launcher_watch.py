@@ -11,7 +11,6 @@ A process is identified by pid and start time, so a recycled pid is not mistaken
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,16 +33,13 @@ class Process:
     command: str
     handle: Any  # a psutil.Process: it knows its start time, so a recycled pid is not taken for it
 
-    def alive(self) -> bool:
-        return self.handle.is_running()
 
-
-def launcher_ancestors(pid: int | None = None, depth: int = 4) -> list[Process]:
-    """The launcher processes among the nearest `depth` ancestors of `pid` (default: this one)."""
+def launcher_ancestors(depth: int = 4) -> list[Process]:
+    """The launcher processes among the nearest `depth` ancestors of this process."""
     import psutil
 
     try:
-        parents = psutil.Process(pid or os.getpid()).parents()[:depth]
+        parents = psutil.Process().parents()[:depth]
     except psutil.Error:
         return []
     found = []
@@ -70,7 +66,7 @@ def watch_launchers(on_gone: Callable[[Process], None], interval_s: float = 2.0)
     def loop() -> None:
         while not stop.wait(interval_s):
             for process in watched:
-                if not process.alive():
+                if not process.handle.is_running():
                     on_gone(process)
                     return
 

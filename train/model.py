@@ -11,6 +11,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
+from fincheck.train.tiny_model import ASSETS, save_tiny_base
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,6 @@ def ensure_tiny_base(base_path: str) -> None:
     partition the fresh model). Every process builds the same seeded weights into its own temp
     folder and renames it into place; the first rename wins, so no process reads a half-written
     base and no barrier is needed before torch.distributed exists."""
-    from fincheck.train.tiny_model import save_tiny_base
-
     target = Path(base_path)
     if (target / "config.json").is_file():
         return
@@ -124,18 +123,13 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
     return tokenizer
 
 
-CHAT_TEMPLATES = Path(__file__).resolve().parent / "assets"
-
-
 def suggest_chat_template(tokenizer: Any) -> str:
     """The project's template file for the tokenizer's family, from its special tokens."""
     vocab = tokenizer.get_vocab()
     if "<|start_header_id|>" in vocab:
-        return (
-            f"Llama 3.x: {CHAT_TEMPLATES / 'llama-3.2-instruct.jinja'} with eos_token: <|eot_id|>"
-        )
+        return f"Llama 3.x: {ASSETS / 'llama-3.2-instruct.jinja'} with eos_token: <|eot_id|>"
     if "<|im_start|>" in vocab:
-        return f"ChatML: {CHAT_TEMPLATES / 'chatml.jinja'}"
+        return f"ChatML: {ASSETS / 'chatml.jinja'}"
     return "the instruct template its model card names; ChatML fits only <|im_start|> vocabularies"
 
 
@@ -154,23 +148,19 @@ def choose_pad_token(tokenizer: Any, requested: str | None) -> str:
     return "<|pad|>"
 
 
-def torch_dtype_for(recipe: SFTRecipe, bf16: bool, fp16: bool):
-    """The base weights' dtype: the recipe's `torch_dtype`, or auto = the training precision's
-    (fp16 training keeps the LoRA weights in fp32: PEFT's autocast_adapter_dtype)."""
-    from fincheck.inference import parse_dtype, torch_dtype
-
-    name = parse_dtype(recipe.torch_dtype)
-    if name == "auto":
-        name = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-    return torch_dtype(name)
-
-
-def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any, bf16: bool, fp16: bool):
-    """The base causal LM (4-bit for QLoRA), embeddings resized if a pad token was added."""
+def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any):
+    """The base causal LM (4-bit for QLoRA), embeddings resized if a pad token was added. Its
+    dtype is the recipe's `torch_dtype`, or auto = the training precision's (fp16 training keeps
+    the LoRA weights in fp32: PEFT's autocast_adapter_dtype)."""
     from transformers import AutoModelForCausalLM
 
+    from fincheck.inference import parse_dtype, torch_dtype
+
+    dtype = parse_dtype(recipe.torch_dtype)
+    if dtype == "auto":
+        dtype = "bf16" if recipe.bf16 else "fp16" if recipe.fp16 else "fp32"
     kwargs: dict[str, Any] = {
-        "dtype": torch_dtype_for(recipe, bf16, fp16),
+        "dtype": torch_dtype(dtype),
         "trust_remote_code": recipe.trust_remote_code,
     }
     if recipe.attn_implementation:

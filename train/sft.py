@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,8 +81,6 @@ def share_cpu_threads() -> None:
 
 def free_port() -> int:
     """A TCP port nothing listens on now (the process group's rendezvous)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -215,7 +214,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if args.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
 
-    base = model.load_base_model(recipe, base_path, tokenizer, args.bf16, args.fp16)
+    base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
         tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees

@@ -120,11 +120,7 @@ def build_tiny_model(seed: int = 0):
     # Seed a private generator state so building the model never disturbs the caller's RNG.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = None
-    return model
+        return AutoModelForCausalLM.from_config(config)  # generation_config: config's eos/pad ids
 
 
 def save_tiny_base(out_dir: str | Path, seed: int = 0) -> Path:

@@ -134,19 +134,16 @@ def lay_out(tree: PrefixNode, rows: Sequence[dict[str, Any]], chosen: set[int]) 
     its children that hold chosen rows."""
     pack = Pack([], [], [], [], [])
 
-    def below(node: PrefixNode) -> list[int]:
-        return [i for i in node.prompts() if i in chosen]
-
     def visit(node: PrefixNode, parent_depth: int) -> None:
-        held = below(node)
+        held = [i for i in node.prompts() if i in chosen]
         if not held:
             return
         start = len(pack.input_ids)
+        own = node.depth - parent_depth
         first = rows[held[0]]["input_ids"]
         pack.input_ids += first[parent_depth : node.depth]
-        pack.labels += [IGNORE] * (node.depth - parent_depth)
+        pack.labels += [IGNORE] * own
         pack.position_ids += list(range(parent_depth, node.depth))
-        own = node.depth - parent_depth
         pack.tree_end += [0] * own  # filled in once the subtree is laid out
         for i in node.leaves:
             if i not in chosen:
