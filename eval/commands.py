@@ -152,9 +152,7 @@ def report_baseline(opts: BaselineOptions, command: str) -> int:
 
     with hold_out_dir(opts.out_dir, command):  # one writer per --out
         summary = run_baseline(opts)
-    failed = 0
     for task, counts in summary.items():
-        failed += len(counts["failed"])
         trimmed = f", {counts['trimmed']} prompts trimmed" if counts.get("trimmed") else ""
         print(
             f"{task}: {counts['generated']} done, {counts['resumed']} already done, "
@@ -165,11 +163,11 @@ def report_baseline(opts: BaselineOptions, command: str) -> int:
             print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))
     if any(c["generated"] + c["resumed"] for c in summary.values()):
         print(next_step(opts))
-    if failed:
-        first = next(c["failed"][0] for c in summary.values() if c["failed"])
+    failures = [failure for counts in summary.values() for failure in counts["failed"]]
+    if failures:
         print(
-            f"{command}: {failed} example(s) failed (first: {first}); rerun to retry them "
-            "(answers received are cached)",
+            f"{command}: {len(failures)} example(s) failed (first: {failures[0]}); rerun to "
+            "retry them (answers received are cached)",
             file=sys.stderr,
         )
         return 3

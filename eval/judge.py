@@ -33,7 +33,6 @@ PROMPTS = Path(__file__).parent / "prompts"
 # The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
 # variant (omissions and multi-fact descriptions match nothing), named in every report.
 JUDGE_PROMPTS = {"paper": PROMPTS / "final_judge.txt", "strict": PROMPTS / "final_judge_strict.txt"}
-PROMPT_PATH = JUDGE_PROMPTS["paper"]
 DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
 
 
@@ -54,7 +53,7 @@ class JudgePrompt:
         return dataclasses.replace(cls.load(JUDGE_PROMPTS[name]), name=name)
 
     @classmethod
-    def load(cls, path: Path = PROMPT_PATH) -> JudgePrompt:
+    def load(cls, path: Path = JUDGE_PROMPTS["paper"]) -> JudgePrompt:
         text = Path(path).read_text(encoding="utf-8")
         body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
         match = re.search(r"^\[system\]\n(.*?)^\[user\]\n(.*)\Z", body, re.DOTALL | re.MULTILINE)

@@ -35,16 +35,12 @@ def per_task_numbers(text: str) -> int | dict[str, int]:
     try:
         if "=" not in text:
             numbers: int | dict[str, int] = int(text)
-            values = [numbers]
         else:
-            numbers = {}
-            for part in text.split(","):
-                task, n = part.split("=")
-                if task.strip() not in task_names():
-                    raise ValueError(task)
-                numbers[task.strip()] = int(n)
-            values = list(numbers.values())
-        if any(n < 1 for n in values):
+            pairs = [part.split("=") for part in text.split(",")]
+            numbers = {task.strip(): int(n) for task, n in pairs}
+            if not numbers.keys() <= set(task_names()):
+                raise ValueError(text)
+        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
             raise ValueError(text)
     except ValueError:
         raise FincheckError(

@@ -191,15 +191,12 @@ def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
     was = {k: previous.get(k) for k in changed}
     now = {k: config.get(k) for k in changed}
     for task in sorted(set(previous.get("tasks", [])) & set(config.get("tasks", []))):
-        if _limit_of(previous, task) != _limit_of(config, task):
+        limits = _limit_of(previous, task), _limit_of(config, task)  # (before, now)
+        if limits[0] != limits[1]:
             changed.append(f"--limit of {task}")
-            was[f"limit {task}"], now[f"limit {task}"] = (
-                _limit_of(previous, task),
-                _limit_of(config, task),
-            )
-        elif _limit_of(config, task) is not None and _sample_by(previous, task) != _sample_by(
-            config, task
-        ):  # the same --limit drew pairs, and now whole documents (or back)
+            was[f"limit {task}"], now[f"limit {task}"] = limits
+        elif limits[1] is not None and _sample_by(previous, task) != _sample_by(config, task):
+            # the same --limit drew pairs, and now whole documents (or back)
             changed.append(f"the sampling of {task}")
             was[f"sample_by {task}"] = _sample_by(previous, task)
             now[f"sample_by {task}"] = _sample_by(config, task)

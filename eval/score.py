@@ -117,11 +117,10 @@ def _run_info(opts: ScoreOptions) -> dict:
     if manifest:
         info["data_fingerprint"] = manifest.get("fingerprint")
         info["prompt_hashes"] = manifest.get("prompt_hashes")
-    config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`
-    if config:
-        for key in ("model", "adapter", "adapter_sha256", "chat_template_hash"):
-            if config.get(key) is not None:
-                info[key] = config[key]
+    config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`; else {}
+    for key in ("model", "adapter", "adapter_sha256", "chat_template_hash"):
+        if config.get(key) is not None:
+            info[key] = config[key]
     counts = read_eval_summary(opts.predictions_dir)
     if counts:
         info["prompts_trimmed"] = {task: c.get("trimmed", 0) for task, c in counts.items()}
@@ -129,7 +128,7 @@ def _run_info(opts: ScoreOptions) -> dict:
         if calls:
             info["llm_calls_per_example"] = calls
     for key in ("method", "method_source", "backend", "client"):
-        if config and config.get(key) is not None:
+        if config.get(key) is not None:
             info[key] = config[key]
     return info
 

@@ -113,9 +113,7 @@ def merge_descriptions(answer: str, originals: list[str]) -> Merge:
             near += 1
         if original not in chosen:
             chosen.append(original)
-    if not chosen:
-        return Merge(list(originals), exact, near, unmatched, True)
-    return Merge(chosen, exact, near, unmatched, False)
+    return Merge(chosen or list(originals), exact, near, unmatched, fallback=not chosen)
 
 
 # ---------------------------------------------------------------------- pipeline

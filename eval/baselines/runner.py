@@ -127,8 +127,7 @@ def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
 
     def prepare(task: str) -> None:
         """The dev pass: score the dev split's sample (the same --limit), pick the threshold."""
-        dev = read_split(opts.data_dir, task, "dev")
-        dev = sample_task(dev, task, opts)
+        dev = sample_task(read_split(opts.data_dir, task, "dev"), task, opts)
         scores: list[tuple[float, bool]] = []
 
         def done(pair, output: MethodOutput, n_calls: int) -> None:

@@ -7,7 +7,7 @@
 
 predictions / references: description lists as text ("A. ..." lines, or "None"); matchings:
 one {predicted letter: gold letter or None} per example, as a judge returned it (needed only
-where both lists are non-empty; None marks an example the judge failed on, left out of P/R).
+where both lists are non-empty, an error when missing there; an unmatched letter maps to None).
 TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judge itself is
 `fincheck score --judge ...`.
 """
@@ -29,10 +29,8 @@ class FincheckFinal(evaluate.Metric):
             zip(predictions, references, matchings, strict=True)
         ):
             n_pred, n_gold = len(parse_descriptions(pred)), len(parse_descriptions(ref))
-            if n_pred == 0 or n_gold == 0:
-                items.append(FinalItem(n_pred, n_gold, 0))
-            elif matching is None:
+            judged = n_pred > 0 and n_gold > 0  # else no judge call: TP = 0
+            if judged and matching is None:
                 raise ValueError(f"example {i}: both lists are non-empty, a matching is needed")
-            else:
-                items.append(FinalItem(n_pred, n_gold, true_positives(matching)))
+            items.append(FinalItem(n_pred, n_gold, true_positives(matching) if judged else 0))
         return score_final(items, n_resamples=n_resamples, seed=seed)
