@@ -25,7 +25,6 @@ share (227 documents for 667 summaries): their full splits show it.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from fincheck.bench import workload as wl
 from fincheck.config import config_field
-from fincheck.pairs import Pair, sample_pairs, write_pairs
+from fincheck.pairs import Pair, Prediction, sample_pairs, write_pairs
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task
 
@@ -145,13 +144,9 @@ def answer_of(task: str, output: str) -> str:
     return output
 
 
-def read_predictions(path: Path) -> dict[str, dict]:
-    with path.open(encoding="utf-8") as f:
-        return {r["id"]: r for r in map(json.loads, f)}
-
-
 def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)) -> EvalPathReport:
     from fincheck.eval.generate import EvalOptions, run_eval
+    from fincheck.eval.predictions import read_predictions
 
     if bad := [m for m in s.modes if m not in PATH_MODES]:
         raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
@@ -162,7 +157,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
         reference_mode=s.modes[0],
     )
-    outputs: dict[tuple[str, str], dict[str, dict]] = {}
+    outputs: dict[tuple[str, str], dict[str, Prediction]] = {}
     results: dict[tuple[str, str], PathResult] = {}
     for task in s.tasks:
         for mode in s.modes:
@@ -183,7 +178,7 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
             start = time.perf_counter()
             run_eval(opts)
             seconds = time.perf_counter() - start
-            predictions = read_predictions(out / "predictions" / f"{task}.jsonl")
+            predictions = {p.id: p for p in read_predictions(out / "predictions" / f"{task}.jsonl")}
             outputs[task, mode] = predictions
             n = len(predictions)
             total, reused = tokens[task]
@@ -193,13 +188,13 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                 ref = outputs[task, report.reference_mode]
                 result.speedup = results[task, report.reference_mode].seconds / seconds
                 same = sum(
-                    answer_of(task, ref[i]["output"]) == answer_of(task, predictions[i]["output"])
+                    answer_of(task, ref[i].output) == answer_of(task, predictions[i].output)
                     for i in predictions
                 )
                 result.same_output_share = same / n
                 if get_task(task).reads_p_yes:
                     result.max_abs_delta_p_yes = max(
-                        abs(ref[i]["p_yes"] - predictions[i]["p_yes"]) for i in predictions
+                        abs(ref[i].p_yes - predictions[i].p_yes) for i in predictions
                     )
             results[task, mode] = result
             report.results.append(result)

@@ -212,17 +212,15 @@ def time_harness(
     import torch
 
     from fincheck.eval.generate import fit_prompt
-    from fincheck.inference import generate_batch
+    from fincheck.inference import count_tokens, generate_batch
 
     texts = sorted(
         (fit_prompt(tokenizer, pair, max_input)[0] for pair in pairs), key=len, reverse=True
     )
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    lengths = [count_tokens(tokenizer, t) for t in texts]
     calls = [texts[s : s + batch_size] for s in range(0, len(texts), batch_size)]
-    padded = sum(
-        len(c) * max(lengths[s : s + batch_size])
-        for s, c in zip(range(0, len(texts), batch_size), calls, strict=True)
-    )
+    call_lengths = [lengths[s : s + batch_size] for s in range(0, len(texts), batch_size)]
+    padded = sum(len(c) * max(c) for c in call_lengths)  # each call padded to its longest
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     generate_batch(model, tokenizer, calls[0], new_tokens, get_task(task).reads_p_yes)  # warmup
     sync()

@@ -111,10 +111,7 @@ def full_ft_flops(shape: ModelShape, tokens: int) -> int:
 
 def device_peak_tflops(device_name: str) -> float | None:
     """Dense bf16 peak of a known GPU by name, or None (CPU, unknown GPU)."""
-    for key, peak in DEVICE_PEAK_BF16_TFLOPS:
-        if key in device_name:
-            return peak
-    return None
+    return next((peak for key, peak in DEVICE_PEAK_BF16_TFLOPS if key in device_name), None)
 
 
 def mfu(flops: float, seconds: float, peak_tflops: float | None) -> float | None:

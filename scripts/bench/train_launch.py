@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -19,9 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fincheck.bench.workload import REPO_ROOT
 from fincheck.config import config_field
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -72,7 +70,7 @@ def measure_launch(s: LaunchSettings) -> LaunchReport:
     ]
     print(" ".join(cmd), file=sys.stderr)
     subprocess.run(  # sft.py shares the cores between CPU processes itself
-        cmd, cwd=REPO, env=dict(os.environ), check=True, stdout=subprocess.DEVNULL
+        cmd, cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL
     )
     state = json.loads((out / f"checkpoint-{s.steps}" / "trainer_state.json").read_text())
     logged = [e for e in state["log_history"] if "num_tokens" in e]

@@ -189,13 +189,12 @@ def run_variant(
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:  # the peak covers warmup too: its batches may be the largest
         torch.cuda.reset_peak_memory_stats()
-    first_loss = None
-    for batch in batches[: s.warmup]:
-        loss = step(batch)
-        first_loss = float(loss) if first_loss is None else first_loss
+    first_loss = float(step(batches[0]))  # warmup >= 1 (run_train_bench checks)
+    for batch in batches[1 : s.warmup]:
+        step(batch)
     sync()
     timed = steps[s.warmup :]
-    prof = _profiler(cuda) if s.profile else None
+    prof = torch.profiler.profile() if s.profile else None  # CPU, and CUDA where there is a GPU
     start = time.perf_counter()
     with prof or contextlib.nullcontext():
         for batch in batches[s.warmup :]:
@@ -228,12 +227,3 @@ def run_variant(
     if engine is not None:
         engine.destroy()
     return result
-
-
-def _profiler(cuda: bool):
-    from torch.profiler import ProfilerActivity, profile
-
-    return profile(
-        activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
-        record_shapes=False,
-    )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.pairs import read_pairs
+from fincheck.prepared import read_split
 from fincheck.tasks import task_names
 
 CHARS_PER_TOKEN = 4.0
@@ -107,11 +107,8 @@ def prepared_lengths(
     `prompt_only`, system + user with the generation prompt (what evaluation feeds the model)."""
     out: dict[str, list[int]] = {}
     for task in tasks or task_names():
-        path = Path(prepared_dir) / task / f"{split}.jsonl"
-        if not path.exists():
-            raise FincheckError(f"{path} not found: is {prepared_dir} a `fincheck prepare` output?")
         lengths = []
-        for pair in read_pairs(path):
+        for pair in read_split(prepared_dir, task, split):  # a missing file says how to make it
             messages = pair.prompt_messages if prompt_only else pair.messages
             if tokenizer is not None:
                 lengths.append(count_tokens(tokenizer, messages, prompt_only, template_kwargs))
