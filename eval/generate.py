@@ -107,7 +107,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         opts.predictions_dir,
         chat_template_hash=loaded.check_template(),
         chat_template_kwargs=loaded.template_kwargs,
-        adapter_sha256=adapter_sha256(loaded.adapter) if loaded.adapter else None,
+        adapter_sha256=adapter_sha256(loaded.run.path) if loaded.run else None,
         max_new_tokens={t: opts.answer_budget(t, loaded) for t in opts.tasks},
         window=loaded.window,
         adapter_merged=loaded.adapter_merged,

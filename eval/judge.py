@@ -17,7 +17,6 @@ Outcomes per example (`JudgeResult.status`):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache, as_completion
+from fincheck.prompting import Prompt, parse_prompt_file
 from fincheck.tasks.final.lettering import lettered, letters
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -41,10 +41,13 @@ DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
 
 @dataclass(frozen=True)
 class JudgePrompt:
-    system: str
-    user: str
-    version: str  # sha256 prefix of the prompt file: part of every cache key and result
+    prompt: Prompt  # the file's [system] and [user] sections, read as the task prompts are
     name: str = "paper"
+
+    @property
+    def version(self) -> str:
+        """sha256 prefix of the prompt file: part of every cache key and result."""
+        return self.prompt.hash[:12]
 
     @classmethod
     def named(cls, name: str) -> JudgePrompt:
@@ -54,25 +57,16 @@ class JudgePrompt:
 
     @classmethod
     def load(cls, path: Path = JUDGE_PROMPTS["paper"]) -> JudgePrompt:
-        text = Path(path).read_text(encoding="utf-8")
-        body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-        match = re.search(r"^\[system\]\n(.*?)^\[user\]\n(.*)\Z", body, re.DOTALL | re.MULTILINE)
-        if match is None:
-            raise FincheckError(f"{path}: judge prompt needs a [system] and a [user] section")
-        version = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-        return cls(match.group(1).strip(), match.group(2).strip(), version)
+        return cls(parse_prompt_file(Path(path), "judge", needs_grounding=False))
 
     def messages(
         self, summary: str, predicted: Sequence[str], gold: Sequence[str]
     ) -> list[dict[str, str]]:
-        fields = {
-            "summary": summary,
-            "gold": lettered(gold),
-            "predicted": lettered(predicted),
-        }
         # one pass, so braces inside descriptions are never re-substituted
-        user = re.sub(r"\{(summary|gold|predicted)\}", lambda m: fields[m.group(1)], self.user)
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        messages, _ = self.prompt.messages(
+            summary=summary, gold=lettered(gold), predicted=lettered(predicted)
+        )
+        return messages
 
 
 # ---------------------------------------------------------------- answer parsing
@@ -148,6 +142,15 @@ class MatchingJudge:
     cache: RequestCache
     prompt: JudgePrompt = field(default_factory=JudgePrompt.load)
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The client, the prompt and its version: what FINAL's figures and results.json name."""
+        return {
+            **self.client.identity,
+            "prompt": self.prompt.name,
+            "prompt_version": self.prompt.version,
+        }
 
     def _ask(self, messages: list[dict[str, str]], result: JudgeResult) -> str:
         key = RequestCache.key(self.client.identity, self.prompt.version, messages, self.sampling)

@@ -20,6 +20,7 @@ import queue
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,14 +86,13 @@ class OpenAIChatClient:
             "base_url": str(self._client.base_url),
         }
         self.model = model
-        # Circuit breaker: this many calls in a row that could not connect (each after all its
+        # Circuit breakers: this many calls in a row that could not connect (each after all its
         # retries) means the endpoint is down or mistyped; stop instead of failing every example.
         self.max_consecutive_unreachable = max_consecutive_unreachable
-        self._unreachable_in_a_row = 0
         # 400/422 replies in a row (reset by any answer): a model name or option the endpoint
         # never accepts, where retrying every example would only repeat the refusal
         self.max_consecutive_refused = max_consecutive_refused
-        self._refused_in_a_row = 0
+        self._in_a_row: Counter[str] = Counter()  # failures since the last answer, per breaker
         self._said: set[str] = set()  # notices already printed (`_say_once`)
         self._refused_params: set[str] = set()  # parameters this endpoint refused (`_adapted`)
         self._lock = threading.Lock()
@@ -197,40 +197,29 @@ class OpenAIChatClient:
                 f"{self.caller.name} {self.identity['base_url']} has no model {self.model!r} "
                 f"(HTTP {e.status_code})"
             ) from None
-        except openai.APIConnectionError as e:  # also timeouts; after all retries
-            with self._lock:
-                self._unreachable_in_a_row += 1
-                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
-            if stop:
-                raise FincheckError(
-                    f"{self.caller.name} {self.identity['base_url']} is unreachable "
-                    f"({self._unreachable_in_a_row} calls in a row could not connect or timed out: {one_line(e)}); "
-                    f"check {self.caller.base_url_flag} and the network (a slow server needs a "
-                    f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
-                ) from None
-            raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
-        except (openai.BadRequestError, openai.UnprocessableEntityError) as e:  # 400/422
-            param = refused_parameter(e, sampling)
-            if param is not None and param not in self._refused_params:
-                raise _RefusedParameter(param, e) from None
-            with self._lock:
-                self._refused_in_a_row += 1
-                stop = self._refused_in_a_row >= self.max_consecutive_refused
-            if stop:
-                raise FincheckError(
-                    f"{self.caller.name} {self.identity['base_url']} refused {self._refused_in_a_row} "
-                    f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
-                    "and the options it accepts, then rerun (answers so far are cached)"
-                ) from None
-            raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
-        except openai.APIError as e:  # retries exhausted on 429/5xx, other 4xx
+        except openai.APIError as e:  # after all retries: unreachable, 400/422, 429/5xx, other 4xx
+            if isinstance(e, openai.APIConnectionError):  # also timeouts
+                if n := self._tripped("unreachable", self.max_consecutive_unreachable):
+                    raise FincheckError(
+                        f"{self.caller.name} {self.identity['base_url']} is unreachable "
+                        f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
+                        f"check {self.caller.base_url_flag} and the network (a slow server needs a "
+                        f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
+                    ) from None
+            elif isinstance(e, (openai.BadRequestError, openai.UnprocessableEntityError)):
+                param = refused_parameter(e, sampling)
+                if param is not None and param not in self._refused_params:
+                    raise _RefusedParameter(param, e) from None
+                if n := self._tripped("refused", self.max_consecutive_refused):
+                    raise FincheckError(
+                        f"{self.caller.name} {self.identity['base_url']} refused {n} "
+                        f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
+                        "and the options it accepts, then rerun (answers so far are cached)"
+                    ) from None
             raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
         if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
-            with self._lock:
-                self._unreachable_in_a_row += 1
-                stop = self._unreachable_in_a_row >= self.max_consecutive_unreachable
             body = " ".join(str(response).split())[:80]
-            if stop:
+            if self._tripped("unreachable", self.max_consecutive_unreachable):
                 raise FincheckError(
                     f"{self.caller.name} {self.identity['base_url']} does not answer with chat "
                     f"completions (a 200 reply began {body!r}): is {self.caller.base_url_flag} the API's "
@@ -238,9 +227,16 @@ class OpenAIChatClient:
                 ) from None
             raise LLMCallError(f"not a chat completion: {body!r}")
         with self._lock:
-            self._unreachable_in_a_row = 0
-            self._refused_in_a_row = 0
+            self._in_a_row.clear()
         return response
+
+    def _tripped(self, breaker: str, limit: int) -> int:
+        """One more failure of this kind in a row: their number once it reaches `limit` (the
+        breaker stops the run), else 0."""
+        with self._lock:
+            self._in_a_row[breaker] += 1
+            n = self._in_a_row[breaker]
+        return n if n >= limit else 0
 
 
 class _RefusedParameter(Exception):
@@ -355,32 +351,28 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.shared_prefix import answer_in_order, answer_prompts
+        from fincheck.shared_prefix import answer_prompts
 
         while True:
             batch = [self._queue.get()]
             time.sleep(0.01)  # let the other example threads' calls arrive
-            while len(batch) < self.batch_size:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                batch.append(item)
+            # this thread is the queue's only reader: a call it sees waiting is still there
+            while len(batch) < self.batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
             for kind in dict.fromkeys(item[0] for item in batch):
                 group = [item for item in batch if item[0] == kind]
                 prompts = [item[1] for item in group]
                 model, tokenizer = self.loaded.model, self.loaded.tokenizer
+                want_p_yes = kind[0] == "p_yes"
+                values: list = [None] * len(prompts)
                 try:
-                    with self._tokenizer_lock:
-                        if kind[0] == "p_yes":
-                            _, values = answer_in_order(
-                                model, tokenizer, prompts, kind[1], want_p_yes=True
-                            )
-                        else:  # prompts over one document share its prefix
-                            values = [Completion("")] * len(prompts)
-                            for answers in answer_prompts(model, tokenizer, prompts, kind[1]):
-                                for k, i in enumerate(answers.indices):
-                                    values[i] = Completion(answers.texts[k], answers.cut[k])
+                    with self._tokenizer_lock:  # prompts over one document share its prefix
+                        for answers in answer_prompts(
+                            model, tokenizer, prompts, kind[1], want_p_yes=want_p_yes
+                        ):
+                            found = answers.p_yes or map(Completion, answers.texts, answers.cut)
+                            for i, value in zip(answers.indices, found, strict=True):
+                                values[i] = value
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

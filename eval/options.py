@@ -217,12 +217,11 @@ class EvalOptions(Endpoint, EvalRun):
     )
     concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT)
 
-    def answer_budget(self, task: str, loaded=None) -> int:
+    def answer_budget(self, task: str, loaded) -> int:
         """--max-new-tokens for the task when given, else its default fitted to the window."""
         if task in self.max_new_tokens:
             return self.max_new_tokens[task]
-        default = all_tasks()[task].max_new_tokens
-        return loaded.answer_budget(default) if loaded is not None else default
+        return loaded.answer_budget(all_tasks()[task].max_new_tokens)
 
 
 METHODS = ("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap")

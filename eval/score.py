@@ -78,9 +78,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         plot_paths[name] = [str(p.relative_to(opts.out_dir)) for p in made]
     if opts.judge is not None:
         results["judge"] = {
-            **opts.judge.client.identity,
-            "prompt": opts.judge.prompt.name,
-            "prompt_version": opts.judge.prompt.version,
+            **opts.judge.identity,
             "cache_hits": opts.judge.cache.hits,
             "cache_misses": opts.judge.cache.misses,
             **judge,

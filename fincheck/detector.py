@@ -164,12 +164,11 @@ class Detector:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
         fit = self.loaded.fit_for_answer(messages, span, budget, self.max_input_tokens)
-        max_tokens = fit.budget
         if fit.text is None:
             others = [f for f in fields if f != GROUNDING_FIELD]
             raise FincheckError(
                 f"{task}: the instructions and {', '.join(others)} alone exceed the "
-                f"{max_tokens} prompt tokens left in the model's window of {self.window} after "
+                f"{fit.budget} prompt tokens left in the model's window of {self.window} after "
                 f"{budget} for the answer: pass a smaller --max-new-tokens or a larger "
                 "--max-input-tokens (up to the model's positions)"
             )
@@ -179,7 +178,7 @@ class Detector:
                 "(the window %s minus %d for the answer)",
                 task,
                 span[1] - span[0],
-                max_tokens,
+                fit.budget,
                 self.window,
                 budget,
             )

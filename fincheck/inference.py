@@ -20,8 +20,9 @@ settings or repetition penalty), left padding, and P(Yes)/(P(Yes)+P(No)) at the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,7 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     base: str
-    adapter: Path | None = None
-    run: RunArtifacts | None = None
+    run: RunArtifacts | None = None  # the adapter's run folder, None for a bare base
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     window_limit: int | None = None  # set by the user (`--window`): replaces the training length
     adapter_merged: bool = False  # the LoRA update added into the base weights (`load_model`)
@@ -209,20 +209,19 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
         where, gguf = str(path.parent), {"gguf_file": path.name}
         weights = {**gguf, "quantization_config": GgufConfig(dequantize=True)}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
-        )
-        tokenizer = AutoTokenizer.from_pretrained(
-            where, trust_remote_code=trust_remote_code, **gguf
-        )
+        with remote_code_explained(name_or_path):
+            model = AutoModelForCausalLM.from_pretrained(
+                where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
+            )
+            tokenizer = AutoTokenizer.from_pretrained(
+                where, trust_remote_code=trust_remote_code, **gguf
+            )
     except OSError as e:
         raise FincheckError(
             f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
             f"{one_line(e)}"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError, StrictDataclassError) as e:
-        if isinstance(e, ValueError) and "trust_remote_code" in str(e):
-            raise FincheckError(remote_code_message(name_or_path)) from None
         raise FincheckError(  # a config field missing or mistyped
             f"cannot load base model {name_or_path!r}: its config.json is not one transformers "
             f"can build a model from ({type(e).__name__}: {one_line(e)}); check model_type and "
@@ -231,11 +230,19 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     return model, tokenizer
 
 
-def remote_code_message(name: str) -> str:
-    return (
-        f"{name} runs its own Python code from its repository to load: if you trust it, add "
-        "--trust-remote-code (in a recipe: trust_remote_code: true)"
-    )
+@contextlib.contextmanager
+def remote_code_explained(name: str) -> Iterator[None]:
+    """transformers' refusal of a model's own code names `trust_remote_code=True`, a Python
+    argument; say which option or recipe key turns it on."""
+    try:
+        yield
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        raise FincheckError(
+            f"{name} runs its own Python code from its repository to load: if you trust it, add "
+            "--trust-remote-code (in a recipe: trust_remote_code: true)"
+        ) from None
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
@@ -359,7 +366,6 @@ def load_model(
         net,
         tokenizer,
         base,
-        run.path if run else None,
         run,
         template_kwargs,
         window,
@@ -412,9 +418,7 @@ def load_prompt_fitter(
     tokenizer.model_max_length = VERY_LONG  # counted, never truncated (see load_model)
     positions = getattr(config, "max_position_embeddings", None) or None
     kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
-    return LoadedModel(
-        None, tokenizer, base, run.path if run else None, run, kwargs, window, positions=positions
-    )
+    return LoadedModel(None, tokenizer, base, run, kwargs, window, positions=positions)
 
 
 # ------------------------------------------------------------------------ prompts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
+from fincheck.inference import parse_dtype, remote_code_explained, torch_dtype
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, save_tiny_base
 
@@ -76,20 +76,6 @@ def ensure_tiny_base(base_path: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def remote_code_explained(name: str):
-    """transformers' refusal of a model's own code names `trust_remote_code=True`, a Python
-    argument; say which recipe key or option turns it on."""
-    from fincheck.inference import remote_code_message
-
-    try:
-        yield
-    except ValueError as e:
-        if "trust_remote_code" not in str(e):
-            raise
-        raise FincheckError(remote_code_message(name)) from None
-
-
 def load_tokenizer(recipe: SFTRecipe, base_path: str):
     """The base's tokenizer with a pad token distinct from EOS, and the recipe's chat template."""
     from transformers import AutoTokenizer
@@ -153,8 +139,6 @@ def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any):
     dtype is the recipe's `torch_dtype`, or auto = the training precision's (fp16 training keeps
     the LoRA weights in fp32: PEFT's autocast_adapter_dtype)."""
     from transformers import AutoModelForCausalLM
-
-    from fincheck.inference import parse_dtype, torch_dtype
 
     dtype = parse_dtype(recipe.torch_dtype)
     if dtype == "auto":

@@ -35,6 +35,7 @@ from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, MethodOutput, ask
 from fincheck.eval.llm import CachedLLM
 from fincheck.sentences import split_sentences
+from fincheck.tasks import get_task
 
 MIN_SENTENCE_CHARS = 10
 MAX_WINDOW = 3
@@ -73,7 +74,6 @@ class NLIScorer:
         batch_size: int = 16,
         labels: Sequence[str] | None = None,
     ) -> None:
-        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         from fincheck.inference import default_device
@@ -88,10 +88,10 @@ class NLIScorer:
         self.index = label_indices(self.model.config.id2label, labels, model_name)
         self.batch_size = batch_size
         self._lock = threading.Lock()
-        self._torch = torch
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[Entailment]:
-        torch = self._torch
+        import torch
+
         out: list[Entailment] = []
         with self._lock, torch.no_grad():
             for start in range(0, len(pairs), self.batch_size):
@@ -222,8 +222,6 @@ def choose_threshold(scores: Sequence[float], consistent: Sequence[bool]) -> flo
 def fizz_output(task: str, consistent: bool, trace: dict) -> str:
     """What the task's scorer reads: its answer for FIZZ's binary verdict, an inconsistent one
     naming the least supported fact (FHSumBench: faithfulness only, see `verdict_answer`)."""
-    from fincheck.tasks import get_task
-
     reason = f"The text does not support this: {trace.get('weakest')}"
     return get_task(task).verdict_answer(consistent, reason)
 

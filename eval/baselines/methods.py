@@ -31,6 +31,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
 from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
+from fincheck.tasks import get_task
 from fincheck.tasks.final.metrics import has_final_output
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
@@ -160,8 +161,6 @@ def run_detector(example: Example, llm: CachedLLM) -> MethodOutput:
     sent to the endpoint: a detector served by vLLM, llama.cpp or `transformers serve`. A task
     scored by P(Yes) (QASem) reads it from the endpoint's logprobs when it returns them, and
     its short answer's text either way (the scorer says when it had only the text)."""
-    from fincheck.tasks import get_task
-
     pair = example.pair
     task = get_task(pair.task)
     messages = pair.prompt_messages
@@ -183,8 +182,6 @@ def fit_detector_pairs(
     it), the prompt gets `max_input_tokens` or the rest of the window, and a longer prompt has
     its grounding text cut. Returns (pairs, how many were trimmed); the budget rides in
     `meta["answer_budget"]`."""
-    from fincheck.tasks import get_task
-
     answer = fitter.answer_budget(get_task(task_name).max_new_tokens)
     fitted, trimmed = [], 0
     for pair in pairs:

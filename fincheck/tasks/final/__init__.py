@@ -231,15 +231,7 @@ class FinalTask(Task):
         figures["gold_origin"] = dict(
             Counter(str(pair.meta.get("origin", "unknown")) for pair, *_ in parsed)
         )
-        figures["judged_with"] = (
-            {
-                **judge.client.identity,
-                "prompt": judge.prompt.name,
-                "prompt_version": judge.prompt.version,
-            }
-            if judge
-            else None
-        )
+        figures["judged_with"] = judge.identity if judge else None
         # how far to trust it: its verdicts on description pairs of known answer
         figures["judge_sanity"] = (
             judge_agreement(judge, concurrency=settings.judge_concurrency)
