@@ -110,18 +110,21 @@ def require(
     kind: type | tuple[type, ...],
     where: RawRecord,
     non_empty: bool = False,
+    shown_as: str | None = None,
 ) -> Any:
-    """The value of `field`, or an `InvalidRecordError` naming file, line and field."""
+    """The value of `field`, or an `InvalidRecordError` naming file, line and field (as `shown_as`
+    when given: the path of a field inside a nested object, "qas[3].qa_id")."""
+    name = shown_as or field
     if field not in record:
-        raise InvalidRecordError(where.path, where.line, field, "missing")
+        raise InvalidRecordError(where.path, where.line, name, "missing")
     value = record[field]
     bool_for_number = isinstance(value, bool) and kind in (int, float, (int, float))
     if bool_for_number or not isinstance(value, kind):
         names = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
         got = "a boolean" if bool_for_number else type(value).__name__
-        raise InvalidRecordError(where.path, where.line, field, f"expected {names}, got {got}")
+        raise InvalidRecordError(where.path, where.line, name, f"expected {names}, got {got}")
     if non_empty and not (value.strip() if isinstance(value, str) else value):
-        raise InvalidRecordError(where.path, where.line, field, "is empty")
+        raise InvalidRecordError(where.path, where.line, name, "is empty")
     return value
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.classification import balanced_accuracy, confusion_matrix, roc_auc, roc_curve
+from fincheck.classification import confusion_matrix, roc_curve
 from fincheck.config import config_field
 from fincheck.figures import fmt, fmt_ci, paper_rows
 from fincheck.pairs import Pair
@@ -43,6 +43,7 @@ from fincheck.tasks.qasem.metrics import (
     THRESHOLD,
     QasemItem,
     parse_yes_no,
+    qasem_figures,
     score_qasem,
     support_score,
 )
@@ -170,11 +171,8 @@ class QasemTask(Task):
     compare_metrics = (("auc", "ROC-AUC"), ("bacc", "BAcc"))
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
-        gold = [ex["gold"] == "Yes" for ex in examples]
-        return {
-            "bacc": balanced_accuracy(gold, [ex["predicted"] == "Yes" for ex in examples]),
-            "auc": roc_auc(gold, [ex["score"] for ex in examples]),
-        }
+        # score_qasem's pooled figures: the subset plays no part, predicted is score >= THRESHOLD
+        return qasem_figures([QasemItem("", ex["gold"] == "Yes", ex["score"]) for ex in examples])
 
     def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
         overall = figures["overall"]

@@ -64,15 +64,7 @@ def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> lis
             ("predicate", str),
             ("annotations", list),
         ):
-            if name not in qa:
-                raise InvalidRecordError(raw.path, raw.line, f"{field}.{name}", "missing")
-            if not isinstance(qa[name], kind) or isinstance(qa[name], bool):
-                raise InvalidRecordError(
-                    raw.path,
-                    raw.line,
-                    f"{field}.{name}",
-                    f"expected {kind.__name__}, got {type(qa[name]).__name__}",
-                )
+            require(qa, name, kind, raw, shown_as=f"{field}.{name}")
         if not flat and not 0 <= qa["sent_id"] < len(sentences):
             raise InvalidRecordError(
                 raw.path,
