@@ -52,7 +52,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Turn FINAL/DeFacto, QASemConsistency and FHSumBench into instruction pairs, "
         "split without leakage, and write them with a manifest.",
         epilog=EXAMPLES + describe_config(PrepareConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(parser, PrepareCommand)
     parser.set_defaults(func=run, accepts_overrides=True, options=PrepareCommand)

@@ -37,8 +37,7 @@ class EvaluationIndex:
 
     def __init__(self, eval_pairs: list[Pair], shingle_size: int) -> None:
         self.shingle_size = shingle_size
-        self.docs: list[tuple[str, str]] = []  # (task, pair id of the first pair with this doc)
-        self.sizes: list[int] = []
+        self.docs: list[tuple[str, str, int]] = []  # (task, its first pair's id, shingle count)
         self.postings: dict[str, list[int]] = defaultdict(list)
         seen: set[tuple[str, str]] = set()
         for pair in eval_pairs:
@@ -48,9 +47,8 @@ class EvaluationIndex:
                 continue
             seen.add(key)
             doc = len(self.docs)
-            self.docs.append((pair.task, pair.id))
             grams = shingles(words, shingle_size)
-            self.sizes.append(len(grams))
+            self.docs.append((pair.task, pair.id, len(grams)))
             for gram in grams:
                 self.postings[gram].append(doc)
 
@@ -60,8 +58,8 @@ class EvaluationIndex:
         hits = Counter(doc for gram in grams for doc in self.postings.get(gram, ()))
         found: dict[str, tuple[str, float]] = {}
         for doc, shared in hits.items():
-            score = shared / max(1, min(len(grams), self.sizes[doc]))
-            task, pair_id = self.docs[doc]
+            task, pair_id, size = self.docs[doc]
+            score = shared / max(1, min(len(grams), size))
             if score >= threshold and score > found.get(task, ("", -1.0))[1]:
                 found[task] = (pair_id, round(score, 4))
         return found

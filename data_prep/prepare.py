@@ -164,18 +164,6 @@ def refuse_overlap(out_dir: Path, inputs: list[str | Path]) -> None:
             )
 
 
-def resolve_inputs(
-    config: PrepareConfig, data_dir: Path | None, cache_dir: Path | None
-) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
-    """(source name -> verified local file, source name -> manifest entry) for every task."""
-    files: dict[str, Path] = {}
-    inputs: dict[str, dict[str, Any]] = {}
-    for task in config.tasks:
-        for source in get_task(task).sources(config):
-            files[source.name], inputs[source.name] = resolve_input(source, data_dir, cache_dir)
-    return files, inputs
-
-
 def run_prepare(
     config: PrepareConfig,
     data_dir: Path | None,
@@ -186,12 +174,14 @@ def run_prepare(
 ) -> dict:
     """The whole stage: resolve and verify the sources, then `prepare_from_files`."""
     sources_dir = data_dir or cache_dir or default_cache_dir()
-    user_files = [
-        s.path for t in config.tasks for s in get_task(t).sources(config) if isinstance(s, UserFile)
-    ]
+    sources = [source for task in config.tasks for source in get_task(task).sources(config)]
+    user_files = [source.path for source in sources if isinstance(source, UserFile)]
     refuse_overlap(out_dir, [sources_dir, *user_files])
     clock = Stopwatch()
-    files, inputs = resolve_inputs(config, data_dir, cache_dir)
+    files: dict[str, Path] = {}  # source name -> verified local file
+    inputs: dict[str, dict[str, Any]] = {}  # source name -> manifest entry
+    for source in sources:
+        files[source.name], inputs[source.name] = resolve_input(source, data_dir, cache_dir)
     # every input file as resolved (a data folder whose task folder links into --out passes the
     # check of the folders above, and its files would be overwritten)
     refuse_overlap(out_dir, list(files.values()))

@@ -52,14 +52,12 @@ received (malformed ones too) come from the cache: --judge-cache NEW re-asks tho
 
 
 def register(subparsers) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
     p = subparsers.add_parser(
         "eval",
         help="run a detector (a model + adapter, or a served one) over prepared pairs",
         description="Generate predictions for the evaluation split of each task: "
         "RUN_DIR/predictions/<task>.jsonl, lines {id, task, output[, p_yes]}.",
         epilog=EVAL_EXAMPLES,
-        formatter_class=raw,
     )
     add_options(p, EvalOptions)
     p.set_defaults(
@@ -77,7 +75,6 @@ def register(subparsers) -> None:
         description="The papers' own systems beside fincheck's detector, with a local model or "
         "any OpenAI-compatible endpoint; `fincheck score` scores them alike.",
         epilog=BASELINE_EXAMPLES,
-        formatter_class=raw,
     )
     add_options(b, BaselineOptions)
     b.set_defaults(
@@ -97,7 +94,6 @@ def register(subparsers) -> None:
         "(FINAL: judge matching, micro P/R/F1, binarized BAcc; QASem: BAcc/AUC per subset; "
         "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95% bootstrap CIs.",
         epilog=SCORE_EXAMPLES,
-        formatter_class=raw,
     )
     add_options(s, ScoreOptions)
     s.set_defaults(func=score_command, options=ScoreOptions)

@@ -205,7 +205,6 @@ def register(subparsers) -> None:
         "compare",
         help="put scored runs side by side per task, with paired differences to the first",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  fincheck compare runs/base runs/tiny --names base,tuned --out "
         "runs/compare.md",
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import importlib
 import sys
 
@@ -37,6 +38,7 @@ RERUN_AFTER_FULL_DISK = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter  # descriptions and examples laid out as written
     parser = argparse.ArgumentParser(
         prog="fincheck",
         description=(
@@ -44,11 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Pipeline: fincheck prepare -> fincheck train -> fincheck eval -> fincheck score\n"
             "Run `fincheck <command> --help` for the options of each step."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=raw,
     )
     parser.add_argument("--version", action="version", version=f"fincheck {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = functools.partial(argparse.ArgumentParser, formatter_class=raw)  # each as this one
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=commands)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser

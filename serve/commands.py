@@ -133,7 +133,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             help=help_,
             description=description,
             epilog=epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         add_options(parser, options)
         parser.set_defaults(func=handler, options=options)

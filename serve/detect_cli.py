@@ -72,8 +72,7 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
     """One result per record, in input order: each routed task's reading, merged."""
     routes = [route(r)[0] for r in records]
     results: list[dict[str, Any]] = [{"id": r["id"]} for r in records]
-    trimmed = [False] * len(records)
-    raw: list[dict[str, str]] = [{} for _ in records]
+    tails: list[dict[str, Any]] = [{"trimmed": False, "raw": {}} for _ in records]  # keys put last
     for task in all_tasks():
         indices = [i for i, tasks in enumerate(routes) if task in tasks]
         if not indices:
@@ -81,13 +80,10 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
         for i, out in zip(
             indices, detector.detect(task, [records[i] for i in indices]), strict=True
         ):
-            raw[i][task] = out.pop("raw")
-            trimmed[i] |= out.pop("trimmed")  # popped always: the key goes last, once
+            tails[i]["raw"][task] = out.pop("raw")
+            tails[i]["trimmed"] |= out.pop("trimmed")
             results[i].update(out)
-    for result, was_trimmed, texts in zip(results, trimmed, raw, strict=True):
-        result["trimmed"] = was_trimmed
-        result["raw"] = texts
-    return results
+    return [{**result, **tail} for result, tail in zip(results, tails, strict=True)]
 
 
 def run_detect(args) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
 
-from fincheck.config import REQUIRED, add_options, config_field, read_options
+from fincheck.config import REQUIRED, add_options, config_field, describe_config, read_options
 
 EPILOG = """\
 examples:
@@ -36,16 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="LoRA fine-tune a detector on prepared pairs (one process)",
         description=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(parser, TrainCommand)
     parser.set_defaults(func=handle_train, accepts_overrides=True, options=TrainCommand)
 
 
 def handle_train(args: argparse.Namespace) -> int:
-    import logging
-
-    from fincheck.config import describe_config
     from fincheck.train.recipe import SFTRecipe
     from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
