@@ -19,12 +19,11 @@ MANIFEST = "manifest.json"
 log = logging.getLogger(__name__)
 
 
-def require_prepared_dir(path: str | Path, option: str = "dataset_dir") -> Path:
-    """The folder, checked before any slow setup (DeepSpeed, model loading)."""
+def require_prepared_dir(path: str | Path) -> None:
+    """Training's dataset_dir, checked before any slow setup (DeepSpeed, model loading)."""
     path = Path(path)
     if not path.is_dir():
-        raise FincheckError(f"{option} {path} does not exist: run `fincheck prepare` first")
-    return path
+        raise FincheckError(f"dataset_dir {path} does not exist: run `fincheck prepare` first")
 
 
 def split_path(dataset_dir: str | Path, task: str, split: str) -> Path:

@@ -101,11 +101,9 @@ class RunArtifacts:
 
     @property
     def tasks(self) -> list[str]:
-        hashes = self.prompt_hashes
-        if hashes:
-            return list(hashes)
-        tasks = self.recipe.get("tasks")
-        return list(tasks) if isinstance(tasks, (list, tuple)) else []
+        """The tasks trained on: those whose prompt hashes training recorded (a recipe has no
+        task list; the mixture file names them)."""
+        return list(self.prompt_hashes)
 
     @property
     def max_length(self) -> int | None:

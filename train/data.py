@@ -31,7 +31,6 @@ from fincheck.prepared import (
     prepared_tasks,
     read_manifest,
     read_split,
-    require_prepared_dir,
     split_path,
 )
 from fincheck.tasks import check_task_names, get_task, task_names
@@ -279,7 +278,7 @@ class PreparedData:
 def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any) -> PreparedData:
     """Read, fit, mix, tokenize: the rows for SFTTrainer (dev rows for the eval loss when the
     recipe evaluates) plus counts for the log and the run metadata."""
-    dataset_dir = require_prepared_dir(recipe.dataset_dir)
+    dataset_dir = Path(recipe.dataset_dir)  # checked by build_trainer before the slow setup
     max_length, seed = recipe.max_length, recipe.seed
     eval_max_examples = recipe.eval_max_examples if recipe.eval_steps else 0
     row_of = functools.partial(

@@ -432,18 +432,13 @@ def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
     return ["loss", *figures]
 
 
-def fincheck_keys() -> list[str]:
-    """The keys fincheck adds to TRL's SFTConfig (read from the class, never listed twice)."""
-    trl = {f.name for f in dataclasses.fields(SFTConfig)}
-    return [k for k in inspect.get_annotations(SFTRecipe) if k not in trl]
-
-
 def recipe_to_yaml(recipe: SFTRecipe) -> str:
     """The resolved recipe as a user would write it: fincheck's keys, then every TRL key whose
     declared value differs from its default. Reloads to the same recipe."""
     declared, defaults = recipe.declared, recipe_defaults()
     derived = {"use_cpu", "ddp_backend", "bf16", "fp16"}  # decided by the machine and precision
-    own = fincheck_keys()
+    trl = {f.name for f in dataclasses.fields(SFTConfig)}
+    own = [k for k in inspect.get_annotations(SFTRecipe) if k not in trl]  # the keys fincheck adds
     keys = own + [
         k for k in declared if k not in own and k not in derived and declared[k] != defaults.get(k)
     ]

@@ -286,15 +286,12 @@ def train_and_save(r: Run) -> int:
     done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
     if done:  # resuming would train one step past the end and overwrite the adapter
         if trainer.args.process_index == 0:
-            source = r.resume_from
-            if recipe.final_adapter_from_best:  # load_best_model_at_end: as a full run would
-                best = checkpoints.best_checkpoint(r.resume_from)
-                if best is not None:
-                    source = best
-                    r.metadata["final_adapter"] = checkpoints.best_adapter_record(
-                        r.resume_from, best, recipe.metric_for_best_model
-                    )
-            copied = checkpoints.finish_from_checkpoint(source, r.output_dir)
+            best = recipe.final_adapter_from_best and checkpoints.best_checkpoint(r.resume_from)
+            if best:  # load_best_model_at_end: the best checkpoint's adapter, as a full run
+                r.metadata["final_adapter"] = checkpoints.best_adapter_record(
+                    r.resume_from, best, recipe.metric_for_best_model
+                )
+            copied = checkpoints.finish_from_checkpoint(best or r.resume_from, r.output_dir)
             if copied:
                 checkpoints.write_run_files(
                     r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata
