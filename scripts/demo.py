@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fincheck.eval.compare import compare_runs, load_scored_run
+from fincheck.eval.compare import ScoredRun, compare_runs, load_scored_run
 from fincheck.jsonl import strict_json
 from fincheck.sources import default_data_dir
 from fincheck.tasks import all_tasks, task_names
@@ -127,23 +127,20 @@ def training_speed(run_dir: Path) -> dict[str, float]:
     }
 
 
-def answer_counts(run: Path) -> dict[str, Counter]:
+def answer_counts(run: ScoredRun) -> dict[str, Counter]:
     """What a run answered, per task: labels (QASem, FHSumBench) or flagged / None (FINAL)."""
     counts = {}
-    for task in task_names():
-        path = run / "scored" / f"{task}.jsonl"
-        if path.is_file():
-            answers = [json.loads(line)["predicted"] for line in path.open(encoding="utf-8")]
-            counts[task] = Counter(
-                ("flagged" if a else "None") if isinstance(a, list) else str(a) for a in answers
-            )
+    for task, records in run.examples.items():
+        answers = [record["predicted"] for record in records]
+        counts[task] = Counter(
+            ("flagged" if a else "None") if isinstance(a, list) else str(a) for a in answers
+        )
     return counts
 
 
 def write_report(
-    out: Path, runs: dict[str, Path], times: list[tuple[str, float]], recipe: dict, speed: dict
+    out: Path, scored: list[ScoredRun], times: list[tuple[str, float]], recipe: dict, speed: dict
 ) -> Path:
-    scored = [load_scored_run(path, name) for name, path in runs.items()]
     comparison, data = compare_runs(scored, n_resamples=1000)
     (out / "comparison.json").write_text(json.dumps(strict_json(data), indent=2), encoding="utf-8")
     total = sum(seconds for _, seconds in times)
@@ -209,14 +206,14 @@ def write_report(
         "| run | task | answers |",
         "| --- | --- | --- |",
     ]
-    for name, path in runs.items():
-        for task, counts in answer_counts(path).items():
+    for run in scored:
+        for task, counts in answer_counts(run).items():
             shown = ", ".join(f"{label} {n}" for label, n in counts.most_common())
-            lines.append(f"| {name} | {task} | {shown} |")
+            lines.append(f"| {run.name} | {task} | {shown} |")
     lines += ["", "Full reports, with the papers' numbers, plots and example outputs:", ""]
-    for name, path in runs.items():
-        rel = path.relative_to(out)
-        lines.append(f"- {name}: [{rel}/report.md]({rel}/report.md)")
+    for run in scored:
+        rel = run.path.relative_to(out)
+        lines.append(f"- {run.name}: [{rel}/report.md]({rel}/report.md)")
     lines += ["", "## Stage times", "", "| stage | seconds |", "| --- | --- |"]
     lines += [f"| {name} | {seconds:.0f} |" for name, seconds in times]
     lines += [f"| **total** | **{total:.0f}** ({total / 60:.1f} min) |", ""]
@@ -264,10 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.max_steps:
         overrides.append(f"--max_steps={args.max_steps}")
-    if args.launcher == "deepspeed":
-        launch = [str(BIN / "deepspeed"), "--num_gpus", str(args.nproc)]
-    else:
-        launch = [str(BIN / "torchrun"), "--nproc_per_node", str(args.nproc)]
+    nproc_flag = "--num_gpus" if args.launcher == "deepspeed" else "--nproc_per_node"
+    launch = [str(BIN / args.launcher), nproc_flag, str(args.nproc)]
     stages.run(
         "train (LoRA SFT)", [*launch, "train/sft.py", "--config", str(args.recipe), *overrides]
     )
@@ -289,19 +284,13 @@ def main(argv: list[str] | None = None) -> int:
             [fincheck, "score", "--data", str(prepared), *predictions, "--no-progress"],
         )
 
-    report = write_report(out, runs, stages.times, recipe, training_speed(run_dir))
+    scored = [load_scored_run(path, name) for name, path in runs.items()]
+    report = write_report(out, scored, stages.times, recipe, training_speed(run_dir))
     print("\n" + "=" * 72)
     print(", ".join(f"{name} {seconds:.0f}s" for name, seconds in stages.times))
-    for name in all_tasks():
-        figures = {
-            run: load_scored_run(path).results["tasks"].get(name) for run, path in runs.items()
-        }
-        print(
-            f"{name:<11} "
-            + "   ".join(
-                f"{run}: {all_tasks()[name].headline_text(f)}" for run, f in figures.items() if f
-            )
-        )
+    for name, task in all_tasks().items():
+        figures = ((run.name, run.results["tasks"].get(name)) for run in scored)
+        print(f"{name:<11} " + "   ".join(f"{r}: {task.headline_text(f)}" for r, f in figures if f))
     print(f"\nreport: {report}")
     return 0
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from fincheck.bench import workload as wl
 from fincheck.config import config_field
+from fincheck.errors import FincheckError
 from fincheck.pairs import sample_pairs
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task, task_names
@@ -100,20 +101,6 @@ class EvalBenchReport:
             "skipped": self.skipped,
             "results": [asdict(r) for r in self.results],
         }
-
-
-def parse_new_tokens(text: str) -> dict[str, int]:
-    """'final=16,qasem=1' -> {'final': 16, 'qasem': 1}."""
-    out = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        task, _, value = item.partition("=")
-        if task not in task_names() or not value.isdigit() or int(value) < 1:
-            raise ValueError(
-                f"max_new_tokens: bad item {item!r} (want TASK=N with TASK in "
-                f"{', '.join(task_names())})"
-            )
-        out[task] = int(value)
-    return out
 
 
 def batches_for(mode: str, lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -238,12 +225,17 @@ def run_eval_bench(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from fincheck.eval.options import per_task_budget
+
     tasks, modes = list(s.tasks), list(s.modes)
     if bad := [t for t in tasks if t not in task_names()] + [m for m in modes if m not in MODES]:
         raise ValueError(
             f"unknown tasks/modes {bad}; tasks: {', '.join(task_names())}; modes: {', '.join(MODES)}"
         )
-    new_tokens = {**parse_new_tokens(DEFAULT_NEW_TOKENS), **parse_new_tokens(s.max_new_tokens)}
+    try:  # as `fincheck eval --max-new-tokens`: N, or TASK=N,... (the others keep the default)
+        new_tokens = {**per_task_budget(DEFAULT_NEW_TOKENS), **per_task_budget(s.max_new_tokens)}
+    except FincheckError as e:
+        raise ValueError(f"max_new_tokens: {e}") from None
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     device_name = wl.device_name()

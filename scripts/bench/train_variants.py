@@ -93,14 +93,13 @@ def why_not_runnable(v: Variant, cuda: bool) -> str | None:
 
 
 def format_table(results: list[Result], unit_mem: str) -> str:
-    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     num = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
     head = f"{'variant':<20} {'tokens/s/GPU':>13} {'s/step':>8} {'MFU lora':>9} {'MFU 6N':>8} {unit_mem:>11}  status"
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
-            f"{r.variant:<20} {num(r.tokens_per_s, ',.0f'):>13} {num(r.step_s, '.3f'):>8} {pct(r.mfu_lora):>9} "
-            f"{pct(r.mfu_6n):>8} {num(r.peak_mem_gib, '.2f'):>11}  {r.status}"
+            f"{r.variant:<20} {num(r.tokens_per_s, ',.0f'):>13} {num(r.step_s, '.3f'):>8} {num(r.mfu_lora, '.1%'):>9} "
+            f"{num(r.mfu_6n, '.1%'):>8} {num(r.peak_mem_gib, '.2f'):>11}  {r.status}"
         )
     return "\n".join(lines)
 
