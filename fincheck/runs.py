@@ -165,9 +165,7 @@ def _local_base(root: Path, base_name: str) -> Path | None:
     """The base folder when it lives inside the run (a random-init base), else None."""
     if not base_name:
         return None
-    base = Path(base_name)
-    if not base.is_absolute():
-        base = root / base
+    base = root / base_name  # an absolute base_name stays as it is
     if (base / "config.json").is_file() and base.resolve().is_relative_to(root.resolve()):
         return base
     return None
@@ -175,10 +173,7 @@ def _local_base(root: Path, base_name: str) -> Path | None:
 
 def relative_base(base_path: str, output_dir: Path) -> str:
     """The base as recorded in fincheck_run.json: relative when it lives inside the run folder."""
-    base = Path(base_path)
-    if base.is_dir():
-        try:
-            return str(base.resolve().relative_to(output_dir.resolve()))
-        except ValueError:
-            return str(base.resolve())
-    return base_path
+    if not Path(base_path).is_dir():
+        return base_path
+    base, out = Path(base_path).resolve(), output_dir.resolve()
+    return str(base.relative_to(out) if base.is_relative_to(out) else base)

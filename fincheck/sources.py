@@ -56,7 +56,6 @@ def resolve_source(
     source: Source,
     data_dir: Path | None,
     cache_dir: Path | None = None,
-    allow_download: bool = True,
 ) -> Path:
     """The verified local path of `source`: from `data_dir` if given, else the cache/download."""
     if data_dir is not None:
@@ -78,8 +77,6 @@ def resolve_source(
     path = cache / source.name
     if path.is_file():
         return _verify(source, path, f"delete it to download it again from {source.url}.")
-    if not allow_download:
-        raise FincheckError(f"{source.name} is not cached at {path} and downloads are disabled.")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with (

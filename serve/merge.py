@@ -29,8 +29,6 @@ def merge_adapter(
     trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """Merge in fp32, cast to `dtype`, save safetensors + tokenizer to `out`; return a summary."""
-    import torch
-
     dtype = parse_dtype(dtype)
     if dtype == "auto":
         raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
@@ -40,7 +38,7 @@ def merge_adapter(
     run = load_run(adapter)
     base_path = run.resolve_base(base)
     model, tokenizer = load_adapter_model(
-        run.path, base_path, torch.float32, trust_remote_code=trust_remote_code
+        run, base_path, torch_dtype("fp32"), trust_remote_code=trust_remote_code
     )
     if getattr(model.config, "quantization_config", None):
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")

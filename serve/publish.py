@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError
+from fincheck.prompting import load_prompt
 from fincheck.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -48,6 +49,7 @@ from fincheck.serve.card import (
     read_results,
     render_card,
 )
+from fincheck.tasks import task_names
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,7 +98,6 @@ def build_upload_folder(
 
     The files are built in a folder beside it and moved into place only when all are written:
     a refusal half-way (a symlink out of the run, a full disk) leaves nothing behind."""
-    out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
     base = published_base(run, base_model_id)
@@ -152,9 +153,6 @@ def _write_upload_files(
     if results is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     # the task prompts, so the adapter can be used without fincheck (the card's snippet)
-    from fincheck.prompting import load_prompt
-    from fincheck.tasks import task_names
-
     (out_dir / "prompts").mkdir()
     for task in task_names():
         shutil.copyfile(load_prompt(task).path, out_dir / "prompts" / f"{task}.txt")
@@ -318,20 +316,18 @@ def push_folder(
     before = with_retries(
         lambda: api.repo_info(repo_id, revision=revision).sha, "read repo", **retry
     )
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    local = {p.relative_to(folder).as_posix() for p in files}
+    # repo path -> local file, in path order
+    files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
     remote = with_retries(
         lambda: api.list_repo_files(repo_id, revision=revision), "list repo files", **retry
     )
     # A file fincheck wrote last time but not this time (results.json, a base/ folder) would
     # contradict the new card: delete it. Files the user added by hand are left alone.
-    stale = sorted(p for p in remote if p not in local and is_managed_path(p))
+    stale = sorted(p for p in remote if p not in files and is_managed_path(p))
 
     def commit() -> Any:
         # Fresh operations each attempt: an operation object cannot be committed twice.
-        ops: list[Any] = [
-            CommitOperationAdd(p.relative_to(folder).as_posix(), str(p)) for p in files
-        ]
+        ops: list[Any] = [CommitOperationAdd(name, str(p)) for name, p in files.items()]
         ops += [CommitOperationDelete(p) for p in stale]
         return api.create_commit(
             repo_id, ops, commit_message="Publish fincheck adapter", revision=revision
@@ -366,10 +362,7 @@ def publish(
         return PublishResult(repo_id, rev, None, False, files)
     token = resolve_token()
     with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
-        files = build_upload_folder(
-            run, repo_id, Path(tmp) / "repo", results, license, base_model_id
-        )
-        url, changed = push_folder(
-            Path(tmp) / "repo", repo_id, token, private, revision, attempts, base_delay
-        )
+        folder = Path(tmp) / "repo"
+        files = build_upload_folder(run, repo_id, folder, results, license, base_model_id)
+        url, changed = push_folder(folder, repo_id, token, private, revision, attempts, base_delay)
     return PublishResult(repo_id, rev, url, changed, files)
