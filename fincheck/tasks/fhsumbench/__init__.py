@@ -141,8 +141,7 @@ class FhsumbenchTask(Task):
                 },
                 config.seed,
             )
-        notes = {"fhsumbench_documents": len({p.meta["group"] for p in samples})}
-        return Collected(samples, notes)
+        return Collected(samples, {"fhsumbench_documents": len({p.meta["group"] for p in samples})})
 
     # --- score -----------------------------------------------------------------------------
 

@@ -52,8 +52,6 @@ def lenient_judgement(text: str) -> tuple[bool, bool] | None:
     reference scorer reads some of these differently (lowercase keys, single quotes and
     `Faithfulness: x` lines are invalid there; "yes"/"no" and 0/1 values valid).
     """
-    if not text:
-        return None
     cleaned = _FENCE.sub(" ", text)
     for candidate in _OBJECT.findall(cleaned):
         normalized = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", candidate))
@@ -74,11 +72,9 @@ def lenient_judgement(text: str) -> tuple[bool, bool] | None:
 
 def _from_mapping(obj: dict) -> tuple[bool, bool] | None:
     lowered = {str(k).strip().lower(): v for k, v in obj.items()}
-    if "faithfulness" not in lowered or "factuality" not in lowered:
-        return None
     values = []
     for key in ("faithfulness", "factuality"):
-        value = lowered[key]
+        value = lowered.get(key)  # a missing key is None: not a bool
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             value = value.strip().lower() == "true"
         if not isinstance(value, bool):
@@ -125,10 +121,9 @@ def score_fhsumbench(
     for label in gold:
         if label not in LABELS:
             raise ValueError(f"gold FHSumBench label {label!r} not in {LABELS}")
-    figures = fhsumbench_figures(gold, pred)
     matrix_labels = [*LABELS, INVALID]
     return {
-        **figures,
+        **fhsumbench_figures(gold, pred),
         "n": len(gold),
         "n_parse_failed": sum(parse_failed),
         "parse_failure_rate": sum(parse_failed) / len(gold) if gold else float("nan"),

@@ -126,11 +126,8 @@ def reference_judgement(output: str) -> tuple[tuple[bool, bool] | None, str]:
     except _NoJudgement:
         pass
     tokens = text.replace("True", "true").replace("False", "false").split()
-    candidate = text
-    for i, token in enumerate(tokens):
-        if token in _CUT_TOKENS:
-            candidate = " ".join(tokens[i:])
-            break
+    cut = next((i for i, token in enumerate(tokens) if token in _CUT_TOKENS), None)
+    candidate = text if cut is None else " ".join(tokens[cut:])
     try:
         return _parse(candidate), "fallback1"
     except _NoJudgement:

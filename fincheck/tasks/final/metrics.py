@@ -100,10 +100,7 @@ def read_descriptions(text: str) -> ParsedDescriptions:
     - Free prose with no marker: one description (the model flagged something in its own
       format), counted as not structured.
     """
-    text = (text or "").strip()
-    cuts = list(_FINAL_OUTPUT.finditer(text))
-    if cuts:
-        text = text[cuts[-1].end() :].strip()
+    text = _FINAL_OUTPUT.split((text or "").strip())[-1].strip()
     text = _ANSWER_LABEL.sub("", text, count=1).strip()
     if says_nothing(text):
         return ParsedDescriptions([], True)
