@@ -29,7 +29,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
-from fincheck.trimming import trim_grounding
+from fincheck.trimming import messages_text, trim_grounding
 
 log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -97,14 +97,7 @@ class LoadedModel:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     window_limit: int | None = None  # set by the user (`--window`): replaces the training length
     adapter_merged: bool = False  # the LoRA update added into the base weights (`load_model`)
-
-    positions: int | None = None  # without weights (`load_prompt_fitter`): the base's config
-
-    @property
-    def position_limit(self) -> int | None:
-        if self.model is None:
-            return self.positions
-        return getattr(self.model.config, "max_position_embeddings", None) or None
+    position_limit: int | None = None  # the base config's max_position_embeddings
 
     @property
     def window(self) -> int | None:
@@ -146,9 +139,7 @@ class LoadedModel:
         max_input_tokens: int | None = None,
     ) -> Fit:
         """The one budget-and-render step of eval, detect, a local judge and a served
-        detector's fitting: the prompt gets `max_input_tokens`, else the window minus the
-        answer's tokens (`prompt_budget`), and its grounding text is cut to fit; `Fit.budget`
-        is that number of tokens."""
+        detector's fitting: `fit_prompt` to `prompt_budget`'s tokens, kept in `Fit.budget`."""
         budget = self.prompt_budget(answer_tokens, max_input_tokens)
         return replace(self.fit_prompt(messages, span, budget), budget=budget)
 
@@ -370,6 +361,7 @@ def load_model(
         template_kwargs,
         window,
         adapter_merged=bool(adapter is not None and merge_adapter),
+        position_limit=getattr(net.config, "max_position_embeddings", None) or None,
     )
 
 
@@ -418,7 +410,7 @@ def load_prompt_fitter(
     tokenizer.model_max_length = VERY_LONG  # counted, never truncated (see load_model)
     positions = getattr(config, "max_position_embeddings", None) or None
     kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
-    return LoadedModel(None, tokenizer, base, run, kwargs, window, positions=positions)
+    return LoadedModel(None, tokenizer, base, run, kwargs, window, position_limit=positions)
 
 
 # ------------------------------------------------------------------------ prompts
@@ -509,8 +501,7 @@ def fit_messages(
     if grounding_span is None:
         return Fit(None, "dropped", 0.0)
     start, end = grounding_span
-    plain = "\n".join(m["content"] for m in messages)
-    overhead = length - count_tokens(tokenizer, plain)  # what the template adds around the text
+    overhead = length - count_tokens(tokenizer, messages_text(messages))  # what the template adds
     allowed = budget
     for _ in range(8):
         cut = trim_grounding(

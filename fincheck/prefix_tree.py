@@ -65,11 +65,8 @@ def build_prefix_tree(ids: Sequence[Sequence[int]], min_shared: int = MIN_SHARED
 
 def _subtree(ids, order, lcp, lo: int, hi: int, min_shared: int, floor: int) -> PrefixNode:
     shortest = min(len(ids[order[k]]) for k in range(lo, hi))
-    shared = min(lcp[lo : hi - 1]) if hi - lo > 1 else shortest
+    shared = min(lcp[lo : hi - 1], default=shortest)  # default: a single prompt
     node = PrefixNode(max(floor, min(shared, shortest - 1)))
-    if hi - lo == 1:
-        node.leaves.append(order[lo])
-        return node
     start = lo
     for k in range(lo, hi):
         if k < hi - 1 and lcp[k] > node.depth:

@@ -36,7 +36,7 @@ from fincheck.inference import (
     stop_tokens,
     yes_share,
 )
-from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
+from fincheck.prefix_tree import PrefixNode, build_prefix_tree
 
 
 def cache_argument() -> str:
@@ -66,7 +66,6 @@ def answer_prompts(
     *,
     batch_size: int = 8,
     want_p_yes: bool = False,
-    min_shared: int = MIN_SHARED,
 ) -> Iterator[Answers]:
     """Greedy answers to rendered prompts, batch by batch in the tree's order, every shared
     prefix run once.
@@ -81,7 +80,7 @@ def answer_prompts(
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     runner = _TreeRunner(model, tokenizer, ids, max_new_tokens, max(1, batch_size), want_p_yes)
     with torch.no_grad():
-        yield from runner.walk(build_prefix_tree(ids, min_shared), None, 0)
+        yield from runner.walk(build_prefix_tree(ids), None, 0)
 
 
 def answer_in_order(
@@ -183,8 +182,7 @@ class _TreeRunner:
         for r, row in enumerate(rows):
             input_ids[r, width - len(row) :] = torch.tensor(row, device=dev)
             suffix_mask[r, width - len(row) :] = 1
-        prefix_mask = torch.ones((len(rows), cached), dtype=torch.long, device=dev)
-        mask = torch.cat([prefix_mask, suffix_mask], dim=1)
+        mask = torch.cat([suffix_mask.new_ones((len(rows), cached)), suffix_mask], dim=1)
         positions = cached + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
         if cache is not None:
             cache = copy.deepcopy(cache)
@@ -250,5 +248,4 @@ class _TreeRunner:
                 position_ids=last_position[:, None],
             )
             next_ids = logits[:, -1].argmax(-1)
-        decode = self.tokenizer.decode
-        return [decode(tokens, skip_special_tokens=True).strip() for tokens in generated], cut
+        return [self.tokenizer.decode(t, skip_special_tokens=True).strip() for t in generated], cut
