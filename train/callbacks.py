@@ -98,14 +98,12 @@ class FincheckSFTTrainer(SFTTrainer):
                 warmup_from_the_first_step(f, warmup) for f in scheduler.lr_lambdas
             ]
             scheduler._warmup = warmup
-            for group, base, f in zip(
-                scheduler.optimizer.param_groups,
-                scheduler.base_lrs,
-                scheduler.lr_lambdas,
-                strict=True,
-            ):
-                group["lr"] = base * f(scheduler.last_epoch)  # the lr of the first step
-            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+            scheduler._last_lr = [  # the lr of the first step
+                base * f(scheduler.last_epoch)
+                for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+            ]
+            for group, lr in zip(scheduler.optimizer.param_groups, scheduler._last_lr, strict=True):
+                group["lr"] = lr
         return scheduler
 
     dev_figures: Any = None  # fincheck.train.dev_eval.DevFigures, set by build_trainer
@@ -157,15 +155,11 @@ class FincheckSFTTrainer(SFTTrainer):
         return out
 
     def tree_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The loss of a tree-packed batch: the tree attention mask from `tree_end`
-        (`tree_packing.tree_attention_mask`), logits only where the next token is a target.
-
-        A pack is mostly shared prompt: a QASem pack of 2,000 tokens holds about 30 answer
-        tokens. TRL's fused LM head scores every position on a CPU (its compact path needs
-        Triton), a fifth of the step's compute there; `logits_to_keep` with the target
-        positions skips it (measured: 13.1 s -> 9.9 s per 2,025-token SmolLM2 pack). The loss
-        is TRL's: the sum over target tokens / num_items_in_batch (every target token of the
-        optimizer step), scaled like TRL's under token averaging across processes."""
+        """The loss of a tree-packed batch by `tree_packing.tree_forward`, which keeps logits only
+        where the next token is a target: TRL's fused LM head scores every position on a CPU
+        (its compact path needs Triton); measured 13.1 s -> 9.9 s per 2,025-token SmolLM2 pack.
+        The loss is TRL's: the sum over target tokens / num_items_in_batch (every target token
+        of the optimizer step), scaled like TRL's under token averaging across processes."""
         from fincheck.train.tree_packing import tree_forward
 
         loss, outputs, logits, gold, valid = tree_forward(model, inputs, num_items_in_batch)
@@ -284,10 +278,7 @@ class CompleteCheckpointCallback(TrainerCallback):
                 mark_complete(
                     checkpoint, {**self.info, "step": state.global_step}, self.recipe_yaml
                 )
-                best = state.best_model_checkpoint
-                rotate_checkpoints(
-                    Path(args.output_dir), self.keep, keep=Path(best) if best else None
-                )
+                rotate_checkpoints(Path(args.output_dir), self.keep, state.best_model_checkpoint)
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
 

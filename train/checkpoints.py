@@ -50,7 +50,7 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return next((p for p in checkpoint_dirs(output_dir) if is_complete(p)), None)
 
 
-def rotate_checkpoints(output_dir: Path, limit: int | None, keep: Path | None = None) -> list[Path]:
+def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = None) -> list[Path]:
     """Keep the newest `limit` complete checkpoints, and `keep` (the best one by
     metric_for_best_model); remove older complete ones and the incomplete leftovers older than
     the newest complete one (an interrupted save). Called only after a new checkpoint is
@@ -62,7 +62,7 @@ def rotate_checkpoints(output_dir: Path, limit: int | None, keep: Path | None = 
     if not complete:
         return []
     newest = int(complete[0].name.split("-")[1])
-    kept = keep.resolve() if keep is not None else None
+    kept = Path(keep).resolve() if keep else None
     doomed = [p for p in complete[limit:] if p.resolve() != kept] + [
         p for p in all_checkpoints if not is_complete(p) and int(p.name.split("-")[1]) < newest
     ]
@@ -131,9 +131,8 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main
     (the main process only) and start over."""
     if resume:
         return
-    found = [p for p in checkpoint_dirs(output_dir)] + [
-        output_dir / name for name in RUN_OUTPUTS if (output_dir / name).is_file()
-    ]
+    found = checkpoint_dirs(output_dir)
+    found += [output_dir / name for name in RUN_OUTPUTS if (output_dir / name).is_file()]
     if not found:
         return
     if not overwrite:

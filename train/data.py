@@ -205,8 +205,7 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
     )
     for task in tasks:
         pairs = seeded_order(by_task.get(task, []), rng, mixture.whole_documents)
-        weight = mixture.weight(task)
-        whole, frac = divmod(weight, 1.0)
+        whole, frac = divmod(mixture.weight(task), 1.0)
         chosen = pairs * int(whole) + take(pairs, round(frac * len(pairs)), mixture)
         cap = mixture.max_examples.get(task)
         if cap is not None:
@@ -279,12 +278,11 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
     """Read, fit, mix, tokenize: the rows for SFTTrainer (dev rows for the eval loss when the
     recipe evaluates) plus counts for the log and the run metadata."""
     dataset_dir = Path(recipe.dataset_dir)  # checked by build_trainer before the slow setup
-    max_length, seed = recipe.max_length, recipe.seed
     eval_max_examples = recipe.eval_max_examples if recipe.eval_steps else 0
     row_of = functools.partial(
         training_row,
         tokenizer=tokenizer,
-        max_length=max_length,
+        max_length=recipe.max_length,
         min_grounding_kept=mixture.min_grounding_kept,
         template_kwargs=recipe.chat_template_kwargs,
     )
@@ -293,16 +291,16 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
     # pair with the chat template, which is the slow part for a large prepared set.
     by_task = {t: read_split(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
     fit: Counter = Counter()  # (task, "kept" | "trimmed" | "dropped") -> pairs
-    train: list[dict[str, Any]] = []
-    for pair in mix_pairs(by_task, mixture, seed):
+    train_rows: list[dict[str, Any]] = []
+    for pair in mix_pairs(by_task, mixture, recipe.seed):
         row, status = row_of(pair)
         fit[pair.task, status] += 1
         if row is not None:
-            train.append(row)
+            train_rows.append(row)
     empty = [t for t in mixture.tasks if fit[t, "kept"] + fit[t, "trimmed"] == 0]
     if empty and any(mixture.weight(t) > 0 for t in empty):
         raise FincheckError(
-            f"no {mixture.train_split} pair of {empty} fits max_length={max_length}"
+            f"no {mixture.train_split} pair of {empty} fits max_length={recipe.max_length}"
         )
 
     eval_rows: list[dict[str, Any]] = []
@@ -313,7 +311,7 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
             if split_path(dataset_dir, task, mixture.eval_split).is_file()
             for pair in read_split(dataset_dir, task, mixture.eval_split)
         ]
-        random.Random(seed).shuffle(candidates)
+        random.Random(recipe.seed).shuffle(candidates)
         for pair in candidates:
             if len(eval_rows) == eval_max_examples:
                 break
@@ -326,11 +324,11 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
             t: {s: fit[t, s] for s in ("kept", "trimmed", "dropped")}
             for t in sorted({t for t, _ in fit})
         },
-        "train_examples": dict(Counter(row["task"] for row in train)),
+        "train_examples": dict(Counter(row["task"] for row in train_rows)),
         "eval_examples": len(eval_rows),
     }
     return PreparedData(
-        train_rows=train,
+        train_rows=train_rows,
         eval_rows=eval_rows,
         stats=stats,
         manifest=read_manifest(dataset_dir),

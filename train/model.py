@@ -10,6 +10,8 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype, remote_code_explained, torch_dtype
+from fincheck.models import read_model_info, resolve_model
+from fincheck.runs import looks_like_hub_id
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, save_tiny_base
 
@@ -22,8 +24,6 @@ RESERVED_PAD_TOKENS = ("<|finetune_right_pad_id|>", "<|endoftext|>", "<pad>", "<
 def resolve_base_path(recipe: SFTRecipe, output_dir: Path) -> str:
     """Where the base weights come from: the hub id or folder, a name `fincheck models` knows
     (its fetched folder), or <output_dir>/base for tiny."""
-    from fincheck.models import resolve_model
-
     if recipe.model_name_or_path == TINY_RANDOM:
         return str((output_dir / "base").resolve())
     return resolve_model(recipe.model_name_or_path, log=log.info)
@@ -33,9 +33,6 @@ def base_identity(recipe: SFTRecipe, base_path: str, model: Any) -> dict[str, An
     """Who the base is, for fincheck_run.json and the model card: its hub id and revision where
     known (the recipe's base_model_id, a fetched folder's origin record, a hub id's commit),
     and where the weights came from."""
-    from fincheck.models import read_model_info
-    from fincheck.runs import looks_like_hub_id
-
     if recipe.model_name_or_path == TINY_RANDOM:
         return {
             "base_model_id": None,

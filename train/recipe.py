@@ -36,6 +36,8 @@ from fincheck.config import (
     plain_value,
 )
 from fincheck.errors import FincheckError
+from fincheck.inference import parse_dtype
+from fincheck.tasks import check_task_names, get_task
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
 
@@ -194,7 +196,6 @@ class SFTRecipe(SFTConfig):
             self.activation_checkpointing = (
                 True if self.gradient_checkpointing is None else self.gradient_checkpointing
             )
-        self.gradient_checkpointing = self.activation_checkpointing
         if self.activation_checkpointing_kwargs is None:
             self.activation_checkpointing_kwargs = {"use_reentrant": False}
         self._adapt_to_machine()
@@ -327,8 +328,6 @@ SECRET_KEYS = ("hub_token",)
 
 def validate_recipe(values: dict[str, Any]) -> None:
     """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
-    from fincheck.inference import parse_dtype
-
     parse_dtype(values["torch_dtype"])
     for key in SECRET_KEYS:
         if values.get(key):
@@ -380,8 +379,6 @@ def validate_recipe(values: dict[str, Any]) -> None:
 
 def check_evaluation_keys(values: dict[str, Any]) -> None:
     """Dev figures and the best checkpoint need evaluations, at checkpoint steps."""
-    from fincheck.tasks import check_task_names
-
     if values["dev_figures"]:
         check_task_names(values["dev_figures"], "dev_figures")
     unlisted = [t for t in values["dev_figures_limit"] if t not in values["dev_figures"]]
@@ -426,8 +423,6 @@ def check_evaluation_keys(values: dict[str, Any]) -> None:
 def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
     """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
     task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
-    from fincheck.tasks import get_task
-
     figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
     return ["loss", *figures]
 

@@ -38,6 +38,7 @@ from fincheck.models import resolve_model
 from fincheck.prepared import require_prepared_dir
 from fincheck.prompting import prompt_hashes
 from fincheck.runs import relative_base
+from fincheck.train import checkpoints, model
 from fincheck.train.recipe import (
     TINY_RANDOM,
     SFTRecipe,
@@ -138,8 +139,6 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     and the tiny random-init base is written before (every process saves its own copy, and
     transformers saves on rank 0 only once the group exists).
     """
-    from fincheck.train import model
-
     values = read_recipe_values(config, overrides)
     if values["deepspeed"]:
         single_process_group_env()
@@ -157,11 +156,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 
     from fincheck.train import (
         callbacks,
-        checkpoints,
         data,
         dev_eval,
         host_memory,
-        model,
         tree_packing,
     )
 
@@ -174,8 +171,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
         model.ensure_tiny_base(base_path)
-    args = recipe  # an SFTConfig: it set up torch.distributed when launched so
-    if args.deepspeed and args.use_cpu:
+    if recipe.deepspeed and recipe.use_cpu:
         # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
         # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
         import deepspeed
@@ -187,14 +183,14 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         output_dir,
         recipe.resume_from_checkpoint,
         recipe.overwrite_output_dir,
-        main=args.process_index == 0,
+        main=recipe.process_index == 0,  # the recipe set up torch.distributed when built
     )
     base_fp = checkpoints.base_fingerprint(base_path)
     resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
     if resume_from is not None:
         old = checkpoints.read_checkpoint_recipe(resume_from)
         checkpoints.check_resume_compatible(
-            resume_from, recipe_differences(old, recipe), base_fp, args.world_size
+            resume_from, recipe_differences(old, recipe), base_fp, recipe.world_size
         )
         checkpoints.check_state_files(resume_from)
         if "wandb" in recipe.report_to:
@@ -211,7 +207,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         collator = tree_packing.TreeCollator(
             tokenizer.pad_token_id, multiple if isinstance(multiple, int) else None
         )
-    if args.process_index == 0:
+    if recipe.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
 
     base = model.load_base_model(recipe, base_path, tokenizer)
@@ -220,7 +216,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
-        args=args,
+        args=recipe,
         data_collator=collator,
         train_dataset=Dataset.from_list(train_rows),
         eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
@@ -248,17 +244,17 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": prepared.stats,
-        "world_size": args.world_size,
+        "world_size": recipe.world_size,
     }
     check_prompt_hashes(manifest, mixture.tasks)
     recipe_yaml = recipe_to_yaml(recipe)
     sigterm = callbacks.SigtermCallback()
-    if not args.disable_tqdm:
+    if not recipe.disable_tqdm:
         trainer.remove_callback(callbacks.ProgressCallback)
         trainer.add_callback(callbacks.QuietProgressCallback())
     trainer.add_callback(callbacks.StepLogCallback())
     trainer.add_callback(callbacks.TokenCountCallback(trainer))
-    if recipe.release_host_memory and args.use_cpu:
+    if recipe.release_host_memory and recipe.use_cpu:
         trainer.add_callback(callbacks.ReleaseHostMemoryCallback())
     trainer.add_callback(
         callbacks.CompleteCheckpointCallback(metadata, recipe_yaml, trainer.keep_checkpoints)
@@ -280,8 +276,6 @@ def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
 
 def train_and_save(r: Run) -> int:
     """Train, then write the final adapter and the run files. Returns the exit status."""
-    from fincheck.train import checkpoints
-
     trainer, recipe = r.trainer, r.recipe
     done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
     if done:  # resuming would train one step past the end and overwrite the adapter
@@ -328,8 +322,6 @@ def train_and_save(r: Run) -> int:
 def save_final_adapter(r: Run, recipe: SFTRecipe, trainer: Any, best: str | None) -> None:
     """The run folder's adapter (the last one, or the best checkpoint's), tokenizer and run
     files."""
-    from fincheck.train import checkpoints
-
     if best is None:
         trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
     if trainer.args.process_index == 0:
@@ -353,8 +345,6 @@ def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
     """A full disk while training or saving, in whatever form the writer reports it (an
     OSError, torch's "iostream error" RuntimeError, the tokenizers library's plain Exception):
     one line naming the disk and the last complete checkpoint."""
-    from fincheck.train import checkpoints
-
     try:
         yield
     except FincheckError:

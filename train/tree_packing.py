@@ -46,6 +46,7 @@ plain SDPA.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,8 +141,7 @@ def lay_out(tree: PrefixNode, rows: Sequence[dict[str, Any]], chosen: set[int]) 
             return
         start = len(pack.input_ids)
         own = node.depth - parent_depth
-        first = rows[held[0]]["input_ids"]
-        pack.input_ids += first[parent_depth : node.depth]
+        pack.input_ids += rows[held[0]]["input_ids"][parent_depth : node.depth]
         pack.labels += [IGNORE] * own
         pack.position_ids += list(range(parent_depth, node.depth))
         pack.tree_end += [0] * own  # filled in once the subtree is laid out
@@ -150,11 +150,10 @@ def lay_out(tree: PrefixNode, rows: Sequence[dict[str, Any]], chosen: set[int]) 
                 continue
             row = rows[i]
             rest = len(row["input_ids"]) - node.depth
-            end = len(pack.input_ids) + rest
             pack.input_ids += row["input_ids"][node.depth :]
             pack.labels += row["labels"][node.depth :]
             pack.position_ids += list(range(node.depth, len(row["input_ids"])))
-            pack.tree_end += [end] * rest
+            pack.tree_end += [len(pack.input_ids)] * rest  # a leaf's tokens end at the leaf
             pack.pair_ids.append(row.get("id", str(i)))
         for child in node.children:
             visit(child, node.depth)
@@ -192,20 +191,15 @@ def pack_rows(
     return packs
 
 
-def pack_by_round(
-    rows: Sequence[dict[str, Any]], max_tokens: int, min_shared: int = MIN_SHARED
-) -> list[Pack]:
+def pack_by_round(rows: Sequence[dict[str, Any]], max_tokens: int) -> list[Pack]:
     """`pack_rows` per repetition round: a pair that the mixture repeats (weight > 1,
     oversampled labels) goes once into each round's trees, never twice into one sequence."""
-    rounds: list[list[dict[str, Any]]] = []
-    seen: dict[str, int] = {}
+    rounds: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+    seen: Counter[str] = Counter()
     for row in rows:
-        k = seen.get(row["id"], 0)
-        seen[row["id"]] = k + 1
-        if k == len(rounds):
-            rounds.append([])
-        rounds[k].append(row)
-    return [pack for group in rounds for pack in pack_rows(group, max_tokens, min_shared)]
+        rounds[seen[row["id"]]].append(row)  # a pair's k-th copy goes into round k
+        seen[row["id"]] += 1
+    return [pack for group in rounds.values() for pack in pack_rows(group, max_tokens)]
 
 
 def packing_stats(rows: Sequence[dict[str, Any]], packs: Sequence[Pack]) -> dict[str, Any]:
