@@ -22,10 +22,10 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import fit_messages, generate_batch, load_model
+from fincheck.inference import fit_messages, generate_batch, load_model, local_adapter_dir
 from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_manifest, read_split
-from fincheck.runs import adapter_sha256
+from fincheck.runs import adapter_sha256, load_run
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.tasks import get_task
 
@@ -35,9 +35,6 @@ def resolve_base_model(model: str | None, adapter: str | None) -> str:
     if model:
         return model
     if adapter:
-        from fincheck.inference import local_adapter_dir
-        from fincheck.runs import load_run
-
         return load_run(local_adapter_dir(adapter)).resolve_base()  # a hub id is fetched first
     raise FincheckError(
         "give --model (a base model name or path), or an --adapter that records its base"

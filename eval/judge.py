@@ -16,12 +16,11 @@ Outcomes per example (`JudgeResult.status`):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fincheck.errors import FincheckError
@@ -53,7 +52,7 @@ class JudgePrompt:
     def named(cls, name: str) -> JudgePrompt:
         if name not in JUDGE_PROMPTS:
             raise FincheckError(f"judge prompt {name!r}: choose one of {', '.join(JUDGE_PROMPTS)}")
-        return dataclasses.replace(cls.load(JUDGE_PROMPTS[name]), name=name)
+        return replace(cls.load(JUDGE_PROMPTS[name]), name=name)
 
     @classmethod
     def load(cls, path: Path = JUDGE_PROMPTS["paper"]) -> JudgePrompt:
@@ -89,7 +88,7 @@ def parse_matching(
     is not a gold letter.
     """
     cleaned = re.sub(r"```(?:json|JSON)?", " ", text or "")
-    candidates = re.findall(r"\{[^{}]*\}", cleaned, re.DOTALL)
+    candidates = re.findall(r"\{[^{}]*\}", cleaned, re.DOTALL)  # "{...}": a dict, or a decode error
     if not candidates:
         raise MatchingParseError("no JSON object found")
     raw = re.sub(r"\bNone\b", "null", candidates[-1])
@@ -97,9 +96,6 @@ def parse_matching(
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
         raise MatchingParseError(f"the JSON object does not parse ({e.msg})") from None
-    if not isinstance(obj, dict):
-        raise MatchingParseError("expected a JSON object")
-    gold_set = set(gold_letters)
     matching: dict[str, str | None] = {}
     for key, value in obj.items():
         letter = str(key).strip().rstrip(".").upper()
@@ -109,7 +105,7 @@ def parse_matching(
             matching[letter] = None
             continue
         target = str(value).strip().rstrip(".").upper()
-        if target not in gold_set:
+        if target not in gold_letters:
             raise MatchingParseError(f"value {value!r} for {letter} is not a reference letter")
         matching[letter] = target
     missing = [p for p in predicted_letters if p not in matching]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
-from fincheck.inference import one_line
+from fincheck.inference import load_model, one_line
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Defaults that give an answer or a one-line error within about five minutes on an endpoint
@@ -86,6 +86,7 @@ class OpenAIChatClient:
             "base_url": str(self._client.base_url),
         }
         self.model = model
+        self._where = f"{caller.name} {self.identity['base_url']}"  # its messages' subject
         # Circuit breakers: this many calls in a row that could not connect (each after all its
         # retries) means the endpoint is down or mistyped; stop instead of failing every example.
         self.max_consecutive_unreachable = max_consecutive_unreachable
@@ -127,7 +128,7 @@ class OpenAIChatClient:
         except (AttributeError, IndexError, TypeError):
             self._say_once(
                 "no_logprobs",
-                f"{self.caller.name} {self.identity['base_url']} returns no logprobs: QASem is "
+                f"{self._where} returns no logprobs: QASem is "
                 "scored from the answers' text (the AUC of hard 0/1 scores; the report says so)",
             )
             return None
@@ -169,7 +170,6 @@ class OpenAIChatClient:
         return sent
 
     def _adaptation_line(self, param: str, e: Exception) -> str:
-        where = f"{self.caller.name} {self.identity['base_url']}"
         what = {
             "max_tokens": "refuses max_tokens: the budget is sent as max_completion_tokens",
             "logprobs": "refuses logprobs as asked (top 20; vLLM: serve with --max-logprobs "
@@ -178,7 +178,7 @@ class OpenAIChatClient:
             "temperature": "refuses temperature 0: its answers are sampled at its default "
             "temperature, not greedy (runs will not repeat exactly)",
         }[param]
-        return f"{where} {what} ({one_line(e)})"
+        return f"{self._where} {what} ({one_line(e)})"
 
     def _create_once(self, messages: list[dict[str, str]], sampling: dict):
         import openai
@@ -189,19 +189,18 @@ class OpenAIChatClient:
             )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
-                f"{self.caller.name} {self.identity['base_url']} refused the API key "
+                f"{self._where} refused the API key "
                 f"(HTTP {e.status_code}); check the key variable and the model name"
             ) from None
         except openai.NotFoundError as e:
             raise FincheckError(
-                f"{self.caller.name} {self.identity['base_url']} has no model {self.model!r} "
-                f"(HTTP {e.status_code})"
+                f"{self._where} has no model {self.model!r} (HTTP {e.status_code})"
             ) from None
         except openai.APIError as e:  # after all retries: unreachable, 400/422, 429/5xx, other 4xx
             if isinstance(e, openai.APIConnectionError):  # also timeouts
                 if n := self._tripped("unreachable", self.max_consecutive_unreachable):
                     raise FincheckError(
-                        f"{self.caller.name} {self.identity['base_url']} is unreachable "
+                        f"{self._where} is unreachable "
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
                         f"check {self.caller.base_url_flag} and the network (a slow server needs a "
                         f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
@@ -212,7 +211,7 @@ class OpenAIChatClient:
                     raise _RefusedParameter(param, e) from None
                 if n := self._tripped("refused", self.max_consecutive_refused):
                     raise FincheckError(
-                        f"{self.caller.name} {self.identity['base_url']} refused {n} "
+                        f"{self._where} refused {n} "
                         f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
                         "and the options it accepts, then rerun (answers so far are cached)"
                     ) from None
@@ -221,7 +220,7 @@ class OpenAIChatClient:
             body = " ".join(str(response).split())[:80]
             if self._tripped("unreachable", self.max_consecutive_unreachable):
                 raise FincheckError(
-                    f"{self.caller.name} {self.identity['base_url']} does not answer with chat "
+                    f"{self._where} does not answer with chat "
                     f"completions (a 200 reply began {body!r}): is {self.caller.base_url_flag} the API's "
                     "/v1 URL? Answers so far are cached; rerun once it is fixed"
                 ) from None
@@ -255,17 +254,11 @@ def refused_parameter(error: Exception, sent: dict) -> str | None:
     llama.cpp and others name the field in the text); None for any other refusal."""
     named = getattr(error, "param", None)
     message = str(getattr(error, "message", error)).lower()
+    refusal = any(
+        w in message for w in ("unsupported", "not supported", "not allowed", "greater than")
+    )
     for param in ("max_tokens", "top_logprobs", "logprobs", "temperature"):
-        if param not in sent:
-            continue
-        said = named == param or (
-            param in message
-            and any(
-                w in message
-                for w in ("unsupported", "not supported", "not allowed", "greater than")
-            )
-        )
-        if said:
+        if param in sent and (named == param or (refusal and param in message)):
             return "logprobs" if param == "top_logprobs" else param
     return None
 
@@ -301,8 +294,6 @@ class TransformersChatClient:
         batch_size: int = 8,
         window: int | None = None,
     ):
-        from fincheck.inference import load_model
-
         self.loaded = load_model(model_path, None, dtype="auto", device=device, window=window)
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size

@@ -16,6 +16,7 @@ from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype
 from fincheck.models import KNOWN as FETCHABLE_MODELS
+from fincheck.prepared import prepared_tasks
 from fincheck.tasks import all_tasks, task_names
 
 LOCAL = {"backend": ("local",)}
@@ -109,8 +110,6 @@ class EvalRun:
     def resolve_tasks(self) -> tuple[str, ...]:
         """--tasks, or every registered task the prepared folder holds."""
         if self.tasks is None:
-            from fincheck.prepared import prepared_tasks
-
             self.tasks = tuple(prepared_tasks(self.data_dir))
         return self.tasks
 

@@ -113,8 +113,7 @@ class PredictionWriter:
         with self.path.open(encoding="utf-8") as f:
             for line_no, line in enumerate(f, start=1):
                 try:
-                    record = json.loads(line)
-                    prediction = _validate(record, str(self.path), line_no, self.task)
+                    prediction = _validate(json.loads(line), str(self.path), line_no, self.task)
                 except (json.JSONDecodeError, InvalidRecordError):
                     if line.endswith("\n"):  # damage in the middle is not a crash artefact
                         raise FincheckError(

@@ -40,6 +40,7 @@ from fincheck.tasks.final.metrics import parse_descriptions
 # ---------------------------------------------------------------------- pure parts
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(.*\S)\s*$")
+_YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 
 
 def bullets(text: str) -> list[str]:
@@ -51,12 +52,8 @@ def parse_fact_check(answer: str) -> tuple[bool | None, list[str]]:
     """(consistent?, descriptions) from a per-fact answer: "yes" / "no" on the first line that
     has one, then the "- " bullets. An answer with neither yes nor no reads as None (unknown):
     its bullets, if any, still count as descriptions."""
-    verdict = None
-    for line in answer.splitlines():
-        found = re.match(r"\W*(yes|no)\b", line.strip(), re.IGNORECASE)
-        if found:
-            verdict = found.group(1).lower() == "yes"
-            break
+    found = next(filter(None, (_YES_NO.match(line.strip()) for line in answer.splitlines())), None)
+    verdict = None if found is None else found.group(1).lower() == "yes"
     found_bullets = bullets(answer)
     if verdict is None and found_bullets:
         verdict = False

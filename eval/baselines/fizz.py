@@ -129,9 +129,7 @@ def label_indices(
     found: dict[str, int] = {}
     for index, label in id2label.items():
         name = str(label).strip().lower()
-        for key, starts in LABEL_NAMES.items():
-            if any(name.startswith(start) for start in starts):
-                found[key] = int(index)
+        found |= {key: int(index) for key, starts in LABEL_NAMES.items() if name.startswith(starts)}
     if set(found) == set(NLI_LABELS) and len(set(found.values())) == 3:
         return found
     if model_name.rstrip("/").endswith(PAPER_NLI_MODEL) and n == 3:
@@ -219,19 +217,15 @@ def choose_threshold(scores: Sequence[float], consistent: Sequence[bool]) -> flo
     return best
 
 
-def fizz_output(task: str, consistent: bool, trace: dict) -> str:
-    """What the task's scorer reads: its answer for FIZZ's binary verdict, an inconsistent one
-    naming the least supported fact (FHSumBench: faithfulness only, see `verdict_answer`)."""
-    reason = f"The text does not support this: {trace.get('weakest')}"
-    return get_task(task).verdict_answer(consistent, reason)
-
-
 def run_fizz(
     example: Example, llm: CachedLLM, nli: NLIScorer, threshold: float | None
 ) -> MethodOutput:
     score, trace = fizz_score(example, llm, nli)
     if threshold is None:  # the dev pass: scores only
         return MethodOutput("", None, trace)
-    consistent = score > threshold
     trace["threshold"] = threshold
-    return MethodOutput(fizz_output(example.pair.task, consistent, trace), None, trace)
+    # what the task's scorer reads: its answer for FIZZ's binary verdict, an inconsistent one
+    # naming the least supported fact (FHSumBench: faithfulness only, see `verdict_answer`)
+    reason = f"The text does not support this: {trace.get('weakest')}"
+    answer = get_task(example.pair.task).verdict_answer(score > threshold, reason)
+    return MethodOutput(answer, None, trace)

@@ -50,9 +50,7 @@ def cut_kind(text: str, cut: bool | None, reasoning: bool) -> str | None:
     cut before its "Final Output:" (its numbered steps are no descriptions), else "answer"."""
     if not cut:
         return None
-    if reasoning and not has_final_output(text):
-        return "reasoning"
-    return "answer"
+    return "reasoning" if reasoning and not has_final_output(text) else "answer"
 
 
 @dataclass
@@ -80,8 +78,7 @@ def ask(llm: CachedLLM, prompt_name: str, max_tokens: int | None = None, **value
     a local model's window."""
     prompt = baseline_prompt(prompt_name)
     messages, span = prompt.messages(**values)
-    has_text = "text" in prompt.fields
-    return llm.ask(messages, prompt.hash, span if has_text else None, max_tokens)
+    return llm.ask(messages, prompt.hash, span if "text" in prompt.fields else None, max_tokens)
 
 
 # ---------------------------------------------------------------------- end to end

@@ -16,9 +16,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from fincheck.detector import Detector
 from fincheck.errors import FincheckError
+from fincheck.eval.baselines.final_methods import STEP1, two_step_method
+from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_method
+from fincheck.eval.generate import sample_by, sample_task
 from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
+from fincheck.eval.llm_backends import METHOD, OpenAIChatClient, TransformersChatClient
 from fincheck.eval.options import NO_MODEL, BaselineOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
@@ -26,6 +31,7 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
+from fincheck.inference import load_prompt_fitter
 from fincheck.jsonl import drop_torn_last_line
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
@@ -46,14 +52,10 @@ def build_client(opts: BaselineOptions):
     if opts.method in NO_MODEL:
         return NoLLM()
     if opts.backend == "openai":
-        from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
-
         return OpenAIChatClient(
             opts.model, opts.base_url, opts.api_key_env, opts.timeout, opts.max_retries,
             caller=METHOD,
         )  # fmt: skip
-    from fincheck.eval.llm_backends import TransformersChatClient
-
     return TransformersChatClient(
         opts.model,
         max_new_tokens=opts.max_tokens,
@@ -71,8 +73,6 @@ def step1_identity(step1: str) -> str:
 def adapter_step1(adapter: str, device: str | None):
     """Step 1 by a trained fincheck adapter: its FINAL answer (the training prompt), consistent
     when it lists nothing. One model, shared by the example threads under a lock."""
-    from fincheck.detector import Detector
-
     detector = Detector.from_pretrained(adapter=adapter, device=device)
     lock = threading.Lock()
 
@@ -86,23 +86,16 @@ def adapter_step1(adapter: str, device: str | None):
 
 def check_method_options(opts: BaselineOptions) -> None:
     """The method's own options, checked before any model loads (a typo fails in a second)."""
-    if opts.method == "two-step":
-        from fincheck.eval.baselines.final_methods import STEP1
-
-        if opts.step1 not in STEP1 and not Path(opts.step1).is_dir():
-            raise FincheckError(
-                f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder (the "
-                "FINAL paper's TrueTeacher classifier is not offered: docs/baselines.md)"
-            )
+    if opts.method == "two-step" and opts.step1 not in STEP1 and not Path(opts.step1).is_dir():
+        raise FincheckError(
+            f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder (the "
+            "FINAL paper's TrueTeacher classifier is not offered: docs/baselines.md)"
+        )
 
 
 def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
-    if opts.method == "two-step":
-        from fincheck.eval.baselines.final_methods import STEP1, two_step_method
-
-        if opts.step1 in STEP1:
-            return two_step_method(opts.step1, STEP1[opts.step1], opts.step2)
-        step1 = adapter_step1(opts.step1, opts.device)
+    if opts.method == "two-step":  # named self, oracle, or the adapter folder's name
+        step1 = STEP1.get(opts.step1) or adapter_step1(opts.step1, opts.device)
         return two_step_method(Path(opts.step1).name, step1, opts.step2)
     if opts.method == "fizz":
         return fizz_method(opts, llm)
@@ -111,9 +104,6 @@ def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
 
 def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
     """FIZZ with its NLI model, and a threshold per task chosen on the dev split first."""
-    from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
-    from fincheck.eval.generate import sample_task
-
     if not opts.nli_model:
         raise FincheckError(
             "--method fizz needs --nli-model (a Hugging Face NLI classifier, e.g. "
@@ -154,8 +144,9 @@ def run_examples(
     progress: bool,
     desc: str,
 ) -> list[str]:
-    """Run the method on each pair, `concurrency` at a time; `on_done(pair, output, calls)` as
-    each finishes. Returns the failures ("id: reason"); a run-stopping error stops the rest."""
+    """Run the method on each pair, `concurrency` at a time; `on_done(pair, output, calls)`, in
+    this thread, as each finishes. Returns the failures ("id: reason"); a run-stopping error
+    stops the rest."""
     from tqdm.auto import tqdm
 
     def one(pair) -> tuple[Any, MethodOutput, int]:
@@ -187,8 +178,6 @@ def run_examples(
 
 def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     """Predictions of the method for each task it covers; returns per-task counts."""
-    from fincheck.eval.generate import sample_by, sample_task
-
     opts.resolve_tasks()
     check_method_options(opts)
     client = build_client(opts)
@@ -200,11 +189,10 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         raise FincheckError(
             f"--method {opts.method} covers {', '.join(method.tasks)}, not {', '.join(opts.tasks)}"
         )
-    identity = "/".join(str(v) for v in client.identity.values())
     check_eval_config(
         opts.predictions_dir,
         {
-            "model": identity,
+            "model": "/".join(str(v) for v in client.identity.values()),
             "adapter": None,
             "split": opts.split,
             "method": method.name,
@@ -229,8 +217,6 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     )
     fitter = None
     if opts.tokenizer:  # a served detector whose prompts are fitted as a local eval's
-        from fincheck.inference import load_prompt_fitter
-
         fitter = load_prompt_fitter(opts.tokenizer, opts.window)
         record_loaded(opts.predictions_dir, window=fitter.window)
     record_loaded(opts.predictions_dir, client=client.identity)
@@ -259,16 +245,12 @@ def run_task(
     todo = [p for p in pairs if p.id not in writer.done]
     trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
     drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
-    lock = threading.Lock()
 
     def done(pair, output: MethodOutput, n_calls: int) -> None:
-        with lock:
-            writer.write_batch(
-                [Prediction(pair.id, task, output.output, output.p_yes, cut=output.cut)]
-            )
-            record = {"id": pair.id, "calls": n_calls, **output.trace}
-            with trace_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes, cut=output.cut)])
+        record = {"id": pair.id, "calls": n_calls, **output.trace}
+        with trace_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
     try:
         failures = run_examples(
