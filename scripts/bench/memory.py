@@ -48,9 +48,6 @@ class MemoryReport:
     settings: dict[str, Any]
     steps: list[dict[str, float]]  # per step: step, seconds, rss_mib, peak_mib, shape
 
-    def peak_at(self, step: int) -> float:
-        return next(s["peak_mib"] for s in self.steps if s["step"] == step)
-
     def to_json(self, command: str) -> dict[str, Any]:
         return {"command": command, "settings": self.settings, "steps": self.steps}
 
@@ -115,7 +112,8 @@ def format_memory_report(report: MemoryReport) -> str:
         "| step | s/step | shape | resident MiB | peak so far MiB |",
         "| --- | --- | --- | --- | --- |",
     ]
-    marks = {1, 5, 10, 20, 30, 40, 50, report.steps[-1]["step"]}
+    last = report.steps[-1]["step"]
+    marks = {1, 5, 10, 20, 30, 40, 50, last}
     for s in report.steps:
         if s["step"] in marks:
             shape = "x".join(map(str, s["shape"])) if s["shape"] else "-"
@@ -123,9 +121,9 @@ def format_memory_report(report: MemoryReport) -> str:
                 f"| {s['step']} | {s['seconds']:.1f} | {shape} | {s['rss_mib']:,.0f} | "
                 f"{s['peak_mib']:,.0f} |"
             )
-    last = report.steps[-1]["step"]
     if last >= 10:
-        ratio = report.peak_at(last) / report.peak_at(10)
+        peaks = {s["step"]: s["peak_mib"] for s in report.steps}
+        ratio = peaks[last] / peaks[10]
         rows.append("")
         rows.append(f"peak at step {last} / peak at step 10 = {ratio:.3f} (goal: within 1.10)")
     return "\n".join(rows)

@@ -166,11 +166,7 @@ def run_variant(
         for b in steps
     ]
     # bf16 base weights; PEFT keeps the adapters in fp32, autocast runs their matmuls in bf16.
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if cuda and not v.zero
-        else torch.autocast("cpu", enabled=False)
-    )
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and not v.zero)
 
     def step(batch) -> float:
         batch = {k: t.to(device, non_blocking=True) for k, t in batch.items()}

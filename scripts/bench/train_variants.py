@@ -104,40 +104,6 @@ def format_table(results: list[Result], unit_mem: str) -> str:
     return "\n".join(lines)
 
 
-def _run_all(
-    s: TrainBenchSettings,
-    names: list[str],
-    steps: list[list[int]],
-    device,
-    cuda: bool,
-    peak: float | None,
-    log: Callable[[str], None],
-) -> list[Result]:
-    import torch
-
-    results = []
-    for name in names:
-        v = VARIANTS[name]
-        reason = why_not_runnable(v, cuda)
-        if reason:
-            log(f"[{name}] skipped: {reason}")
-            results.append(Result(name, status=f"skipped: {reason}", settings=asdict(v)))
-            continue
-        log(f"[{name}] running ...")
-        try:
-            results.append(run_variant(s, v, steps, device, cuda, peak, log))
-        except Exception as e:  # one broken variant must not hide the others' figures
-            oom = isinstance(e, torch.cuda.OutOfMemoryError)
-            what = "CUDA out of memory" if oom else f"{type(e).__name__}: {e}"
-            log(f"[{name}] failed: {what}")
-            results.append(Result(name, status=f"error: {what[:150]}", settings=asdict(v)))
-        # Outside the except blocks, so no traceback keeps the variant's tensors alive.
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-    return results
-
-
 @dataclass
 class TrainBenchReport:
     """What one benchmark run measured, with what it ran on."""
@@ -219,8 +185,27 @@ def run_train_bench(
     shape = ModelShape.from_config(wl.load_model_config(s.model))
     log(f"device: {device_name}; peak for MFU: {f'{peak} TFLOP/s' if peak else 'unknown'}")
     log(f"model: {s.model} ({'bf16' if cuda else 'fp32'}); lengths: {source}, cap {s.max_len}")
+    results = []
     with single_process_group():
-        results = _run_all(s, names, steps, device, cuda, peak, log)
+        for name in names:
+            v = VARIANTS[name]
+            reason = why_not_runnable(v, cuda)
+            if reason:
+                log(f"[{name}] skipped: {reason}")
+                results.append(Result(name, status=f"skipped: {reason}", settings=asdict(v)))
+                continue
+            log(f"[{name}] running ...")
+            try:
+                results.append(run_variant(s, v, steps, device, cuda, peak, log))
+            except Exception as e:  # one broken variant must not hide the others' figures
+                oom = isinstance(e, torch.cuda.OutOfMemoryError)
+                what = "CUDA out of memory" if oom else f"{type(e).__name__}: {e}"
+                log(f"[{name}] failed: {what}")
+                results.append(Result(name, status=f"error: {what[:150]}", settings=asdict(v)))
+            # Outside the except blocks, so no traceback keeps the variant's tensors alive.
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
     return TrainBenchReport(
         device=device_name,
         cuda=cuda,

@@ -69,10 +69,9 @@ def load_model_config(name_or_path: str, attn_implementation: str | None = None)
     if model_type is None:
         raise FincheckError(f"{name_or_path}: config.json has no model_type")
     values.pop("torch_dtype", None)  # the benchmark picks the dtype
-    config = AutoConfig.for_model(model_type, **values)
-    if attn_implementation:
-        config._attn_implementation = attn_implementation
-    return config
+    return AutoConfig.for_model(
+        model_type, attn_implementation=attn_implementation or None, **values
+    )
 
 
 def estimate_tokens(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> int:
