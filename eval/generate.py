@@ -2,11 +2,10 @@
 
 For each task: read `DATA/<task>/<split>.jsonl`, skip ids already in
 `RUN/predictions/<task>.jsonl` (resume), fit each prompt to the window
-(`fincheck.inference.fit_messages`), sort by prompt length (longest first, so an out-of-memory
-shows up in the first batch, and batches hold similar lengths), generate greedily with left
-padding (`fincheck.inference.generate_batch`), and append one line per example, flushed per
-batch. A task that `reads_p_yes` (QASem) also gets p_yes = P(Yes)/(P(Yes)+P(No)) at the first
-generated position.
+(`fincheck.inference.fit_messages`), answer greedily (`answer_batches`: shared prefixes run
+once by default, plain left-padded batches with `--no-prefix-reuse`), and append one line per
+example, flushed per batch. A task that `reads_p_yes` (QASem) also gets
+p_yes = P(Yes)/(P(Yes)+P(No)) at the first generated position.
 
 The model sees `messages[:-1]` (system + user) through the tokenizer's chat template with
 `add_generation_prompt=True`, exactly as training rendered the prompt part.

@@ -1,6 +1,6 @@
 """What a task is: the one interface every stage loops over.
 
-A task module (`fincheck/tasks/<name>.py`) subclasses `Task` and says everything that is
+A task package (`fincheck/tasks/<name>/`) subclasses `Task` and says everything that is
 specific to its benchmark, in one place:
 
     prepare   which raw files it reads (`sources`) and how they become pairs (`collect`)
