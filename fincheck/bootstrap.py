@@ -29,7 +29,6 @@ def bootstrap_cis(
     n_items: int,
     metrics: Sequence[str],
     n_resamples: int = 1000,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> dict[str, Interval | None]:
     """Percentile CI of each of `metrics` in `figures(indices)`, where indices are a resample of
@@ -44,7 +43,7 @@ def bootstrap_cis(
         for m in metrics:
             if not math.isnan(resampled[m]):
                 values[m].append(resampled[m])
-    alpha = 1 - confidence
+    alpha = 1 - 0.95  # 95% intervals: results.json's ci95
     intervals: dict[str, Interval | None] = {}
     for m, v in values.items():
         v.sort()
@@ -59,13 +58,10 @@ def bootstrap_ci(
     metric: Callable[[Sequence[int]], float],
     n_items: int,
     n_resamples: int = 1000,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> Interval | None:
     """`bootstrap_cis` of a single figure."""
-    return bootstrap_cis(
-        lambda idx: {"": metric(idx)}, n_items, [""], n_resamples, confidence, seed
-    )[""]
+    return bootstrap_cis(lambda idx: {"": metric(idx)}, n_items, [""], n_resamples, seed)[""]
 
 
 def ci95_lists(cis: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:

@@ -8,6 +8,7 @@ lists, cheap to call inside a bootstrap loop.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Hashable, Sequence
 
@@ -50,18 +51,13 @@ def roc_auc(gold: Sequence[bool], scores: Sequence[float]) -> float:
     n_neg = len(gold) - n_pos
     if n_pos == 0 or n_neg == 0:
         return math.nan
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):  # tied scores share the mean of the ranks they span (1-based)
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        mean_rank = (i + j) / 2 + 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = mean_rank
-        i = j + 1
-    rank_sum_pos = sum(r for r, g in zip(ranks, gold, strict=True) if g)
+    ranked = sorted(scores)
+    # tied scores share the mean of the 1-based ranks they span: (first + last) / 2
+    rank_sum_pos = sum(
+        (bisect.bisect_left(ranked, s) + 1 + bisect.bisect_right(ranked, s)) / 2
+        for s, g in zip(scores, gold, strict=True)
+        if g
+    )
     return (rank_sum_pos - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 

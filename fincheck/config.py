@@ -10,6 +10,7 @@ values of the wrong type stop with a message naming the key (and the file).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -117,19 +118,15 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         raise FincheckError(f"{key}: expected true/false, got {value!r}")
     if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise FincheckError(f"{key}: expected an integer, got {value!r}")
-        try:
-            return int(value)
-        except ValueError:
-            raise FincheckError(f"{key}: expected an integer, got {value!r}") from None
+        with contextlib.suppress(ValueError):  # "1.5", "ten"
+            if isinstance(value, (int, str)) and not isinstance(value, bool):
+                return int(value)
+        raise FincheckError(f"{key}: expected an integer, got {value!r}")
     if annotation is float:
-        if isinstance(value, bool):
-            raise FincheckError(f"{key}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise FincheckError(f"{key}: expected a number, got {value!r}") from None
+        with contextlib.suppress(TypeError, ValueError):  # a list, "ten"
+            if not isinstance(value, bool):
+                return float(value)
+        raise FincheckError(f"{key}: expected a number, got {value!r}")
     if annotation is Path:
         if not isinstance(value, (str, Path)):
             raise FincheckError(f"{key}: expected a path, got {value!r}")
@@ -345,10 +342,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
     for owner in [owners[-1], *owners[:-1]]:  # the root first
         own = inspect.get_annotations(owner)
         doc = (owner.__doc__ or "").strip()
-        title = None
+        group = parser  # `cls` itself, or a base with no docstring (dataclass writes one)
         if owner is not cls and not doc.startswith(owner.__name__):
-            title = doc.splitlines()[0].rstrip(".")
-        group = parser.add_argument_group(title) if title else parser
+            group = parser.add_argument_group(doc.splitlines()[0].rstrip("."))
         for f in dataclasses.fields(cls):
             if f.name in own and f.init and f.metadata.get("cli", True):
                 _add_flag(group, f, types_[f.name], cls)

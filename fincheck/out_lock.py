@@ -23,8 +23,7 @@ def hold_out_dir(out_dir: str | Path, command: str) -> Iterator[None]:
     """Hold OUT for `command`; refuse at once if another process holds it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_FILE
-    with path.open("a+", encoding="utf-8") as f:
+    with (out / LOCK_FILE).open("a+", encoding="utf-8") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

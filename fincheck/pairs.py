@@ -59,8 +59,7 @@ class Pair:
         """What identifies the pair's grounding text: pairs with the same key share their
         document (QASem: every QA about one reference; FHSumBench: the summaries of one
         source), which is what a prefix tree shares."""
-        span = self.meta.get("grounding_span")
-        text = self.grounding if span else self.user_content
+        text = self.grounding if self.meta.get("grounding_span") else self.user_content
         return hashlib.sha256(f"{self.task}\0{text}".encode()).hexdigest()[:16]
 
     @property
@@ -80,17 +79,6 @@ class Pair:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any], where: str = "<pair>", line: int = 0) -> Pair:
-        validate_pair_dict(record, where, line)
-        return cls(
-            id=record["id"],
-            task=record["task"],
-            split=record["split"],
-            messages=record["messages"],
-            meta=record.get("meta", {}),
-        )
 
 
 def validate_pair_dict(record: dict[str, Any], where: str, line: int) -> None:
@@ -120,27 +108,30 @@ def validate_pair_dict(record: dict[str, Any], where: str, line: int) -> None:
             )
 
 
-def write_pairs(path: Path, pairs: Iterable[Pair]) -> int:
+def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
     """Write pairs as JSONL (UTF-8, '\\n' endings) atomically: a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    n = 0
     try:
         with tmp.open("w", encoding="utf-8", newline="\n") as f:
-            for pair in pairs:
-                f.write(pair.to_json() + "\n")
-                n += 1
+            f.writelines(pair.to_json() + "\n" for pair in pairs)
         tmp.replace(path)
     except BaseException:  # a full disk, a kill: no half-written .tmp left behind
         tmp.unlink(missing_ok=True)
         raise
-    return n
 
 
 def read_pairs(path: Path) -> Iterator[Pair]:
     """Read a pairs file, validating every line."""
     for line_no, record in iter_json_objects(path):
-        yield Pair.from_dict(record, str(path), line_no)
+        validate_pair_dict(record, str(path), line_no)
+        yield Pair(
+            id=record["id"],
+            task=record["task"],
+            split=record["split"],
+            messages=record["messages"],
+            meta=record.get("meta", {}),
+        )
 
 
 def sample_documents(pairs: Sequence[Pair], limit: int, seed: int) -> list[Pair]:

@@ -38,31 +38,26 @@ class Prompt:
         missing = [name for name in self.fields if name not in values]
         if missing:
             raise FincheckError(f"prompt {self.task}: missing values for {missing}")
-        parts: list[str] = []
+        parts = _PLACEHOLDER.split(self.user)  # literal, name, literal, ..., name, literal
         span = (0, 0)
-        pos = 0
-        for match in _PLACEHOLDER.finditer(self.user):
-            parts.append(self.user[pos : match.start()])
-            value = values[match.group(1)]
-            if match.group(1) == GROUNDING_FIELD:
-                start = sum(map(len, parts))
+        for i in range(1, len(parts), 2):
+            value = values[parts[i]]
+            if parts[i] == GROUNDING_FIELD:
+                start = sum(map(len, parts[:i]))
                 span = (start, start + len(value))
-            parts.append(value)
-            pos = match.end()
-        parts.append(self.user[pos:])
+            parts[i] = value
         return self.system, "".join(parts), span
 
     def fields_of(self, user: str) -> dict[str, str]:
         """The values this prompt was rendered with, read back from its user message (how a
         baseline with its own prompt gets a prepared pair's document, summary or QA)."""
-        pattern, pos, named = [], 0, set()
-        for match in _PLACEHOLDER.finditer(self.user):
-            pattern.append(re.escape(self.user[pos : match.start()]))
-            name = match.group(1)
-            pattern.append(f"(?P={name})" if name in named else f"(?P<{name}>.*?)")
-            named.add(name)
-            pos = match.end()
-        pattern.append(re.escape(self.user[pos:]))
+        pattern, named = _PLACEHOLDER.split(self.user), set()  # as in `render`
+        for i, piece in enumerate(pattern):
+            if i % 2 == 0:
+                pattern[i] = re.escape(piece)
+            else:
+                pattern[i] = f"(?P={piece})" if piece in named else f"(?P<{piece}>.*?)"
+                named.add(piece)
         found = re.fullmatch("".join(pattern), user, flags=re.DOTALL)
         if found is None:
             raise FincheckError(

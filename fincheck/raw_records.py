@@ -79,18 +79,15 @@ def _element_lines(text: str, count: int) -> list[int]:
     start = (
         text.index("[") if text.lstrip().startswith("[") else text.index("[", text.index('"data"'))
     )
-    pos = start + 1
     lines: list[int] = []
-    line = text.count("\n", 0, pos) + 1
-    last = pos
+    pos, last, line = start + 1, 0, 1  # `line` is the line of text[last]
     for _ in range(count):
         while text[pos] in " \t\r\n,":
             pos += 1
         line += text.count("\n", last, pos)
         lines.append(line)
-        _, end = decoder.raw_decode(text, pos)
-        line += text.count("\n", pos, end)
-        last = pos = end
+        last = pos
+        _, pos = decoder.raw_decode(text, pos)
     return lines
 
 

@@ -20,12 +20,11 @@ def final_pair(
 ) -> Pair:
     """The one place a FINAL-task pair is built (from DeFacto or from a FINAL file)."""
     messages, span = load_prompt("final").messages(text=text, summary=summary)
-    target = final_target(descriptions)
     return Pair(
         id=pair_id,
         task="final",
         split=split,
-        messages=[*messages, {"role": "assistant", "content": target}],
+        messages=[*messages, {"role": "assistant", "content": final_target(descriptions)}],
         meta={
             "label": "inconsistent" if descriptions else "consistent",
             "descriptions": descriptions,

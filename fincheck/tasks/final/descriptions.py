@@ -60,11 +60,8 @@ def explanation_to_descriptions(explanation: str, n_instructions: int) -> tuple[
     whole = tidy(explanation)
     if n_instructions < 2:
         return [whole], False
-    sentences = split_sentences(" ".join(explanation.split()))
-    if len(sentences) < 2:
-        return [whole], False
     merged: list[str] = []
-    for sentence in sentences:
+    for sentence in split_sentences(" ".join(explanation.split())):
         if merged and _CONTINUATION.match(sentence):
             merged[-1] = f"{merged[-1]} {sentence}"
         else:

@@ -34,27 +34,19 @@ def detokenize(tokens: list[str]) -> str:
     glue_next = False
     for i, token in enumerate(tokens):
         space = bool(out) and not glue_next
-        if token in _NO_SPACE_BEFORE:
+        # a hyphen between two words joins them: "24 - year - old" -> "24-year-old"
+        hyphen = (
+            token == "-"
+            and 0 < i < len(tokens) - 1
+            and tokens[i - 1][-1:].isalnum()
+            and tokens[i + 1][:1].isalnum()
+        )
+        if token in _NO_SPACE_BEFORE or hyphen:
             space = False
         elif token == '"':
             if quote_open:
                 space = False
             quote_open = not quote_open
-        elif (
-            token == "-"
-            and 0 < i < len(tokens) - 1
-            and tokens[i - 1][-1:].isalnum()
-            and tokens[i + 1][:1].isalnum()
-        ):
-            space = False  # "24 - year - old" -> "24-year-old"
-        elif (
-            out
-            and out[-1] == "-"
-            and i >= 2
-            and tokens[i - 2][-1:].isalnum()
-            and token[:1].isalnum()
-        ):
-            space = False
         out.append(" " + token if space else token)
-        glue_next = token in _NO_SPACE_AFTER or (token == '"' and quote_open)
+        glue_next = hyphen or token in _NO_SPACE_AFTER or (token == '"' and quote_open)
     return "".join(out)

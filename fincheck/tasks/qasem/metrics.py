@@ -32,9 +32,7 @@ _ANSWER = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 def parse_yes_no(text: str) -> bool | None:
     """'Yes'/'yes.'/'**No**, because...' -> True/False; anything else -> None."""
     match = _ANSWER.match(text or "")
-    if match is None:
-        return None
-    return match.group(1).lower() == "yes"
+    return None if match is None else match.group(1).lower() == "yes"
 
 
 @dataclass(frozen=True)
