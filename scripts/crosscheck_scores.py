@@ -94,13 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             ours = results["qasem"][name]
             if len(set(y)) == 2:
                 checks.append((f"qasem/{name}/auc", roc_auc_score(y, s), ours["auc"]))
-            checks.append(
-                (
-                    f"qasem/{name}/bacc",
-                    balanced_accuracy_score(y, [v >= 0.5 for v in s]),
-                    ours["bacc"],
-                )
-            )
+            bacc = balanced_accuracy_score(y, [v >= 0.5 for v in s])
+            checks.append((f"qasem/{name}/bacc", bacc, ours["bacc"]))
     if "fhsumbench" in results:
         y_true, y_pred = fhsumbench_labels(args.data, predictions)
         p = precision_score(y_true, y_pred, average="macro", zero_division=0)

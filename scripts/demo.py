@@ -109,8 +109,7 @@ def training_speed(run_dir: Path) -> dict[str, float]:
     if not states:
         return {}
     state = json.loads(states[-1].read_text())
-    history = state["log_history"]
-    steps = [e for e in history if "loss" in e]  # the logged ones (every logging_steps)
+    steps = [e for e in state["log_history"] if "loss" in e]  # logged every logging_steps
     speeds = [e["tokens_per_second"] for e in steps if "tokens_per_second" in e]
     losses = [e["loss"] for e in steps]
     k = min(3, len(losses) // 2) or 1  # one log's loss depends on its batch's tasks: average
@@ -228,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh and out.exists():
         shutil.rmtree(out)  # asked for
     recipe = read_recipe_values(args.recipe)
-    run_name = recipe["run_name"]
-    prepared, run_dir = out / "prepared", out / "checkpoints" / run_name
+    prepared, run_dir = out / "prepared", out / "checkpoints" / recipe["run_name"]
     runs = {"zero-shot base": out / "eval" / "base", "LoRA adapter": out / "eval" / "adapter"}
     runs["word overlap (QASem floor)"] = out / "eval" / "overlap"
     stages = Stages()

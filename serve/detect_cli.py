@@ -121,9 +121,8 @@ def run_detect(args) -> int:
     )
     results = detect_records(detector, records)
     if single:
-        result = dict(results[0])
-        result.pop("id")
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+        del results[0]["id"]
+        print(json.dumps(results[0], indent=2, ensure_ascii=False))
         return 0
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
     if args.out:

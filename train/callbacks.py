@@ -149,9 +149,7 @@ class FincheckSFTTrainer(SFTTrainer):
                 where = f" on rank {rank}" + (f", batch of pairs {', '.join(ids)}" if ids else "")
             else:
                 where = f" on another rank than {rank}"
-            raise NonFiniteLossError(
-                self.state.global_step + 1, float(loss.detach().float().item()), where
-            )
+            raise NonFiniteLossError(self.state.global_step + 1, loss.item(), where)
         return out
 
     def tree_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

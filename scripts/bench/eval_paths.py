@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fincheck.bench import workload as wl
 from fincheck.config import config_field
-from fincheck.pairs import Pair, Prediction, sample_pairs, write_pairs
+from fincheck.pairs import Pair, sample_pairs, write_pairs
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task
 
@@ -157,8 +157,6 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
         reference_mode=s.modes[0],
     )
-    outputs: dict[tuple[str, str], dict[str, Prediction]] = {}
-    results: dict[tuple[str, str], PathResult] = {}
     for task in s.tasks:
         for mode in s.modes:
             out = s.scratch / f"{task}-{mode}"
@@ -179,14 +177,14 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
             run_eval(opts)
             seconds = time.perf_counter() - start
             predictions = {p.id: p for p in read_predictions(out / "predictions" / f"{task}.jsonl")}
-            outputs[task, mode] = predictions
             n = len(predictions)
             total, reused = tokens[task]
             result = PathResult(task, mode, n, seconds, total, n / seconds, total / seconds)
             result.tokens_run = reused if mode == "prefix-reuse" else total
-            if mode != report.reference_mode:
-                ref = outputs[task, report.reference_mode]
-                result.speedup = results[task, report.reference_mode].seconds / seconds
+            if mode == report.reference_mode:  # the first of s.modes: run before the others
+                ref, ref_seconds = predictions, seconds
+            else:
+                result.speedup = ref_seconds / seconds
                 same = sum(
                     answer_of(task, ref[i].output) == answer_of(task, predictions[i].output)
                     for i in predictions
@@ -196,7 +194,6 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
                     result.max_abs_delta_p_yes = max(
                         abs(ref[i].p_yes - predictions[i].p_yes) for i in predictions
                     )
-            results[task, mode] = result
             report.results.append(result)
             log(f"[{task} / {mode}] {n} examples in {seconds:.1f}s ({n / seconds:.2f} ex/s)")
     return report

@@ -83,7 +83,7 @@ class ModelDispatch:
     architecture: Bench
     model: Bench
 
-    def bench_for(self, argv: list[str]) -> Bench:
+    def bench_for(self, argv: list[str] | None) -> Bench:
         probe = argparse.ArgumentParser(add_help=False)
         probe.add_argument("--model", default=self.architecture.settings.model)
         try:
@@ -93,9 +93,7 @@ class ModelDispatch:
         return self.architecture
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
-        argv = sys.argv[1:] if argv is None else argv
         return self.bench_for(argv).parser(self.doc).parse_args(argv)
 
     def main(self, argv: list[str] | None = None) -> int:
-        argv = sys.argv[1:] if argv is None else argv
         return self.bench_for(argv).main(self.script, self.doc, argv)
