@@ -342,7 +342,7 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.shared_prefix import answer_prompts
+        from fincheck.shared_prefix import answer_in_order
 
         while True:
             batch = [self._queue.get()]
@@ -355,15 +355,16 @@ class TransformersChatClient:
                 prompts = [item[1] for item in group]
                 model, tokenizer = self.loaded.model, self.loaded.tokenizer
                 want_p_yes = kind[0] == "p_yes"
-                values: list = [None] * len(prompts)
                 try:
                     with self._tokenizer_lock:  # prompts over one document share its prefix
-                        for answers in answer_prompts(
+                        answers = answer_in_order(
                             model, tokenizer, prompts, kind[1], want_p_yes=want_p_yes
-                        ):
-                            found = answers.p_yes or map(Completion, answers.texts, answers.cut)
-                            for i, value in zip(answers.indices, found, strict=True):
-                                values[i] = value
+                        )
+                    values = (
+                        answers.p_yes
+                        if want_p_yes
+                        else [*map(Completion, answers.texts, answers.cut)]
+                    )
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

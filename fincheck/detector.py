@@ -142,7 +142,7 @@ class Detector:
         """Render, fit, generate, in batches; outputs in input order."""
         budget = self.max_new_tokens[task]
         rendered = [self.render(task, record, budget) for record in records]  # (prompt, trimmed)
-        texts, p_yes = answer_in_order(
+        answers = answer_in_order(
             self.model,
             self.tokenizer,
             [prompt for prompt, _ in rendered],
@@ -151,8 +151,8 @@ class Detector:
             want_p_yes=get_task(task).reads_p_yes,
         )
         return [
-            RawOutput(text, p_yes[i] if p_yes else None, rendered[i][1])
-            for i, text in enumerate(texts)
+            RawOutput(text, answers.p_yes[i] if answers.p_yes else None, rendered[i][1])
+            for i, text in enumerate(answers.texts)
         ]
 
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:

@@ -91,18 +91,18 @@ def answer_in_order(
     *,
     batch_size: int = 8,
     want_p_yes: bool = False,
-) -> tuple[list[str], list[float] | None]:
-    """`answer_prompts` collected: (texts, P(Yes) or None), in the prompts' order."""
-    texts: list[str] = [""] * len(prompts)
-    p_yes: list[float] | None = [0.0] * len(prompts) if want_p_yes else None
+) -> Answers:
+    """`answer_prompts` collected in the prompts' order (`indices` 0..n-1)."""
+    n = len(prompts)
+    out = Answers(list(range(n)), [""] * n, [0.0] * n if want_p_yes else None, [False] * n)
     for batch in answer_prompts(
         model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=want_p_yes
     ):
         for k, i in enumerate(batch.indices):
-            texts[i] = batch.texts[k]
-            if p_yes is not None:
-                p_yes[i] = batch.p_yes[k]
-    return texts, p_yes
+            out.texts[i], out.cut[i] = batch.texts[k], batch.cut[k]
+            if out.p_yes is not None:
+                out.p_yes[i] = batch.p_yes[k]
+    return out
 
 
 def leaf_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -99,7 +99,7 @@ class DevFigures:
             for task in self.tasks:
                 mine = shard(task.pairs, rank, world) if sharded and world > 1 else None
                 chosen = range(len(task.pairs)) if mine is None else mine
-                texts, p_yes = answer_in_order(
+                ordered = answer_in_order(
                     model,
                     self.tokenizer,
                     [task.prompts[i] for i in chosen],
@@ -107,8 +107,9 @@ class DevFigures:
                     batch_size=self.batch_size,
                     want_p_yes=task.task.reads_p_yes,
                 )
+                p_yes = ordered.p_yes or [None] * len(ordered.texts)
                 answers = [
-                    Prediction(task.pairs[i].id, task.name, texts[k], p_yes[k] if p_yes else None)
+                    Prediction(task.pairs[i].id, task.name, ordered.texts[k], p_yes[k])
                     for k, i in enumerate(chosen)
                 ]
                 if mine is not None:
