@@ -38,13 +38,13 @@ from pathlib import Path
 
 from fincheck.bench import workload as wl
 from fincheck.config import config_field
-from fincheck.errors import FincheckError
+from fincheck.eval.options import per_task_budget
 from fincheck.pairs import sample_pairs
 from fincheck.prepared import read_split
 from fincheck.tasks import get_task, task_names
 
 MODES = ("naive", "batched", "harness")
-DEFAULT_NEW_TOKENS = "final=16,qasem=1,fhsumbench=8"
+DEFAULT_NEW_TOKENS = per_task_budget("final=16,qasem=1,fhsumbench=8")
 
 
 @dataclass
@@ -57,7 +57,11 @@ class EvalBenchSettings:
     limit: int = config_field(64, "examples per task (a seeded sample, as --limit of eval)")
     max_input: int = config_field(2048, "cap on prompt tokens, as the harness trims")
     batch_size: int = config_field(16, "examples per call in batched and harness modes")
-    max_new_tokens: str = config_field(DEFAULT_NEW_TOKENS, "tokens generated per task, TASK=N,...")
+    max_new_tokens: dict[str, int] = config_field(
+        DEFAULT_NEW_TOKENS,
+        "tokens generated per task: N, or TASK=N,... (the others keep the default)",
+        parse=per_task_budget,  # as `fincheck eval --max-new-tokens`
+    )
     modes: list[str] = config_field(list(MODES), "comma list of naive, batched, harness")
     attn: str = config_field("sdpa", "attn_implementation: sdpa, eager, flash_attention_2")
     seed: int = config_field(0, "seed of the sample and the random token ids")
@@ -225,17 +229,12 @@ def run_eval_bench(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from fincheck.eval.options import per_task_budget
-
     tasks, modes = list(s.tasks), list(s.modes)
     if bad := [t for t in tasks if t not in task_names()] + [m for m in modes if m not in MODES]:
         raise ValueError(
             f"unknown tasks/modes {bad}; tasks: {', '.join(task_names())}; modes: {', '.join(MODES)}"
         )
-    try:  # as `fincheck eval --max-new-tokens`: N, or TASK=N,... (the others keep the default)
-        new_tokens = {**per_task_budget(DEFAULT_NEW_TOKENS), **per_task_budget(s.max_new_tokens)}
-    except FincheckError as e:
-        raise ValueError(f"max_new_tokens: {e}") from None
+    new_tokens = {**DEFAULT_NEW_TOKENS, **s.max_new_tokens}
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     device_name = wl.device_name()
