@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
 from fincheck.inference import load_model, one_line
+from fincheck.shared_prefix import answer_in_order
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Defaults that give an answer or a one-line error within about five minutes on an endpoint
@@ -342,8 +343,6 @@ class TransformersChatClient:
         return done.result()
 
     def _serve(self) -> None:
-        from fincheck.shared_prefix import answer_in_order
-
         while True:
             batch = [self._queue.get()]
             time.sleep(0.01)  # let the other example threads' calls arrive

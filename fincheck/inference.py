@@ -586,12 +586,12 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
         model.device
     )
-    ids, mask = enc["input_ids"], enc["attention_mask"]
+    ids = enc["input_ids"]
 
     def continuation(seq: tuple[int, ...]):
         """The prompt plus the spelling in one pass; position ids skip the left padding."""
         tail = torch.tensor(seq, device=ids.device).expand(ids.shape[0], -1)
-        full_mask = torch.cat([mask, torch.ones_like(tail)], dim=1)
+        full_mask = torch.cat([enc["attention_mask"], torch.ones_like(tail)], dim=1)
         positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(
             input_ids=torch.cat([ids, tail], dim=1),

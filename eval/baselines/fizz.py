@@ -34,6 +34,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, MethodOutput, ask
 from fincheck.eval.llm import CachedLLM
+from fincheck.inference import default_device
 from fincheck.sentences import split_sentences
 from fincheck.tasks import get_task
 
@@ -75,8 +76,6 @@ class NLIScorer:
         labels: Sequence[str] | None = None,
     ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        from fincheck.inference import default_device
 
         self.device = device or default_device()
         try:

@@ -20,7 +20,13 @@ from fincheck.detector import Detector
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import STEP1, two_step_method
 from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
-from fincheck.eval.baselines.methods import Example, Method, MethodOutput, get_method
+from fincheck.eval.baselines.methods import (
+    Example,
+    Method,
+    MethodOutput,
+    fit_detector_pairs,
+    get_method,
+)
 from fincheck.eval.generate import sample_by, sample_task
 from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
 from fincheck.eval.llm_backends import METHOD, OpenAIChatClient, TransformersChatClient
@@ -225,8 +231,6 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         pairs = sample_task(read_split(opts.data_dir, task, opts.split), task, opts)
         fitted = 0
         if fitter is not None:
-            from fincheck.eval.baselines.methods import fit_detector_pairs
-
             pairs, fitted = fit_detector_pairs(pairs, task, fitter, opts.max_input_tokens)
         if method.prepare is not None:
             method.prepare(task)
