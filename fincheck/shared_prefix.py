@@ -55,7 +55,7 @@ class Answers:
     indices: list[int]
     texts: list[str]
     p_yes: list[float] | None
-    cut: list[bool] | None = None  # hit max_new_tokens without an end-of-turn token
+    cut: list[bool]  # hit max_new_tokens without an end-of-turn token
 
 
 def answer_prompts(
