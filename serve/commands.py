@@ -128,12 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          "Publish a trained adapter with a model card built from its run and results.",
          PUBLISH_EXAMPLES),
     ):  # fmt: skip
-        parser = subparsers.add_parser(
-            name,
-            help=help_,
-            description=description,
-            epilog=epilog,
-        )
+        parser = subparsers.add_parser(name, help=help_, description=description, epilog=epilog)
         add_options(parser, options)
         parser.set_defaults(func=handler, options=options)
 

@@ -19,16 +19,8 @@ from typing import Any
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.runs import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    CHECKPOINT_METADATA,
-    MANIFEST_FILE,
-    RECIPE_FILE,
-    RUN_METADATA,
-)
-
-COMPLETE_MARKER = CHECKPOINT_METADATA  # written last: a checkpoint that holds it is complete
+from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
+from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 

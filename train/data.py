@@ -27,12 +27,7 @@ from fincheck.config import config_field, load_config
 from fincheck.errors import FincheckError
 from fincheck.inference import fit_messages, render_chat
 from fincheck.pairs import Pair
-from fincheck.prepared import (
-    prepared_tasks,
-    read_manifest,
-    read_split,
-    split_path,
-)
+from fincheck.prepared import prepared_tasks, read_manifest, read_split, split_path
 from fincheck.tasks import check_task_names, get_task, task_names
 
 if TYPE_CHECKING:

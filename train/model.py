@@ -13,7 +13,7 @@ from fincheck.inference import parse_dtype, remote_code_explained, torch_dtype
 from fincheck.models import read_model_info, resolve_model
 from fincheck.runs import looks_like_hub_id
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
-from fincheck.train.tiny_model import ASSETS, save_tiny_base
+from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def suggest_chat_template(tokenizer: Any) -> str:
     if "<|start_header_id|>" in vocab:
         return f"Llama 3.x: {ASSETS / 'llama-3.2-instruct.jinja'} with eos_token: <|eot_id|>"
     if "<|im_start|>" in vocab:
-        return f"ChatML: {ASSETS / 'chatml.jinja'}"
+        return f"ChatML: {CHAT_TEMPLATE_FILE}"
     return "the instruct template its model card names; ChatML fits only <|im_start|> vocabularies"
 
 

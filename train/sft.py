@@ -154,13 +154,7 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
-    from fincheck.train import (
-        callbacks,
-        data,
-        dev_eval,
-        host_memory,
-        tree_packing,
-    )
+    from fincheck.train import callbacks, data, dev_eval, host_memory, tree_packing
 
     share_cpu_threads()
     if "wandb" in recipe.report_to:
