@@ -344,6 +344,7 @@ def test_tree_packed_zero2_run_trains_and_resumes_to_the_same_losses(
     meta = json.loads((zero2_tree_run / "fincheck_run.json").read_text())
     packing = meta["data"]["tree_packing"]["train"]
     assert packing["pairs"] > 2 * packing["packs"]  # documents shared: sequences hold pairs
+    assert meta["attn_implementation"] == "fincheck_tree_sdpa"  # the CPU's tree kernel
     expected = step_losses(zero2_tree_run / f"checkpoint-{STEPS}")
     assert sorted(expected) == list(range(1, STEPS + 1))
     assert sorted(dev_figures(zero2_tree_run / f"checkpoint-{STEPS}")) == [8, 16, 24]
@@ -380,3 +381,59 @@ def test_tree_packed_zero3_run_saves_the_gathered_adapter(prepared_dir, tree_mix
     meta = json.loads((out / "fincheck_run.json").read_text())
     assert meta["data"]["tree_packing"]["train"]["packs"] > 0
     assert sorted(dev_figures(out / "checkpoint-8")) == [8]  # both ranks answered, in step
+
+
+def test_tree_packed_ranks_train_alike_tokens_each_step(zero2_tree_run):
+    """Packs are dealt to the two processes by tokens: every optimizer step's
+    `rank_token_spread` (1 - fewest / most real tokens of a rank) is within 10%, but for the
+    last step of an epoch, which holds the shortest packs and the remainder (a rank may have
+    none left: it idles rather than train a pack twice)."""
+    meta = json.loads((zero2_tree_run / "fincheck_run.json").read_text())
+    packs = meta["data"]["tree_packing"]["train"]["packs"]
+    steps_per_epoch = -(-packs // 2)  # one pack per process per step, no accumulation
+    state = json.loads((zero2_tree_run / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
+    spread = {e["step"]: e["rank_token_spread"] for e in state["log_history"] if "loss" in e}
+    assert sorted(spread) == list(range(1, STEPS + 1))
+    inside = {s: v for s, v in spread.items() if s % steps_per_epoch}
+    assert len(inside) >= STEPS // 2 and max(inside.values()) <= 0.10, spread
+
+
+def lora_weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "adapter_model.safetensors"))
+
+
+def test_tree_packed_accumulated_step_on_two_processes_equals_the_unpacked_step(
+    prepared_dir, tmp_path
+):
+    """One optimizer step over the same 16 pairs on 2 processes (ZeRO-2): unpacked, 4 pairs per
+    micro-batch x 2 accumulated x 2 processes, and tree-packed, one pack per micro-batch, up to
+    8 accumulated per process (a process may get fewer packs than the other). The loss is the
+    mean over the answer tokens of the whole step either way, so the LoRA weights after it
+    agree (SGD and no clipping: the update is the gradient itself)."""
+    import torch
+
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text("tasks: [qasem, fhsumbench]\nmax_examples: {qasem: 12, fhsumbench: 4}\n"
+                       "min_grounding_kept: 0.0\n")  # fmt: skip
+    common = [
+        "--config", TINY, f"--dataset_dir={prepared_dir}", f"--data_config={mixture}",
+        "--max_steps=1", "--save_strategy=no", "--optim=sgd", "--learning_rate=0.01",
+        "--max_grad_norm=0", "--deepspeed=configs/deepspeed/zero2.json",
+    ]  # fmt: skip
+    rows, tree = tmp_path / "rows", tmp_path / "tree"
+    deepspeed_launch("train/sft.py", *common, f"--output_dir={rows}",
+                     "--per_device_train_batch_size=4", "--gradient_accumulation_steps=2")  # fmt: skip
+    deepspeed_launch("train/sft.py", *common, f"--output_dir={tree}", "--tree_packing=true",
+                     "--tree_packing_max_tokens=1024", "--per_device_train_batch_size=1",
+                     "--gradient_accumulation_steps=8")  # fmt: skip
+    meta = json.loads((tree / "fincheck_run.json").read_text())
+    assert meta["data"]["train_examples"] == {"qasem": 12, "fhsumbench": 4}  # nothing dropped
+    packs = meta["data"]["tree_packing"]["train"]["packs"]
+    assert 2 < packs <= 16  # one step holds them all, several per process
+    unpacked, packed = lora_weights(rows), lora_weights(tree)
+    moved = max(float(w.abs().max()) for n, w in unpacked.items() if "lora_B" in n)
+    assert moved > 1e-4  # B starts at zero: the step trained
+    for name, weight in unpacked.items():
+        torch.testing.assert_close(packed[name], weight, rtol=0, atol=1e-5)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fincheck.errors import FincheckError
+from fincheck.train.tree_batches import TreeCollator
 from fincheck.train.tree_packing import (
     IGNORE,
-    TreeCollator,
     pack_by_round,
     pack_rows,
     tree_attention_mask,
@@ -415,3 +415,36 @@ def test_a_model_with_a_sliding_window_shorter_than_a_pack_is_refused():
     check_no_sliding_window(gemma3, 512)  # a pack within the window sees what a pair alone sees
     qwen2 = SimpleNamespace(sliding_window=4096, use_sliding_window=False, layer_types=[])
     check_no_sliding_window(qwen2, 8192)  # declared but not used
+
+
+@pytest.mark.slow
+def test_flex_attention_forward_on_the_cpu_gives_each_pair_its_own_loss(tiny_base):
+    """FlexAttention trains on a GPU only (no backward on the CPU), but its forward runs here:
+    the block mask built from tree_end (`tree_block_mask`), through transformers' flex path,
+    gives every answer token of two-pack batches the loss of its pair alone. The compile of
+    the CPU kernel takes about 30 s."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.tree_exactness import max_token_loss_difference, synthetic_rows
+
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_base, dtype=torch.float32, attn_implementation="flex_attention"
+    ).eval()
+    rows = synthetic_rows(model.config.vocab_size, seed=3)
+    assert max_token_loss_difference(model, rows, budget=600, device="cpu") <= 1e-5
+
+
+def test_a_step_on_tree_batches_gives_the_lora_gradients_of_the_pairs_alone_cpu():
+    """The GPU tier's gradient check (tests/test_tree_packing_gpu.py) with the CPU's kernel,
+    the chunked SDPA: the same helper, so the GPU run tests FlexAttention, not the helper."""
+    from fincheck.bench.workload import load_model_config
+    from fincheck.train.tree_packing import use_tree_attention
+    from tests.test_tree_packing_gpu import lora_model
+    from tests.tree_exactness import max_gradient_difference, synthetic_rows
+
+    config = load_model_config("tiny")
+    model = lora_model(config, "sdpa", device="cpu").train()
+    use_tree_attention(model)
+    rows = synthetic_rows(config.vocab_size, seed=2)
+    assert max_gradient_difference(model, rows, budget=1024, device="cpu") <= 1e-5

@@ -127,6 +127,35 @@ class FincheckSFTTrainer(SFTTrainer):
         self.log(figures)
         return {**metrics, **figures}
 
+    pack_sampler: Any = None  # tree packing: the PackBatchSampler of the training data
+
+    def _get_train_sampler(self, train_dataset=None):
+        """Tree packs: `tree_batches.PackBatchSampler` (length-grouped, dealt to the ranks by
+        tokens, each pack once per epoch); TRL's sampler otherwise."""
+        if not getattr(self.args, "tree_packing", False):
+            return super()._get_train_sampler(train_dataset)
+        from fincheck.train.tree_batches import PackBatchSampler
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        self.pack_sampler = PackBatchSampler(
+            [len(ids) for ids in dataset["input_ids"]],
+            rows=self.args.per_device_train_batch_size,
+            world=self.args.world_size,
+            rank=self.args.process_index,
+            accumulation=self.args.gradient_accumulation_steps,
+            seed=self.args.data_seed,
+        )
+        return self.pack_sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # The epoch reaches the sampler through the dataloader, except in the epoch a run of
+        # several processes resumes in: accelerate's wrapper that skips the trained batches
+        # hides the sampler, and the packs would come in epoch 0's order (the 2-process resume
+        # test of tests/test_train_distributed.py then differs by 0.16). Set it before each epoch.
+        if self.pack_sampler is not None:
+            self.pack_sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
+
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
         if getattr(self.args, "tree_packing", False):  # called once per dataloader: add once
@@ -168,7 +197,8 @@ class FincheckSFTTrainer(SFTTrainer):
 
     def _tree_metrics(self, logits, gold, valid, tree_end, training: bool) -> None:
         """TRL's logged figures for a tree batch: entropy and accuracy of the target tokens,
-        tokens run (real tokens of the packs, padding not counted)."""
+        tokens run (real tokens of the packs, padding not counted), and `rank_token_spread`:
+        1 - fewest / most real tokens of a process over the optimizer step (0: no rank waits)."""
         import torch
 
         mode = "train" if training else "eval"
@@ -184,8 +214,13 @@ class FincheckSFTTrainer(SFTTrainer):
         self._metrics[mode]["entropy"].append(float(gathered[1]) / n if n else 0.0)
         self._metrics[mode]["mean_token_accuracy"].append(float(gathered[2]) / n if n else 0.0)
         if training:
-            real = self.accelerator.gather_for_metrics((tree_end >= 0).sum()[None]).sum().item()
-            self._total_train_tokens += real
+            per_rank = self.accelerator.gather((tree_end >= 0).sum()[None]).float()
+            self._total_train_tokens += int(per_rank.sum().item())
+            self._step_rank_tokens = per_rank + getattr(self, "_step_rank_tokens", 0.0)
+            if self.accelerator.sync_gradients:  # the optimizer step's last micro-batch
+                tokens, self._step_rank_tokens = self._step_rank_tokens, 0.0
+                spread = 1 - float(tokens.min() / tokens.max()) if tokens.max() > 0 else 0.0
+                self._metrics[mode]["rank_token_spread"].append(spread)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

@@ -149,7 +149,14 @@ def load_base_model(recipe: SFTRecipe, base_path: str, tokenizer: Any):
     if recipe.load_in_4bit:
         kwargs["quantization_config"] = build_4bit_config(kwargs["dtype"])
     with remote_code_explained(base_path):
-        model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+        except ValueError as e:  # raised before any weight is read
+            if kwargs.get("attn_implementation") != "flex_attention" or "flex" not in str(e):
+                raise
+            log.info("this architecture has no flex_attention in transformers: sdpa instead")
+            kwargs["attn_implementation"] = "sdpa"  # tree packing: the chunked SDPA tree path
+            model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id

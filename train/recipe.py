@@ -10,7 +10,8 @@ did-you-mean (`fincheck train --list-keys` lists all of them with their help).
 
 The recipe adapts itself to the machine when it is built (`__post_init__`): on a machine without
 a GPU it trains on the CPU (`use_cpu`; DeepSpeed and DDP over gloo), `precision: auto` is bf16 on
-a GPU that supports it and fp32 elsewhere, and bf16 on the CPU needs a CPU with bf16 units.
+a GPU that supports it and fp32 elsewhere, bf16 on the CPU needs a CPU with bf16 units, and tree
+packing trains with FlexAttention on a GPU and the chunked SDPA tree attention on the CPU.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fincheck.config import (
 from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype
 from fincheck.tasks import check_task_names, get_task
+from fincheck.train.tree_packing import tree_attention_for
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
 
@@ -62,7 +64,10 @@ class SFTRecipe(SFTConfig):
         "(bfloat16, float16, float32 accepted)",
     )
     attn_implementation: str | None = config_field(
-        None, "attention kernel: sdpa, eager, flash_attention_2 (default: transformers' choice)"
+        None,
+        "attention kernel: sdpa, eager, flex_attention, flash_attention_2 (default: transformers' "
+        "choice; with tree_packing, flex_attention on a GPU and the chunked SDPA tree attention on "
+        "the CPU, where flex_attention falls back to it with one line in the log)",
     )
     load_in_4bit: bool = config_field(
         False, "QLoRA: load the base in 4-bit NF4 (needs a GPU and bitsandbytes)"
@@ -106,12 +111,14 @@ class SFTRecipe(SFTConfig):
         "train pairs that share a prompt prefix (instructions, document, response sentence) in "
         "one sequence, each shared prefix once, with a tree attention mask and per-pair "
         "positions: the same loss per pair, far fewer tokens (QASem ~8x); needs sdpa, eager or "
-        "flex_attention; not with packing/padding_free. Batch sizes then count sequences.",
+        "flex_attention; not with packing/padding_free. Batch sizes then count sequences (packs), "
+        "grouped by length and dealt to the processes by tokens.",
     )
     tree_packing_max_tokens: int | None = config_field(
         None,
         "tokens per tree-packed sequence (default: 2 x max_length); a larger tree is split "
-        "into pieces that each fit, every pair kept. Attention cost grows with its square.",
+        "into pieces that each fit, every pair kept. With flex_attention every row is padded to "
+        "it (rounded up to 128): one shape, compiled once.",
     )
     overwrite_output_dir: bool = config_field(
         False,
@@ -202,7 +209,8 @@ class SFTRecipe(SFTConfig):
         super().__post_init__()
 
     def _adapt_to_machine(self) -> None:
-        """Precision and process-group backend for this machine (see the module docstring)."""
+        """Precision, tree packing's attention kernel and the process-group backend for this
+        machine (see the module docstring)."""
         import torch
 
         gpu = torch.cuda.is_available()
@@ -221,6 +229,11 @@ class SFTRecipe(SFTConfig):
                 "use --precision=fp32"
             )
         self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
+        self.attention_note = None  # said once in the log when the kernel is not the one named
+        if self.tree_packing:
+            self.attn_implementation, self.attention_note = tree_attention_for(
+                self.attn_implementation, gpu
+            )
         if not gpu:
             # accelerate then counts the processes torch.distributed already has (without it
             # TRL's metric gathers fail with `expected length 2, got 1`).

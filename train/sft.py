@@ -197,17 +197,16 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         train_rows, eval_rows, prepared.stats["tree_packing"] = tree_packing.pack_splits(
             train_rows, eval_rows, recipe.tree_budget
         )
-        multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
-        collator = tree_packing.TreeCollator(
-            tokenizer.pad_token_id, multiple if isinstance(multiple, int) else None
-        )
     if recipe.process_index == 0:
         log.info("data: %s", json.dumps(prepared.stats))
+        if recipe.attention_note:
+            log.info(recipe.attention_note)
 
     base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
         tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
+        collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
         args=recipe,
@@ -238,6 +237,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": prepared.stats,
+        "attn_implementation": base.config._attn_implementation,
         "world_size": recipe.world_size,
     }
     check_prompt_hashes(manifest, mixture.tasks)
@@ -256,6 +256,20 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm)
+
+
+def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
+    """Tree packs -> batches. FlexAttention: one shape per run, every row the budget long
+    (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, so it
+    compiles once; other kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
+    from fincheck.train.tree_batches import TreeCollator, round_up
+    from fincheck.train.tree_packing import FLEX_BLOCK
+
+    if attention == "flex_attention":
+        length = round_up(recipe.tree_budget, FLEX_BLOCK)
+        return TreeCollator(pad_token_id, length=length, rows=recipe.per_device_train_batch_size)
+    multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
+    return TreeCollator(pad_token_id, multiple if isinstance(multiple, int) else None)
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:

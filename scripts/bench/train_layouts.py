@@ -143,7 +143,8 @@ def micro_batches(layout: str, rows: list[dict], s: TrainLayoutSettings, pad: in
     """The rows laid out as `layout`'s micro-batches (tensors, on the CPU)."""
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from fincheck.train.tree_packing import TreeCollator, pack_rows
+    from fincheck.train.tree_batches import TreeCollator
+    from fincheck.train.tree_packing import pack_rows
 
     if layout == "tree":
         items = [p.as_row() for p in pack_rows(rows, s.tree_max_tokens or 2 * s.max_length)]
