@@ -1,14 +1,20 @@
 #!/usr/bin/env python
 """LoRA SFT training speed, two ways, picked by --model.
 
-A real model (a `fincheck models` name, a folder, or 'tiny-random'): the ways to lay the same
-prepared pairs out (fincheck.bench.train_layouts), unpacked vs padding-free vs tree-packed,
-pairs/s and tokens run, with a loss check that they train the same thing:
+A real model (a `fincheck models` name, a folder, or 'tiny-random'), or an architecture with
+--layouts: the ways to lay the same prepared pairs out (fincheck.bench.train_layouts), unpacked
+vs padding-free vs tree-packed (on a GPU also FlexAttention, one and several packs per
+micro-batch), pairs/s and tokens run, with a loss check that they train the same thing:
   # the CPU measurement of docs/performance.md (SmolLM2-135M, QASem and FHSumBench)
   python scripts/bench_train.py --model smollm2-135m-instruct --prepared-dir prepared \\
       --tasks qasem,fhsumbench --pairs 56 --max-length 1024 --json-out bench-layouts.json
   # seconds: the tiny random-init test model (with weights), what the tests run
   python scripts/bench_train.py --model tiny-random --prepared-dir prepared --pairs 8 --max-length 1024
+  # on a GPU: random-init Qwen2.5-0.5B weights (an architecture with --layouts) on the real pairs,
+  # unpacked vs unpacked-keep vs tree (chunked SDPA) vs tree-flex vs tree-flex-batch, bf16
+  python scripts/bench_train.py --model qwen2.5-0.5b --layouts auto --tokenizer \\
+      qwen2.5-coder-0.5b-instruct --prepared-dir prepared --pairs 120 --max-length 2048 \\
+      --tree-max-tokens 8192 --batch-size 8 --json-out docs/bench/gpu-layouts-qwen2.5-0.5b.json
 
 An architecture (configs/models/<name>.json, random-init weights: no download), the kernel and
 memory variants side by side on batches shaped like the data (fincheck.bench.train_variants):

@@ -6,8 +6,10 @@ named after the hub model, then `fincheck eval` and `fincheck detect` on it.
 Replaced for the CPU (the recipe's value -> here): precision bf16 -> fp32, torch_dtype bfloat16
 -> fp32 (fp32 measured faster on these CPUs), deepspeed zero2 -> none (one process; the
 2-process ZeRO path is the distributed tier's), report_to wandb -> none, max_length 4096 ->
-512, batch 8 x 2 accumulation -> 2 x 1, eval every 200 steps -> none. gradient_checkpointing,
-LoRA r=16 on all linear layers, lr and schedule stay as the recipe says."""
+512 and tree packs of 8,192 -> 1,024 tokens, eval every 20 steps -> none; FlexAttention falls
+back by itself to the chunked SDPA tree attention (it has no backward on the CPU). Tree packing,
+one pack per step, no gradient checkpointing, LoRA r=16 on all linear layers, lr and schedule
+stay as the recipe says."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "train" / "qwen2.5-0.5b-instruct.yaml"
 CPU = ["--precision=fp32", "--torch_dtype=fp32", "--deepspeed=", "--report_to=none",
-       "--max_length=512", "--per_device_train_batch_size=2", "--gradient_accumulation_steps=1",
-       "--eval_steps=0", "--eval_max_examples=0", "--max_steps=1", "--save_steps=100"]  # fmt: skip
+       "--max_length=512", "--tree_packing_max_tokens=1024", "--eval_steps=0",
+       "--eval_max_examples=0", "--max_steps=1", "--save_steps=100"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,8 @@ def qwen_run(small_prepared, tmp_path_factory) -> Path:
         [f"--model_name_or_path={base}", f"--dataset_dir={small_prepared}", f"--output_dir={out}",
          *CPU],
     )  # fmt: skip
-    assert recipe.gradient_checkpointing and recipe.lora_r == 16  # the recipe's own
+    assert recipe.tree_packing and recipe.lora_r == 16 and not recipe.gradient_checkpointing
+    assert recipe.attn_implementation == "sdpa" and "flex_attention" in recipe.attention_note
     assert train_and_save(build_trainer(recipe)) == 0
     mp.undo()
     return out
@@ -52,6 +55,8 @@ def test_the_recipe_trains_an_adapter_named_after_the_hub_model(qwen_run):
     meta = json.loads((qwen_run / "fincheck_run.json").read_text())
     assert meta["base_model_id"] == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     assert meta["data"]["train_examples"] == {"final": 3, "qasem": 6, "fhsumbench": 4}
+    assert meta["attn_implementation"] == "fincheck_tree_sdpa"
+    assert meta["data"]["tree_packing"]["train"]["pairs"] == 13
     adapter = json.loads((qwen_run / "adapter_config.json").read_text())
     assert adapter["r"] == 16 and "q_proj" in adapter["target_modules"]
     assert (qwen_run / "adapter_model.safetensors").stat().st_size > 1_000_000

@@ -65,6 +65,24 @@ def test_recipe_parses_and_documents_its_launch(path, monkeypatch):
     assert values["pad_token"] is None or values["pad_token"] not in ("<|im_end|>", "<|eot_id|>")
 
 
+GPU_RECIPES = [p for p in RECIPES if not p.stem.endswith("-cpu")]
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)
+def test_every_gpu_recipe_trains_tree_packs_with_flex_attention(path, monkeypatch):
+    """The GPU recipes' default: tree packing with FlexAttention (the chunked SDPA on a CPU),
+    batch sizes in packs, and the header gives the global batch in packs and in pairs."""
+    monkeypatch.chdir(REPO)
+    values = read_recipe_values(path)
+    assert values["tree_packing"] and values["attn_implementation"] == "flex_attention"
+    assert values["tree_packing_max_tokens"] >= values["max_length"]
+    header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
+    packs, pairs = re.search(
+        r"= (\d+) packs? per optimizer step, about (\d+) pairs", header
+    ).groups()
+    assert int(pairs) > int(packs) * 10  # a pack holds a document's pairs, or several documents
+
+
 @pytest.mark.parametrize(
     "path", sorted((REPO / "configs" / "deepspeed").glob("*.json")), ids=lambda p: p.stem
 )

@@ -518,6 +518,8 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
     assert meta["data"]["dev_figures"]["qasem"] >= 20
     first = next(e for e in state["log_history"] if "loss" in e)
     assert first["step"] == 1 and first["learning_rate"] > 0  # warmup does not start at 0
+    later = [e for e in state["log_history"] if "loss" in e and e["step"] > 1]
+    assert all(e["pairs_per_second"] > 0 and e["rank_token_spread"] == 0 for e in later)
     assert (out / "tokenizer_config.json").is_file()  # the run folder loads like any other
     load_adapter_model(out)
     # killed after the last checkpoint, before the final save: a resume finishes the run with

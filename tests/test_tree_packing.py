@@ -448,3 +448,17 @@ def test_a_step_on_tree_batches_gives_the_lora_gradients_of_the_pairs_alone_cpu(
     use_tree_attention(model)
     rows = synthetic_rows(config.vocab_size, seed=2)
     assert max_gradient_difference(model, rows, budget=1024, device="cpu") <= 1e-5
+
+
+def test_the_pairs_of_a_batch_are_counted_by_their_answers_packed_or_padded():
+    """pairs/s in the training log counts answer runs: one per pair in a tree pack (each answer
+    follows its own prompt tokens), one per row of a padded batch, none in padding."""
+    import torch
+
+    from fincheck.train.callbacks import answer_runs
+
+    packs = pack_rows([*two_documents(), row("c1", [*SYSTEM, 11, 12, 13], [6])], 1000, 8)
+    batch = TreeCollator(pad_token_id=0, rows=3)([p.as_row() for p in packs])
+    assert int(answer_runs(batch["labels"])) == 5
+    padded = torch.tensor([[IGNORE, 5, 6, IGNORE], [IGNORE, IGNORE, 7, IGNORE]])
+    assert int(answer_runs(padded)) == 2

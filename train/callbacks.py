@@ -50,6 +50,16 @@ def batch_pair_ids(inputs: dict[str, Any], ids_by_key: dict[tuple[int, ...], str
     ]
 
 
+def answer_runs(labels: Any) -> Any:
+    """Pairs in a batch, padded or tree-packed: each pair's loss targets are one run (its
+    answer and end of turn), preceded by a prompt token; a tensor, on the labels' device."""
+    import torch
+
+    target = labels != -100
+    before = torch.nn.functional.pad(target[:, :-1], (1, 0), value=False)
+    return (target & ~before).sum()
+
+
 def _any_rank(flag: bool, device: Any) -> bool:
     """True if `flag` is set on any process (every process must take the same branch)."""
     import torch
@@ -75,8 +85,9 @@ def warmup_from_the_first_step(schedule, warmup_steps: int):
 
 
 class FincheckSFTTrainer(SFTTrainer):
-    """SFTTrainer that stops on a non-finite loss, logs tokens/s, warms up from the first step,
-    and keeps counting tokens across a resume."""
+    """SFTTrainer that stops on a non-finite loss, logs tokens/s and pairs/s, warms up from the
+    first step, keeps counting tokens across a resume, and trains tree packs in length-grouped,
+    rank-balanced micro-batches (`tree_batches`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -87,6 +98,8 @@ class FincheckSFTTrainer(SFTTrainer):
         # too (a rerun would then resume from the best and train past it again).
         self.keep_checkpoints = self.args.save_total_limit
         self.args.save_total_limit = None
+        self._total_train_pairs = 0  # pairs trained on, all processes (for pairs/s)
+        self._step_rank_tokens: Any = 0.0  # each process's real tokens in this optimizer step
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         from torch.optim.lr_scheduler import LambdaLR
@@ -169,6 +182,9 @@ class FincheckSFTTrainer(SFTTrainer):
             out = self.tree_loss(model, inputs, return_outputs, num_items_in_batch)
         else:
             out = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if model.training:
+                pairs = self.accelerator.gather(answer_runs(inputs["labels"])[None]).sum()
+                self._total_train_pairs += int(pairs)
         loss = out[0] if return_outputs else out
         here = not bool(torch.isfinite(loss.detach()).all())
         if model.training and _any_rank(here, loss.device):
@@ -192,10 +208,10 @@ class FincheckSFTTrainer(SFTTrainer):
         loss, outputs, logits, gold, valid = tree_forward(model, inputs, num_items_in_batch)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes  # as TRL: DDP averages the gradients
-        self._tree_metrics(logits, gold, valid, inputs["tree_end"], model.training)
+        self._tree_metrics(logits, gold, valid, inputs, model.training)
         return (loss, outputs) if return_outputs else loss
 
-    def _tree_metrics(self, logits, gold, valid, tree_end, training: bool) -> None:
+    def _tree_metrics(self, logits, gold, valid, inputs, training: bool) -> None:
         """TRL's logged figures for a tree batch: entropy and accuracy of the target tokens,
         tokens run (real tokens of the packs, padding not counted), and `rank_token_spread`:
         1 - fewest / most real tokens of a process over the optimizer step (0: no rank waits)."""
@@ -214,23 +230,42 @@ class FincheckSFTTrainer(SFTTrainer):
         self._metrics[mode]["entropy"].append(float(gathered[1]) / n if n else 0.0)
         self._metrics[mode]["mean_token_accuracy"].append(float(gathered[2]) / n if n else 0.0)
         if training:
-            per_rank = self.accelerator.gather((tree_end >= 0).sum()[None]).float()
+            counts = torch.stack([(inputs["tree_end"] >= 0).sum(), answer_runs(inputs["labels"])])
+            gathered_counts = self.accelerator.gather(counts[None]).float()  # [ranks, 2]
+            per_rank = gathered_counts[:, 0]
             self._total_train_tokens += int(per_rank.sum().item())
-            self._step_rank_tokens = per_rank + getattr(self, "_step_rank_tokens", 0.0)
+            pairs = int(gathered_counts[:, 1].sum().item())
+            self._total_train_pairs += pairs
+            self._step_rank_tokens = per_rank + self._step_rank_tokens
             if self.accelerator.sync_gradients:  # the optimizer step's last micro-batch
                 tokens, self._step_rank_tokens = self._step_rank_tokens, 0.0
                 spread = 1 - float(tokens.min() / tokens.max()) if tokens.max() > 0 else 0.0
                 self._metrics[mode]["rank_token_spread"].append(spread)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
 
+    def mark_rates(self, now: float) -> None:
+        """Where the next logged rates start: now, the counts so far, this step."""
+        tokens = float(getattr(self, "_total_train_tokens", 0))
+        self._tps_last = (now, tokens, float(self._total_train_pairs), self.state.global_step)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Adds the training rates since the last training log (tokens run, pairs: what a
+        recipe is compared by) and, on a GPU, the peak memory allocated so far."""
+        import torch
+
         now = time.perf_counter()
         last = getattr(self, "_tps_last", None)
         tokens = float(getattr(self, "_total_train_tokens", 0))
+        pairs = float(self._total_train_pairs)
         if "loss" in logs and last is not None and now > last[0]:
-            logs["tokens_per_second"] = round((tokens - last[1]) / (now - last[0]), 1)
+            seconds, steps = now - last[0], self.state.global_step - last[3]
+            logs["tokens_per_second"] = round((tokens - last[1]) / seconds, 1)
+            logs["pairs_per_second"] = round((pairs - last[2]) / seconds, 2)
+            logs["seconds_per_step"] = round(seconds / max(1, steps), 4)
         if "loss" in logs or last is None:
-            self._tps_last = (now, tokens)
+            self.mark_rates(now)
+        if "loss" in logs and torch.cuda.is_available():
+            logs["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         super().log(logs, start_time)
 
 
@@ -244,7 +279,8 @@ class ReleaseHostMemoryCallback(TrainerCallback):
 
 class TokenCountCallback(TrainerCallback):
     """TRL counts the tokens trained on (`num_tokens` in the logs) from 0 in each process run;
-    after a resume, continue from the count the checkpoint's log history ends with."""
+    after a resume, continue from the count the checkpoint's log history ends with. The logged
+    rates start counting here too."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -253,6 +289,8 @@ class TokenCountCallback(TrainerCallback):
         counts = [e["num_tokens"] for e in state.log_history if "num_tokens" in e]
         if counts and getattr(self.trainer, "_total_train_tokens", 0) == 0:
             self.trainer._total_train_tokens = counts[-1]
+        # the first logged rates count from here: the first steps' compilation shows in them
+        self.trainer.mark_rates(time.perf_counter())
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -283,11 +321,11 @@ class StepLogCallback(TrainerCallback):
             return
         if "loss" not in logs:
             return
-        tps = logs.get("tokens_per_second")
+        tps, pps = logs.get("tokens_per_second"), logs.get("pairs_per_second")
         line = (
             f"step {state.global_step}/{state.max_steps} | loss {logs['loss']:.4f} | "
             f"lr {logs.get('learning_rate', 0.0):.3g}"
-            + (f" | {tps:,.0f} tok/s" if tps is not None else "")
+            + (f" | {tps:,.0f} tok/s | {pps:,.1f} pairs/s" if tps is not None else "")
         )
         tqdm.write(line, file=sys.stderr)  # above the progress bar, not glued to it
 

@@ -76,7 +76,8 @@ class Bench:
 class ModelDispatch:
     """Two benchmarks behind one script, picked by --model: an architecture
     (configs/models/<name>.json, random-init weights) or a real model (a name, folder, or
-    'tiny-random'). Each has its own options."""
+    'tiny-random'); an architecture with --layouts goes to the real-model bench, which then
+    trains random-init weights of it on real pairs. Each has its own options."""
 
     script: str
     doc: str
@@ -84,13 +85,17 @@ class ModelDispatch:
     model: Bench
 
     def bench_for(self, argv: list[str] | None) -> Bench:
+        """The real-model bench for a real model, and for an architecture given with
+        `--layouts` (its random-init weights trained on real pairs); else the architecture's."""
         probe = argparse.ArgumentParser(add_help=False)
         probe.add_argument("--model", default=self.architecture.settings.model)
+        probe.add_argument("--layouts")
+        known = probe.parse_known_args(argv)[0]
         try:
-            model_config_path(probe.parse_known_args(argv)[0].model)
+            model_config_path(known.model)
         except FincheckError:
             return self.model
-        return self.architecture
+        return self.model if known.layouts else self.architecture
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
         return self.bench_for(argv).parser(self.doc).parse_args(argv)

@@ -210,3 +210,20 @@ def packed_batch(lengths: Sequence[int], vocab: int, generator) -> dict[str, Any
     labels = ids.clone()
     labels[positions == 0] = -100
     return {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
+def save_random_model(name: str, tokenizer: str | Path, out: Path, dtype: str = "bfloat16") -> Path:
+    """A model folder `fincheck train` loads like a hub model: random-init weights of the
+    architecture `name` (configs/models/), in `dtype`, with the tokenizer of the folder
+    `tokenizer`. Speed and memory do not depend on the weights' values."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = load_model_config(name)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)
+    return out
