@@ -134,8 +134,12 @@ def run(stage: Stage, logs: Path) -> dict:
     start = time.perf_counter()
     with log.open("w") as f:
         try:
+            env = {
+                **os.environ,
+                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
+            }
             rc = subprocess.run(stage.command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=stage.limit).returncode  # fmt: skip
+                                timeout=stage.limit, env=env).returncode  # fmt: skip
         except subprocess.TimeoutExpired:
             rc = "timeout"
         except FileNotFoundError as e:  # a launcher not installed: the other stages still run

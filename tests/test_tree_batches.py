@@ -175,3 +175,24 @@ def test_a_gpu_recipe_on_a_cpu_falls_back_to_chunked_sdpa_and_records_what_it_de
     assert recipe.tree_packing and recipe.attn_implementation == "sdpa"
     assert "flex_attention has no backward pass on the CPU" in recipe.attention_note
     assert "attn_implementation: flex_attention" in recipe_to_yaml(recipe)  # a GPU resume keeps it
+
+
+def test_flex_runs_give_evaluation_the_training_shape_and_refuse_data_parallel_in_one_process():
+    import torch
+
+    from fincheck.train.recipe import load_recipe
+    from fincheck.train.sft import check_one_gpu_per_process, tree_collator
+
+    if torch.cuda.is_available():
+        pytest.skip("the recipe is built for this machine: on a GPU it already runs flex")
+    recipe = load_recipe(
+        REPO / "configs" / "train" / "qwen2.5-0.5b-instruct.yaml",
+        ["--precision=fp32", "--torch_dtype=fp32", "--deepspeed=", f"--output_dir={REPO}/x",
+         "--per_device_train_batch_size=2"],
+    )  # fmt: skip
+    collate = tree_collator(recipe, 0, "flex_attention")
+    assert (collate.length, collate.rows) == (8192, 2)
+    assert recipe.per_device_eval_batch_size == 2  # eval batches: the same [2, 8192] shape
+    check_one_gpu_per_process(1)
+    with pytest.raises(FincheckError, match=r"one process per GPU .*CUDA_VISIBLE_DEVICES=0"):
+        check_one_gpu_per_process(4)

@@ -1,6 +1,6 @@
 """Tree packing on a GPU (`gpu` marker; skipped without CUDA): FlexAttention, the kernel every
 GPU recipe trains with, gives each answer token the loss of its pair run alone, and a training
-step the same LoRA gradients, in fp32. `scripts/gpu_check.sh` runs these first."""
+step the same LoRA gradients, in fp32. `scripts/gpu_check.py` runs these first."""
 
 from __future__ import annotations
 

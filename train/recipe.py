@@ -213,7 +213,7 @@ class SFTRecipe(SFTConfig):
         machine (see the module docstring)."""
         import torch
 
-        gpu = torch.cuda.is_available()
+        gpu = torch.cuda.is_available() and not self.use_cpu  # use_cpu: a CPU run on a GPU box
         precision = self.precision
         explicit = [n for n, on in (("bf16", self.bf16 is True), ("fp16", bool(self.fp16))) if on]
         if precision == "auto":  # TRL's own bf16/fp16 keys, else what the machine does best

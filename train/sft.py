@@ -207,6 +207,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
         collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
+        check_one_gpu_per_process(recipe.n_gpu)
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
         args=recipe,
@@ -260,16 +261,31 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 
 def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
     """Tree packs -> batches. FlexAttention: one shape per run, every row the budget long
-    (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, so it
-    compiles once; other kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
+    (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, the
+    eval loss's batches too, so it compiles once for training and once for evaluation; other
+    kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
     from fincheck.train.tree_batches import TreeCollator, round_up
     from fincheck.train.tree_packing import FLEX_BLOCK
 
     if attention == "flex_attention":
         length = round_up(recipe.tree_budget, FLEX_BLOCK)
+        # the eval loss's batches take the same shape: no new compilation mid-run
+        recipe.per_device_eval_batch_size = recipe.per_device_train_batch_size
         return TreeCollator(pad_token_id, length=length, rows=recipe.per_device_train_batch_size)
     multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
     return TreeCollator(pad_token_id, multiple if isinstance(multiple, int) else None)
+
+
+def check_one_gpu_per_process(n_gpu: int) -> None:
+    """Tree packing needs one GPU per process: with several GPUs and no launcher the Trainer
+    wraps the model in nn.DataParallel, which would split the logit positions along the batch
+    and leave the attention mask on the first GPU."""
+    if n_gpu > 1:
+        raise FincheckError(
+            f"tree_packing: this one process sees {n_gpu} GPUs; launch one process per GPU "
+            f"(deepspeed --num_gpus {n_gpu} train/sft.py ..., or torchrun --nproc_per_node "
+            f"{n_gpu}), or train on one: CUDA_VISIBLE_DEVICES=0"
+        )
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
