@@ -18,6 +18,7 @@ from fincheck.train.tree_batches import (
     rank_token_spread,
 )
 from fincheck.train.tree_packing import IGNORE, pack_rows, tree_attention_for, tree_block_mask
+from tests.tree_exactness import synthetic_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,26 +105,12 @@ def test_flex_batches_have_one_shape_with_padding_rows_and_the_logit_positions()
     assert tuple(TreeCollator(pad_token_id=0)(packs)["input_ids"].shape) == (2, 4)  # sdpa: longest
 
 
-def random_rows(rng: random.Random) -> list[dict]:
-    """QASem-like rows: instructions, documents each asked several questions, short answers."""
-    system = list(range(1000, 1000 + rng.randint(20, 200)))
-    rows = []
-    for d in range(6):
-        doc = [rng.randint(2, 900) for _ in range(rng.randint(50, 700))]
-        for q in range(rng.randint(1, 8)):
-            prompt = system + doc + [rng.randint(2, 900) for _ in range(rng.randint(3, 60))]
-            answer = [rng.randint(2, 900) for _ in range(rng.randint(1, 5))]
-            rows.append({"id": f"{d}-{q}", "input_ids": [*prompt, *answer, 7],
-                         "labels": [IGNORE] * len(prompt) + answer + [IGNORE]})  # fmt: skip
-    return rows
-
-
 def test_the_flex_block_mask_equals_torchs_own_from_the_dense_mask():
     import torch
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
     for seed in range(4):
-        packs = pack_rows(random_rows(random.Random(seed)), 1500)
+        packs = pack_rows(synthetic_rows(vocab=900, seed=seed, documents=8), 700)
         tree_end = TreeCollator(0, pad_to_multiple_of=128)([p.as_row() for p in packs[:3]])[
             "tree_end"
         ]

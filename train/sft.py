@@ -202,12 +202,13 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         if recipe.attention_note:
             log.info(recipe.attention_note)
 
+    if recipe.tree_packing:
+        check_one_gpu_per_process(recipe.n_gpu)
     base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
         tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
         collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
-        check_one_gpu_per_process(recipe.n_gpu)
     trainer = callbacks.FincheckSFTTrainer(
         model=base,
         args=recipe,

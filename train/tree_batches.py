@@ -36,7 +36,7 @@ from typing import Any
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from fincheck.errors import FincheckError
-from fincheck.train.tree_packing import IGNORE, PAD_END
+from fincheck.train.tree_packing import IGNORE, PAD_END, logit_positions
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -89,8 +89,7 @@ class TreeCollator:
             for key in fill:
                 values = example[key]
                 batch[key][r, : len(values)] = torch.as_tensor(values, dtype=torch.long)
-        # position k predicts the token at k+1: keep k where labels[:, k+1] is a target
-        batch["logit_positions"] = (batch["labels"][:, 1:] != IGNORE).any(0).nonzero()[:, 0]
+        batch["logit_positions"] = logit_positions(batch["labels"])
         return batch
 
 

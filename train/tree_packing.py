@@ -316,6 +316,12 @@ def tree_block_mask(tree_end):
     )
 
 
+def logit_positions(labels):
+    """The positions whose next token is a loss target in some row (position k predicts the
+    token at k + 1): the only ones whose logits the loss needs."""
+    return (labels[:, 1:] != IGNORE).any(0).nonzero()[:, 0]
+
+
 def decoder_backbone(model: Any) -> Any:
     """The transformer under the LM head, through DeepSpeed/DDP and PEFT wrappers: whose
     attention implementation the mask is built for."""
@@ -341,9 +347,7 @@ def tree_forward(model: Any, batch: dict[str, Any], num_items: Any = None):
     backbone = decoder_backbone(model)
     attn = backbone.config._attn_implementation
     mask = tree_attention_mask(tree_end, attn, next(backbone.parameters()).dtype)
-    keep = batch.get("logit_positions")  # the collator computes them on the CPU
-    if keep is None:
-        keep = (labels[:, 1:] != IGNORE).any(0).nonzero()[:, 0]  # position k predicts labels[k+1]
+    keep = batch["logit_positions"]  # computed by the collator, on the CPU
     chunked = {"tree_chunks": query_chunks(mask)} if attn == TREE_SDPA else {}
     outputs = model(
         input_ids=batch["input_ids"],

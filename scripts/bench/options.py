@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.bench.workload import model_config_path
+from fincheck.bench.workload import is_architecture
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
 
@@ -91,11 +91,9 @@ class ModelDispatch:
         probe.add_argument("--model", default=self.architecture.settings.model)
         probe.add_argument("--layouts")
         known = probe.parse_known_args(argv)[0]
-        try:
-            model_config_path(known.model)
-        except FincheckError:
+        if not is_architecture(known.model) or known.layouts:
             return self.model
-        return self.model if known.layouts else self.architecture
+        return self.architecture
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
         return self.bench_for(argv).parser(self.doc).parse_args(argv)

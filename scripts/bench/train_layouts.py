@@ -148,14 +148,6 @@ class Machine:
     dtype: Any
 
 
-def is_architecture(name: str) -> bool:
-    try:
-        wl.model_config_path(name)
-    except FincheckError:
-        return False
-    return True
-
-
 def load_model_and_tokenizer(s: TrainLayoutSettings, scratch: Path, machine: Machine):
     """The base with LoRA on every linear layer (fp32 on a CPU; bf16 weights, fp32 adapters on
     a GPU) and its tokenizer with a pad token."""
@@ -169,7 +161,7 @@ def load_model_and_tokenizer(s: TrainLayoutSettings, scratch: Path, machine: Mac
     from fincheck.train.tree_packing import use_tree_attention
 
     torch.manual_seed(s.seed)
-    if is_architecture(s.model):
+    if wl.is_architecture(s.model):
         if not s.tokenizer:
             raise ValueError(f"--model {s.model} is an architecture: give --tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(s.tokenizer))
@@ -260,10 +252,10 @@ def keep_loss(model, inputs: dict):
     """Unpacked rows, logits only where some row's next token is a target (as tree_forward)."""
     import torch
 
-    from fincheck.train.tree_packing import IGNORE
+    from fincheck.train.tree_packing import IGNORE, logit_positions
 
     labels = inputs["labels"]
-    keep = (labels[:, 1:] != IGNORE).any(0).nonzero()[:, 0]
+    keep = logit_positions(labels)
     logits = model(
         input_ids=inputs["input_ids"],
         attention_mask=inputs["attention_mask"],
@@ -352,18 +344,14 @@ def run_train_layouts(
     with tempfile.TemporaryDirectory() as scratch:
         model, tokenizer = load_model_and_tokenizer(s, Path(scratch), machine)
         shape = ModelShape.from_config(model.get_base_model().config)
-        per_token = 4 * shape.matmul_params() + 6 * shape.lora_params(s.lora_r)
-        per_pair = 3 * 4 * shape.attn_dim * shape.layers
-
-        def flops_of(batches: list[dict]) -> int:
-            tokens_run = sum(int(b["input_ids"].numel()) for b in batches)
-            return per_token * tokens_run + per_pair * sum(b["_pairs"] for b in batches)
-
+        # FLOPs per token run and per query-key pair the mask lets through (flop_convention)
+        costs = (4 * shape.matmul_params() + 6 * shape.lora_params(s.lora_r),
+                 3 * 4 * shape.attn_dim * shape.layers)  # fmt: skip
         for task in s.tasks:
             rows = training_rows(s, task, tokenizer)
-            pair_tokens = sum(len(r["input_ids"]) for r in rows)
-            answers = sum(sum(x != -100 for x in r["labels"]) for r in rows)
-            log(f"{task}: {len(rows)} pairs, {pair_tokens:,} tokens, {answers:,} answer tokens")
+            totals = (sum(len(r["input_ids"]) for r in rows),
+                      sum(sum(x != -100 for x in r["labels"]) for r in rows))  # fmt: skip
+            log(f"{task}: {len(rows)} pairs, {totals[0]:,} tokens, {totals[1]:,} answer tokens")
             base_rate = None
             for layout in layouts:
                 model.get_base_model().set_attn_implementation(attention_for(layout))
@@ -378,7 +366,8 @@ def run_train_layouts(
                     log(f"  {layout:<15} out of GPU memory")
                     report.results.append(failed_layout(task, layout, rows, "error: out of memory"))
                 else:
-                    result = measure(task, layout, rows, batches, measured, machine, peak, flops_of)
+                    result = measure(task, layout, rows, totals, batches, measured, machine,
+                                     peak, costs)  # fmt: skip
                     if layout == "unpacked":
                         base_rate = result.pairs_per_s
                     if base_rate:
@@ -396,14 +385,17 @@ def run_train_layouts(
     return report
 
 
-def measure(task: str, layout: str, rows: list[dict], batches: list[dict], measured: tuple,
-            machine: Machine, peak: float | None, flops_of: Callable) -> LayoutResult:  # fmt: skip
-    """What one layout's run measured (`run_layout`'s warmup, step times, loss)."""
+def measure(task: str, layout: str, rows: list[dict], totals: tuple[int, int],
+            batches: list[dict], measured: tuple, machine: Machine, peak: float | None,
+            costs: tuple[int, int]) -> LayoutResult:  # fmt: skip
+    """What one layout's run measured (`run_layout`'s warmup, step times, loss); `totals`: the
+    pairs' own tokens and answer tokens; `costs`: FLOPs per token run and per visible pair."""
     import torch
 
     warmup, times, loss = measured
     seconds, median = sum(times), statistics.median(times)
     tokens_run = sum(int(b["input_ids"].numel()) for b in batches)
+    flops = costs[0] * tokens_run + costs[1] * sum(b["_pairs"] for b in batches)
     memory = torch.cuda.max_memory_allocated() if machine.cuda else wl.peak_rss_bytes()
     return LayoutResult(
         task=task,
@@ -417,14 +409,14 @@ def measure(task: str, layout: str, rows: list[dict], batches: list[dict], measu
         tokens_per_s=tokens_run / seconds,
         mean_loss=loss,
         peak_rss_gib=memory / 2**30,
-        pair_tokens_per_s=sum(len(r["input_ids"]) for r in rows) / seconds,
-        answer_tokens=sum(sum(x != -100 for x in r["labels"]) for r in rows),
+        pair_tokens_per_s=totals[0] / seconds,
+        answer_tokens=totals[1],
         attention=attention_for(layout) if layout.startswith("tree") else "sdpa",
         rows_per_batch=int(batches[0]["input_ids"].shape[0]),
         warmup_s=round(warmup, 3),
         compile_s=round(max(0.0, warmup - median), 3),
         max_step_ratio=round(max(times) / median, 2),
-        mfu=mfu(flops_of(batches), seconds, peak),
+        mfu=mfu(flops, seconds, peak),
     )
 
 

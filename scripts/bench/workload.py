@@ -60,6 +60,15 @@ def model_config_path(name_or_path: str) -> Path:
     )
 
 
+def is_architecture(name: str) -> bool:
+    """Whether `name` is an architecture of configs/models/ (or a config.json path)."""
+    try:
+        model_config_path(name)
+    except FincheckError:
+        return False
+    return True
+
+
 def load_model_config(name_or_path: str, attn_implementation: str | None = None):
     """A transformers config from a written-out config.json (its `model_type` picks the class)."""
     from transformers import AutoConfig
