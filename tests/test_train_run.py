@@ -257,6 +257,9 @@ def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
     )
     assert train_and_save(run) == 0
     fresh_wandb.finish()
+    # The record file is written by wandb's service process; teardown waits for it to exit, so
+    # the file is complete (CI once read only its 8-byte header after finish() alone).
+    fresh_wandb.teardown()
     # Offline, wandb keeps the run config inside the run's .wandb record file (JSON values).
     records = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(records) == 1
