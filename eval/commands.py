@@ -91,7 +91,7 @@ def register(subparsers) -> None:
         "score",
         help="score predictions against the prepared gold: results.json, report.md, plots",
         description="Join predictions with the gold by id and compute the papers' figures "
-        "(FINAL: judge matching, micro P/R/F1, binarized BAcc; QASem: BAcc/AUC per subset; "
+        "(FINAL: judge matching, micro P/R/F1, binarized P/R/F1 and BAcc; QASem: BAcc/AUC per subset; "
         "FHSumBench: macro P/R/F with the reference scorer's semantics), with 95% bootstrap CIs.",
         epilog=SCORE_EXAMPLES,
     )

@@ -65,7 +65,12 @@ def _validate(record: Any, where: str, line: int, task: str | None) -> Predictio
     cut = record.get("cut")
     if cut is not None and cut not in CUT_KINDS:
         raise InvalidRecordError(where, line, "cut", f"expected one of {CUT_KINDS}, got {cut!r}")
-    return Prediction(record["id"], record["task"], record["output"], p_yes, line, cut)
+    reasoning = record.get("reasoning", False)
+    if not isinstance(reasoning, bool):
+        raise InvalidRecordError(
+            where, line, "reasoning", f"expected true or false, got {reasoning!r}"
+        )
+    return Prediction(record["id"], record["task"], record["output"], p_yes, line, cut, reasoning)
 
 
 def join_with_gold(

@@ -20,8 +20,11 @@ LOCK_FILE = ".fincheck.lock"
 
 @contextlib.contextmanager
 def hold_out_dir(out_dir: str | Path, command: str) -> Iterator[None]:
-    """Hold OUT for `command`; refuse at once if another process holds it."""
+    """Hold OUT for `command`; refuse at once if another process holds it. A command that ends
+    having written nothing (a bad option found late) leaves no lock file behind, nor the folder
+    when it made it."""
     out = Path(out_dir)
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOCK_FILE).open("a+", encoding="utf-8") as f:
         try:
@@ -39,4 +42,8 @@ def hold_out_dir(out_dir: str | Path, command: str) -> Iterator[None]:
         try:
             yield
         finally:
+            if [p.name for p in out.iterdir()] == [LOCK_FILE]:  # nothing written: leave no trace
+                (out / LOCK_FILE).unlink()
+                if made:
+                    out.rmdir()
             fcntl.flock(f, fcntl.LOCK_UN)

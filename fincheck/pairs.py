@@ -186,6 +186,9 @@ class Prediction:
     # missing), "reasoning" (a reasoning answer cut before its final answer: nothing to read).
     # None: it ended on its own, or the writer could not tell.
     cut: str | None = None
+    # A chain of thought whose prompt asked for its answer under "Final Output:": only what
+    # follows that label is read, and without it there is no answer.
+    reasoning: bool = False
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"id": self.id, "task": self.task, "output": self.output}
@@ -193,6 +196,8 @@ class Prediction:
             record["p_yes"] = self.p_yes
         if self.cut is not None:
             record["cut"] = self.cut
+        if self.reasoning:
+            record["reasoning"] = True
         return json.dumps(record, ensure_ascii=False)
 
 

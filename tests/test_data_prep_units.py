@@ -76,6 +76,10 @@ def test_explanation_split_into_self_contained_descriptions():
     # a sentence that only comments on the previous one stays with it
     merged, _ = explanation_to_descriptions("It says he is 30. This is not in the source.", 2)
     assert merged == ["It says he is 30. This is not in the source."]
+    # a sentence that affirms ("is supported", as in defacto-test-352) is no inconsistency: it
+    # is never a description of its own, so the explanation stays whole
+    affirmed = "The summary invents the M8. The summary is supported that a tanker caught fire."
+    assert explanation_to_descriptions(affirmed, 2) == ([affirmed], False)
 
 
 def test_sentence_split_keeps_abbreviations_and_quotes():

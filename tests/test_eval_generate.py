@@ -601,3 +601,19 @@ def test_predictions_join_the_gold_in_the_gold_splits_order():
     assert [pair.id for pair, _ in joined] == ["g0", "g3", "g4"]
     assert [prediction.id for _, prediction in joined] == ["g0", "g3", "g4"]
     assert missing == ["g1", "g2"]
+
+
+def test_a_bad_step1_leaves_no_out_folder_and_no_lock(tmp_path, capsys):
+    """--step1 is found wrong after the output folder is taken: the failed command leaves
+    neither the folder it made nor a lock file in a folder that existed."""
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = ["baseline", "--method", "two-step", "--step1", str(tmp_path / "nowhere"), "--model",
+            "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--tasks", "final",
+            "--data", str(small), "--no-progress", "--out"]  # fmt: skip
+    assert main([*args, str(tmp_path / "new")]) == 1
+    assert "--step1" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert main([*args, str(existing)]) == 1
+    assert list(existing.iterdir()) == []

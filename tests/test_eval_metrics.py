@@ -249,6 +249,39 @@ A. The summary says the library opens in 2025; the text says 2027."""
          ["None of the players scored, the summary says; the text says two."], True),
         ("A. None\nB. The year is wrong.", ["The year is wrong."], True),
         ("Inconsistencies: The summary gives 2025.", ["The summary gives 2025."], False),
+        # "None" with its explanation, other labels, and prose that reports nothing
+        ("None. The summary is fully supported by the text.", [], True),
+        ("None - every detail is in the text.", [], True),
+        ("None (all claims are supported).", [], True),
+        ("None, the summary is accurate.", [], True),
+        ("Final Output: None. The summary is consistent.", [], True),
+        ("Inconsistencies:\nNone. The text supports it.", [], True),
+        ("Final Answer: None", [], True),
+        ("Output: None", [], True),
+        ("I found no inconsistencies.", [], True),
+        ("The summary contains no factual inconsistencies.", [], True),
+        ("Nothing to report.", [], True),
+        ("All claims in the summary are supported.", [], True),
+        # a line that reports nothing never cancels one that reports a problem
+        ("The summary is accurate in most details.\nHowever, it gives the wrong age (43 instead "
+         "of 34).", ["However, it gives the wrong age (43 instead of 34)."], False),
+        ("There are no errors in the names.\nThe summary gives the wrong year.",
+         ["The summary gives the wrong year."], False),
+        ("A. No errors in the date; the name 'John' is invented.",
+         ["No errors in the date; the name 'John' is invented."], True),
+        ("None, but the year is wrong.", ["None, but the year is wrong."], False),
+        # affirmations are no items; "final output" inside a description is no label
+        ("A. The year is wrong.\nB. The date is supported by the text.", ["The year is wrong."],
+         True),
+        ("A. The summary gives the plant's final output: 300 MW; the text, 200 MW.\nB. The year.",
+         ["The summary gives the plant's final output: 300 MW; the text, 200 MW.", "The year."],
+         True),
+        # a closing remark after a blank line is no part of the last item
+        ("Here are the issues:\n\n1. **Age**: 43, the text says 34.\n\nOverall it is good.",
+         ["Age: 43, the text says 34."], True),
+        ('["The age is wrong.", "The charge is wrong."]',
+         ["The age is wrong.", "The charge is wrong."], True),
+        ("", [], False),  # an empty answer says nothing either way
     ],
 )  # fmt: skip
 def test_cot_and_nothing_to_report_answers(output, items, structured):
@@ -256,6 +289,16 @@ def test_cot_and_nothing_to_report_answers(output, items, structured):
     appendix B.1); its numbered reasoning is not a description, and an answer that says there is
     nothing to report is an empty list, not a flagged item."""
     assert read_descriptions(output) == ParsedDescriptions(items, structured)
+
+
+def test_a_reasoning_answer_without_its_final_output_has_no_answer():
+    """A chain of thought asked to answer under "Final Output:" and ending without it: its
+    steps are no descriptions (counted apart), whatever they say."""
+    steps = "1. The year is 2025: contradicted.\n2. The mayor: supported."
+    assert read_descriptions(steps, reasoning=True) == ParsedDescriptions([], False)
+    assert read_descriptions(f"{steps}\nFinal Output:\nA. The year.", reasoning=True).items == [
+        "The year."
+    ]
 
 
 def test_letters():

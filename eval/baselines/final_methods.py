@@ -162,7 +162,7 @@ def run_two_step(example: Example, llm: CachedLLM, step1: Step1, step2: str) -> 
         return MethodOutput("None", None, trace)
     prompt = {"cot": "final_e2e_cot", "cot-hint": "final_cot_hint"}[step2]
     answer = ask(llm, prompt, text=example.fields["text"], summary=example.fields["summary"])
-    return MethodOutput(answer, None, trace, cut_kind(answer, llm.last_cut, True))
+    return MethodOutput(answer, None, trace, cut_kind(answer, llm.last_cut, True), True)
 
 
 def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:

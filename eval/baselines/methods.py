@@ -43,6 +43,7 @@ class MethodOutput:
     p_yes: float | None = None
     trace: dict[str, Any] = field(default_factory=dict)
     cut: str | None = None  # the answer hit its token budget: "answer" or "reasoning"
+    reasoning: bool = False  # a chain of thought: its answer follows its last "Final Output:"
 
 
 def cut_kind(text: str, cut: bool | None, reasoning: bool) -> str | None:
@@ -118,7 +119,7 @@ def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
         cut = cut_kind(text, llm.last_cut, False)
         return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text}, cut)
     reasoning = task == "final" and variant == "e2e-cot"
-    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, reasoning))
+    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, reasoning), reasoning)
 
 
 # ---------------------------------------------------------------------- word overlap

@@ -251,7 +251,18 @@ def run_task(
     drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
 
     def done(pair, output: MethodOutput, n_calls: int) -> None:
-        writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes, cut=output.cut)])
+        writer.write_batch(
+            [
+                Prediction(
+                    pair.id,
+                    task,
+                    output.output,
+                    output.p_yes,
+                    cut=output.cut,
+                    reasoning=output.reasoning,
+                )
+            ]
+        )
         record = {"id": pair.id, "calls": n_calls, **output.trace}
         with trace_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

@@ -42,6 +42,7 @@ from fincheck.tasks.final.metrics import (
     FinalItem,
     ParsedDescriptions,
     final_figures,
+    has_final_output,
     parse_descriptions,
     read_descriptions,
     score_final,
@@ -154,10 +155,11 @@ class FinalTask(Task):
         """With the judge; without one, only examples with an empty list get P/R counts (they
         need no judge) and the rest are left unjudged: the binarized BAcc is still exact."""
         judge = settings.judge
-        # A reasoning answer cut at its token budget before "Final Output:" has no list: its
-        # numbered steps are not descriptions (read as nothing flagged, and counted apart).
+        # A reasoning answer cut at its token budget before "Final Output:", or ending without
+        # it, has no list: its numbered steps are not descriptions (read as nothing flagged, and
+        # counted apart).
         read = [
-            NO_ANSWER if pred.cut == "reasoning" else read_descriptions(pred.output)
+            NO_ANSWER if pred.cut == "reasoning" else read_descriptions(pred.output, pred.reasoning)
             for _, pred in joined
         ]
         parsed = [
@@ -218,7 +220,18 @@ class FinalTask(Task):
                 figures[metric] = math.nan
                 figures["ci95"][metric] = None
                 figures["excluding_judge_failures"][metric] = math.nan
-        figures["n_unstructured"] = sum(not r.structured for r in read)
+        without_final = [
+            pred.reasoning and pred.cut != "reasoning" and not has_final_output(pred.output)
+            for _, pred in joined
+        ]
+        figures["n_without_final_output"] = sum(without_final)
+        # where to look: the first few, each with `structured: false` in scored/final.jsonl
+        figures["unstructured_ids"] = [
+            pair.id for (pair, _), r in zip(joined, read, strict=True) if not r.structured
+        ][:5]
+        figures["n_unstructured"] = sum(
+            not r.structured and not missing for r, missing in zip(read, without_final, strict=True)
+        )
         figures["n_cut"] = sum(pred.cut is not None for _, pred in joined)
         figures["n_cut_in_reasoning"] = sum(pred.cut == "reasoning" for _, pred in joined)
         figures["judge_errors"] = errors
@@ -301,8 +314,16 @@ class FinalTask(Task):
             "Binarized: a summary is flagged when the answer lists at least one description; "
             "precision, recall and F1 of flagging an inconsistent summary are the paper's Fig. 4 "
             "figures, the balanced accuracy is fincheck's (flagging everything scores 0.5).",
-            f"Outputs in no asked-for format (free prose, read as one description): "
-            f"{f.get('n_unstructured', 0)} of {f['n']}.",
+            "Outputs in no asked-for format (free prose, read as one description of its "
+            "sentences that report a problem; an empty answer, read as none): "
+            f"{f.get('n_unstructured', 0)} of {f['n']}. Reasoning answers that ended without "
+            f'their "Final Output:" (read as no description): {f.get("n_without_final_output", 0)}.'
+            + (
+                f" First ones: {', '.join(f['unstructured_ids'])} (`structured: false` in "
+                "scored/final.jsonl)."
+                if f.get("unstructured_ids")
+                else ""
+            ),
             f"Answers cut at their token budget: {f.get('n_cut', 0)} of {f['n']}, of which "
             f'{f.get("n_cut_in_reasoning", 0)} in their reasoning, before "Final Output:" '
             "(read as no description: raise the answer budget, `--llm-max-tokens` or "
@@ -365,7 +386,8 @@ class FinalTask(Task):
         return figures
 
     def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
-        return figures.get("n_unstructured", 0), figures["n"], "outputs in no asked-for format"
+        n_bad = figures.get("n_unstructured", 0) + figures.get("n_without_final_output", 0)
+        return n_bad, figures["n"], "outputs in no asked-for format"
 
     def is_right(self, example: dict) -> bool:
         """Every gold item found, nothing extra."""

@@ -26,7 +26,8 @@ _CONTINUATION = re.compile(
     r"^(?:this|that|these|those|which|neither|nor|none|both|so)\b", re.IGNORECASE
 )
 _AFFIRMATION = re.compile(
-    r"\b(?:does|do|is|are)\s+(?:support|correct|accurate|fine|right)\b|\bit does support\b",
+    r"\b(?:does|do|is|are)\s+(?:support(?:ed|s)?|correct|accurate|fine|right)\b"
+    r"|\bit does support\b",
     re.IGNORECASE,
 )
 

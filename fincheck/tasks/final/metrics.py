@@ -15,6 +15,7 @@ does not reward flagging everything).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -27,50 +28,136 @@ from fincheck.classification import (
     harmonic_mean,
     precision_recall,
 )
+from fincheck.sentences import split_sentences as _split_sentences
 
-# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text"; a marker
-# alone on its line ("A.") opens an item whose text follows (the paper's few-shot layout).
+# How an answer is read (`read_descriptions`), in order:
+#  1. A chain of thought: only what follows its last "Final Output:" (or "Final Answer:") label
+#     at the start of a line counts; mid-line, "final output" is the answer's own words.
+#  2. A label that opens the answer ("Inconsistencies:", "Answer:", "Output:") is dropped.
+#  3. A JSON list of strings (or an object holding one) is read as the items.
+#  4. Marked items (lettered, numbered, bulleted lines) are the descriptions; an item that
+#     reports no problem ("None", "No errors in the date.", "The date is supported by the
+#     text.") is dropped; a preamble before the first item and a closing paragraph after a blank
+#     line are not items.
+#  5. Unmarked prose: its sentences that report no problem are dropped; if nothing else is
+#     left the answer is "nothing to report" ("None. The summary is fully supported by the
+#     text."), else the rest is one description, counted as not in the asked-for format.
+
+# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text",
+# "### 1. text", "Inconsistency 1: text"; a marker alone on its line ("A.") opens an item whose
+# text follows (the paper's few-shot layout).
 _ITEM = re.compile(
-    r"^\s*(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?(?:\s+(?P<lettered>.+))?$"
+    r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?"
+    r"(?:\s+(?P<lettered>.+))?$"
     r"|^\s*[-*•]\s+(?P<bullet>.+)$"
-)
-# The CoT prompts ask for the answer under "Final Output:" (FINAL paper, appendix B.1 / E.2.3).
-_FINAL_OUTPUT = re.compile(r"final\s+output\s*:?", re.IGNORECASE)
-_DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
-# An answer that says there is nothing to report: "None", "None.", "No inconsistencies",
-# "There are no factual inconsistencies in the summary.", "The summary is consistent ...": one
-# short sentence, with no "but"/"except" that would go on to report something.
-_NOTHING = re.compile(
-    r"^(?:(?:none|n/a|nothing)(?:\s+(?:found|identified|detected|noted))?\W*$"
-    r"|no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|problems?\b|hallucinat)"
-    r"|there (?:are|is|were|was) no (?:factual )?(?:inconsistenc|errors?\b|issues?\b|"
-    r"problems?\b|hallucinat|unsupported)"
-    r"|(?:the )?summary is (?:fully |entirely |completely )?(?:factually )?"
-    r"(?:consistent|supported|accurate|faithful)\b)",
+    r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem)\s+\d{1,3}\s*(?:\*\*)?"
+    r"\s*[:.)](?:\*\*)?\s*(?P<named>.+)$",
     re.IGNORECASE,
 )
-_GOES_ON = re.compile(r"\b(?:but|except|however|although|though)\b|\n", re.IGNORECASE)
+# The CoT prompts ask for the answer under "Final Output:" (FINAL paper, appendix B.1 / E.2.3);
+# models also write "Final Answer:". Only as a label: at the start of a line, then a colon or
+# the end of the line ("**Final Output:**", "## Final Output").
+_FINAL_LABEL = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?final[ \t]+(?:output|answer)[ \t]*(?:\*\*)?"
+    r"(?::(?:\*\*)?|[ \t]*$)",
+    re.IGNORECASE | re.MULTILINE,
+)
 # A label that introduces the answer: "Inconsistencies:" (the layout the few-shot prompts
-# teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:".
+# teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:", "Output:".
 _ANSWER_LABEL = re.compile(
-    r"^\s*(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer)(?:\*\*)?\s*:"
-    r"(?:\*\*)?\s*",
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer"
+    r"|output)(?:\*\*)?\s*:(?:\*\*)?\s*",
     re.IGNORECASE,
 )
+_DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
 _DECORATION = "*#\"'`\u201c\u201d \n"
 
+# --- clauses that report no problem ------------------------------------------------------
+# A clause is what lies between ; , : ( ) dashes. It reports no problem when it is "None" (or
+# "Nothing to report"), says there is no error, or affirms a detail without any negation.
+_NONE = re.compile(
+    r"(?:none|n/a|nil|nothing)(?:\s+(?:found|identified|detected|noted|reported|to report))?",
+    re.IGNORECASE,
+)
+_PROBLEM = (
+    r"(?:(?:factual|significant|other|major|minor|notable|apparent|obvious)\s+)*"
+    r"(?:inconsistenc\w*|errors?|issues?|problems?|hallucinations?|mistakes?|discrepanc\w*|"
+    r"inaccurac\w*|unsupported\s+\w+|contradictions?)"
+)
+_NO_PROBLEM = re.compile(
+    rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
+    rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)"
+    rf"|the\s+summary\s+(?:contains|has|includes|makes|shows)|i\s+(?:do|did)\s+not\s+(?:find|see))?"
+    rf"\s*(?:no|any)\s+{_PROBLEM}\b.*"
+    rf"|(?:the\s+)?summary\s+(?:is|seems|appears|looks)\s+(?:to\s+be\s+)?"
+    rf"(?:(?:fully|entirely|completely|factually|wholly|well|generally|largely|mostly)\s+)*"
+    rf"(?:consistent|supported|accurate|faithful|correct|grounded|verified|verifiable)\b.*"
+    rf"|(?:all|every|each|everything)\b.*?\b(?:is|are)\s+(?:\w+\s+)?"
+    rf"(?:supported|consistent|accurate|correct|verified|verifiable|grounded)\b.*"
+    rf"|nothing\s+(?:in\s+the\s+summary\s+)?(?:is|was)\s+(?:unsupported|inconsistent|wrong)\b.*",
+    re.IGNORECASE,
+)
+# A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
+_AFFIRMS = re.compile(
+    r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
+    r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
+    r"|\b(?:correctly|accurately|rightly)\s+(?:states?|reports?|says|mentions?|gives?|names?)\b"
+    r"|\b(?:matches|agrees\s+with|is\s+in\s+line\s+with)\s+the\s+text\b",
+    re.IGNORECASE,
+)
+# Words that turn a clause into a report: a negation, a contrast, a problem named.
+_REPORTS = re.compile(
+    r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
+    r"though|whereas|yet|unsupported|unverifi\w*|unclear|unstated|unmentioned|incorrect\w*|"
+    r"wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|mislead\w*|"
+    r"misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|errors?|mistak\w*|absent|"
+    r"missing|differ\w*|discrepan\w*)\b|n't\b",
+    re.IGNORECASE,
+)
+_CLAUSE_SPLIT = re.compile(r"[;,:()\u2013\u2014]|\s-\s")
+_CONTRAST = re.compile(
+    r"\b(?:but|however|except|although|though|whereas|yet|apart from|other than)\b",
+    re.IGNORECASE,
+)
 
-def has_final_output(text: str) -> bool:
-    """Whether a reasoning answer reached its "Final Output:" (what the CoT prompts ask for)."""
-    return bool(_FINAL_OUTPUT.search(text or ""))
+
+def _clause_says_no_problem(clause: str) -> bool:
+    plain = clause.strip(_DECORATION + ".!").strip()
+    if not plain:
+        return True
+    if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
+        return not _CONTRAST.search(plain)
+    return bool(_AFFIRMS.search(plain)) and not _REPORTS.search(plain)
 
 
 def says_nothing(text: str) -> bool:
-    """Whether an answer (or one of its lines or items) says there is nothing to report:
-    "None", "None found.", '"None"', "**None**", "There are no inconsistencies." (one short
-    sentence with no "but"/"except" going on to report something)."""
-    plain = text.strip(_DECORATION).strip()
-    return not plain or bool(_NOTHING.match(plain) and not _GOES_ON.search(plain))
+    """Whether a piece of an answer (the whole answer, an item, a sentence) reports no problem:
+    "None", "None. The summary is fully supported by the text.", "No errors in the date.",
+    "I found no inconsistencies.", "The date is supported by the text." Every clause must say
+    so: "No errors in the date; the name 'John' is invented." reports a problem."""
+    text = text.strip(_DECORATION).strip()
+    return all(
+        _clause_says_no_problem(clause)
+        for sentence in split_sentences(" ".join(text.split()))
+        for clause in _CLAUSE_SPLIT.split(sentence)
+    )
+
+
+def split_sentences(text: str) -> list[str]:
+    """An answer's sentences (any letter may start one: small models write lower case)."""
+    return _split_sentences(text, lowercase_starts=True, keep_quotes=True)
+
+
+def _leads_with_none(text: str) -> bool:
+    """ "None" first, on its own line or before punctuation, then an explanation ("None - the
+    figures match", "None (all supported)"); "None of the figures match" is no such answer."""
+    return bool(re.match(r"[\W_]*none[ \t*]*(?:\n|[.,;:!(\u2013\u2014-])", text, re.IGNORECASE))
+
+
+def has_final_output(text: str) -> bool:
+    """Whether a reasoning answer reached its "Final Output:" label (what the CoT prompts ask
+    for), as a label at the start of a line."""
+    return bool(_FINAL_LABEL.search(text or ""))
 
 
 BINARY_METRICS = ("binary_precision", "binary_recall", "binary_f1", "binary_bacc")
@@ -79,51 +166,89 @@ BINARY_METRICS = ("binary_precision", "binary_recall", "binary_f1", "binary_bacc
 @dataclass(frozen=True)
 class ParsedDescriptions:
     items: list[str]
-    structured: bool  # a None-like answer or marked items; False: free prose, read as one item
+    # False: not in a format the prompts ask for (free prose read as one description, an empty
+    # answer, a reasoning answer without its final answer): counted apart in the report.
+    structured: bool
 
 
-def read_descriptions(text: str) -> ParsedDescriptions:
-    """A model's answer -> its descriptions ([] when it reports nothing), and whether it was in
-    a format the prompts ask for.
+def _json_items(text: str) -> list[str] | None:
+    """The strings of a JSON list (or of the one list inside a JSON object), else None."""
+    if not text.startswith(("[", "{")):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(value, dict):
+        lists = [v for v in value.values() if isinstance(v, list)]
+        value = lists[0] if len(lists) == 1 else None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return [" ".join(v.split()) for v in value]
 
-    - A chain of thought: only what follows the last "Final Output:" counts (its numbered
-      reasoning steps are not descriptions).
-    - Nothing to report: "None" in every layout seen ("None found.", '"None"', "Inconsistencies:
-      None", "A. None", "- None", a sentence then "None" on its own line), and answers that say
-      so in words ("There are no factual inconsistencies in the summary.", "No errors found.",
-      "The summary is consistent"). A description that merely contains the word ("None of the
-      figures match") stays a description.
-    - Items: lettered ("A. ..."), parenthesised, numbered and bulleted lines; a marker alone on
-      its line opens an item whose text follows, a "Description:" label is dropped; a line
-      without a marker continues the item before it; a preamble before the first marker
-      ("Here are the issues:") is dropped.
-    - Free prose with no marker: one description (the model flagged something in its own
-      format), counted as not structured.
-    """
-    text = _FINAL_OUTPUT.split((text or "").strip())[-1].strip()
-    text = _ANSWER_LABEL.sub("", text, count=1).strip()
-    if says_nothing(text):
-        return ParsedDescriptions([], True)
+
+def _clean(item: str) -> str:
+    item = _DESCRIPTION_LABEL.sub("", item.strip())
+    return " ".join(item.replace("**", "").split())
+
+
+def _marked_items(lines: list[str]) -> list[str] | None:
+    """The items of a lettered, numbered or bulleted answer (None when no line is marked): a line
+    without a marker continues the item before it until a blank line; after a blank line it is
+    a closing remark; before the first marker, a preamble."""
     items: list[str] = []
-    loose: list[str] = []
-    for line in text.splitlines():
+    open_item = False
+    for line in lines:
         if not line.strip():
+            open_item = False
             continue
         match = _ITEM.match(line)
         if match:
-            items.append((match.group("lettered") or match.group("bullet") or "").strip())
-        elif items:
-            items[-1] = f"{items[-1]} {line.strip()}".strip()
-        else:
-            loose.append(line.strip())
-    items = [_DESCRIPTION_LABEL.sub("", item).strip() for item in items]
-    marked = bool(items)
-    items = [item for item in items if not says_nothing(item)]  # "A. None", "- None"
-    if items or marked:
-        return ParsedDescriptions(items, True)
-    if loose and (says_nothing(loose[0]) or says_nothing(loose[-1])):
-        return ParsedDescriptions([], True)  # "None" leads or concludes the answer
-    return ParsedDescriptions([" ".join(loose)] if loose else [], False)
+            items.append(
+                match.group("lettered") or match.group("bullet") or match.group("named") or ""
+            )
+            open_item = True
+        elif items and (open_item or not items[-1].strip()):
+            items[-1] = f"{items[-1]} {line.strip()}"
+            open_item = True
+    return [_clean(item) for item in items] if items else None
+
+
+def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
+    """A model's answer -> its descriptions ([] when it reports nothing), and whether it was in
+    a format the prompts ask for (the rules are listed above `_ITEM`). `reasoning`: the answer
+    is a chain of thought whose prompt asked for a "Final Output:"; without that label there
+    is no final answer to read (no description, counted apart)."""
+    text = (text or "").strip()
+    labels = list(_FINAL_LABEL.finditer(text))
+    if labels:
+        text = text[labels[-1].end() :].strip()
+    elif reasoning:
+        return ParsedDescriptions([], False)
+    text = _ANSWER_LABEL.sub("", text, count=1).strip()
+    if not text.strip(_DECORATION):
+        return ParsedDescriptions([], False)  # an empty answer says nothing either way
+    listed = _json_items(text)
+    if listed is not None:
+        return ParsedDescriptions([item for item in listed if not says_nothing(item)], True)
+    marked = _marked_items(text.splitlines())
+    if marked is not None:
+        return ParsedDescriptions([item for item in marked if not says_nothing(item)], True)
+    prose = " ".join(text.split())
+    if says_nothing(prose):
+        return ParsedDescriptions([], True)
+    sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
+    if (
+        _leads_with_none(text)
+        and not _CONTRAST.search(prose)
+        and not any(_REPORTS.search(s) for s in sentences)
+    ):
+        return ParsedDescriptions([], True)  # "None - the summary restates the text."
+    if re.search(r"(?:^|\n)[\W_]*none[\W_]*$", text, re.IGNORECASE) and not any(
+        _REPORTS.search(s) for s in sentences
+    ):
+        return ParsedDescriptions([], True)  # an explanation, then "None" on its own line
+    return ParsedDescriptions([" ".join(sentences)], False)
 
 
 def parse_descriptions(text: str) -> list[str]:
