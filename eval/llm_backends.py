@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
@@ -97,18 +98,19 @@ class OpenAIChatClient:
         self._in_a_row: Counter[str] = Counter()  # failures since the last answer, per breaker
         self._said: set[str] = set()  # notices already printed (`_say_once`)
         self._refused_params: set[str] = set()  # parameters this endpoint refused (`_adapted`)
+        # The model names the replies carry (a router or a proxy may serve another model than
+        # the one asked for): recorded beside the predictions and in results.json.
+        self.served_models: set[str] = set()
         self._lock = threading.Lock()
 
     def complete(
         self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
     ) -> Completion:
         response = self._create(messages, sampling)
-        if not response.choices:
-            raise LLMCallError("the endpoint returned no choices")
-        choice = response.choices[0]
+        choice = response.choices[0]  # `_create` checked there is one, with a message
         content = choice.message.content
-        if content is None:
-            raise LLMCallError("the endpoint returned an empty message")
+        if not isinstance(content, str):
+            raise LLMCallError(f"{self._where} returned a message with no text ({content!r})")
         return Completion(content, hit_budget(choice, response, sampling.get("max_tokens")))
 
     def p_yes(
@@ -124,8 +126,10 @@ class OpenAIChatClient:
         response = self._create(messages, sampling)
         if "logprobs" in self._refused_params:  # this very call found out
             return None
-        try:
+        try:  # `_create` checked there is a choice: what is missing here is the logprobs
             top = response.choices[0].logprobs.content[0].top_logprobs
+            if top is None:
+                raise TypeError("no top logprobs")
         except (AttributeError, IndexError, TypeError):
             self._say_once(
                 "no_logprobs",
@@ -133,6 +137,8 @@ class OpenAIChatClient:
                 "scored from the answers' text (the AUC of hard 0/1 scores; the report says so)",
             )
             return None
+        if not isinstance(top, list) or not all(_is_logprob(t) for t in top):
+            raise LLMCallError(f"{self._where} returned logprobs that are no log-probabilities")
         yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
         no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")
         return yes / (yes + no) if yes + no > 0 else None
@@ -188,6 +194,8 @@ class OpenAIChatClient:
             response = self._client.chat.completions.create(
                 model=self.model, messages=messages, **sampling
             )
+        except ValueError as e:  # a 200 whose body is broken JSON (json's and pydantic's errors)
+            self._malformed(f"a reply that is not JSON ({one_line(e)})")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
                 f"{self._where} refused the API key "
@@ -219,16 +227,27 @@ class OpenAIChatClient:
             raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
         if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
             body = " ".join(str(response).split())[:80]
-            if self._tripped("unreachable", self.max_consecutive_unreachable):
-                raise FincheckError(
-                    f"{self._where} does not answer with chat "
-                    f"completions (a 200 reply began {body!r}): is {self.caller.base_url_flag} the API's "
-                    "/v1 URL? Answers so far are cached; rerun once it is fixed"
-                ) from None
-            raise LLMCallError(f"not a chat completion: {body!r}")
+            self._malformed(f"a 200 reply that began {body!r}")
+        if not isinstance(response.choices, list) or not response.choices:
+            self._malformed("a reply with no choices")
+        if getattr(response.choices[0], "message", None) is None:
+            self._malformed("a reply whose choice has no message")
         with self._lock:
             self._in_a_row.clear()
+            if isinstance(getattr(response, "model", None), str):
+                self.served_models.add(response.model)
         return response
+
+    def _malformed(self, what: str) -> NoReturn:
+        """A reply that is no chat completion, after the HTTP call succeeded: the example's call
+        fails (never cached: a rerun asks again); so many in a row stop the run."""
+        if self._tripped("unreachable", self.max_consecutive_unreachable):
+            raise FincheckError(
+                f"{self._where} does not answer with chat completions ({what}): is "
+                f"{self.caller.base_url_flag} the API's /v1 URL? Answers so far are cached; "
+                "rerun once it is fixed"
+            ) from None
+        raise LLMCallError(f"{self._where} sent {what}") from None
 
     def _tripped(self, breaker: str, limit: int) -> int:
         """One more failure of this kind in a row: their number once it reaches `limit` (the
@@ -237,6 +256,17 @@ class OpenAIChatClient:
             self._in_a_row[breaker] += 1
             n = self._in_a_row[breaker]
         return n if n >= limit else 0
+
+
+def _is_logprob(entry) -> bool:
+    """A top-logprob entry as the API defines it: a token and a finite log-probability <= 0."""
+    value = getattr(entry, "logprob", None)
+    return (
+        isinstance(getattr(entry, "token", None), str)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value <= 1e-6
+    )
 
 
 class _RefusedParameter(Exception):

@@ -125,7 +125,7 @@ def _run_info(opts: ScoreOptions) -> dict:
         calls = {t: c["calls_per_example"] for t, c in counts.items() if "calls_per_example" in c}
         if calls:
             info["llm_calls_per_example"] = calls
-    for key in ("method", "method_source", "backend", "client"):
+    for key in ("method", "method_source", "backend", "client", "served_models"):
         if config.get(key) is not None:
             info[key] = config[key]
     return info

@@ -8,6 +8,9 @@ order (the last one repeats):
   ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
   ("logprobs", text, {tok: lp})  `text`, and those top logprobs at the first token when the
                                  request asks for logprobs
+  ("raw", body, when)             200 with `body` (bytes or str) as application/json, for requests
+                                 that ask for logprobs when `when` is "logprobs", for all when
+                                 "always"; else as ("ok", "Yes")
   ("refuse", param, error, text) a 400 with `error` as the body's error object when the request
                                  carries `param`, else 200 with `text` (a server that does not
                                  support an option)
@@ -61,6 +64,16 @@ class FakeJudgeServer:
                 if kind == "status":
                     self._send(action[1], {"error": {"message": "scripted failure"}}, action[2])
                     return
+                if kind == "raw" and (action[2] == "always" or body.get("logprobs")):
+                    data = action[1] if isinstance(action[1], bytes) else action[1].encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if kind == "raw":
+                    action, kind = ("ok", "Yes"), "ok"
                 if kind == "html":
                     data = action[1].encode()
                     self.send_response(200)

@@ -278,6 +278,66 @@ def test_e2e_on_every_task_over_an_endpoint_retries_reads_logprobs_and_resumes(
             assert "sk-test-never-written" not in path.read_text(errors="ignore"), path
 
 
+def _completion(top: list | None, choices: bool = True) -> str:
+    """A chat completion body as an endpoint may send it, `Infinity` included (Python's json
+    writes and reads it, as the openai client does)."""
+    logprobs = {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]}
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"},
+              "finish_reason": "stop", "logprobs": logprobs}  # fmt: skip
+    return json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "served-7b",
+            "choices": [choice] if choices else [],
+        }  # fmt: skip
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "what"),
+    [
+        (_completion([{"token": "Yes", "logprob": math.inf, "bytes": None}]), "no log-probab"),
+        (_completion([{"token": "Yes", "logprob": math.nan, "bytes": None}]), "no log-probab"),
+        (_completion(None, choices=False), "a reply with no choices"),
+        ('{"id": "c", "choices": [{"index": 0, "mess', "a reply that is not JSON"),
+    ],
+)
+def test_a_malformed_p_yes_reply_fails_the_example_and_a_rerun_asks_again(
+    tmp_path, capsys, reply, what
+):
+    """A 200 reply to the P(Yes) call with an infinite or NaN logprob, no choices, or broken
+    JSON: the examples fail (exit 3; 1 once five replies in a row are no chat completion: the
+    run stops), one line, nothing is cached as "no P(Yes)" and no NaN is
+    written; a rerun against the healthy endpoint asks again and reads P(Yes)."""
+    out = tmp_path / "run"
+    healthy = ("logprobs", "Yes", {"Yes": math.log(0.6), "No": math.log(0.2)})
+    with FakeJudgeServer() as server:
+        server.script = {"QA pair supported": [("raw", reply, "logprobs")]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") in (1, 3)
+        err = capsys.readouterr().err
+        assert what in err and "Traceback" not in err
+        predictions = out / "predictions" / "qasem.jsonl"
+        assert not predictions.exists() or predictions.read_text() == ""
+        server.script = {"QA pair supported": [healthy]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 0
+    qasem = _lines(predictions)
+    assert qasem and all(r["p_yes"] == pytest.approx(0.75) for r in qasem)
+
+
+def test_the_model_named_in_the_replies_is_recorded(tmp_path):
+    """A router may serve another model than the one asked for: the name the replies carry
+    goes beside the predictions and into results.json."""
+    out = tmp_path / "run"
+    with FakeJudgeServer() as server:
+        server.script = {"QA pair supported": [("raw", _completion(None), "always")]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 0
+    config = json.loads((out / "predictions" / "eval_config.json").read_text())
+    assert config["served_models"] == ["served-7b"]
+    assert _score(out)["run"]["served_models"] == ["served-7b"]
+
+
 def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path):
     out = tmp_path / "pipe"
     with FakeJudgeServer() as server:

@@ -523,7 +523,24 @@ def test_an_html_reply_is_one_line_and_the_results_are_written(prepared_dir, tmp
         code = _score_with_fake_judge(prepared_dir, tmp_path, server)
     err = capsys.readouterr().err
     assert code == 3
-    assert "not a chat completion: '<html>Sign in</html>'" in err
+    assert "a 200 reply that began '<html>Sign in</html>'" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "run" / "results.json").is_file()
+
+
+def test_a_judge_reply_of_broken_json_is_one_line_and_the_results_are_written(
+    prepared_dir, tmp_path, capsys
+):
+    """A 200 whose body is cut JSON: each example's call fails (one line, never cached), the
+    run exits 3 and still writes results.json."""
+    pairs = _final_predictions(prepared_dir, tmp_path)
+    with FakeJudgeServer() as server:
+        for p in pairs:
+            server.script[p.target.splitlines()[0][3:]] = [("raw", '{"id": "x", "choi', "always")]
+        code = _score_with_fake_judge(prepared_dir, tmp_path, server)
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "a reply that is not JSON" in err
     assert "Traceback" not in err
     assert (tmp_path / "run" / "results.json").is_file()
 

@@ -238,6 +238,8 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         summary[task] = run_task(method, llm, opts, task, pairs)
         summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before + fitted
         record_generation(opts.predictions_dir, task, summary[task])
+    if getattr(client, "served_models", None):  # what the endpoint says it ran
+        record_loaded(opts.predictions_dir, served_models=sorted(client.served_models))
     return summary
 
 
