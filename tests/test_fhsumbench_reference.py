@@ -132,3 +132,78 @@ def test_the_table_covers_every_stage_and_label():
     assert {s for _, _, s in CASES} == {"parser", "fallback1", "fallback2", "invalid"}
     labels = {judgement_to_label(j) for _, j, _ in CASES}
     assert labels == {"no_hallu", "factual_hallu", "non_factual_hallu", "invalid"}
+
+
+def _langchain_loop(text: str):
+    """LangChain's own search, one character at a time (quadratic): the oracle for the jumps."""
+    import json
+
+    from fincheck.tasks.fhsumbench import reference
+
+    try:
+        return json.loads(text, strict=False)
+    except json.JSONDecodeError:
+        pass
+    out, closers, in_string, escaped = [], [], False, False
+    for char in text:
+        if in_string:
+            if char == '"' and not escaped:
+                in_string = False
+            elif char == "\n" and not escaped:
+                char = "\\n"
+            elif char == "\\":
+                escaped = not escaped
+            else:
+                escaped = False
+        elif char == '"':
+            in_string, escaped = True, False
+        elif char in "{[":
+            closers.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not closers or closers[-1] != char:
+                return None
+            closers.pop()
+        out.append(char)
+    if in_string:
+        if escaped:
+            out.pop()
+        out.append('"')
+    tail = "".join(reversed(closers))
+    while out:
+        try:
+            return json.loads("".join(out) + tail, strict=False)
+        except json.JSONDecodeError:
+            out.pop()
+    raise reference._NoJudgement
+
+
+def test_the_prefix_search_jumps_to_the_same_prefix_as_langchains_loop():
+    """On 20,000 random JSON-like texts the jumping search returns what LangChain's
+    one-character-at-a-time loop returns (or fails alike)."""
+    import random
+
+    from fincheck.tasks.fhsumbench import reference
+
+    rng = random.Random(0)
+    pieces = ['{', '}', '[', ']', '"', ',', ':', '\\', ' ', '\n', 'a', '1', '-', '.', 'e',
+              'true', 'false', 'null', '"Faithfulness"', '"Factuality"', '0', 'x']  # fmt: skip
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        results = []
+        for search in (reference.partial_json, _langchain_loop):
+            try:
+                results.append(("ok", search(text)))
+            except reference._NoJudgement:
+                results.append(("none", None))
+        assert results[0] == results[1], text
+
+
+def test_a_long_answer_is_read_in_linear_time():
+    """A 2 MB answer (the object, then prose): the one-character loop tries about two million
+    prefixes of up to 2 MB each (88 s on 100 KB, hours here); the search jumps to the object's
+    end at once."""
+    from fincheck.tasks.fhsumbench.reference import reference_judgement
+
+    answer = '{"Faithfulness": true, "Factuality": false}' + " Because the text says so." * 80_000
+    assert reference_judgement(answer) == ((True, False), "parser")
+    assert reference_judgement("I think " * 250_000) == (None, "invalid")

@@ -102,11 +102,18 @@ def partial_json(text: str) -> Any:
             out.pop()
         out.append('"')
     tail = "".join(reversed(closers))
-    while out:
+    # LangChain drops one character at a time until `prefix + tail` parses: quadratic (88 s on
+    # 100 KB). The same longest prefix, found by jumping: json reads left to right, so when
+    # `prefix[:k] + tail` fails at position p < k, every prefix[:k'] with p < k' <= k fails at p
+    # too (the same characters up to p; a cut inside an open string leaves it open, the tail
+    # holds no quote), and the next prefix that can parse is prefix[:p].
+    prefix = "".join(out)
+    k = len(prefix)
+    while k > 0:
         try:
-            return json.loads("".join(out) + tail, strict=False)
-        except json.JSONDecodeError:
-            out.pop()
+            return json.loads(prefix[:k] + tail, strict=False)
+        except json.JSONDecodeError as e:
+            k = e.pos if e.pos < k else k - 1
     raise _NoJudgement
 
 
