@@ -43,13 +43,16 @@ class PrepareGeneral(PrepareSettings):
     contamination_threshold: float = config_field(
         0.5,
         "drop a training pair when this share of its document's word shingles (of the smaller document) appears in an evaluation document",
+        above=0,
+        at_most=1,
     )
     contamination_shingle_size: int = config_field(
-        6, "words per shingle for the contamination guard"
+        6, "words per shingle for the contamination guard", at_least=1
     )
     max_pair_tokens: int | None = config_field(
         None,
         "token budget per pair (all messages); longer pairs get their grounding text trimmed, never the target",
+        at_least=1,
     )
     tokenizer: str | None = config_field(
         None, "tokenizer (name or path) that counts tokens for max_pair_tokens; unset = count words"

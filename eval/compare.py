@@ -196,7 +196,7 @@ class CompareOptions:
         None, "comma-separated run names (default: the folder names)"
     )
     out: Path | None = config_field(None, "write the markdown here (and NAME.json beside it)")
-    bootstrap: int = config_field(1000, "resamples of the paired differences")
+    bootstrap: int = config_field(1000, "resamples of the paired differences", at_least=0)
     seed: int = config_field(0, "bootstrap seed")
 
 

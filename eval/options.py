@@ -130,12 +130,14 @@ class Endpoint:
         60.0,
         "seconds per call (raise it for a slow server writing long answers)",
         applies=ENDPOINT,
+        above=0,
     )
     max_retries: int = config_field(
         4,
         "retries on 429/5xx/timeouts, honouring Retry-After (4: an endpoint that never answers "
         "gives a one-line error within about five minutes)",
         applies=ENDPOINT,
+        at_least=0,
     )
 
 
@@ -157,7 +159,7 @@ class EvalOptions(Endpoint, EvalRun):
     adapter: str | None = config_field(
         None, "LoRA adapter directory (from `fincheck train`)", applies=LOCAL
     )
-    batch_size: int = config_field(8, "prompts per generate call", applies=LOCAL)
+    batch_size: int = config_field(8, "prompts per generate call", applies=LOCAL, at_least=1)
     max_new_tokens: dict[str, int] = config_field(
         {},
         f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most a "
@@ -170,12 +172,14 @@ class EvalOptions(Endpoint, EvalRun):
         "prompt tokens at most: longer prompts have their grounding text trimmed (default: the "
         "window -- an adapter's training max_length, capped by the model's positions -- minus "
         "the task's --max-new-tokens; the rule detect uses too)",
+        at_least=1,
     )
     window: int | None = config_field(
         None,
         "tokens the model may see, prompt and answer (default: an adapter's training "
         "max_length, capped by the model's positions): gives an untuned base the same prompts "
         "as its adapter",
+        at_least=1,
     )
     template_kwargs: dict | None = config_field(
         None,
@@ -214,7 +218,7 @@ class EvalOptions(Endpoint, EvalRun):
         "whole, answers at the task's default budget)",
         applies=ENDPOINT,
     )
-    concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT)
+    concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT, at_least=1)
 
     def answer_budget(self, task: str, loaded) -> int:
         """--max-new-tokens for the task when given, else its default fitted to the window."""
@@ -260,7 +264,11 @@ class BaselineOptions(Endpoint, EvalRun):
         8, "examples in flight (a local model batches their calls)", applies=LLM
     )
     max_tokens: int = config_field(
-        512, "answer tokens per call, reasoning included", flag="llm_max_tokens", applies=LLM
+        512,
+        "answer tokens per call, reasoning included",
+        flag="llm_max_tokens",
+        applies=LLM,
+        at_least=1,
     )
     step1: str = config_field(
         "self",
@@ -358,13 +366,16 @@ class ScoreOptions:
     judge_api_key_env: str = config_field(
         "OPENAI_API_KEY", "environment variable holding the judge's API key", applies=JUDGE_API
     )
-    judge_concurrency: int = config_field(8, "judge calls in flight", applies=JUDGED)
-    judge_timeout: float = config_field(60.0, "seconds per judge call", applies=JUDGE_API)
+    judge_concurrency: int = config_field(8, "judge calls in flight", applies=JUDGED, at_least=1)
+    judge_timeout: float = config_field(60.0, "seconds per judge call", applies=JUDGE_API, above=0)
     judge_max_retries: int = config_field(
-        4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After", applies=JUDGE_API
+        4,
+        "retries on 429/5xx/timeouts/connection errors, honouring Retry-After",
+        applies=JUDGE_API,
+        at_least=0,
     )
     judge_max_tokens: int = config_field(
-        1024, "answer budget per judge call, reasoning included", applies=JUDGED
+        1024, "answer budget per judge call, reasoning included", applies=JUDGED, at_least=1
     )
     judge_cache: Path | None = config_field(
         None, "judge answer cache (default: OUT/judge_cache.jsonl)", applies=JUDGED
@@ -379,9 +390,11 @@ class ScoreOptions:
         0.02,
         "exit 3 when a larger share of the FINAL examples needing the judge got no usable answer",
         applies=JUDGED,
+        at_least=0,
+        at_most=1,
     )
     bootstrap_resamples: int = config_field(
-        1000, "bootstrap resamples for the CIs", flag="bootstrap"
+        1000, "bootstrap resamples for the CIs", flag="bootstrap", at_least=0
     )
     seed: int = config_field(0, "bootstrap seed")
     report_to: Literal["none", "wandb"] = config_field(

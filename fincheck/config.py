@@ -17,6 +17,7 @@ import difflib
 import enum
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -43,6 +44,10 @@ def config_field(
     cli: bool = True,
     positional: bool = False,
     metavar: str | None = None,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
 ) -> Any:
     """A dataclass field with its help text (mutable defaults are copied per instance).
 
@@ -52,17 +57,45 @@ def config_field(
     (`{"backend": ("local",)}`, or a list of such settings, any of which will do): given in
     another mode it is an error, never ignored; `cli=False`
     keeps a field off the command line (set by the code, not the user); `positional` makes it
-    the command's operands (`fincheck compare RUN [RUN ...]`).
+    the command's operands (`fincheck compare RUN [RUN ...]`). `at_least`, `above`, `at_most`,
+    `below`: the range of a number (checked wherever the value comes from, shown in --help).
     """
+    bounds = {"at_least": at_least, "above": above, "at_most": at_most, "below": below}
     metadata = {
         "help": help, "flag": flag, "parse": parse, "applies": applies or {}, "cli": cli,
         "positional": positional, "metavar": metavar,
+        "bounds": {k: v for k, v in bounds.items() if v is not None},
     }  # fmt: skip
     if isinstance(default, (list, dict, tuple)):
         return dataclasses.field(
             default_factory=functools.partial(copy.copy, default), metadata=metadata
         )
     return dataclasses.field(default=default, metadata=metadata)
+
+
+_BOUND_WORDS = {"at_least": "at least", "above": "above", "at_most": "at most", "below": "below"}
+_BOUND_HOLDS = {
+    "at_least": lambda v, b: v >= b,
+    "above": lambda v, b: v > b,
+    "at_most": lambda v, b: v <= b,
+    "below": lambda v, b: v < b,
+}
+
+
+def describe_bounds(f: dataclasses.Field) -> str:
+    """ "at least 1", "above 0 and below 1": a field's range in words ("" when it has none)."""
+    bounds = f.metadata.get("bounds") or {}
+    return " and ".join(f"{_BOUND_WORDS[k]} {v:g}" for k, v in bounds.items())
+
+
+def check_bounds(value: Any, f: dataclasses.Field, key: str) -> Any:
+    """`value` when it lies in the field's range (None passes: an optional field's "unset")."""
+    bounds = f.metadata.get("bounds") or {}
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if not all(_BOUND_HOLDS[k](value, b) for k, b in bounds.items()):
+        raise FincheckError(f"{key}: must be {describe_bounds(f)}, got {value!r}")
+    return value
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -123,10 +156,13 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
                 return int(value)
         raise FincheckError(f"{key}: expected an integer, got {value!r}")
     if annotation is float:
+        number = None
         with contextlib.suppress(TypeError, ValueError):  # a list, "ten"
             if not isinstance(value, bool):
-                return float(value)
-        raise FincheckError(f"{key}: expected a number, got {value!r}")
+                number = float(value)
+        if number is None or not math.isfinite(number):  # nan, inf: no option means them
+            raise FincheckError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if annotation is Path:
         if not isinstance(value, (str, Path)):
             raise FincheckError(f"{key}: expected a path, got {value!r}")
@@ -191,6 +227,7 @@ def config_values(
     against its field's type; an unknown key is an error with the closest names (`listing`
     replaces the list of valid keys, for a class with many)."""
     types_ = field_types(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -199,13 +236,14 @@ def config_values(
         for key, value in read_yaml_mapping(path).items():
             if key not in types_:
                 raise _unknown_key_error(cls, key, str(path), listing)
-            values[key] = coerce(value, types_[key], f"{path}: {key}")
+            where = f"{path}: {key}"
+            values[key] = check_bounds(coerce(value, types_[key], where), fields[key], where)
     for key, value in (overrides or {}).items():
         if key not in types_:
             raise _unknown_key_error(cls, key, "command line", listing)
         if isinstance(value, str):
             value = text_value(value, types_[key])
-        values[key] = coerce(value, types_[key], f"--{key}")
+        values[key] = check_bounds(coerce(value, types_[key], f"--{key}"), fields[key], f"--{key}")
     return values
 
 
@@ -258,8 +296,10 @@ def describe_config(cls: type) -> str:
         type_name = getattr(types_[f.name], "__name__", None) or str(types_[f.name]).replace(
             "typing.", ""
         )
+        bounds = f" ({describe_bounds(f)})" if describe_bounds(f) else ""
         lines.append(
-            f"  --{f.name}  ({type_name}, default {default!r})\n      {f.metadata.get('help', '')}"
+            f"  --{f.name}  ({type_name}, default {default!r})\n      "
+            f"{f.metadata.get('help', '')}{bounds}"
         )
     return "\n".join(lines)
 
@@ -388,6 +428,8 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
         return
     if _conditions(f):
         text += f" [with {_describe_conditions(f, cls, '/')}]"
+    if bounds := describe_bounds(f):
+        text += f" ({bounds})"
     if annotation is bool:
         action = {"action": "store_const", "const": "false" if default is True else "true"}
     else:
@@ -421,7 +463,7 @@ def read_options(cls: type[T], args: argparse.Namespace) -> T:
                 value = [parse(r) if parse else r for r in raw]
             else:
                 value = parse(raw) if parse else text_value(raw, types_[f.name])
-            values[f.name] = coerce(value, types_[f.name], key)
+            values[f.name] = check_bounds(coerce(value, types_[f.name], key), f, key)
         except (ValueError, FincheckError) as e:
             message = str(e) if str(e).startswith(key) else f"{key}: {e}"
             raise UsageError(message) from None

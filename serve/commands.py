@@ -60,17 +60,19 @@ class DetectOptions:
     summary: str | None = config_field(None, "file with the summary / generated output")
     input: str | None = config_field(None, "JSONL input file (see below)")
     out: str | None = config_field(None, "JSONL output file (default: stdout)")
-    batch_size: int = config_field(4, "inputs per forward pass")
+    batch_size: int = config_field(4, "inputs per forward pass", at_least=1)
     max_new_tokens: int | None = config_field(
         None,
         "tokens generated for the free-text answers (descriptions, judgement) (default: each "
         "task's own, as in `fincheck eval`)",
+        at_least=1,
     )
     max_input_tokens: int | None = config_field(
         None,
         "prompt tokens at most: longer documents are trimmed (default: the adapter's training "
         "max_length, capped by the model's positions, minus the answer's budget; the rule "
         "`fincheck eval` uses)",
+        at_least=1,
     )
     device: str | None = config_field(None, "cpu, cuda, cuda:1 (default: cuda if available)")
     dtype: str = config_field(

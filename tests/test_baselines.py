@@ -291,7 +291,7 @@ def _completion(top: list | None, choices: bool = True) -> str:
             "created": 0,
             "model": "served-7b",
             "choices": [choice] if choices else [],
-        }  # fmt: skip
+        }
     )
 
 

@@ -72,3 +72,38 @@ def test_a_misspelt_command_flag_names_the_closest(capsys):
     with pytest.raises(SystemExit):
         main(["score", "--data", "d", "--predictions", "p", "--out", "o", "--judge-modle", "m"])
     assert "--judge-modle (did you mean --judge-model?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["baseline", "--method", "e2e", "--model", "m", "--backend", "openai", "--timeout", "-5"],
+         "--timeout: must be above 0, got -5.0"),
+        (["baseline", "--method", "e2e", "--model", "m", "--backend", "openai", "--timeout", "nan"],
+         "--timeout: expected a finite number, got 'nan'"),
+        (["baseline", "--method", "e2e", "--model", "m", "--backend", "openai", "--max-retries",
+          "-1"], "--max-retries: must be at least 0, got -1"),
+        (["eval", "--model", "m", "--batch-size", "0", "--no-prefix-reuse"],
+         "--batch-size: must be at least 1, got 0"),
+        (["score", "--predictions", "p", "--bootstrap", "-3"],
+         "--bootstrap: must be at least 0, got -3"),
+    ],
+)  # fmt: skip
+def test_a_number_out_of_its_range_is_a_usage_error_naming_the_flag(argv, said, tmp_path, capsys):
+    """Values are range-checked where they are declared, for every command alike: a negative
+    timeout, a NaN, a batch of 0 stop before anything runs (exit 2, one line)."""
+    from fincheck.cli import main
+
+    small = Path(__file__).parent / "assets" / "prepared"
+    assert main([*argv, "--data", str(small), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_range_is_shown_in_help(capsys):
+    from fincheck.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "(at least 1)" in " ".join(capsys.readouterr().out.split())

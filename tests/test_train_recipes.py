@@ -253,3 +253,22 @@ def test_a_hub_token_in_a_recipe_is_refused_before_it_is_written_anywhere(where,
     with pytest.raises(FincheckError, match="hub_token: a token in a recipe") as error:
         read_recipe_values(recipe, overrides)
     assert "hf_secret123" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "said"),
+    [
+        ("per_device_train_batch_size: 0\n", "per_device_train_batch_size: must be at least 1"),
+        ("lora_dropout: 1.5\n", "lora_dropout: must be at least 0 and below 1, got 1.5"),
+        ("learning_rate: .nan\n", "learning_rate: expected a finite number"),
+        ("learning_rate: -1.0e-4\n", "learning_rate: must be above 0"),
+    ],
+)
+def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said, tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(FincheckError, match=re.escape(f"{path}: {said}")):
+        load_recipe(path)
+    key = yaml_text.split(":")[0]
+    with pytest.raises(FincheckError, match=re.escape(f"--{key}: ")):
+        load_recipe(None, [f"--{key}={yaml_text.split(': ')[1].strip()}"])

@@ -66,6 +66,8 @@ class DataMixture:
         0.5,
         "drop (instead of trimming) a pair when less than this fraction of its grounding text "
         "would remain: a heavily cut document may no longer support the gold label",
+        at_least=0,
+        at_most=1,
     )
 
     def __post_init__(self) -> None:

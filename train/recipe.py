@@ -79,9 +79,9 @@ class SFTRecipe(SFTConfig):
         "and detection (Qwen3: {enable_thinking: false} puts its empty think block in the prompt)",
     )
     # --- fincheck: LoRA ---------------------------------------------------------------------
-    lora_r: int = config_field(16, "LoRA rank")
-    lora_alpha: int = config_field(32, "LoRA scaling numerator (scale = alpha / r)")
-    lora_dropout: float = config_field(0.05, "dropout on the LoRA input")
+    lora_r: int = config_field(16, "LoRA rank", at_least=1)
+    lora_alpha: int = config_field(32, "LoRA scaling numerator (scale = alpha / r)", above=0)
+    lora_dropout: float = config_field(0.05, "dropout on the LoRA input", at_least=0, below=1)
     lora_target_modules: list[str] = config_field(
         ["all-linear"], "modules that get adapters: 'all-linear' or names like q_proj,v_proj"
     )
@@ -93,7 +93,9 @@ class SFTRecipe(SFTConfig):
         "configs/data/all-tasks.yaml", "the task mixture file (tasks, weights, max examples)"
     )
     eval_max_examples: int = config_field(
-        256, "dev pairs whose loss is evaluated every eval_steps (per task mixture order)"
+        256,
+        "dev pairs whose loss is evaluated every eval_steps (per task mixture order)",
+        at_least=0,
     )
     dev_figures: list[str] = config_field(
         [],
@@ -119,6 +121,7 @@ class SFTRecipe(SFTConfig):
         "tokens per tree-packed sequence (default: 2 x max_length); a larger tree is split "
         "into pieces that each fit, every pair kept. With flex_attention every row is padded to "
         "it (rounded up to 128): one shape, compiled once.",
+        at_least=1,
     )
     overwrite_output_dir: bool = config_field(
         False,
@@ -132,7 +135,10 @@ class SFTRecipe(SFTConfig):
         "CPU needs bf16 units (AMX / avx512_bf16). Sets TRL's bf16/fp16 keys.",
     )
     warmup_ratio: float = config_field(
-        0.03, "fraction of the steps spent warming up, in [0, 1) (used when warmup_steps is 0)"
+        0.03,
+        "fraction of the steps spent warming up, in [0, 1) (used when warmup_steps is 0)",
+        at_least=0,
+        below=1,
     )
     release_host_memory: bool = config_field(
         True,
@@ -145,15 +151,20 @@ class SFTRecipe(SFTConfig):
         2048,
         "tokens per example; longer pairs are trimmed on the grounding text (never the target) "
         "or dropped, and counted",
+        at_least=1,
     )
     num_train_epochs: float = config_field(
-        2.0, "epochs over the mixture (ignored if max_steps > 0)"
+        2.0, "epochs over the mixture (ignored if max_steps > 0)", above=0
     )
-    per_device_train_batch_size: int = config_field(4, "examples per process per micro-step")
+    per_device_train_batch_size: int = config_field(
+        4, "examples per process per micro-step", at_least=1
+    )
     gradient_accumulation_steps: int = config_field(
-        4, "micro-steps per optimizer step (global batch = per_device x accumulation x processes)"
+        4,
+        "micro-steps per optimizer step (global batch = per_device x accumulation x processes)",
+        at_least=1,
     )
-    learning_rate: float = config_field(2e-4, "peak learning rate")
+    learning_rate: float = config_field(2e-4, "peak learning rate", above=0)
     lr_scheduler_type: str = config_field("cosine", "schedule: cosine, linear, constant, ...")
     optim: str = config_field("adamw_torch", "optimizer name as in transformers' TrainingArguments")
     activation_checkpointing: bool | None = config_field(
@@ -169,8 +180,10 @@ class SFTRecipe(SFTConfig):
         None, "where the run goes (default: checkpoints/<run_name>)"
     )
     logging_first_step: bool = config_field(True, "log the first step too")
-    save_steps: float = config_field(200, "save a resumable checkpoint every N steps")
-    save_total_limit: int | None = config_field(3, "keep at most N checkpoints (oldest removed)")
+    save_steps: float = config_field(200, "save a resumable checkpoint every N steps", above=0)
+    save_total_limit: int | None = config_field(
+        3, "keep at most N checkpoints (oldest removed)", at_least=1
+    )
     report_to: list[str] = config_field(
         ["none"], "loggers: none, wandb, tensorboard (wandb honours WANDB_MODE=offline)"
     )

@@ -62,13 +62,13 @@ _T7 = "FHSumBench paper, Table 7 (appendix)"
 @dataclass
 class FhsumbenchPrepareOptions(PrepareSettings):
     fhsumbench_train_fraction: float = config_field(
-        0.4, "FHSumBench share for training (grouped by source document)"
+        0.4, "FHSumBench share for training (grouped by source document)", at_least=0, at_most=1
     )
     fhsumbench_dev_fraction: float = config_field(
-        0.1, "FHSumBench share for validation (grouped by source document)"
+        0.1, "FHSumBench share for validation (grouped by source document)", at_least=0, at_most=1
     )
     fhsumbench_test_fraction: float = config_field(
-        0.5, "FHSumBench share for evaluation (grouped by source document)"
+        0.5, "FHSumBench share for evaluation (grouped by source document)", at_least=0, at_most=1
     )
     fhsumbench_eval_all: bool = config_field(
         False,

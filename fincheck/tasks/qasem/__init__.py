@@ -79,6 +79,8 @@ class QasemPrepareOptions(PrepareSettings):
     qasem_dev_fraction: float = config_field(
         0.15,
         "share of QASem's dev QAs held out as our dev split (grouped by response); its test split is the evaluation set",
+        at_least=0,
+        below=1,
     )
 
     def check(self) -> None:
