@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError, UsageError
+from fincheck.jsonl import read_utf8
 
 T = TypeVar("T")
 
@@ -205,13 +206,31 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
+    keeps the last silently, so a recipe's first `learning_rate:` would be ignored."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} on line {line} was already given on line {seen[key]}",
+                    key_node.start_mark,
+                )  # fmt: skip
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping (empty file = {}), or a one-line error."""
     path = Path(path)
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        loaded = yaml.load(read_utf8(path), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
-        raise FincheckError(f"{path}: not valid YAML: {e}") from None
+        raise FincheckError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(loaded, dict):
         raise FincheckError(f"{path}: the top level must be a mapping of key: value")
     return loaded

@@ -286,3 +286,31 @@ def test_a_base_without_a_chat_template_says_what_to_use_instead():
         FincheckError, match=r"gemma-3-270m has no chat template .*chat_template_path"
     ):
         render_chat(tokenizer, [{"role": "user", "content": "hi"}], add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "eval_config.json", "recipe.yaml"])
+def test_bad_bytes_in_a_json_or_yaml_file_name_the_file_and_the_byte(name, tmp_path):
+    """A damaged file (a byte that is no UTF-8) is one line naming it, never a traceback."""
+    from fincheck.config import read_yaml_mapping
+    from fincheck.errors import FincheckError
+    from fincheck.jsonl import read_json_object
+
+    path = tmp_path / name
+    path.write_bytes(
+        b'{"a": 1,\n "b": "caf\xe9"}\n' if name.endswith("json") else b"a: 1\nb: caf\xe9\n"
+    )
+    reader = read_yaml_mapping if name.endswith("yaml") else read_json_object
+    with pytest.raises(FincheckError, match=rf"{path}:2: not UTF-8 text \(byte 0xe9 at offset"):
+        reader(path)
+
+
+def test_a_key_given_twice_in_a_recipe_is_an_error_naming_both_lines(tmp_path):
+    from fincheck.config import read_yaml_mapping
+    from fincheck.errors import FincheckError
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text("learning_rate: 1.0e-4\nmax_steps: 3\nlearning_rate: 2.0e-4\n")
+    with pytest.raises(
+        FincheckError, match="'learning_rate' on line 3 was already given on line 1"
+    ):
+        read_yaml_mapping(path)

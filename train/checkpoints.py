@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError
+from fincheck.jsonl import read_json_object
 from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 
@@ -238,7 +238,7 @@ def check_state_files(checkpoint: Path) -> None:
 def finished_at(checkpoint: Path, max_steps: int) -> int | None:
     """The checkpoint's step when its run has nothing left to train (it reached `max_steps`, or
     without one the step count the run derived from its epochs), else None."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    state = read_json_object(checkpoint / "trainer_state.json")
     target = max_steps if max_steps > 0 else state.get("max_steps")
     step = int(state.get("global_step", 0))
     return step if target and step >= target else None
@@ -259,7 +259,7 @@ def best_checkpoint(checkpoint: Path) -> Path | None:
     state_file = checkpoint / "trainer_state.json"
     if not state_file.is_file():
         return None
-    best = json.loads(state_file.read_text(encoding="utf-8")).get("best_model_checkpoint")
+    best = read_json_object(state_file).get("best_model_checkpoint")
     if not best:
         return None
     found = checkpoint.parent / Path(best).name
@@ -273,7 +273,7 @@ def best_checkpoint(checkpoint: Path) -> Path | None:
 
 def best_adapter_record(checkpoint: Path, best: Path, metric: str | None) -> dict[str, Any]:
     """What run metadata says of a final adapter taken from the best checkpoint."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    state = read_json_object(checkpoint / "trainer_state.json")
     return {"checkpoint": best.name, "metric": metric, "value": state.get("best_metric")}
 
 
@@ -291,7 +291,7 @@ def check_resume_compatible(
 ) -> None:
     """Stop before resuming a checkpoint made with another base model, recipe or number of
     processes (each process saved its own share of the optimizer state and its RNG state)."""
-    info = json.loads((checkpoint / COMPLETE_MARKER).read_text(encoding="utf-8"))
+    info = read_json_object(checkpoint / COMPLETE_MARKER)
     saved_by = info.get("world_size")
     if world_size is not None and saved_by not in (None, world_size):
         raise FincheckError(
@@ -315,7 +315,7 @@ def check_resume_compatible(
 
 def read_checkpoint_recipe(checkpoint: Path) -> dict[str, Any]:
     path = checkpoint / RECIPE_FILE
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_yaml_mapping(path) if path.is_file() else {}
 
 
 def write_run_files(
