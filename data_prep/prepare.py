@@ -21,6 +21,7 @@ from fincheck import __version__
 from fincheck.config import config_field, config_to_dict
 from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.errors import FincheckError
+from fincheck.out_lock import claim_out_dir
 from fincheck.pairs import SPLITS, Pair, write_pairs
 from fincheck.prompting import prompt_hashes
 from fincheck.raw_records import RecordStream
@@ -180,6 +181,7 @@ def run_prepare(
     sources = [source for task in config.tasks for source in get_task(task).sources(config)]
     user_files = [source.path for source in sources if isinstance(source, UserFile)]
     refuse_overlap(out_dir, [sources_dir, *user_files])
+    claim_out_dir(out_dir, "--out", ("manifest.json", "manifest.json.tmp", *task_names()))
     clock = Stopwatch()
     files: dict[str, Path] = {}  # source name -> verified local file
     inputs: dict[str, dict[str, Any]] = {}  # source name -> manifest entry

@@ -167,6 +167,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     if annotation is Path:
         if not isinstance(value, (str, Path)):
             raise FincheckError(f"{key}: expected a path, got {value!r}")
+        if not str(value).strip():  # Path("") is the current folder: never what was meant
+            raise FincheckError(f"{key}: expected a path, got an empty string")
         return Path(value)
     if annotation is str:
         if isinstance(value, (dict, list)):

@@ -10,22 +10,50 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 
 from fincheck.errors import FincheckError
 
 LOCK_FILE = ".fincheck.lock"
+# Written into every output folder fincheck claims: a folder with neither this nor what the
+# command itself writes there is someone else's, and is never written into.
+OWN_MARKER = ".fincheck-out"
+# What eval, baseline and score write at the top of their --out (score may share eval's).
+EVAL_OUTPUTS = (LOCK_FILE, "predictions", "results.json", "report.md", "scored", "plots",
+                "judge_cache.jsonl", "llm_cache.jsonl")  # fmt: skip
+
+
+def claim_out_dir(out_dir: str | Path, flag: str, own: Sequence[str] = ()) -> Path:
+    """The output folder, made if new, refused when it holds files fincheck did not write (the
+    repository root, `/`, a home folder): an allow-list, so nothing of the user's is
+    overwritten or mixed with. Fincheck's own: empty, marked by an earlier claim, or holding one
+    of `own` (the command's own outputs, or names matching `own`'s patterns, e.g.
+    "checkpoint-*")."""
+    out = Path(out_dir)
+    if out.exists() and out.is_dir():
+        entries = [p.name for p in out.iterdir()]
+        ours = [n for n in entries if n == OWN_MARKER or any(fnmatch(n, pat) for pat in own)]
+        if entries and not ours:
+            shown = ", ".join(sorted(entries)[:4]) + (", ..." if len(entries) > 4 else "")
+            raise FincheckError(
+                f"{flag} {out} holds files fincheck did not write ({shown}): choose a new or "
+                "empty folder (nothing in it is overwritten)"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OWN_MARKER).touch()
+    return out
 
 
 @contextlib.contextmanager
 def hold_out_dir(out_dir: str | Path, command: str) -> Iterator[None]:
-    """Hold OUT for `command`; refuse at once if another process holds it. A command that ends
-    having written nothing (a bad option found late) leaves no lock file behind, nor the folder
-    when it made it."""
+    """Hold OUT for `command` (claimed first: `claim_out_dir`); refuse at once if another process
+    holds it. A command that ends having written nothing (a bad option found late) leaves no
+    lock file behind, nor the folder when it made it."""
     out = Path(out_dir)
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    claim_out_dir(out, "--out", EVAL_OUTPUTS)
     with (out / LOCK_FILE).open("a+", encoding="utf-8") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -42,8 +70,9 @@ def hold_out_dir(out_dir: str | Path, command: str) -> Iterator[None]:
         try:
             yield
         finally:
-            if [p.name for p in out.iterdir()] == [LOCK_FILE]:  # nothing written: leave no trace
+            if {p.name for p in out.iterdir()} <= {LOCK_FILE, OWN_MARKER}:  # nothing written
                 (out / LOCK_FILE).unlink()
+                (out / OWN_MARKER).unlink(missing_ok=True)
                 if made:
                     out.rmdir()
             fcntl.flock(f, fcntl.LOCK_UN)

@@ -314,3 +314,46 @@ def test_a_key_given_twice_in_a_recipe_is_an_error_naming_both_lines(tmp_path):
         FincheckError, match="'learning_rate' on line 3 was already given on line 1"
     ):
         read_yaml_mapping(path)
+
+
+def test_training_never_writes_into_a_folder_that_is_not_its_own(tmp_path, monkeypatch):
+    """An output_dir holding someone's files (the repository root: TRL's model card would
+    replace README.md; `/`) is refused before anything is written; a new, empty or earlier
+    run folder is used."""
+    from fincheck.errors import FincheckError
+    from fincheck.train.recipe import load_recipe
+    from fincheck.train.sft import build_trainer
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    small = repo / "tests" / "assets" / "prepared"
+    foreign = tmp_path / "project"
+    foreign.mkdir()
+    (foreign / "README.md").write_text("mine")
+    root_like = tmp_path / "root"  # as `/` (a regression must not write into the real one)
+    for name in ("bin", "etc", "home"):
+        (root_like / name).mkdir(parents=True)
+    for out in (foreign, root_like):
+        recipe = load_recipe(repo / "configs" / "train" / "tiny-cpu.yaml",
+                             [f"--dataset_dir={small}", f"--output_dir={out}", "--deepspeed="])  # fmt: skip
+        with pytest.raises(FincheckError, match=f"output_dir {out} holds files fincheck did not"):
+            build_trainer(recipe)
+    assert [p.name for p in foreign.iterdir()] == ["README.md"]
+
+
+@pytest.mark.parametrize("out", ["", "foreign"])
+def test_an_out_that_is_empty_or_someone_elses_folder_is_refused(
+    out, tmp_path, capsys, monkeypatch
+):
+    """`--out ""` would be the current folder; a folder of other files is never mixed into."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = ["baseline", "--method", "overlap", "--data", str(small), "--no-progress", "--out", out]
+    code, err = run_cli(capsys, *args)
+    assert code in (1, 2) and err.count("\n") <= 1
+    assert ("empty string" if not out else "holds files fincheck did not write (notes.txt)") in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["foreign", "notes.txt"]
+    # fincheck's own folders stay usable: a new one, then the same again (resumed)
+    assert main([*args[:-1], "mine"]) == 0 and main([*args[:-1], "mine"]) == 0

@@ -35,6 +35,7 @@ from fincheck.config import build_config, describe_config
 from fincheck.errors import FincheckError
 from fincheck.inference import template_fingerprint
 from fincheck.models import resolve_model
+from fincheck.out_lock import claim_out_dir
 from fincheck.prepared import require_prepared_dir
 from fincheck.prompting import prompt_hashes
 from fincheck.runs import relative_base
@@ -160,7 +161,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
-    output_dir = Path(recipe.output_dir)
+    output_dir = claim_out_dir(recipe.output_dir, "output_dir", checkpoints.RUN_FOLDER_NAMES)
     mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
