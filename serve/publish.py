@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,13 +125,14 @@ def _write_upload_files(
     license: str,
     base: PublishedBase,
 ) -> list[str]:
+    check_safetensors(run.path / ADAPTER_WEIGHTS)
     copy_regular_file(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS, run.root)
     adapter_config = dict(run.adapter_config)
     metadata = dict(run.metadata)
     if base.shipped is not None:
         # The base exists only in this run: ship it as base/ and point the adapter at the
         # shipped copy instead of a path on this machine.
-        shutil.copytree(base.shipped, out_dir / "base", ignore=_skip_pickles_and_links)
+        copy_base_files(base.shipped, out_dir / "base")
         adapter_config["base_model_name_or_path"] = "base"
         if metadata:
             metadata["base_model"] = "base"
@@ -175,17 +177,57 @@ def copy_regular_file(source: Path, target: Path, root: Path) -> None:
     shutil.copyfile(source, target)
 
 
-def _skip_pickles_and_links(directory: str, names: list[str]) -> list[str]:
-    """copytree filter for base/: no pickles, nothing but regular files and folders."""
-    skipped = []
-    for name in names:
-        path = Path(directory) / name
-        if path.is_symlink():
-            log.warning("not uploading %s: a symlink", path)
-            skipped.append(name)
-        elif name.endswith((".bin", ".pt", ".pth", ".pkl")):
-            skipped.append(name)
-    return skipped
+# What a shipped base folder may upload (an allow-list: anything else in base/, a `.env`, a
+# key, a notebook, is left out and named): its config, safetensors weights and tokenizer.
+BASE_FILES = ("config.json", "generation_config.json", "model.safetensors",
+              "model-*-of-*.safetensors", "model.safetensors.index.json", "fincheck_model.json",
+              *TOKENIZER_FILES)  # fmt: skip
+
+
+def copy_base_files(source: Path, target: Path) -> None:
+    """The files of `source` that BASE_FILES allows, each a regular file with no other name on
+    this machine (a hard link shares its bytes with a file elsewhere: a key, a token); the rest
+    is left out, said once."""
+    target.mkdir()
+    left_out = []
+    for path in sorted(source.iterdir()):
+        allowed = any(fnmatch(path.name, pattern) for pattern in BASE_FILES)
+        if not allowed or path.is_symlink() or not path.is_file() or path.stat().st_nlink > 1:
+            left_out.append(path.name)
+            continue
+        if path.name.endswith(".safetensors"):
+            check_safetensors(path)
+        shutil.copyfile(path, target / path.name)
+    if left_out:
+        log.warning(
+            "not uploading from %s (only a model's config, safetensors weights and tokenizer "
+            "files, each a regular file without hard links, are shipped): %s",
+            source, ", ".join(left_out),
+        )  # fmt: skip
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file, not something else renamed (a pickle runs code when loaded): an
+    8-byte little-endian header length, a JSON object of that length, tensors within the file."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+        header = f.read(length) if 0 < length <= min(size - 8, 100 << 20) else b""
+    try:
+        entries = json.loads(header)
+    except (ValueError, UnicodeDecodeError):
+        entries = None
+    ends = [
+        v["data_offsets"][1]
+        for k, v in (entries or {}).items()
+        if k != "__metadata__" and isinstance(v, dict) and len(v.get("data_offsets", ())) == 2
+    ]
+    if not isinstance(entries, dict) or 8 + length + max(ends, default=0) > size:
+        raise FincheckError(
+            f"{path} is not a safetensors file (its header does not read as one): only "
+            "safetensors weights are published"
+        )
 
 
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:

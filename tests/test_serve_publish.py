@@ -519,3 +519,43 @@ def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path,
                  "--summary", str(repo / "summary.txt")]) == 0  # fmt: skip
     detected = json.loads(capsys.readouterr().out)
     assert detected["raw"]["final"] and plain.stdout.strip() == detected["raw"]["final"]
+
+
+def test_a_shipped_base_uploads_only_a_models_files(run_dir, tmp_path, caplog):
+    """base/ is copied by allow-list: config, safetensors weights, tokenizer; a `.env`, a key,
+    a hard link to a file elsewhere on the machine are left out and named."""
+    import logging
+    import os
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    base = run / "base"
+    (base / ".env").write_text("HF_TOKEN=hf_secret")
+    (base / ".ssh").mkdir()
+    (base / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"secret": 1}')
+    (base / "generation_config.json").unlink(missing_ok=True)
+    os.link(outside, base / "generation_config.json")  # an allowed name, but a hard link
+    out = tmp_path / "repo"
+    with caplog.at_level(logging.WARNING):
+        publish(run, "me/tiny", dry_run=out)
+    shipped = sorted(p.name for p in (out / "base").iterdir())
+    assert ".env" not in shipped and ".ssh" not in shipped
+    assert "generation_config.json" not in shipped and "model.safetensors" in shipped
+    assert ".env" in caplog.text and "generation_config.json" in caplog.text
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"hf_secret" not in path.read_bytes() and b"PRIVATE KEY" not in path.read_bytes()
+
+
+def test_an_adapter_that_is_not_safetensors_is_refused(run_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "adapter_model.safetensors").write_bytes(b"\x80\x04\x95 a pickle, renamed")
+    with pytest.raises(FincheckError, match="is not a safetensors file"):
+        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())

@@ -272,3 +272,21 @@ def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said,
     key = yaml_text.split(":")[0]
     with pytest.raises(FincheckError, match=re.escape(f"--{key}: ")):
         load_recipe(None, [f"--{key}={yaml_text.split(': ')[1].strip()}"])
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "place"),
+    [
+        ("model_init_kwargs: {token: abc123}\n", "model_init_kwargs.token"),
+        ("model_init_kwargs: {revision: main}\nhub_model_id: hf_abcdefghijklmnopqrstuvwx\n",
+         "hub_model_id"),
+    ],
+)  # fmt: skip
+def test_a_token_anywhere_in_a_recipe_is_refused_without_echoing_it(yaml_text, place, tmp_path):
+    """Not only `hub_token`: a nested key named like a secret, or a value shaped like a hub
+    key, would land in recipe.yaml, every checkpoint and the published card."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: tiny\n" + yaml_text)
+    with pytest.raises(FincheckError, match=rf"{re.escape(place)}: a token in a recipe") as error:
+        read_recipe_values(recipe)
+    assert "abc123" not in str(error.value) and "hf_abcdef" not in str(error.value)

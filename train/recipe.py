@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -349,19 +350,47 @@ def read_recipe_values(
 
 
 # Recipe keys that hold secrets: refused, since a recipe is copied into every run it starts.
-SECRET_KEYS = ("hub_token",)
+# A key named like a secret, anywhere in the recipe (`hub_token`, `model_init_kwargs: {token:
+# ...}`), or a value shaped like a hub or API key: refused, named by its place, never echoed.
+SECRET_KEY = re.compile(
+    r"(?:^|_)(?:token|secret|password|passwd|api_?key|credentials?)$", re.IGNORECASE
+)
+SECRET_VALUE = re.compile(r"^(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,})$")
+# Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
+NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
+                             "cls_token", "mask_token"})  # fmt: skip
+
+
+def secret_places(value: Any, where: str = "") -> list[str]:
+    """The places (`model_init_kwargs.token`) in a recipe that hold a secret."""
+    if isinstance(value, dict):
+        found = []
+        for key, inner in value.items():
+            place = f"{where}.{key}" if where else str(key)
+            named = SECRET_KEY.search(str(key)) and str(key) not in NOT_SECRET_KEYS
+            if (
+                named
+                and inner not in (None, "", False, [], {})
+                and not isinstance(inner, (int, float))
+            ):
+                found.append(place)
+            else:
+                found += secret_places(inner, place)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in secret_places(v, f"{where}[{i}]")]
+    return [where] if isinstance(value, str) and SECRET_VALUE.match(value.strip()) else []
 
 
 def validate_recipe(values: dict[str, Any]) -> None:
     """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
     parse_dtype(values["torch_dtype"])
-    for key in SECRET_KEYS:
-        if values.get(key):
-            raise FincheckError(
-                f"{key}: a token in a recipe would be written to recipe.yaml, every checkpoint's "
-                "training_args.bin and the wandb config; log in with `huggingface-cli login` or "
-                "set HF_TOKEN in the environment instead"
-            )
+    if places := secret_places(values):
+        raise FincheckError(
+            f"{', '.join(places)}: a token in a recipe would be written to recipe.yaml, every "
+            "checkpoint's training_args.bin, the wandb config and a published model card; log in "
+            "with `huggingface-cli login` or set HF_TOKEN in the environment instead"
+        )
     if values["max_length"] is None or values["max_length"] < 64:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
     if values["lora_r"] <= 0:
