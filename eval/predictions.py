@@ -183,6 +183,7 @@ SAME_RUN_KEYS = (
     "nli_labels",
     "step1",
     "step2",
+    "tokenizer",  # a served detector's prompts fitted with it (or sent whole without one)
 )
 
 

@@ -122,9 +122,19 @@ def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
 
 
 def read_pairs(path: Path) -> Iterator[Pair]:
-    """Read a pairs file, validating every line."""
+    """Read a pairs file, validating every line; an id given twice is an error naming both lines
+    (eval would write two predictions that score refuses, training would train it twice)."""
+    seen: dict[str, int] = {}
     for line_no, record in iter_json_objects(path):
         validate_pair_dict(record, str(path), line_no)
+        if record["id"] in seen:
+            raise InvalidRecordError(
+                str(path),
+                line_no,
+                "id",
+                f"{record['id']!r} again (first on line {seen[record['id']]})",
+            )
+        seen[record["id"]] = line_no
         yield Pair(
             id=record["id"],
             task=record["task"],

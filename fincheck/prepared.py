@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
 from fincheck.jsonl import read_json_object
 from fincheck.pairs import Pair, read_pairs
@@ -38,7 +39,26 @@ def read_split(dataset_dir: str | Path, task: str, split: str) -> list[Pair]:
             f"no {split} pairs for task {task!r}: {path} is missing. Run `fincheck prepare` "
             f"(with {task!r} among its tasks) first."
         )
+    check_recorded_sha256(dataset_dir, path)
     return list(read_pairs(path))
+
+
+def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
+    """A split file as `fincheck prepare` wrote it: its sha256 is the one the manifest records
+    (and the data fingerprint is made of), so results and runs that name the fingerprint name
+    these very pairs. A file edited by hand, or a folder re-prepared under a kept manifest,
+    stops here."""
+    manifest_path = Path(dataset_dir) / MANIFEST
+    if not manifest_path.is_file():
+        return
+    key = path.relative_to(dataset_dir).as_posix()
+    recorded = (read_json_object(manifest_path).get("files") or {}).get(key)
+    if isinstance(recorded, dict) and recorded.get("sha256") not in (None, sha256_file(path)):
+        raise FincheckError(
+            f"{path} changed after `fincheck prepare` wrote it: its sha256 is not the one "
+            f"{manifest_path} records (data fingerprint {read_manifest(dataset_dir).get('fingerprint', '?')[:12]}). "
+            "Prepare the data again rather than editing it"
+        )
 
 
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:

@@ -617,3 +617,45 @@ def test_a_bad_step1_leaves_no_out_folder_and_no_lock(tmp_path, capsys):
     existing.mkdir()
     assert main([*args, str(existing)]) == 1
     assert list(existing.iterdir()) == []
+
+
+def test_a_prepared_split_edited_after_prepare_is_refused(tmp_path):
+    """Results name the data by the manifest's fingerprint, made of the split files' sha256:
+    a label flipped by hand would change the figures under the old fingerprint."""
+    import shutil
+
+    from fincheck.errors import FincheckError
+    from fincheck.prepared import read_split
+
+    data = tmp_path / "prepared"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
+    path = data / "qasem" / "test.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    flipped = lines[0].replace('"content": "Yes"', '"content": "No"')
+    assert flipped != lines[0]
+    path.write_text(flipped + "".join(lines[1:]))
+    with pytest.raises(FincheckError, match=r"test.jsonl changed after `fincheck prepare`"):
+        read_split(data, "qasem", "test")
+
+
+def test_a_pair_id_given_twice_is_refused_naming_both_lines(tmp_path):
+    from fincheck.errors import InvalidRecordError
+    from fincheck.pairs import read_pairs
+
+    source = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
+    lines = source.read_text().splitlines(keepends=True)
+    path = tmp_path / "test.jsonl"
+    path.write_text(lines[0] + lines[1] + lines[0])
+    with pytest.raises(InvalidRecordError, match=r"test.jsonl:3: id: .* again \(first on line 1\)"):
+        list(read_pairs(path))
+
+
+def test_a_served_eval_rerun_with_another_tokenizer_is_refused(tmp_path):
+    """Prompts fitted with one tokenizer (or sent whole) must not be mixed with another's."""
+    from fincheck.errors import FincheckError
+    from fincheck.eval.predictions import check_eval_config
+
+    config = {"model": "m", "split": "test", "tokenizer": None, "tasks": ["qasem"]}
+    check_eval_config(tmp_path, config)
+    with pytest.raises(FincheckError, match="tokenizer"):
+        check_eval_config(tmp_path, {**config, "tokenizer": "/runs/adapter"})

@@ -125,3 +125,20 @@ def test_state_files_that_would_run_code_are_refused_unloaded(tmp_path):
     (state / "mp_rank_00_model_states.pt").write_bytes(b"\x80\x02}q\x00.")  # a bare old pickle
     with pytest.raises(FincheckError, match="not a torch checkpoint file"):
         check_state_files(checkpoint)
+
+
+def test_resuming_on_re_prepared_data_is_refused(tmp_path):
+    """Data re-prepared in place: other pairs, another order; the resumed run would go on as
+    if nothing changed."""
+    import json
+
+    from fincheck.train.checkpoints import COMPLETE_MARKER, check_resume_compatible
+
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    (checkpoint / COMPLETE_MARKER).write_text(
+        json.dumps({"base_fingerprint": "b", "data_fingerprint": "a" * 64, "world_size": 1})
+    )
+    check_resume_compatible(checkpoint, [], "b", 1, "a" * 64)  # the same data: resumes
+    with pytest.raises(FincheckError, match="the prepared data differs"):
+        check_resume_compatible(checkpoint, [], "b", 1, "c" * 64)

@@ -289,10 +289,15 @@ def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
 
 
 def check_resume_compatible(
-    checkpoint: Path, recipe_diffs: list[str], base_fp: str, world_size: int | None = None
+    checkpoint: Path,
+    recipe_diffs: list[str],
+    base_fp: str,
+    world_size: int | None = None,
+    data_fp: str | None = None,
 ) -> None:
-    """Stop before resuming a checkpoint made with another base model, recipe or number of
-    processes (each process saved its own share of the optimizer state and its RNG state)."""
+    """Stop before resuming a checkpoint made with another base model, recipe, prepared data
+    (re-prepared in place: the pairs and their order differ) or number of processes (each
+    process saved its own share of the optimizer state and its RNG state)."""
     info = read_json_object(checkpoint / COMPLETE_MARKER)
     saved_by = info.get("world_size")
     if world_size is not None and saved_by not in (None, world_size):
@@ -306,6 +311,11 @@ def check_resume_compatible(
     if info.get("base_fingerprint") not in (None, base_fp):
         problems.insert(
             0, f"base model differs (config fingerprint {info['base_fingerprint']} -> {base_fp})"
+        )
+    if data_fp is not None and info.get("data_fingerprint") not in (None, data_fp):
+        problems.append(
+            f"the prepared data differs (fingerprint {info['data_fingerprint'][:12]} -> "
+            f"{data_fp[:12]}: re-prepared since)"
         )
     if problems:
         raise FincheckError(

@@ -36,7 +36,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference import template_fingerprint
 from fincheck.models import resolve_model
 from fincheck.out_lock import claim_out_dir
-from fincheck.prepared import require_prepared_dir
+from fincheck.prepared import read_manifest, require_prepared_dir
 from fincheck.prompting import prompt_hashes
 from fincheck.runs import relative_base
 from fincheck.train import checkpoints, model
@@ -185,7 +185,11 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if resume_from is not None:
         old = checkpoints.read_checkpoint_recipe(resume_from)
         checkpoints.check_resume_compatible(
-            resume_from, recipe_differences(old, recipe), base_fp, recipe.world_size
+            resume_from,
+            recipe_differences(old, recipe),
+            base_fp,
+            recipe.world_size,
+            read_manifest(recipe.dataset_dir).get("fingerprint"),
         )
         checkpoints.check_state_files(resume_from)
         if "wandb" in recipe.report_to:
