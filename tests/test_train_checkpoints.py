@@ -142,3 +142,25 @@ def test_resuming_on_re_prepared_data_is_refused(tmp_path):
     check_resume_compatible(checkpoint, [], "b", 1, "a" * 64)  # the same data: resumes
     with pytest.raises(FincheckError, match="the prepared data differs"):
         check_resume_compatible(checkpoint, [], "b", 1, "c" * 64)
+
+
+def test_stale_allreduce_buffers_of_killed_runs_are_swept(tmp_path, monkeypatch):
+    """A run killed with -9 leaves its 66 MB /dev/shm segment (any port): at the next start,
+    those no live process maps and older than a minute go; a mapped one, or a fresh one, stays."""
+    import mmap
+    import time
+
+    from fincheck.train import host_memory
+
+    uid = os.getuid()
+    names = [f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_{port}_0" for port in (1, 2, 3)]
+    for name in names:
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    old = time.time() - 3600
+    for name in names[:2]:
+        os.utime(tmp_path / name, (old, old))
+    (tmp_path / "someone_else").write_bytes(b"x")
+    with (tmp_path / names[1]).open("r+b") as f, mmap.mmap(f.fileno(), 4096):  # a live run's
+        removed = host_memory.sweep_stale_allreduce_buffers(shm=tmp_path)
+    assert removed == [names[0]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[1:], "someone_else"])

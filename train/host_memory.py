@@ -8,9 +8,11 @@ pages back; at the end of a CPU training step it costs well under a percent of t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
+import time
 from functools import cache
 from pathlib import Path
 
@@ -44,3 +46,36 @@ def remove_shared_allreduce_buffer() -> None:
         )
     )
     Path("/dev/shm", name).unlink(missing_ok=True)
+
+
+def _mapped_paths(proc: Path = Path("/proc")) -> set[str]:
+    """Every file some live process maps (what /proc/<pid>/maps names; unreadable ones skipped)."""
+    mapped: set[str] = set()
+    for maps in proc.glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            for line in maps.read_text(errors="replace").splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    mapped.add(parts[5].removesuffix(" (deleted)"))
+    return mapped
+
+
+def sweep_stale_allreduce_buffers(
+    min_age_s: float = 60.0, shm: Path = Path("/dev/shm")
+) -> list[str]:
+    """Unlink this user's DeepSpeed allreduce segments that no live process maps: those of runs
+    killed before their exit hook (kill -9, a crashed launcher), whatever their port. A segment
+    younger than `min_age_s` is left alone (a rank of another run may be mapping it right now).
+    Returns the names removed."""
+    prefix = f"deepspeed_allreduce_buffer_{os.getuid()}_"
+    candidates = [p for p in shm.glob(prefix + "*") if time.time() - p.stat().st_mtime > min_age_s]
+    if not candidates:
+        return []
+    mapped = _mapped_paths()
+    removed = []
+    for path in candidates:
+        if str(path) not in mapped:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path.name)
+    return removed

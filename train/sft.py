@@ -171,6 +171,8 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
         import deepspeed
 
+        if removed := host_memory.sweep_stale_allreduce_buffers():
+            log.info("removed %d allreduce buffers of killed runs from /dev/shm", len(removed))
         deepspeed.init_distributed(dist_backend="gloo")
         atexit.register(host_memory.remove_shared_allreduce_buffer)
 
