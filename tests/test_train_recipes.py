@@ -290,3 +290,10 @@ def test_a_token_anywhere_in_a_recipe_is_refused_without_echoing_it(yaml_text, p
     with pytest.raises(FincheckError, match=rf"{re.escape(place)}: a token in a recipe") as error:
         read_recipe_values(recipe)
     assert "abc123" not in str(error.value) and "hf_abcdef" not in str(error.value)
+
+
+def test_a_dev_sample_of_no_pairs_is_refused(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("eval_steps: 10\ndev_figures: [qasem]\ndev_figures_limit: {qasem: 0}\n")
+    with pytest.raises(FincheckError, match=r"dev_figures_limit: qasem=0: a dev sample needs"):
+        read_recipe_values(recipe)

@@ -400,6 +400,12 @@ def validate_recipe(values: dict[str, Any]) -> None:
     if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
         raise FincheckError(f"chat template not found: {values['chat_template_path']}")
     check_evaluation_keys(values)
+    for task, limit in (values.get("dev_figures_limit") or {}).items():
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise FincheckError(
+                f"dev_figures_limit: {task}={limit!r}: a dev sample needs at least 1 pair (to "
+                "compute no dev figures for a task, leave it out of dev_figures)"
+            )
     if values["tree_packing"]:
         if values["packing"] or values["padding_free"]:
             raise FincheckError(
