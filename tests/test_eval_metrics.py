@@ -232,8 +232,11 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("The summary is consistent with the text, except the year.",
          ["The summary is consistent with the text, except the year."], False),
         ("None of it holds: the year is wrong.", ["None of it holds: the year is wrong."], False),
-        ("1. The summary gives 2025.\n2. The text gives 2027.\nFinal Output:\n- The year.",
-         ["The year."], True),
+        ("1. The summary gives 2025.\n2. The text gives 2027.\nFinal Output:\n- The year is wrong.",
+         ["The year is wrong."], True),
+        # items that name no problem and no text compared: facts restated, read but counted apart
+        ("1. The co-pilot was Andreas Lubitz.\n2. The plane hit the mountain.",
+         ["The co-pilot was Andreas Lubitz.", "The plane hit the mountain."], False),
         # "None" in the layouts models write (the few-shot prompt teaches the first two)
         ("Inconsistencies:\nNone", [], True),
         ("Inconsistencies: None", [], True),

@@ -87,7 +87,9 @@ _PROBLEM = (
 _NO_PROBLEM = re.compile(
     rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
     rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)"
-    rf"|the\s+summary\s+(?:contains|has|includes|makes|shows)|i\s+(?:do|did)\s+not\s+(?:find|see))?"
+    rf"|the\s+summary\s+(?:contains|has|includes|makes|shows)"
+    rf"|(?:i|we)\s+(?:do|did|could|can|cannot|can't|couldn't|didn't)\s*(?:not\s+)?"
+    rf"(?:find|see|identify|detect|spot))?"
     rf"\s*(?:no|any)\s+{_PROBLEM}\b.*"
     rf"|(?:the\s+)?summary\s+(?:is|seems|appears|looks)\s+(?:to\s+be\s+)?"
     rf"(?:(?:fully|entirely|completely|factually|wholly|well|generally|largely|mostly)\s+)*"
@@ -101,7 +103,7 @@ _NO_PROBLEM = re.compile(
 _AFFIRMS = re.compile(
     r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
     r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
-    r"|\b(?:correctly|accurately|rightly)\s+(?:states?|reports?|says|mentions?|gives?|names?)\b"
+    r"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
     r"|\b(?:matches|agrees\s+with|is\s+in\s+line\s+with)\s+the\s+text\b",
     re.IGNORECASE,
 )
@@ -121,31 +123,56 @@ _CONTRAST = re.compile(
 )
 
 
-def _clause_says_no_problem(clause: str) -> bool:
+def _clause_kind(clause: str) -> str:
+    """ "nothing" (reports no problem), "report" (a negation, contrast or problem word) or
+    "neutral" (neither: "The location", "After checking each statement")."""
     plain = clause.strip(_DECORATION + ".!").strip()
     if not plain:
-        return True
+        return "neutral"
     if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
-        return not _CONTRAST.search(plain)
-    return bool(_AFFIRMS.search(plain)) and not _REPORTS.search(plain)
+        return "report" if _CONTRAST.search(plain) else "nothing"
+    if _REPORTS.search(plain):
+        return "report"
+    return "nothing" if _AFFIRMS.search(plain) else "neutral"
+
+
+def _sentence_says_nothing(sentence: str) -> bool:
+    """A clause that reports no problem, only lead-ins before it ("After checking each
+    statement, I found no errors", "The location (Leeds) is correct") and nothing after it
+    but clauses that report no problem either."""
+    kinds = [_clause_kind(clause) for clause in _CLAUSE_SPLIT.split(sentence)]
+    if "nothing" not in kinds or "report" in kinds:
+        return False
+    first = kinds.index("nothing")
+    return all(kind != "neutral" or not clause.strip(_DECORATION + ".!").strip()
+               for kind, clause in zip(kinds[first:], _CLAUSE_SPLIT.split(sentence)[first:], strict=True))  # fmt: skip
 
 
 def says_nothing(text: str) -> bool:
     """Whether a piece of an answer (the whole answer, an item, a sentence) reports no problem:
     "None", "None. The summary is fully supported by the text.", "No errors in the date.",
-    "I found no inconsistencies.", "The date is supported by the text." Every clause must say
-    so: "No errors in the date; the name 'John' is invented." reports a problem."""
+    "I found no inconsistencies.", "The date is supported by the text." Every sentence must say
+    so, and no clause report a problem: "No errors in the date; the name 'John' is invented."
+    reports one."""
     text = text.strip(_DECORATION).strip()
-    return all(
-        _clause_says_no_problem(clause)
-        for sentence in split_sentences(" ".join(text.split()))
-        for clause in _CLAUSE_SPLIT.split(sentence)
+    return not text or all(
+        _sentence_says_nothing(sentence) for sentence in split_sentences(" ".join(text.split()))
     )
 
 
 def split_sentences(text: str) -> list[str]:
     """An answer's sentences (any letter may start one: small models write lower case)."""
     return _split_sentences(text, lowercase_starts=True, keep_quotes=True)
+
+
+_COMPARED = re.compile(r"\b(?:summary|text|source|article|document|passage|original)\b", re.I)
+
+
+def _names_a_problem(item: str) -> bool:
+    """Whether a description names a problem (a negation, a contrast, "wrong", "invented") or
+    the texts it compares ("the summary says ..."): what a description of an inconsistency
+    does and a restated fact does not."""
+    return bool(_REPORTS.search(item) or _CONTRAST.search(item) or _COMPARED.search(item))
 
 
 def _leads_with_none(text: str) -> bool:
@@ -229,11 +256,13 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     if not text.strip(_DECORATION):
         return ParsedDescriptions([], False)  # an empty answer says nothing either way
     listed = _json_items(text)
+    if listed is None:
+        listed = _marked_items(text.splitlines())
     if listed is not None:
-        return ParsedDescriptions([item for item in listed if not says_nothing(item)], True)
-    marked = _marked_items(text.splitlines())
-    if marked is not None:
-        return ParsedDescriptions([item for item in marked if not says_nothing(item)], True)
+        items = [item for item in listed if not says_nothing(item)]
+        # items none of which names a problem or the texts compared ("The co-pilot was Andreas
+        # Lubitz.", "A. B."): a list of facts, not of inconsistencies; read, but counted apart
+        return ParsedDescriptions(items, not items or any(map(_names_a_problem, items)))
     prose = " ".join(text.split())
     if says_nothing(prose):
         return ParsedDescriptions([], True)
