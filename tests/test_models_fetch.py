@@ -227,3 +227,35 @@ def test_a_full_disk_during_the_download_is_no_unreachable_index(
     err = capsys.readouterr().err
     assert "out of disk space writing" in err and ".whl" in err
     assert "unreachable" not in err
+
+
+@pytest.mark.parametrize("where", ["unpack", "join"])
+def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_space(
+    tmp_path, cache, monkeypatch, capsys, where
+):
+    """A write on a full disk names no file: the line names the one being written and the
+    space left on its disk, leaves no half-written file, and a rerun finishes the fetch."""
+    import errno
+
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    real_copy = models.shutil.copyfileobj
+    written = "model.gguf.part02" if where == "unpack" else "model.bin.tmp"
+
+    def full_disk(src, dst, *args):
+        if Path(dst.name).name == written:
+            dst.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_copy(src, dst, *args)
+
+    monkeypatch.setattr(models.shutil, "copyfileobj", full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert f"out of disk space writing {cache}" in err and written in err, err
+    assert "GiB free on its disk" in err and "unreachable" not in err
+    assert "Traceback" not in err and err.count("error") == 1
+    stage = cache / "models" / f".{item.name}.parts"
+    assert not (stage / written).exists()
+    monkeypatch.setattr(models.shutil, "copyfileobj", real_copy)
+    assert main(["models", "fetch", item.name]) == 0
+    assert (cache / "models" / item.name / "model.bin").read_bytes() == b"onetwo"
