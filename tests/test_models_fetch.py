@@ -259,3 +259,28 @@ def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_spac
     monkeypatch.setattr(models.shutil, "copyfileobj", real_copy)
     assert main(["models", "fetch", item.name]) == 0
     assert (cache / "models" / item.name / "model.bin").read_bytes() == b"onetwo"
+
+
+def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, cache, monkeypatch):
+    """The origin record claims the pinned files: a file of the installed folder cut (a full
+    disk, a Ctrl-C while copying it) or edited in place is found on the next use and fetched
+    again; an unchanged folder is only stat'ed, never re-hashed."""
+    import os
+
+    item = split_model(tmp_path, [b"one-", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    folder = models.fetch(item.name, log=lambda _: None)
+    hashed = []
+    real_hash = models.sha256_file
+    monkeypatch.setattr(models, "sha256_file", lambda path: hashed.append(path) or real_hash(path))
+    assert models.fetch(item.name, log=lambda _: None) == folder and hashed == []
+    (folder / "model.bin").write_bytes(b"one-")  # cut
+    said = []
+    models.fetch(item.name, log=said.append)
+    assert (folder / "model.bin").read_bytes() == b"one-two"
+    assert "split-model: model.bin changed since it was installed" in said[0]
+    stat = (folder / "model.bin").stat()
+    (folder / "model.bin").write_bytes(b"one-TWO")  # same size, edited in place
+    os.utime(folder / "model.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    models.fetch(item.name, log=lambda _: None)
+    assert (folder / "model.bin").read_bytes() == b"one-two"
