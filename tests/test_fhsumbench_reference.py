@@ -178,7 +178,7 @@ def _langchain_loop(text: str):
 
 
 def test_the_prefix_search_jumps_to_the_same_prefix_as_langchains_loop():
-    """On 5,000 random JSON-like texts the jumping search returns what LangChain's
+    """On 5,000 random JSON-like texts the one-pass search returns what LangChain's
     one-character-at-a-time loop returns (or fails alike)."""
     import random
 
@@ -186,7 +186,9 @@ def test_the_prefix_search_jumps_to_the_same_prefix_as_langchains_loop():
 
     rng = random.Random(0)
     pieces = ['{', '}', '[', ']', '"', ',', ':', '\\', ' ', '\n', 'a', '1', '-', '.', 'e',
-              'true', 'false', 'null', '"Faithfulness"', '"Factuality"', '0', 'x']  # fmt: skip
+              'true', 'false', 'null', '"Faithfulness"', '"Factuality"', '0', 'x', '\t', '\r',
+              '\x0b', '+', 'E', '9', 'NaN', 'Infinity', '-Infinity', 'Infin', 'tru', '\\u',
+              '\\u00e9', '\\ud83d', '\\q', '\\n', '\ufeff', 'é', '0.5', '1e-', '01']  # fmt: skip
     for _ in range(5_000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
         results = []
@@ -207,3 +209,37 @@ def test_a_long_answer_is_read_in_linear_time():
     answer = '{"Faithfulness": true, "Factuality": false}' + " Because the text says so." * 80_000
     assert reference_judgement(answer) == ((True, False), "parser")
     assert reference_judgement("I think " * 250_000) == (None, "invalid")
+
+
+def test_white_space_inside_an_unfinished_object_is_read_in_linear_time(monkeypatch):
+    """A megabyte of spaces inside an object that ends with a lone key: every prefix down to
+    the last value fails, one character at a time (the one-character loop and json's error
+    position alike: a million parses of a megabyte), while the search reads the text once and
+    parses once. Counted, not timed: more than a handful of parses fails at once."""
+    import json
+
+    from fincheck.tasks.fhsumbench import reference
+
+    calls = []
+    loads = json.loads
+
+    def counted(text, **kwargs):
+        calls.append(len(text))
+        assert len(calls) < 50, "the prefix search parses the text again and again"
+        return loads(text, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counted)
+    answer = '{"Faithfulness": true, "Factuality": false, ' + " " * 1_000_000 + '"Because'
+    assert reference.reference_judgement(answer) == ((True, False), "parser")
+    assert len(calls) <= 3
+
+
+def test_brackets_nested_past_pythons_recursion_limit_are_no_judgement():
+    """An output of a hundred thousand `[` is invalid, not a RecursionError that ends eval."""
+    from fincheck.tasks.fhsumbench.reference import reference_judgement
+
+    assert reference_judgement("[" * 100_000) == (None, "invalid")
+    assert reference_judgement('{"Faithfulness": ' + "[" * 100_000 + "]" * 100_000) == (
+        None,
+        "invalid",
+    )

@@ -31,6 +31,7 @@ non-factual). `tests/test_fhsumbench_reference.py` holds the reference's verdict
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 KEYS = ("Faithfulness", "Factuality")
@@ -72,7 +73,7 @@ def partial_json(text: str) -> Any:
     prefix that parses once the open strings and brackets are closed, or None when a closing
     bracket does not match. Raises _NoJudgement when nothing parses."""
     try:
-        return json.loads(text, strict=False)
+        return _loads(text)
     except json.JSONDecodeError:
         pass
     out: list[str] = []
@@ -103,18 +104,216 @@ def partial_json(text: str) -> Any:
         out.append('"')
     tail = "".join(reversed(closers))
     # LangChain drops one character at a time until `prefix + tail` parses: quadratic (88 s on
-    # 100 KB). The same longest prefix, found by jumping: json reads left to right, so when
-    # `prefix[:k] + tail` fails at position p < k, every prefix[:k'] with p < k' <= k fails at p
-    # too (the same characters up to p; a cut inside an open string leaves it open, the tail
-    # holds no quote), and the next prefix that can parse is prefix[:p].
+    # 100 KB). The same longest prefix is found in one pass that follows json's grammar.
     prefix = "".join(out)
-    k = len(prefix)
-    while k > 0:
-        try:
-            return json.loads(prefix[:k] + tail, strict=False)
-        except json.JSONDecodeError as e:
-            k = e.pos if e.pos < k else k - 1
-    raise _NoJudgement
+    k = _longest_closable(prefix, closers)
+    if k == 0:
+        raise _NoJudgement
+    return _loads(prefix[:k] + tail)
+
+
+def _loads(text: str) -> Any:
+    """json.loads; nesting past Python's recursion limit or an integer past its digit limit is
+    no judgement (the reference catches the exception its parser raises), not a crash."""
+    try:
+        return json.loads(text, strict=False)
+    except (RecursionError, ValueError) as e:
+        if isinstance(e, json.JSONDecodeError):
+            raise
+        raise _NoJudgement from e
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_STRING_BODY = re.compile(r'[^"\\]*')
+_DIGITS = re.compile(r"[0-9]*")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_ESCAPES = frozenset('"\\/bfnrt')
+_LITERALS = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
+
+
+def _longest_closable(prefix: str, closers: list[str]) -> int:
+    """The largest k >= 1 such that json.loads(prefix[:k] + tail, strict=False) parses, where
+    tail closes `closers` (innermost last); 0 when none does. One pass over prefix, following
+    Python json's grammar: prefix[:k] + tail parses exactly when prefix[:k] reads without an
+    error, its open brackets are `closers` and it stands where a closer (or the end) may come:
+    after a complete value or just inside an opening bracket. The first character no valid
+    text could continue with ends the search, as no longer prefix can parse."""
+    n = len(prefix)
+    stack: list[str] = []
+    match = 0  # the length of the common start of `stack` and `closers`
+    full = len(closers)
+    best = 0
+    # states: "value" (a value is due), "first" (just after [ or {: a value/key or the closer),
+    # "key" (a key is due, after a comma in an object), "colon", "after" (a value just ended),
+    # "number" (see num), "literal" (see lit)
+    state = "value"
+    num = ""  # number sub-state: "-", "int", "0", ".", "frac", "e", "esign", "exp"
+    lit, lit_i = "", 0
+    i = 0
+
+    def closable() -> bool:
+        return match == len(stack) == full
+
+    while i < n:
+        c = prefix[i]
+        if state == "number":
+            if num in ("int", "frac", "exp") and c in "0123456789":
+                i = _DIGITS.match(prefix, i).end()
+                if closable():
+                    best = i
+                continue
+            if num == "-":
+                if c == "I":
+                    state, lit, lit_i = "literal", "-Infinity", 2
+                    i += 1
+                    continue
+                if c == "0":
+                    num = "0"
+                elif c in "123456789":
+                    num = "int"
+                else:
+                    return best
+                i += 1
+                if closable():
+                    best = i
+                continue
+            if num in ("int", "0") and c == ".":
+                num = "."
+                i += 1
+                continue
+            if num in ("int", "0", "frac") and c in "eE":
+                num = "e"
+                i += 1
+                continue
+            if num == ".":
+                if c in "0123456789":
+                    num = "frac"
+                    i += 1
+                    if closable():
+                        best = i
+                    continue
+                return best
+            if num in ("e", "esign"):
+                if c in "0123456789":
+                    num = "exp"
+                    i += 1
+                    if closable():
+                        best = i
+                    continue
+                if num == "e" and c in "+-":
+                    num = "esign"
+                    i += 1
+                    continue
+                return best
+            state = "after"  # a complete number ends; c is read after it
+            continue
+        if state == "literal":
+            if c != lit[lit_i]:
+                return best
+            lit_i += 1
+            i += 1
+            if lit_i == len(lit):
+                state = "after"
+                if closable():
+                    best = i
+            continue
+        if c in " \t\n\r":
+            i = _WS.match(prefix, i).end()
+            if state in ("first", "after") and closable():
+                best = i
+            continue
+        top = stack[-1] if stack else ""
+        if state in ("value", "first") and not (state == "first" and top == "}"):
+            if state == "first" and c == "]":
+                pass  # an empty array: closed below
+            elif c == '"':
+                end = _scan_string(prefix, i + 1)
+                if end < 0:
+                    return best
+                i = end
+                state = "after"
+                if closable():
+                    best = i
+                continue
+            elif c in "{[":
+                closer = "}" if c == "{" else "]"
+                if match == len(stack) and len(stack) < full and closers[len(stack)] == closer:
+                    match += 1
+                stack.append(closer)
+                state = "first"
+                i += 1
+                if closable():
+                    best = i
+                continue
+            elif c == "-" or c in "0123456789":
+                state, num = "number", ("-" if c == "-" else "0" if c == "0" else "int")
+                i += 1
+                if num != "-" and closable():
+                    best = i
+                continue
+            elif c in _LITERALS:
+                state, lit, lit_i = "literal", _LITERALS[c], 0
+                continue
+            else:
+                return best
+        if state in ("first", "key") and top == "}":
+            if state == "first" and c == "}":
+                pass
+            elif c == '"':
+                end = _scan_string(prefix, i + 1)
+                if end < 0:
+                    return best
+                i = end
+                state = "colon"
+                continue
+            else:
+                return best
+        if state == "colon":
+            if c != ":":
+                return best
+            state = "value"
+            i += 1
+            continue
+        # "after" a value, or "first" with its closer
+        if c == "," and state == "after" and top:
+            state = "key" if top == "}" else "value"
+            i += 1
+            continue
+        if c in "}]" and top == c:
+            stack.pop()
+            match = min(match, len(stack))
+            state = "after"
+            i += 1
+            if closable():
+                best = i
+            continue
+        return best
+    return best
+
+
+def _scan_string(text: str, i: int) -> int:
+    """The index after the closing quote of the string whose body starts at i, or -1 when
+    the text ends first or holds an invalid escape."""
+    n = len(text)
+    while True:
+        i = _STRING_BODY.match(text, i).end()
+        if i >= n:
+            return -1
+        if text[i] == '"':
+            return i + 1
+        # a backslash
+        if i + 1 >= n:
+            return -1
+        e = text[i + 1]
+        if e == "u":
+            hexes = text[i + 2 : i + 6]
+            if len(hexes) < 4 or any(h not in _HEX for h in hexes):
+                return -1
+            i += 6
+        elif e in _ESCAPES:
+            i += 2
+        else:
+            return -1
 
 
 def _parse(text: str) -> tuple[bool, bool]:
@@ -135,10 +334,12 @@ def reference_judgement(output: str) -> tuple[tuple[bool, bool] | None, str]:
     tokens = text.replace("True", "true").replace("False", "false").split()
     cut = next((i for i, token in enumerate(tokens) if token in _CUT_TOKENS), None)
     candidate = text if cut is None else " ".join(tokens[cut:])
+    failed = {text}  # a text read again fails again: each stage reads a new one only once
     try:
-        return _parse(candidate), "fallback1"
+        if candidate not in failed:
+            return _parse(candidate), "fallback1"
     except _NoJudgement:
-        pass
+        failed.add(candidate)
     for i, token in enumerate(tokens):
         if token not in _REBUILD_TOKENS:
             continue
@@ -149,6 +350,8 @@ def reference_judgement(output: str) -> tuple[tuple[bool, bool] | None, str]:
                 candidate = "{" + " ".join(tokens[i : i + 4]).strip(",") + "}"
                 break
     try:
-        return _parse(candidate), "fallback2"
+        if candidate not in failed:
+            return _parse(candidate), "fallback2"
     except _NoJudgement:
-        return None, "invalid"
+        pass
+    return None, "invalid"
