@@ -174,6 +174,13 @@ def copy_regular_file(source: Path, target: Path, root: Path) -> None:
         )
     if not source.resolve().is_relative_to(Path(root).resolve()):
         raise FincheckError(f"{source} lies outside the run folder {root}: not uploaded")
+    if source.stat().st_nlink > 1:
+        # a hard link is the same bytes as a file elsewhere on this machine (a key, a token)
+        raise FincheckError(
+            f"{source} is a hard link ({source.stat().st_nlink} names for one file): publish "
+            "uploads only files with one name; replace it with a copy of its own "
+            f"(cp {source} {source}.copy && mv {source}.copy {source})"
+        )
     shutil.copyfile(source, target)
 
 
@@ -208,26 +215,48 @@ def copy_base_files(source: Path, target: Path) -> None:
 
 def check_safetensors(path: Path) -> None:
     """A safetensors file, not something else renamed (a pickle runs code when loaded): an
-    8-byte little-endian header length, a JSON object of that length, tensors within the file."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        prefix = f.read(8)
-        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
-        header = f.read(length) if 0 < length <= min(size - 8, 100 << 20) else b""
+    8-byte little-endian header length, a JSON object of that length whose tensors each give a
+    dtype, a shape and data offsets within the file. Anything else is one line, not a crash."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            header = f.read(length) if 0 < length <= min(size - 8, 100 << 20) else b""
+    except OSError as e:
+        raise FincheckError(f"{path}: cannot be read ({e.strerror or e})") from e
     try:
         entries = json.loads(header)
     except (ValueError, UnicodeDecodeError):
         entries = None
-    ends = [
-        v["data_offsets"][1]
-        for k, v in (entries or {}).items()
-        if k != "__metadata__" and isinstance(v, dict) and len(v.get("data_offsets", ())) == 2
-    ]
-    if not isinstance(entries, dict) or 8 + length + max(ends, default=0) > size:
+    if not isinstance(entries, dict) or not _tensors_fit(entries, size - 8 - length):
         raise FincheckError(
             f"{path} is not a safetensors file (its header does not read as one): only "
             "safetensors weights are published"
         )
+
+
+def _tensors_fit(entries: dict[str, Any], data_size: int) -> bool:
+    """Every tensor entry of a safetensors header is well-formed and lies in the data."""
+    for key, entry in entries.items():
+        if key == "__metadata__":
+            if not isinstance(entry, dict):
+                return False
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str):
+            return False
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(shape, list) or not all(_natural(n) for n in shape):
+            return False
+        if not isinstance(offsets, list) or len(offsets) != 2:
+            return False
+        if not all(_natural(n) for n in offsets) or not offsets[0] <= offsets[1] <= data_size:
+            return False
+    return True
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:

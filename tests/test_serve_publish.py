@@ -559,3 +559,47 @@ def test_an_adapter_that_is_not_safetensors_is_refused(run_dir, tmp_path):
     with pytest.raises(FincheckError, match="is not a safetensors file"):
         publish(run, "me/tiny", dry_run=tmp_path / "repo")
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+def test_a_hard_linked_file_of_the_run_is_refused(run_dir, tmp_path):
+    """A tokenizer file that is a hard link shares its bytes with a file elsewhere on this
+    machine (a key, a saved token): refused, named, nothing left behind. base/ leaves such a
+    file out; the run's own files are refused, since the adapter cannot go without them."""
+    import os
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    secret = tmp_path / "token.json"
+    secret.write_text('{"token": "hf_SECRET"}')
+    (run / "tokenizer_config.json").unlink()
+    os.link(secret, run / "tokenizer_config.json")
+    with pytest.raises(FincheckError, match=r"tokenizer_config\.json is a hard link") as error:
+        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+    assert "hf_SECRET" not in str(error.value)
+    assert not (tmp_path / "repo").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"[1]",
+        b'"weights"',
+        b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": "ab"}}',
+        b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, null]}}',
+        b'{"w": [0, 4]}',
+    ],
+)
+def test_an_adapter_whose_header_is_json_of_another_shape_is_one_line(header, run_dir, tmp_path):
+    """A header that is JSON but not a safetensors header (a list, a string, offsets that are
+    no numbers) is the same one line as a renamed pickle, not a traceback."""
+    import shutil
+    import struct
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    data = struct.pack("<Q", len(header)) + header + b"\0" * 16
+    (run / "adapter_model.safetensors").write_bytes(data)
+    with pytest.raises(FincheckError, match="is not a safetensors file"):
+        publish(run, "me/tiny", dry_run=tmp_path / "repo")
