@@ -8,7 +8,6 @@ Same inputs and config give byte-identical outputs (no timestamps, no absolute p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter, defaultdict
@@ -23,6 +22,7 @@ from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.errors import FincheckError
 from fincheck.out_lock import claim_out_dir
 from fincheck.pairs import SPLITS, Pair, write_pairs
+from fincheck.prepared import files_fingerprint
 from fincheck.prompting import prompt_hashes
 from fincheck.raw_records import RecordStream
 from fincheck.sources import Source, default_cache_dir, resolve_source, sha256_file
@@ -237,7 +237,7 @@ def prepare_from_files(
                 continue
             write_pairs(path, members)
             written[f"{task}/{split}.jsonl"] = {"pairs": len(members), "sha256": sha256_file(path)}
-    fingerprint = hashlib.sha256(json.dumps(written, sort_keys=True).encode()).hexdigest()
+    fingerprint = files_fingerprint(written)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "fincheck_version": __version__,

@@ -7,6 +7,8 @@ Training, evaluation, scoring and the benchmarks read it through these functions
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,14 @@ def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
     if not manifest_path.is_file():
         return
     key = path.relative_to(dataset_dir).as_posix()
-    recorded = (read_json_object(manifest_path).get("files") or {}).get(key)
+    files = read_manifest(dataset_dir).get("files")
+    if isinstance(files, dict) and key not in files:
+        raise FincheckError(
+            f"{path} is not among the files {manifest_path} records (it was not written by "
+            "`fincheck prepare`, whose data fingerprint names only those): prepare the data "
+            "again with this task"
+        )
+    recorded = (files or {}).get(key)
     if isinstance(recorded, dict) and recorded.get("sha256") not in (None, sha256_file(path)):
         raise FincheckError(
             f"{path} changed after `fincheck prepare` wrote it: its sha256 is not the one "
@@ -67,7 +76,20 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
         return {}
-    return read_json_object(path)
+    manifest = read_json_object(path)
+    files, recorded = manifest.get("files"), manifest.get("fingerprint")
+    if isinstance(files, dict) and recorded is not None and files_fingerprint(files) != recorded:
+        # results and runs name the data by this fingerprint: it must be the files' own
+        raise FincheckError(
+            f"{path}: its fingerprint is not the one its files' sha256 make (the manifest was "
+            "edited after `fincheck prepare` wrote it): prepare the data again"
+        )
+    return manifest
+
+
+def files_fingerprint(files: dict[str, Any]) -> str:
+    """The data fingerprint: the sha256 of the split files' records (pairs and sha256 each)."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 def prepared_tasks(dataset_dir: str | Path) -> list[str]:

@@ -558,9 +558,8 @@ def test_another_prepared_folder_into_the_same_out_is_refused(tmp_path, capsys):
     small = Path(__file__).parent / "assets" / "prepared"
     other = tmp_path / "other"
     shutil.copytree(small, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["fingerprint"] = "0" * 12
-    (other / "manifest.json").write_text(json.dumps(manifest))
+    # other data, prepared as `fincheck prepare` would record it: one pair fewer
+    _rewrite_split(other, "final/test.jsonl", lambda lines: lines[1:])
     out = tmp_path / "run"
     args = ["baseline", "--method", "overlap", "--out", str(out), "--no-progress", "--data"]
     assert main([*args, str(small)]) == 0
@@ -659,3 +658,61 @@ def test_a_served_eval_rerun_with_another_tokenizer_is_refused(tmp_path):
     check_eval_config(tmp_path, config)
     with pytest.raises(FincheckError, match="tokenizer"):
         check_eval_config(tmp_path, {**config, "tokenizer": "/runs/adapter"})
+
+
+def _rewrite_split(data: Path, key: str, edit) -> None:
+    """Edit a prepared split and record it in the manifest as `fincheck prepare` would."""
+    from fincheck.checksums import sha256_file
+
+    path = data / key
+    lines = edit(path.read_text().splitlines(keepends=True))
+    path.write_text("".join(lines))
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["files"][key] = {"pairs": len(lines), "sha256": sha256_file(path)}
+    manifest["fingerprint"] = _fingerprint(manifest["files"])
+    (data / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _fingerprint(files: dict) -> str:
+    """The data fingerprint `fincheck prepare` records: the sha256 of the files' records."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def test_a_manifest_whose_fingerprint_is_not_its_files_is_refused(tmp_path, capsys):
+    """A split edited and its sha256 updated in the manifest by hand, the fingerprint kept:
+    results would name the old data. The fingerprint is recomputed from the files' records."""
+    import shutil
+
+    data = tmp_path / "prepared"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
+    fingerprint = json.loads((data / "manifest.json").read_text())["fingerprint"]
+    _rewrite_split(data, "qasem/test.jsonl", lambda lines: lines[1:])
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["fingerprint"] = fingerprint  # the old one
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "run"
+    args = ["baseline", "--method", "overlap", "--out", str(out), "--no-progress"]
+    assert main([*args, "--data", str(data)]) == 1
+    err = capsys.readouterr().err
+    assert "manifest.json: its fingerprint is not the one its files' sha256 make" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_split_file_the_manifest_does_not_list_is_refused(tmp_path):
+    """A task folder copied in from another prepare is not what the fingerprint names."""
+    import shutil
+
+    from fincheck.errors import FincheckError
+    from fincheck.prepared import read_split
+
+    data = tmp_path / "prepared"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    del manifest["files"]["qasem/test.jsonl"]
+    manifest["fingerprint"] = _fingerprint(manifest["files"])
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FincheckError, match=r"test\.jsonl is not among the files .*manifest"):
+        read_split(data, "qasem", "test")
+    assert read_split(data, "qasem", "dev")  # the files it lists are read
