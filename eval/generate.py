@@ -13,6 +13,8 @@ The model sees `messages[:-1]` (system + user) through the tokenizer's chat temp
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fincheck.errors import FincheckError
 from fincheck.eval.options import EvalOptions, EvalRun
 from fincheck.eval.predictions import (
@@ -24,7 +26,7 @@ from fincheck.eval.predictions import (
 from fincheck.inference import fit_messages, generate_batch, load_model, local_adapter_dir
 from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_manifest, read_split
-from fincheck.runs import adapter_sha256, load_run
+from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256, load_run
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.tasks import get_task
 
@@ -59,6 +61,16 @@ def fit_prompt(
             "its grounding text; raise --max-input-tokens"
         )
     return fit.text, fit.trimmed
+
+
+def _adapter_sha256(loaded, adapter: str | None) -> str | None:
+    """The evaluated adapter's weights, a fincheck run's or a bare PEFT folder's (a resume into
+    the same --out compares them: a folder retrained in place keeps its path, not its weights)."""
+    if loaded.run is not None:
+        return adapter_sha256(loaded.run.path)
+    if adapter and (Path(adapter) / ADAPTER_WEIGHTS).is_file():
+        return adapter_sha256(adapter)
+    return None
 
 
 def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
@@ -103,7 +115,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, int]]:
         opts.predictions_dir,
         chat_template_hash=loaded.check_template(),
         chat_template_kwargs=loaded.template_kwargs,
-        adapter_sha256=adapter_sha256(loaded.run.path) if loaded.run else None,
+        adapter_sha256=_adapter_sha256(loaded, opts.adapter),
         max_new_tokens={t: opts.answer_budget(t, loaded) for t in opts.tasks},
         window=loaded.window,
         adapter_merged=loaded.adapter_merged,

@@ -210,7 +210,9 @@ def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
             f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
             f"differ: {was} before, {now} now); use another --out"
         )
-    _write_json(Path(predictions_dir) / EVAL_CONFIG, config)
+    # what the model loaded turned out to be stays until `record_loaded` compares it
+    kept = {k: previous[k] for k in SAME_LOADED_KEYS if k in previous}
+    _write_json(Path(predictions_dir) / EVAL_CONFIG, {**kept, **config})
 
 
 def _sample_by(config: dict[str, Any], task: str) -> str:
@@ -236,10 +238,42 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
 
 
+# What the loaded model turned out to be that changes what it reads or answers: a folder whose
+# predictions were made under other values takes no more (an adapter retrained into the same
+# run folder keeps its path, not its weights; results would name the new weights' sha256 for
+# answers the old ones gave). The template's fingerprint is not among them: a template that
+# writes today's date renders differently tomorrow, and that is only a warning.
+SAME_LOADED_KEYS = ("adapter_sha256", "window", "max_new_tokens", "chat_template_kwargs")
+
+
 def record_loaded(predictions_dir: Path, **fields: Any) -> None:
     """What the loaded model turned out to be (the chat template's fingerprint and kwargs, the
     adapter weights' sha256), beside the evaluation's config: `fincheck score` copies it into
-    results.json and `fincheck publish` checks results against the adapter it uploads."""
+    results.json and `fincheck publish` checks results against the adapter it uploads. A
+    folder holding predictions made with another adapter, window or budget is refused."""
     record = read_eval_config(predictions_dir)
+    now = {k: json.loads(json.dumps(v)) for k, v in fields.items() if k in SAME_LOADED_KEYS}
+    changed = [k for k in now if k in record and _differs(k, record[k], now[k])]
+    if changed and _holds_predictions(Path(predictions_dir)):
+        raise FincheckError(
+            f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
+            f"differ: { ({k: record[k] for k in changed}) } before, "
+            f"{ ({k: now[k] for k in changed}) } now); use another --out"
+        )
+    if isinstance(record.get("max_new_tokens"), dict) and isinstance(
+        now.get("max_new_tokens"), dict
+    ):
+        fields = {**fields, "max_new_tokens": {**record["max_new_tokens"], **now["max_new_tokens"]}}
     record.update(fields)
     _write_json(Path(predictions_dir) / EVAL_CONFIG, record)
+
+
+def _differs(key: str, before: Any, now: Any) -> bool:
+    """Per-task budgets differ only for a task evaluated both times (a rerun may add one)."""
+    if key == "max_new_tokens" and isinstance(before, dict) and isinstance(now, dict):
+        return any(before[t] != now[t] for t in before.keys() & now.keys())
+    return before != now
+
+
+def _holds_predictions(predictions_dir: Path) -> bool:
+    return any(p.stat().st_size > 0 for p in predictions_dir.glob("*.jsonl") if p.is_file())

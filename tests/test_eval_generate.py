@@ -716,3 +716,59 @@ def test_a_split_file_the_manifest_does_not_list_is_refused(tmp_path):
     with pytest.raises(FincheckError, match=r"test\.jsonl is not among the files .*manifest"):
         read_split(data, "qasem", "test")
     assert read_split(data, "qasem", "dev")  # the files it lists are read
+
+
+def test_an_adapter_retrained_in_place_does_not_resume_an_evaluation(tmp_path):
+    """The adapter's path is the same, its weights are not: predictions of the old weights
+    would be scored, and published, under the new weights' sha256. Another window or answer
+    budget for a task already evaluated is refused too; a new task's budget is not."""
+    from fincheck.errors import FincheckError
+    from fincheck.eval.predictions import read_eval_config, record_loaded
+
+    loaded = {"adapter_sha256": "a" * 64, "window": 2048, "max_new_tokens": {"final": 256}}
+    record_loaded(tmp_path, **loaded)
+    record_loaded(tmp_path, **{**loaded, "adapter_sha256": "b" * 64})  # nothing predicted yet
+    (tmp_path / "final.jsonl").write_text('{"id": "x"}\n')
+    record_loaded(tmp_path, **{**loaded, "adapter_sha256": "b" * 64})  # the same: resumes
+    for change in (
+        {"adapter_sha256": "c" * 64},
+        {"window": 4096},
+        {"max_new_tokens": {"final": 512}},
+    ):
+        with pytest.raises(FincheckError, match="holds predictions of a different run") as e:
+            record_loaded(tmp_path, **{**loaded, "adapter_sha256": "b" * 64, **change})
+        assert next(iter(change)) in str(e.value) and "\n" not in str(e.value)
+    record_loaded(
+        tmp_path, **{**loaded, "adapter_sha256": "b" * 64, "max_new_tokens": {"qasem": 8}}
+    )
+    assert read_eval_config(tmp_path)["max_new_tokens"] == {"final": 256, "qasem": 8}
+
+
+def test_an_evaluation_resumed_after_its_adapter_was_retrained_in_place_is_refused(
+    tiny_adapter, tmp_path, capsys
+):
+    """`fincheck eval --adapter run/` stopped, the run retrained into the same folder, the eval
+    rerun to finish: the old weights' predictions would be kept and scored (and published)
+    under the new weights' sha256."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_adapter, adapter)
+    out = tmp_path / "eval"
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = ["eval", "--adapter", str(adapter), "--data", str(small), "--out", str(out)]
+    args += ["--tasks", "qasem", "--max-new-tokens", SHORT, "--max-input-tokens", "512"]
+    assert main([*args, "--limit", "2"]) == 0
+    predictions = out / "predictions" / "qasem.jsonl"
+    first = predictions.read_text().splitlines(keepends=True)[0]
+    predictions.write_text(first)  # stopped after one prediction
+    weights = adapter / "adapter_model.safetensors"
+    save_file({k: v * 2 for k, v in load_file(weights).items()}, weights)
+    capsys.readouterr()
+    assert main([*args, "--limit", "2"]) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("fincheck eval: error:")]
+    assert len(errors) == 1 and "holds predictions of a different run (adapter_sha256 differ" in err
+    assert predictions.read_text() == first
