@@ -243,7 +243,13 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
 # run folder keeps its path, not its weights; results would name the new weights' sha256 for
 # answers the old ones gave). The template's fingerprint is not among them: a template that
 # writes today's date renders differently tomorrow, and that is only a warning.
-SAME_LOADED_KEYS = ("adapter_sha256", "window", "max_new_tokens", "chat_template_kwargs")
+SAME_LOADED_KEYS = (
+    "adapter_sha256",
+    "window",
+    "max_new_tokens",
+    "chat_template_kwargs",
+    "tokenizer_fingerprint",  # what fits a served detector's prompts, by content
+)
 
 
 def record_loaded(predictions_dir: Path, **fields: Any) -> None:

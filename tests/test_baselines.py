@@ -709,3 +709,34 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     assert len(server.requests) == 4 and {r["max_tokens"] for r in server.requests} == {128}
     config = json.loads((out / "predictions" / "eval_config.json").read_text())
     assert config["tokenizer"] == str(tiny_base.resolve()) and config["window"] == 512
+
+
+def test_a_served_eval_resumed_after_its_tokenizer_changed_in_place_is_refused(
+    tiny_base, tmp_path, capsys
+):
+    """--tokenizer names a folder by path; a new chat template written into it changes every
+    prompt sent: a rerun finishing the stopped eval would mix the two prompt forms."""
+    import shutil
+
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(tiny_base, tokenizer)
+    out = tmp_path / "served"
+    with FakeJudgeServer() as server:
+        server.script = {"": [("ok", "Yes")] * 20}
+        args = ["eval", "--backend", "openai", "--base-url", server.base_url, "--model",
+                "served", "--data", str(SMALL), "--out", str(out), "--tokenizer",
+                str(tokenizer), "--tasks", "final", "--no-progress"]  # fmt: skip
+        assert main(args) == 0
+        predictions = out / "predictions" / "final.jsonl"
+        first = predictions.read_text().splitlines(keepends=True)[0]
+        predictions.write_text(first)  # stopped after one prediction
+        config_path = tokenizer / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        config["chat_template"] = "{% for m in messages %}### {{ m['content'] }}\n{% endfor %}"
+        config_path.write_text(json.dumps(config))
+        (tokenizer / "chat_template.jinja").unlink(missing_ok=True)
+        capsys.readouterr()
+        assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "holds predictions of a different run (tokenizer_fingerprint differ" in err
+    assert predictions.read_text() == first

@@ -37,7 +37,7 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import load_prompt_fitter
+from fincheck.inference import load_prompt_fitter, template_fingerprint
 from fincheck.jsonl import drop_torn_last_line
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
@@ -141,6 +141,26 @@ def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
     return Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3", prepare)
 
 
+def fitter_identity(fitter) -> str:
+    """What fits a served detector's prompts, by content: the tokenizer (a folder updated in
+    place keeps its path), its chat template with the run's kwargs, the positions it allows."""
+    import hashlib
+
+    tokenizer = fitter.tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = (
+        backend.to_str()
+        if backend is not None
+        else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    )
+    parts = [
+        vocab,
+        template_fingerprint(tokenizer, fitter.template_kwargs),
+        str(fitter.position_limit),
+    ]
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
 def run_examples(
     method: Method,
     llm: CachedLLM,
@@ -224,7 +244,11 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     fitter = None
     if opts.tokenizer:  # a served detector whose prompts are fitted as a local eval's
         fitter = load_prompt_fitter(opts.tokenizer, opts.window)
-        record_loaded(opts.predictions_dir, window=fitter.window)
+        record_loaded(
+            opts.predictions_dir,
+            window=fitter.window,
+            tokenizer_fingerprint=fitter_identity(fitter),
+        )
     record_loaded(opts.predictions_dir, client=client.identity)
     summary: dict[str, dict[str, Any]] = {}
     for task in tasks:
