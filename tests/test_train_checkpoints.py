@@ -164,3 +164,28 @@ def test_stale_allreduce_buffers_of_killed_runs_are_swept(tmp_path, monkeypatch)
         removed = host_memory.sweep_stale_allreduce_buffers(shm=tmp_path)
     assert removed == [names[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[1:], "someone_else"])
+
+
+def test_the_sweep_leaves_links_alone_and_does_not_stop_training(tmp_path):
+    """A name that is a link (dangling, or to a file elsewhere) is not a segment a run left:
+    the sweep neither follows it nor fails on it (a traceback at training start)."""
+    import time
+
+    from fincheck.train import host_memory
+
+    prefix = f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "keep.bin"
+    target.write_bytes(b"keep")
+    old = time.time() - 3600
+    os.utime(target, (old, old))
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / f"{prefix}1_0").symlink_to(tmp_path / "gone")
+    (shm / f"{prefix}2_0").symlink_to(target)
+    (shm / f"{prefix}3_0").write_bytes(b"\0" * 16)
+    os.utime(shm / f"{prefix}3_0", (old, old))
+    assert host_memory.sweep_stale_allreduce_buffers(shm=shm) == [f"{prefix}3_0"]
+    assert sorted(p.name for p in shm.iterdir()) == [f"{prefix}1_0", f"{prefix}2_0"]
+    assert target.read_bytes() == b"keep"

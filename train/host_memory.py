@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import stat
 import time
 from functools import cache
 from pathlib import Path
@@ -68,7 +69,18 @@ def sweep_stale_allreduce_buffers(
     younger than `min_age_s` is left alone (a rank of another run may be mapping it right now).
     Returns the names removed."""
     prefix = f"deepspeed_allreduce_buffer_{os.getuid()}_"
-    candidates = [p for p in shm.glob(prefix + "*") if time.time() - p.stat().st_mtime > min_age_s]
+    candidates = []
+    for path in shm.glob(prefix + "*"):
+        try:  # gone since the listing (another run's exit hook), or a link: not ours to judge
+            info = path.lstat()
+        except OSError:
+            continue
+        if (
+            stat.S_ISREG(info.st_mode)
+            and info.st_uid == os.getuid()
+            and time.time() - info.st_mtime > min_age_s
+        ):
+            candidates.append(path)
     if not candidates:
         return []
     mapped = _mapped_paths()
