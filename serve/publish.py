@@ -43,6 +43,7 @@ from fincheck.runs import (
     adapter_sha256,
     load_run,
 )
+from fincheck.secrets import secret_places
 from fincheck.serve.card import (
     PublishedBase,
     public_recipe,
@@ -102,6 +103,7 @@ def build_upload_folder(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
     base = published_base(run, base_model_id)
+    check_no_secrets(run)
     if results is not None:
         check_results_provenance(run, results)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -257,6 +259,19 @@ def _tensors_fit(entries: dict[str, Any], data_size: int) -> bool:
 
 def _natural(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_no_secrets(run: RunArtifacts) -> None:
+    """A run whose recorded recipe or metadata holds a secret (trained before training refused
+    one, or a file edited by hand) is not published: the recipe goes up as recipe.yaml and into
+    the card. Named by its place, never echoed."""
+    for name, record in ((RECIPE_FILE, run.recipe), (RUN_METADATA, run.metadata)):
+        if places := secret_places(record or {}):
+            raise FincheckError(
+                f"{run.path / name}: {', '.join(places)} holds a secret (a token, a password, an "
+                "API key) that publishing would upload in the recipe and the model card; remove "
+                "it from the run's files (and revoke it) before publishing"
+            )
 
 
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:

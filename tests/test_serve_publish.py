@@ -603,3 +603,19 @@ def test_an_adapter_whose_header_is_json_of_another_shape_is_one_line(header, ru
     (run / "adapter_model.safetensors").write_bytes(data)
     with pytest.raises(FincheckError, match="is not a safetensors file"):
         publish(run, "me/tiny", dry_run=tmp_path / "repo")
+
+
+def test_a_run_whose_recorded_recipe_holds_a_secret_is_not_published(run_dir, tmp_path):
+    """A run trained before training refused secrets (or a recipe.yaml edited by hand) holds
+    `model_init_kwargs: {token: hf_...}`: publishing would put it in recipe.yaml and the card."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    recipe["model_init_kwargs"] = {"token": SENTINEL}
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    with pytest.raises(FincheckError, match=r"model_init_kwargs\.token holds a secret") as error:
+        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+    assert SENTINEL not in str(error.value)
+    assert not (tmp_path / "repo").exists()

@@ -21,7 +21,6 @@ import hashlib
 import inspect
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +38,7 @@ from fincheck.config import (
 )
 from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype
+from fincheck.secrets import secret_places
 from fincheck.tasks import check_task_names, get_task
 from fincheck.train.tree_packing import tree_attention_for
 
@@ -347,39 +347,6 @@ def read_recipe_values(
             values[key] = resolve_project_path(values[key], path)
     validate_recipe(values)
     return values
-
-
-# Recipe keys that hold secrets: refused, since a recipe is copied into every run it starts.
-# A key named like a secret, anywhere in the recipe (`hub_token`, `model_init_kwargs: {token:
-# ...}`), or a value shaped like a hub or API key: refused, named by its place, never echoed.
-SECRET_KEY = re.compile(
-    r"(?:^|_)(?:token|secret|password|passwd|api_?key|credentials?)$", re.IGNORECASE
-)
-SECRET_VALUE = re.compile(r"^(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,})$")
-# Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
-NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
-                             "cls_token", "mask_token"})  # fmt: skip
-
-
-def secret_places(value: Any, where: str = "") -> list[str]:
-    """The places (`model_init_kwargs.token`) in a recipe that hold a secret."""
-    if isinstance(value, dict):
-        found = []
-        for key, inner in value.items():
-            place = f"{where}.{key}" if where else str(key)
-            named = SECRET_KEY.search(str(key)) and str(key) not in NOT_SECRET_KEYS
-            if (
-                named
-                and inner not in (None, "", False, [], {})
-                and not isinstance(inner, (int, float))
-            ):
-                found.append(place)
-            else:
-                found += secret_places(inner, place)
-        return found
-    if isinstance(value, (list, tuple)):
-        return [p for i, v in enumerate(value) for p in secret_places(v, f"{where}[{i}]")]
-    return [where] if isinstance(value, str) and SECRET_VALUE.match(value.strip()) else []
 
 
 def validate_recipe(values: dict[str, Any]) -> None:
