@@ -32,8 +32,9 @@ def claim_out_dir(out_dir: str | Path, flag: str, own: Sequence[str] = ()) -> Pa
     of `own` (the command's own outputs, or names matching `own`'s patterns, e.g.
     "checkpoint-*")."""
     out = Path(out_dir)
-    if out.exists() and out.is_dir():
-        entries = [p.name for p in out.iterdir()]
+    real = out.resolve()  # `new/../..` is its parent's parent, checked as such
+    if real.is_dir():
+        entries = [p.name for p in real.iterdir()]
         ours = [n for n in entries if n == OWN_MARKER or any(fnmatch(n, pat) for pat in own)]
         if entries and not ours:
             shown = ", ".join(sorted(entries)[:4]) + (", ..." if len(entries) > 4 else "")

@@ -357,3 +357,26 @@ def test_an_out_that_is_empty_or_someone_elses_folder_is_refused(
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["foreign", "notes.txt"]
     # fincheck's own folders stay usable: a new one, then the same again (resumed)
     assert main([*args[:-1], "mine"]) == 0 and main([*args[:-1], "mine"]) == 0
+
+
+def test_fincheck_train_claims_its_output_dir_before_writing_the_tiny_base(
+    tmp_path, capsys, monkeypatch
+):
+    """`fincheck train` writes the tiny random-init base into output_dir before training: the
+    folder is claimed first, so the repository root or `/` are refused with nothing written
+    (the base made them look like a run's, and TRL's model card replaced README.md)."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    small = repo / "tests" / "assets" / "prepared"
+    root_like = tmp_path / "repo"  # as the repository root (a regression must not touch it)
+    (root_like / "checkpoints").mkdir(parents=True)
+    (root_like / "README.md").write_text("mine")
+    (root_like / "pyproject.toml").write_text("")
+    config = str(repo / "configs" / "train" / "tiny-cpu.yaml")
+    for out in (root_like, root_like / "new" / ".." / "checkpoints" / ".."):
+        code, err = run_cli(capsys, "train", "--config", config, f"--dataset_dir={small}",
+                            f"--output_dir={out}", "--deepspeed=", "--max_steps=1")  # fmt: skip
+        assert code == 1 and "holds files fincheck did not write (README.md, checkpoints" in err
+    assert sorted(p.name for p in root_like.rglob("*")) == ["README.md", "checkpoints",
+                                                            "pyproject.toml"]  # fmt: skip
+    assert (root_like / "README.md").read_text() == "mine"

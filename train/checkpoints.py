@@ -116,7 +116,7 @@ def out_of_space_message(output_dir: Path, step: int) -> str:
 ADAPTER_FILES = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
 RUN_OUTPUTS = (*ADAPTER_FILES, RUN_METADATA)
 # What marks a folder as a training run's (`claim_out_dir`), older runs included.
-RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*", "base")
+RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*")
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:

@@ -144,8 +144,14 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     if values["deepspeed"]:
         single_process_group_env()
         announce_deepspeed_build()
+    # Claimed before anything is written there: the tiny base would make any folder look like
+    # a run's (the repository root, `/`) and TRL's model card would replace its README.md.
+    output_dir = claim_out_dir(
+        values["output_dir"] or f"checkpoints/{values['run_name']}",
+        "output_dir",
+        checkpoints.RUN_FOLDER_NAMES,
+    )
     if values["model_name_or_path"] == TINY_RANDOM:
-        output_dir = Path(values["output_dir"] or f"checkpoints/{values['run_name']}")
         model.ensure_tiny_base(str((output_dir / "base").resolve()))
     else:
         resolve_model(values["model_name_or_path"])  # a known name: fetched once, here
