@@ -345,10 +345,12 @@ def text_value(text: str, annotation: Any) -> Any:
     """A `--key=value` (or flag) text for a field of this type, before its type check: numbers
     stay text for int()/float() (YAML would read `010` as 8 and `1:30` as 90), a list is split
     on commas (or read as YAML's `[a, b]`), mappings and mixed types are read as YAML, and ""
-    or null is None for an optional field."""
+    or null is None for an optional field ("" is an error for a path: never the current
+    folder, nor stdout in place of a file)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    if union and len(args) < len(typing.get_args(annotation)) and text.strip() in ("", "null"):
+    unset = ("null",) if args == [Path] else ("", "null")  # `--out ""` is no path, not "unset"
+    if union and len(args) < len(typing.get_args(annotation)) and text.strip() in unset:
         return None
     plain = args[0] if union and len(args) == 1 else annotation
     origin = typing.get_origin(plain) or plain

@@ -380,3 +380,28 @@ def test_fincheck_train_claims_its_output_dir_before_writing_the_tiny_base(
     assert sorted(p.name for p in root_like.rglob("*")) == ["README.md", "checkpoints",
                                                             "pyproject.toml"]  # fmt: skip
     assert (root_like / "README.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["merge", "--adapter", "run", "--out", ""],
+        ["detect", "--adapter", "run", "--input", "in.jsonl", "--out", ""],
+        ["publish", "--checkpoint", "run", "--repo-id", "a/b", "--dry-run", ""],
+        ["publish", "--checkpoint", "run", "--repo-id", "a/b", "--results", ""],
+    ],
+)
+def test_an_empty_output_path_is_a_usage_error_for_every_command(argv, capsys):
+    """`--out ""` is no path: merge would write into the current folder, detect print to
+    stdout, and `publish --dry-run ""` would upload for real."""
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"{argv[-2]}: expected a path, got an empty string" in err
+
+
+def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys):
+    """A path under a file (ENOTDIR: the test runs as root, for whom chmod proves nothing) is
+    one line naming it, before the adapter is even read."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "merged"
+    code, err = run_cli(capsys, "merge", "--adapter", str(tmp_path / "no-run"), "--out", str(out))
+    assert code == 1 and f"Not a directory: {out}" in err
