@@ -405,3 +405,27 @@ def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys
     out = tmp_path / "afile" / "merged"
     code, err = run_cli(capsys, "merge", "--adapter", str(tmp_path / "no-run"), "--out", str(out))
     assert code == 1 and f"Not a directory: {out}" in err
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        b"\xff".decode,  # UnicodeDecodeError
+        lambda: __import__("json").loads('{"a": '),
+        lambda: __import__("yaml").safe_load("a: [1"),
+    ],
+)
+def test_a_library_s_decoding_error_is_one_line(error, capsys, monkeypatch):
+    """A JSON, YAML or UTF-8 error from a reader that does not name its file (a library's) is
+    still one line, not a traceback; --debug shows it whole."""
+    from fincheck import models
+
+    def damaged(*args, **kwargs):
+        error()
+
+    monkeypatch.setattr(models, "fetch", damaged)
+    code, err = run_cli(capsys, "models", "fetch", "qwen3-tokenizer")
+    assert code == 1 and err.count("\n") == 0
+    assert "error: a file is damaged or not" in err and "--debug shows which" in err
+    with pytest.raises(Exception):  # noqa: B017 (three kinds, each whole)
+        main(["--debug", "models", "fetch", "qwen3-tokenizer"])
