@@ -290,3 +290,24 @@ def test_a_token_anywhere_in_a_recipe_is_refused_without_echoing_it(yaml_text, p
     with pytest.raises(FincheckError, match=rf"{re.escape(place)}: a token in a recipe") as error:
         read_recipe_values(recipe)
     assert "abc123" not in str(error.value) and "hf_abcdef" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "said"),
+    [
+        ("adam_beta2: 1.0\n", "adam_beta2: must be at least 0 and below 1, got 1.0"),
+        ("weight_decay: -0.1\n", "weight_decay: must be at least 0"),
+        ("seed: -1\n", "seed: must be at least 0"),  # numpy refuses it only deep in training
+        ("logging_steps: 0\n", "logging_steps: must be above 0"),
+        ("per_device_eval_batch_size: 0\n", "per_device_eval_batch_size: must be at least 1"),
+        ("max_grad_norm: .inf\n", "max_grad_norm: expected a finite number"),
+        ("ddp_timeout: 0\n", "ddp_timeout: must be above 0"),
+    ],
+)
+def test_transformers_own_keys_are_range_checked_like_fincheck_s(yaml_text, said, tmp_path):
+    """The TRL/transformers keys a recipe may set have their ranges declared too: a bad value
+    is one line naming the file and key, not an error (or a silent NaN) mid-training."""
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(FincheckError, match=re.escape(f"{path}: {said}")):
+        load_recipe(path)
