@@ -99,6 +99,10 @@ def run_detect(args) -> int:
         records = read_inputs(Path(args.input))
     if args.out and Path(args.out).exists():
         raise FincheckError(f"{args.out} exists; pick a new --out file (nothing is overwritten)")
+    if args.out and Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
+        raise FincheckError(
+            f"--out {args.out}: {Path(args.out).parent} is a file, not a folder: choose another path"
+        )
     if args.out and not Path(args.out).resolve().parent.is_dir():  # before the model runs
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"

@@ -429,3 +429,18 @@ def test_a_library_s_decoding_error_is_one_line(error, capsys, monkeypatch):
     assert "error: a file is damaged or not" in err and "--debug shows which" in err
     with pytest.raises(Exception):  # noqa: B017 (three kinds, each whole)
         main(["--debug", "models", "fetch", "qwen3-tokenizer"])
+
+
+def test_detect_finds_an_unwritable_out_before_the_model_runs(tmp_path, capsys):
+    """A --out in a folder nobody may write (sysfs: real, root included) or under a file is one
+    line naming it, before the adapter is read: no model run whose results are then lost."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "in.jsonl").write_text('{"text": "a", "summary": "b"}\n')
+    for out, said in [
+        (_unwritable_folder() / "out.jsonl", "fincheck-test"),
+        (tmp_path / "afile" / "out.jsonl", "afile is a file, not a folder"),
+    ]:
+        code, err = run_cli(capsys, "detect", "--adapter", str(tmp_path / "no-run"), "--input",
+                            str(tmp_path / "in.jsonl"), "--out", str(out))  # fmt: skip
+        assert code == 1 and err.count("\n") == 0 and said in err, err
+        assert "no-run" not in err
