@@ -231,6 +231,11 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         loaded = yaml.load(read_utf8(path), Loader=_UniqueKeyLoader) or {}
+    except yaml.MarkedYAMLError as e:  # `file:line: problem`, as every file error here
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        said = " ".join(filter(None, (e.context, e.problem)))
+        raise FincheckError(f"{where}: not valid YAML: {said}") from None
     except yaml.YAMLError as e:
         raise FincheckError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(loaded, dict):

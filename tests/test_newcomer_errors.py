@@ -444,3 +444,21 @@ def test_detect_finds_an_unwritable_out_before_the_model_runs(tmp_path, capsys):
                             str(tmp_path / "in.jsonl"), "--out", str(out))  # fmt: skip
         assert code == 1 and err.count("\n") == 0 and said in err, err
         assert "no-run" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("lora_r: [8\n", "2: not valid YAML: while parsing a flow sequence expected ','"),
+        ("lora_r: 8\nlora_r: 16\n", "2: not valid YAML: key 'lora_r' on line 2 was already"),
+        ("a: 1\n  b: 2\n", "2: not valid YAML: mapping values are not allowed here"),
+    ],
+)
+def test_a_recipe_that_is_no_yaml_is_one_line_naming_file_and_line(text, said, tmp_path, capsys):
+    """`file:line: problem`, as every other file error; not PyYAML's multi-line report about
+    "<unicode string>"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    code, err = run_cli(capsys, "train", "--config", str(recipe))
+    assert code == 1 and err.startswith(f"fincheck train: error: {recipe}:{said}")
+    assert "unicode string" not in err
