@@ -462,3 +462,34 @@ def test_a_recipe_that_is_no_yaml_is_one_line_naming_file_and_line(text, said, t
     code, err = run_cli(capsys, "train", "--config", str(recipe))
     assert code == 1 and err.startswith(f"fincheck train: error: {recipe}:{said}")
     assert "unicode string" not in err
+
+
+def test_one_familiar_name_does_not_make_a_folder_fincheck_s(tmp_path, capsys):
+    """A folder of the user's that happens to hold a report.md (eval and score write one) or
+    a recipe.yaml (a run writes one) is refused: only a folder holding nothing but what the
+    command writes, or marked by fincheck, is its own. An older run folder (its
+    fincheck_run.json) and an older eval folder (only eval's outputs) stay usable."""
+    from fincheck.errors import FincheckError
+    from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir
+    from fincheck.runs import RUN_METADATA
+    from fincheck.train.checkpoints import RUN_FOLDER_NAMES
+
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "report.md").write_text("mine")
+    (thesis / "chapter1.tex").write_text("mine")
+    with pytest.raises(FincheckError, match=r"holds files fincheck did not write \(chapter1.tex\)"):
+        claim_out_dir(thesis, "--out", EVAL_OUTPUTS)
+    (thesis / "recipe.yaml").write_text("mine")
+    with pytest.raises(FincheckError, match="fincheck did not write"):
+        claim_out_dir(thesis, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+    assert sorted(p.name for p in thesis.iterdir()) == ["chapter1.tex", "recipe.yaml", "report.md"]
+    old_eval = tmp_path / "old-eval"
+    (old_eval / "predictions").mkdir(parents=True)
+    (old_eval / "results.json").write_text("{}")
+    assert claim_out_dir(old_eval, "--out", EVAL_OUTPUTS) == old_eval
+    old_run = tmp_path / "old-run"
+    old_run.mkdir()
+    for name in (RUN_METADATA, "README.md", "tokenizer.json", "training_args.bin"):
+        (old_run / name).write_text("")
+    assert claim_out_dir(old_run, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
