@@ -95,7 +95,7 @@ def check_bounds(value: Any, f: dataclasses.Field, key: str) -> Any:
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     if not all(_BOUND_HOLDS[k](value, b) for k, b in bounds.items()):
-        raise FincheckError(f"{key}: must be {describe_bounds(f)}, got {value!r}")
+        raise UsageError(f"{key}: must be {describe_bounds(f)}, got {value!r}")  # exit 2
     return value
 
 
@@ -162,7 +162,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             if not isinstance(value, bool):
                 number = float(value)
         if number is None or not math.isfinite(number):  # nan, inf: no option means them
-            raise FincheckError(f"{key}: expected a finite number, got {value!r}")
+            raise UsageError(f"{key}: expected a finite number, got {value!r}")
         return number
     if annotation is Path:
         if not isinstance(value, (str, Path)):
