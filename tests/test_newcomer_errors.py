@@ -493,3 +493,23 @@ def test_one_familiar_name_does_not_make_a_folder_fincheck_s(tmp_path, capsys):
     for name in (RUN_METADATA, "README.md", "tokenizer.json", "training_args.bin"):
         (old_run / name).write_text("")
     assert claim_out_dir(old_run, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "predictions/eval_config.json"])
+def test_a_cut_json_file_is_one_line_naming_its_line(name, tmp_path, capsys):
+    """A manifest.json or eval_config.json cut short (a full disk, a copy stopped) names the
+    file and the line where JSON stops making sense, and says it looks cut short."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
+    run = tmp_path / "run"
+    assert main(["baseline", "--method", "overlap", "--data", str(data), "--out", str(run),
+                 "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    broken = (data if name == "manifest.json" else run) / name
+    broken.write_text(broken.read_text()[:40])
+    code, err = run_cli(capsys, "score", "--data", str(data), "--predictions",
+                        str(run / "predictions"), "--out", str(run))  # fmt: skip
+    assert code == 1 and err.startswith(f"fincheck score: error: {broken}:")
+    assert "not valid JSON" in err and "the file looks cut short" in err
