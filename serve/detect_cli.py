@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.jsonl import iter_json_objects, read_utf8_text
 from fincheck.prompting import load_prompt
 from fincheck.tasks import all_tasks
@@ -94,6 +94,11 @@ def run_detect(args) -> int:
     if single:
         if not (args.text and args.summary):
             raise FincheckError("--text and --summary go together")
+        if args.out is not None:  # never ignored: the one result goes to stdout
+            raise UsageError(
+                "--out: read only with --input (JSONL results); --text and --summary print "
+                "their one result as JSON on stdout: leave --out out, or redirect (> FILE)"
+            )
         records = [{"id": "1", "text": _read_text(args.text), "summary": _read_text(args.summary)}]
     else:
         records = read_inputs(Path(args.input))

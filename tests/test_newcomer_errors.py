@@ -513,3 +513,14 @@ def test_a_cut_json_file_is_one_line_naming_its_line(name, tmp_path, capsys):
                         str(run / "predictions"), "--out", str(run))  # fmt: skip
     assert code == 1 and err.startswith(f"fincheck score: error: {broken}:")
     assert "not valid JSON" in err and "the file looks cut short" in err
+
+
+def test_detect_out_with_one_text_and_summary_is_never_ignored(tmp_path, capsys):
+    """--out is where --input's JSONL results go; with --text/--summary (one JSON object on
+    stdout) it was ignored silently and the file never written: a usage error now."""
+    (tmp_path / "t.txt").write_text("a")
+    code, err = run_cli(capsys, "detect", "--adapter", str(tmp_path / "no-run"), "--text",
+                        str(tmp_path / "t.txt"), "--summary", str(tmp_path / "t.txt"), "--out",
+                        str(tmp_path / "r.jsonl"))  # fmt: skip
+    assert code == 2 and "--out: read only with --input" in err
+    assert not (tmp_path / "r.jsonl").exists()
