@@ -206,7 +206,7 @@ class SFTRecipe(SFTConfig):
         10, "log every N steps (a fraction of all steps when below 1)", above=0
     )
     eval_steps: float | None = config_field(
-        None, "dev loss every N steps (default: logging_steps)", above=0
+        None, "dev loss every N steps (0 or unset: none)", at_least=0
     )
     per_device_eval_batch_size: int = config_field(8, "dev batch per process", at_least=1)
     eval_accumulation_steps: int | None = config_field(
