@@ -15,6 +15,8 @@ note says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -218,6 +220,8 @@ def compare_command(args: argparse.Namespace) -> int:
         raise FincheckError(
             f"--out {args.out}: name the markdown file (.md); the JSON goes beside it"
         )
+    if args.out:
+        check_replaceable(args.out)  # before the runs are read and bootstrapped
     names = args.names or [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
@@ -225,9 +229,35 @@ def compare_command(args: argparse.Namespace) -> int:
     markdown, data = compare_runs(runs, args.bootstrap, args.seed)
     print(markdown)
     if args.out:
+        data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown, encoding="utf-8")
         args.out.with_suffix(".json").write_text(
             json.dumps(strict_json(data), indent=2), encoding="utf-8"
         )
     return 0
+
+
+# Recorded in NAME.json: the markdown beside it is compare's own, unedited, when this matches.
+MARKDOWN_SHA256 = "markdown_sha256"
+
+
+def check_replaceable(markdown_path: Path) -> None:
+    """--out and the JSON beside it are new, or an earlier compare's pair (the JSON records the
+    markdown's sha256, re-checked here): an allow-list, so a user's notes.md or a README that
+    happens to share the name is never overwritten."""
+    json_path = markdown_path.with_suffix(".json")
+    present = [p for p in (markdown_path, json_path) if p.exists()]
+    if not present:
+        return
+    recorded = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        recorded = json.loads(json_path.read_text(encoding="utf-8")).get(MARKDOWN_SHA256)
+    with contextlib.suppress(OSError):
+        if recorded == hashlib.sha256(markdown_path.read_bytes()).hexdigest():
+            return
+    raise FincheckError(
+        f"--out {markdown_path}: {' and '.join(str(p) for p in present)} exist and are not an "
+        "earlier `fincheck compare` output, unedited: choose a new file name (nothing is "
+        "overwritten)"
+    )

@@ -261,7 +261,7 @@ class BaselineOptions(Endpoint, EvalRun):
         applies=LLM,
     )
     concurrency: int = config_field(
-        8, "examples in flight (a local model batches their calls)", applies=LLM
+        8, "examples in flight (a local model batches their calls)", applies=LLM, at_least=1
     )
     max_tokens: int = config_field(
         512,
@@ -300,6 +300,7 @@ class BaselineOptions(Endpoint, EvalRun):
         None,
         "tokens the local model may see (default: its positions); longer prompts are trimmed",
         applies=LOCAL_LLM,
+        at_least=1,
     )
     # A served detector (`fincheck eval --backend openai`) runs as the method "detector":
     tokenizer: str | None = config_field(None, "", cli=False)

@@ -11,14 +11,17 @@ import argparse
 import errno
 import functools
 import importlib
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
 from fincheck import __version__
 from fincheck.config import close_flags
-from fincheck.errors import FincheckError, UsageError
+from fincheck.errors import FincheckError, UsageError, wrapped_os_error
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -126,10 +129,28 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
-    except OSError as e:
-        if args.debug or (e.filename is None and e.errno not in (errno.ENOSPC, errno.EDQUOT)):
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as e:
+        if args.debug:
+            raise
+        # The readers of fincheck's own files name the file and line; this is a library's.
+        what = {UnicodeDecodeError: "UTF-8 text", json.JSONDecodeError: "JSON"}.get(type(e), "YAML")
+        print(
+            f"fincheck {args.command}: error: a file is damaged or not {what} "
+            f"({' '.join(str(e).split())}); "
+            "--debug shows which",
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as e:
+        os_error = wrapped_os_error(e)  # an OSError, or one a library wrapped (safetensors)
+        if (
+            args.debug
+            or os_error is None
+            or (os_error.filename is None and os_error.errno not in (errno.ENOSPC, errno.EDQUOT))
+        ):
             raise  # no path to name (a socket, a library's own): the traceback says more
-        print(f"fincheck {args.command}: error: {os_error_line(e, args.command)}", file=sys.stderr)
+        line = os_error_line(os_error, args.command)
+        print(f"fincheck {args.command}: error: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"fincheck {args.command}: interrupted", file=sys.stderr)

@@ -95,7 +95,7 @@ def check_bounds(value: Any, f: dataclasses.Field, key: str) -> Any:
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     if not all(_BOUND_HOLDS[k](value, b) for k, b in bounds.items()):
-        raise FincheckError(f"{key}: must be {describe_bounds(f)}, got {value!r}")
+        raise UsageError(f"{key}: must be {describe_bounds(f)}, got {value!r}")  # exit 2
     return value
 
 
@@ -162,7 +162,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             if not isinstance(value, bool):
                 number = float(value)
         if number is None or not math.isfinite(number):  # nan, inf: no option means them
-            raise FincheckError(f"{key}: expected a finite number, got {value!r}")
+            raise UsageError(f"{key}: expected a finite number, got {value!r}")
         return number
     if annotation is Path:
         if not isinstance(value, (str, Path)):
@@ -231,6 +231,11 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         loaded = yaml.load(read_utf8(path), Loader=_UniqueKeyLoader) or {}
+    except yaml.MarkedYAMLError as e:  # `file:line: problem`, as every file error here
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        said = " ".join(filter(None, (e.context, e.problem)))
+        raise FincheckError(f"{where}: not valid YAML: {said}") from None
     except yaml.YAMLError as e:
         raise FincheckError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(loaded, dict):
@@ -345,10 +350,12 @@ def text_value(text: str, annotation: Any) -> Any:
     """A `--key=value` (or flag) text for a field of this type, before its type check: numbers
     stay text for int()/float() (YAML would read `010` as 8 and `1:30` as 90), a list is split
     on commas (or read as YAML's `[a, b]`), mappings and mixed types are read as YAML, and ""
-    or null is None for an optional field."""
+    or null is None for an optional field ("" is an error for a path: never the current
+    folder, nor stdout in place of a file)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    if union and len(args) < len(typing.get_args(annotation)) and text.strip() in ("", "null"):
+    unset = ("null",) if args == [Path] else ("", "null")  # `--out ""` is no path, not "unset"
+    if union and len(args) < len(typing.get_args(annotation)) and text.strip() in unset:
         return None
     plain = args[0] if union and len(args) == 1 else annotation
     origin = typing.get_origin(plain) or plain

@@ -18,3 +18,19 @@ class InvalidRecordError(FincheckError):
     def __init__(self, path: str, line: int, field: str, problem: str) -> None:
         self.path, self.line, self.field, self.problem = path, line, field, problem
         super().__init__(f"{path}:{line}: {field}: {problem}")
+
+
+def wrapped_os_error(e: BaseException, path: object = None) -> OSError | None:
+    """The `OSError` inside a library's own exception, or None. safetensors (Rust) reports a
+    full disk as `SafetensorError("... No space left on device (os error 28)")`, not as an
+    OSError: unwrapped, it is one line like any file system error, naming `path` if given."""
+    import os
+    import re
+
+    if isinstance(e, OSError):
+        return e
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), None if path is None else str(path))

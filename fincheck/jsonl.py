@@ -70,7 +70,10 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(read_utf8(path))
     except json.JSONDecodeError as e:
-        raise FincheckError(f"{path}: not valid JSON: {e}") from None
+        cut = "" if e.doc.rstrip().endswith(("}", "]")) else "; the file looks cut short"
+        raise FincheckError(
+            f"{path}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno}){cut}"
+        ) from None
     if not isinstance(data, dict):
         raise FincheckError(f"{path}: expected a JSON object")
     return data

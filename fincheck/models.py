@@ -39,7 +39,7 @@ from typing import Literal
 
 from fincheck.checksums import sha256_file
 from fincheck.config import REQUIRED, add_options, config_field, read_options
-from fincheck.errors import FincheckError, UsageError
+from fincheck.errors import FincheckError, UsageError, wrapped_os_error
 
 CACHE_ENV = "FINCHECK_CACHE_DIR"
 MODEL_INFO = "fincheck_model.json"
@@ -399,8 +399,14 @@ def _convert_gguf(gguf_path: Path, out: Path) -> None:
     from fincheck.inference import load_base
 
     model, tokenizer = load_base(str(gguf_path), torch.float32)  # dequantized: a plain model
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+    except Exception as e:  # safetensors wraps a full disk in its own error
+        os_error = wrapped_os_error(e, out)
+        if os_error is None or os_error is e:
+            raise
+        raise os_error from e
 
 
 # ------------------------------------------------------------------------ `fincheck models`

@@ -22,21 +22,26 @@ LOCK_FILE = ".fincheck.lock"
 OWN_MARKER = ".fincheck-out"
 # What eval, baseline and score write at the top of their --out (score may share eval's).
 EVAL_OUTPUTS = (LOCK_FILE, "predictions", "results.json", "report.md", "scored", "plots",
-                "judge_cache.jsonl", "llm_cache.jsonl")  # fmt: skip
+                "judge_cache.jsonl", "llm_cache.jsonl", "wandb")  # fmt: skip
 
 
-def claim_out_dir(out_dir: str | Path, flag: str, own: Sequence[str] = ()) -> Path:
+def claim_out_dir(
+    out_dir: str | Path, flag: str, own: Sequence[str] = (), marks: Sequence[str] = ()
+) -> Path:
     """The output folder, made if new, refused when it holds files fincheck did not write (the
     repository root, `/`, a home folder): an allow-list, so nothing of the user's is
-    overwritten or mixed with. Fincheck's own: empty, marked by an earlier claim, or holding one
-    of `own` (the command's own outputs, or names matching `own`'s patterns, e.g.
-    "checkpoint-*")."""
+    overwritten or mixed with. Fincheck's own: empty, marked by an earlier claim or by one of
+    `marks` (a file only fincheck writes: a run's fincheck_run.json), or holding nothing but
+    `own` (the command's own outputs, or names matching `own`'s patterns, e.g. "checkpoint-*"):
+    one familiar name (a report.md, a README.md) beside the user's files proves nothing."""
     out = Path(out_dir)
-    if out.exists() and out.is_dir():
-        entries = [p.name for p in out.iterdir()]
-        ours = [n for n in entries if n == OWN_MARKER or any(fnmatch(n, pat) for pat in own)]
-        if entries and not ours:
-            shown = ", ".join(sorted(entries)[:4]) + (", ..." if len(entries) > 4 else "")
+    real = out.resolve()  # `new/../..` is its parent's parent, checked as such
+    if real.is_dir():
+        entries = [p.name for p in real.iterdir()]
+        marked = OWN_MARKER in entries or any(m in entries for m in marks)
+        others = [n for n in entries if not any(fnmatch(n, pat) for pat in own)]
+        if others and not marked:
+            shown = ", ".join(sorted(others)[:4]) + (", ..." if len(others) > 4 else "")
             raise FincheckError(
                 f"{flag} {out} holds files fincheck did not write ({shown}): choose a new or "
                 "empty folder (nothing in it is overwritten)"

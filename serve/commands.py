@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.inference import parse_dtype
@@ -59,7 +60,7 @@ class DetectOptions:
     text: str | None = config_field(None, "file with the grounding text (document)")
     summary: str | None = config_field(None, "file with the summary / generated output")
     input: str | None = config_field(None, "JSONL input file (see below)")
-    out: str | None = config_field(None, "JSONL output file (default: stdout)")
+    out: Path | None = config_field(None, "JSONL output file (default: stdout)")
     batch_size: int = config_field(4, "inputs per forward pass", at_least=1)
     max_new_tokens: int | None = config_field(
         None,
@@ -88,7 +89,7 @@ class DetectOptions:
 @dataclass
 class MergeOptions:
     adapter: str = config_field(REQUIRED, "run folder or adapter folder")
-    out: str = config_field(REQUIRED, "output folder (must be new or empty)")
+    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
     model: str | None = config_field(None, "base model (default: the adapter's own base)")
     dtype: str = config_field("bf16", "saved dtype: bf16, fp16, fp32", parse=parse_dtype)
     trust_remote_code: bool = config_field(False, "allow the base's own code")
@@ -100,7 +101,7 @@ class PublishOptions:
     repo_id: str = config_field(REQUIRED, "ORG/NAME on the hub")
     private: bool = config_field(False, "create the repo as private")
     revision: str | None = config_field(None, "branch to publish to (default: main)")
-    results: str | None = config_field(
+    results: Path | None = config_field(
         None, "results.json from `fincheck score` (its figures go into the model card)"
     )
     license: str = config_field(
@@ -111,7 +112,7 @@ class PublishOptions:
         "the hub id of the base (default: the one training recorded; needed when the run "
         "trained on a local folder it could not name)",
     )
-    dry_run: str | None = config_field(
+    dry_run: Path | None = config_field(
         None, "write the repo folder to DIR, upload nothing", metavar="DIR"
     )
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.jsonl import iter_json_objects, read_utf8_text
 from fincheck.prompting import load_prompt
 from fincheck.tasks import all_tasks
@@ -94,11 +94,20 @@ def run_detect(args) -> int:
     if single:
         if not (args.text and args.summary):
             raise FincheckError("--text and --summary go together")
+        if args.out is not None:  # never ignored: the one result goes to stdout
+            raise UsageError(
+                "--out: read only with --input (JSONL results); --text and --summary print "
+                "their one result as JSON on stdout: leave --out out, or redirect (> FILE)"
+            )
         records = [{"id": "1", "text": _read_text(args.text), "summary": _read_text(args.summary)}]
     else:
         records = read_inputs(Path(args.input))
     if args.out and Path(args.out).exists():
         raise FincheckError(f"{args.out} exists; pick a new --out file (nothing is overwritten)")
+    if args.out and Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
+        raise FincheckError(
+            f"--out {args.out}: {Path(args.out).parent} is a file, not a folder: choose another path"
+        )
     if args.out and not Path(args.out).resolve().parent.is_dir():  # before the model runs
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"

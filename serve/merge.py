@@ -11,6 +11,7 @@ measured max |diff| 0.009 on logits within +-0.6, tested at atol 0.05.
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,20 @@ def merge_adapter(
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FincheckError(f"{out}: folder is not empty; pick a new --out folder")
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)  # a folder that cannot be written says so now,
+    try:  # not after the merge
+        tempfile.TemporaryFile(dir=out).close()
+        return _merge_into(out, adapter, dtype, base, trust_remote_code)
+    except BaseException:
+        if made and not any(out.iterdir()):
+            out.rmdir()  # nothing written: no empty folder left behind
+        raise
+
+
+def _merge_into(
+    out: Path, adapter: str | Path, dtype: str, base: str | None, trust_remote_code: bool
+) -> dict[str, Any]:
     run = load_run(adapter)
     base_path = run.resolve_base(base)
     model, tokenizer = load_adapter_model(
@@ -47,7 +62,6 @@ def merge_adapter(
     # the base shipped in its config and generation config (often EOS itself).
     merged.config.pad_token_id = tokenizer.pad_token_id
     merged.generation_config.pad_token_id = tokenizer.pad_token_id
-    out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     files = sorted(p.name for p in out.iterdir())

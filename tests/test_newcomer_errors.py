@@ -357,3 +357,170 @@ def test_an_out_that_is_empty_or_someone_elses_folder_is_refused(
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["foreign", "notes.txt"]
     # fincheck's own folders stay usable: a new one, then the same again (resumed)
     assert main([*args[:-1], "mine"]) == 0 and main([*args[:-1], "mine"]) == 0
+
+
+def test_fincheck_train_claims_its_output_dir_before_writing_the_tiny_base(
+    tmp_path, capsys, monkeypatch
+):
+    """`fincheck train` writes the tiny random-init base into output_dir before training: the
+    folder is claimed first, so the repository root or `/` are refused with nothing written
+    (the base made them look like a run's, and TRL's model card replaced README.md)."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    small = repo / "tests" / "assets" / "prepared"
+    root_like = tmp_path / "repo"  # as the repository root (a regression must not touch it)
+    (root_like / "checkpoints").mkdir(parents=True)
+    (root_like / "README.md").write_text("mine")
+    (root_like / "pyproject.toml").write_text("")
+    config = str(repo / "configs" / "train" / "tiny-cpu.yaml")
+    for out in (root_like, root_like / "new" / ".." / "checkpoints" / ".."):
+        code, err = run_cli(capsys, "train", "--config", config, f"--dataset_dir={small}",
+                            f"--output_dir={out}", "--deepspeed=", "--max_steps=1")  # fmt: skip
+        assert code == 1 and "holds files fincheck did not write (README.md, checkpoints" in err
+    assert sorted(p.name for p in root_like.rglob("*")) == ["README.md", "checkpoints",
+                                                            "pyproject.toml"]  # fmt: skip
+    assert (root_like / "README.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["merge", "--adapter", "run", "--out", ""],
+        ["detect", "--adapter", "run", "--input", "in.jsonl", "--out", ""],
+        ["publish", "--checkpoint", "run", "--repo-id", "a/b", "--dry-run", ""],
+        ["publish", "--checkpoint", "run", "--repo-id", "a/b", "--results", ""],
+    ],
+)
+def test_an_empty_output_path_is_a_usage_error_for_every_command(argv, capsys):
+    """`--out ""` is no path: merge would write into the current folder, detect print to
+    stdout, and `publish --dry-run ""` would upload for real."""
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"{argv[-2]}: expected a path, got an empty string" in err
+
+
+def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys):
+    """A path under a file (ENOTDIR: the test runs as root, for whom chmod proves nothing) is
+    one line naming it, before the adapter is even read."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "merged"
+    code, err = run_cli(capsys, "merge", "--adapter", str(tmp_path / "no-run"), "--out", str(out))
+    assert code == 1 and f"Not a directory: {out}" in err
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        b"\xff".decode,  # UnicodeDecodeError
+        lambda: __import__("json").loads('{"a": '),
+        lambda: __import__("yaml").safe_load("a: [1"),
+    ],
+)
+def test_a_library_s_decoding_error_is_one_line(error, capsys, monkeypatch):
+    """A JSON, YAML or UTF-8 error from a reader that does not name its file (a library's) is
+    still one line, not a traceback; --debug shows it whole."""
+    from fincheck import models
+
+    def damaged(*args, **kwargs):
+        error()
+
+    monkeypatch.setattr(models, "fetch", damaged)
+    code, err = run_cli(capsys, "models", "fetch", "qwen3-tokenizer")
+    assert code == 1 and err.count("\n") == 0
+    assert "error: a file is damaged or not" in err and "--debug shows which" in err
+    with pytest.raises(Exception):  # noqa: B017 (three kinds, each whole)
+        main(["--debug", "models", "fetch", "qwen3-tokenizer"])
+
+
+def test_detect_finds_an_unwritable_out_before_the_model_runs(tmp_path, capsys):
+    """A --out in a folder nobody may write (sysfs: real, root included) or under a file is one
+    line naming it, before the adapter is read: no model run whose results are then lost."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "in.jsonl").write_text('{"text": "a", "summary": "b"}\n')
+    for out, said in [
+        (_unwritable_folder() / "out.jsonl", "fincheck-test"),
+        (tmp_path / "afile" / "out.jsonl", "afile is a file, not a folder"),
+    ]:
+        code, err = run_cli(capsys, "detect", "--adapter", str(tmp_path / "no-run"), "--input",
+                            str(tmp_path / "in.jsonl"), "--out", str(out))  # fmt: skip
+        assert code == 1 and err.count("\n") == 0 and said in err, err
+        assert "no-run" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("lora_r: [8\n", "2: not valid YAML: while parsing a flow sequence expected ','"),
+        ("lora_r: 8\nlora_r: 16\n", "2: not valid YAML: key 'lora_r' on line 2 was already"),
+        ("a: 1\n  b: 2\n", "2: not valid YAML: mapping values are not allowed here"),
+    ],
+)
+def test_a_recipe_that_is_no_yaml_is_one_line_naming_file_and_line(text, said, tmp_path, capsys):
+    """`file:line: problem`, as every other file error; not PyYAML's multi-line report about
+    "<unicode string>"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    code, err = run_cli(capsys, "train", "--config", str(recipe))
+    assert code == 1 and err.startswith(f"fincheck train: error: {recipe}:{said}")
+    assert "unicode string" not in err
+
+
+def test_one_familiar_name_does_not_make_a_folder_fincheck_s(tmp_path, capsys):
+    """A folder of the user's that happens to hold a report.md (eval and score write one) or
+    a recipe.yaml (a run writes one) is refused: only a folder holding nothing but what the
+    command writes, or marked by fincheck, is its own. An older run folder (its
+    fincheck_run.json) and an older eval folder (only eval's outputs) stay usable."""
+    from fincheck.errors import FincheckError
+    from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir
+    from fincheck.runs import RUN_METADATA
+    from fincheck.train.checkpoints import RUN_FOLDER_NAMES
+
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "report.md").write_text("mine")
+    (thesis / "chapter1.tex").write_text("mine")
+    with pytest.raises(FincheckError, match=r"holds files fincheck did not write \(chapter1.tex\)"):
+        claim_out_dir(thesis, "--out", EVAL_OUTPUTS)
+    (thesis / "recipe.yaml").write_text("mine")
+    with pytest.raises(FincheckError, match="fincheck did not write"):
+        claim_out_dir(thesis, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+    assert sorted(p.name for p in thesis.iterdir()) == ["chapter1.tex", "recipe.yaml", "report.md"]
+    old_eval = tmp_path / "old-eval"
+    (old_eval / "predictions").mkdir(parents=True)
+    (old_eval / "results.json").write_text("{}")
+    assert claim_out_dir(old_eval, "--out", EVAL_OUTPUTS) == old_eval
+    old_run = tmp_path / "old-run"
+    old_run.mkdir()
+    for name in (RUN_METADATA, "README.md", "tokenizer.json", "training_args.bin"):
+        (old_run / name).write_text("")
+    assert claim_out_dir(old_run, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "predictions/eval_config.json"])
+def test_a_cut_json_file_is_one_line_naming_its_line(name, tmp_path, capsys):
+    """A manifest.json or eval_config.json cut short (a full disk, a copy stopped) names the
+    file and the line where JSON stops making sense, and says it looks cut short."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
+    run = tmp_path / "run"
+    assert main(["baseline", "--method", "overlap", "--data", str(data), "--out", str(run),
+                 "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    broken = (data if name == "manifest.json" else run) / name
+    broken.write_text(broken.read_text()[:40])
+    code, err = run_cli(capsys, "score", "--data", str(data), "--predictions",
+                        str(run / "predictions"), "--out", str(run))  # fmt: skip
+    assert code == 1 and err.startswith(f"fincheck score: error: {broken}:")
+    assert "not valid JSON" in err and "the file looks cut short" in err
+
+
+def test_detect_out_with_one_text_and_summary_is_never_ignored(tmp_path, capsys):
+    """--out is where --input's JSONL results go; with --text/--summary (one JSON object on
+    stdout) it was ignored silently and the file never written: a usage error now."""
+    (tmp_path / "t.txt").write_text("a")
+    code, err = run_cli(capsys, "detect", "--adapter", str(tmp_path / "no-run"), "--text",
+                        str(tmp_path / "t.txt"), "--summary", str(tmp_path / "t.txt"), "--out",
+                        str(tmp_path / "r.jsonl"))  # fmt: skip
+    assert code == 2 and "--out: read only with --input" in err
+    assert not (tmp_path / "r.jsonl").exists()

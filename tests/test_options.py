@@ -107,3 +107,16 @@ def test_the_range_is_shown_in_help(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "(at least 1)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--concurrency", "0"), ("--window", "0")])
+def test_a_baseline_s_counts_are_range_checked(flag, value, tmp_path, capsys):
+    """No examples in flight, or a window of no tokens, is a usage error naming the flag, not
+    a run that hangs or trims every prompt away."""
+    from fincheck.cli import main
+
+    small = Path(__file__).parent / "assets" / "prepared"
+    argv = ["baseline", "--method", "e2e", "--model", "m", "--data", str(small), "--out",
+            str(tmp_path / "out"), flag, value]  # fmt: skip
+    assert main(argv) == 2
+    assert f"{flag}: must be at least 1, got 0" in capsys.readouterr().err

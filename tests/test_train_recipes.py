@@ -297,3 +297,27 @@ def test_a_dev_sample_of_no_pairs_is_refused(tmp_path):
     recipe.write_text("eval_steps: 10\ndev_figures: [qasem]\ndev_figures_limit: {qasem: 0}\n")
     with pytest.raises(FincheckError, match=r"dev_figures_limit: qasem=0: a dev sample needs"):
         read_recipe_values(recipe)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "said"),
+    [
+        ("adam_beta2: 1.0\n", "adam_beta2: must be at least 0 and below 1, got 1.0"),
+        ("weight_decay: -0.1\n", "weight_decay: must be at least 0"),
+        ("seed: -1\n", "seed: must be at least 0"),  # numpy refuses it only deep in training
+        ("logging_steps: 0\n", "logging_steps: must be above 0"),
+        ("per_device_eval_batch_size: 0\n", "per_device_eval_batch_size: must be at least 1"),
+        ("max_grad_norm: .inf\n", "max_grad_norm: expected a finite number"),
+        ("ddp_timeout: 0\n", "ddp_timeout: must be above 0"),
+    ],
+)
+def test_transformers_own_keys_are_range_checked_like_fincheck_s(yaml_text, said, tmp_path):
+    """The TRL/transformers keys a recipe may set have their ranges declared too: a bad value
+    is one line naming the file and key, not an error (or a silent NaN) mid-training."""
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(FincheckError, match=re.escape(f"{path}: {said}")):
+        load_recipe(path)
+    from fincheck.cli import main
+
+    assert main(["train", "--config", str(path)]) == 2  # a usage error, as for a flag

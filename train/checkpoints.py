@@ -115,8 +115,10 @@ def out_of_space_message(output_dir: Path, step: int) -> str:
 
 ADAPTER_FILES = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
 RUN_OUTPUTS = (*ADAPTER_FILES, RUN_METADATA)
-# What marks a folder as a training run's (`claim_out_dir`), older runs included.
-RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*", "base")
+# What a training run writes (`claim_out_dir`: an older folder holding only these is a run's;
+# one with fincheck_run.json is a run's whatever else it holds).
+RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*", "base",
+                    "base.tmp-*", "runs", "wandb")  # fmt: skip
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:

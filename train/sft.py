@@ -38,7 +38,7 @@ from fincheck.models import resolve_model
 from fincheck.out_lock import claim_out_dir
 from fincheck.prepared import read_manifest, require_prepared_dir
 from fincheck.prompting import prompt_hashes
-from fincheck.runs import relative_base
+from fincheck.runs import RUN_METADATA, relative_base
 from fincheck.train import checkpoints, model
 from fincheck.train.recipe import (
     TINY_RANDOM,
@@ -144,8 +144,15 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     if values["deepspeed"]:
         single_process_group_env()
         announce_deepspeed_build()
+    # Claimed before anything is written there: the tiny base would make any folder look like
+    # a run's (the repository root, `/`) and TRL's model card would replace its README.md.
+    output_dir = claim_out_dir(
+        values["output_dir"] or f"checkpoints/{values['run_name']}",
+        "output_dir",
+        checkpoints.RUN_FOLDER_NAMES,
+        marks=(RUN_METADATA,),
+    )
     if values["model_name_or_path"] == TINY_RANDOM:
-        output_dir = Path(values["output_dir"] or f"checkpoints/{values['run_name']}")
         model.ensure_tiny_base(str((output_dir / "base").resolve()))
     else:
         resolve_model(values["model_name_or_path"])  # a known name: fetched once, here
@@ -161,7 +168,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
-    output_dir = claim_out_dir(recipe.output_dir, "output_dir", checkpoints.RUN_FOLDER_NAMES)
+    output_dir = claim_out_dir(
+        recipe.output_dir, "output_dir", checkpoints.RUN_FOLDER_NAMES, marks=(RUN_METADATA,)
+    )
     mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
