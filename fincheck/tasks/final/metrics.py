@@ -50,7 +50,7 @@ _ITEM = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?"
     r"(?:\s+(?P<lettered>.+))?$"
     r"|^\s*[-*•]\s+(?P<bullet>.+)$"
-    r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem)\s+\d{1,3}\s*(?:\*\*)?"
+    r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem|claim|statement)\s+\d{1,3}\s*(?:\*\*)?"
     r"\s*[:.)](?:\*\*)?\s*(?P<named>.+)$",
     re.IGNORECASE,
 )
@@ -87,8 +87,9 @@ _PROBLEM = (
 _NO_PROBLEM = re.compile(
     rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
     rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)"
-    rf"|the\s+summary\s+(?:contains|has|includes|makes|shows)"
-    rf"|(?:i|we)\s+(?:do|did|could|can|cannot|can't|couldn't|didn't)\s*(?:not\s+)?"
+    rf"|(?:the\s+)?summary\s+(?:contains|has|includes|makes|shows)"
+    rf"|(?:the\s+)?summary\s+(?:does\s+not|doesn't)\s+(?:contain|have|include|make|show)"
+    rf"|(?:i|we)\s+(?:do|did|could|can|cannot|can't|couldn't|didn't|don't)\s*(?:not\s+)?"
     rf"(?:find|see|identify|detect|spot))?"
     rf"\s*(?:no|any)\s+{_PROBLEM}\b.*"
     rf"|(?:the\s+)?summary\s+(?:is|seems|appears|looks)\s+(?:to\s+be\s+)?"
@@ -96,7 +97,10 @@ _NO_PROBLEM = re.compile(
     rf"(?:consistent|supported|accurate|faithful|correct|grounded|verified|verifiable)\b.*"
     rf"|(?:all|every|each|everything)\b.*?\b(?:is|are)\s+(?:\w+\s+)?"
     rf"(?:supported|consistent|accurate|correct|verified|verifiable|grounded)\b.*"
-    rf"|nothing\s+(?:in\s+the\s+summary\s+)?(?:is|was)\s+(?:unsupported|inconsistent|wrong)\b.*",
+    rf"|nothing\s+(?:in\s+the\s+summary\s+)?(?:is|was)\s+(?:unsupported|inconsistent|wrong)\b.*"
+    rf"|(?:the\s+)?(?:text|summary)\s+and\s+(?:the\s+)?(?:text|summary)\s+"
+    rf"(?:are\s+identical|match|agree|are\s+consistent)\b.*"
+    rf"|(?:supported|consistent|correct|accurate|verified|confirmed|true|verifiable)",
     re.IGNORECASE,
 )
 # A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
@@ -104,11 +108,14 @@ _AFFIRMS = re.compile(
     r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
     r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
     r"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
-    r"|\b(?:matches|agrees\s+with|is\s+in\s+line\s+with)\s+the\s+text\b",
+    r"|\b(?:matches|agrees\s+with|is\s+in\s+line\s+with)\s+the\s+text\b"
+    r"|\b(?:appears?|is\s+(?:stated|mentioned|given|found))\s+in\s+the\s+(?:text|article|source)\b"
+    r"|\bthe\s+(?:text|article|source)\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')",
     re.IGNORECASE,
 )
 # Words that turn a clause into a report: a negation, a contrast, a problem named.
 _REPORTS = re.compile(
+    r"\bnone\s+of\b|"
     r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
     r"though|whereas|yet|unsupported|unverifi\w*|unclear|unstated|unmentioned|incorrect\w*|"
     r"wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|mislead\w*|"
@@ -127,7 +134,7 @@ def _clause_kind(clause: str) -> str:
     """ "nothing" (reports no problem), "report" (a negation, contrast or problem word) or
     "neutral" (neither: "The location", "After checking each statement")."""
     plain = clause.strip(_DECORATION + ".!").strip()
-    if not plain:
+    if not plain or plain.lower() in ("no", "yes"):  # "No, the summary does not contain ..."
         return "neutral"
     if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
         return "report" if _CONTRAST.search(plain) else "nothing"
@@ -165,6 +172,15 @@ def split_sentences(text: str) -> list[str]:
     return _split_sentences(text, lowercase_starts=True, keep_quotes=True)
 
 
+# What an explanation after a leading "None" may not say ("None (the summary only restates the
+# first paragraph)" is nothing to report; "None, but the year is wrong" is not).
+_NAMES_AN_ERROR = re.compile(
+    r"\b(?:incorrect\w*|wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|"
+    r"mislead\w*|misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|unsupported|"
+    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*|not\s+(?:supported|stated|"
+    r"mentioned|in\s+the\s+text))\b",
+    re.IGNORECASE,
+)
 _COMPARED = re.compile(r"\b(?:summary|text|source|article|document|passage|original)\b", re.I)
 
 
@@ -199,7 +215,10 @@ class ParsedDescriptions:
 
 
 def _json_items(text: str) -> list[str] | None:
-    """The strings of a JSON list (or of the one list inside a JSON object), else None."""
+    """The descriptions of a JSON answer, in a ```json fence or not: a list of strings, or of
+    objects each with one "description" string, or an object holding one such list (or the
+    string "None"); else None."""
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
     if not text.startswith(("[", "{")):
         return None
     try:
@@ -207,8 +226,12 @@ def _json_items(text: str) -> list[str] | None:
     except ValueError:
         return None
     if isinstance(value, dict):
-        lists = [v for v in value.values() if isinstance(v, list)]
-        value = lists[0] if len(lists) == 1 else None
+        inner = [v for v in value.values() if isinstance(v, (list, str))]
+        value = inner[0] if len(inner) == 1 else None
+        if isinstance(value, str):
+            value = [value]  # {"inconsistencies": "None"}
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        value = [v.get("description") for v in value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     return [" ".join(v.split()) for v in value]
@@ -267,11 +290,7 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     if says_nothing(prose):
         return ParsedDescriptions([], True)
     sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
-    if (
-        _leads_with_none(text)
-        and not _CONTRAST.search(prose)
-        and not any(_REPORTS.search(s) for s in sentences)
-    ):
+    if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
         return ParsedDescriptions([], True)  # "None - the summary restates the text."
     if re.search(r"(?:^|\n)[\W_]*none[\W_]*$", text, re.IGNORECASE) and not any(
         _REPORTS.search(s) for s in sentences
