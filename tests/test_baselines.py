@@ -480,6 +480,7 @@ def test_unnamed_nli_labels_without_an_order_fail_clearly(tiny_base, tmp_path, c
     assert "--nli-labels entailment,contradiction,neutral" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 5 s: every method on the tiny model
 def test_every_method_runs_on_a_local_model(tiny_base, tiny_nli, tmp_path):
     common = ["--model", str(tiny_base), "--data", str(SMALL), "--llm-max-tokens", "8"]
     for method, extra in (

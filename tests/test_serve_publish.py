@@ -484,6 +484,7 @@ def test_a_checkpoint_folder_publishes_the_runs_base_and_no_local_path(run_dir, 
     assert "shipped with the adapter (folder `base/`)" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow  # 9 s: runs the snippet in a subprocess
 def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path, capsys):
     """The card's transformers + PEFT snippet, run in a process that cannot import fincheck,
     on the published folder (its prompts/ shipped), writes fincheck detect's FINAL answer."""
