@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError, UsageError
-from fincheck.jsonl import read_utf8
+from fincheck.jsonl import read_utf8_text
 
 T = TypeVar("T")
 
@@ -230,7 +230,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping (empty file = {}), or a one-line error."""
     path = Path(path)
     try:
-        loaded = yaml.load(read_utf8(path), Loader=_UniqueKeyLoader) or {}
+        loaded = yaml.load(read_utf8_text(path), Loader=_UniqueKeyLoader) or {}
     except yaml.MarkedYAMLError as e:  # `file:line: problem`, as every file error here
         mark = e.problem_mark or e.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -51,24 +51,11 @@ def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield line_no, decode_object_line(path, line_no, line)
 
 
-def read_utf8(path: str | Path) -> str:
-    """A text file's content, or a one-line error naming the file and the first bad byte."""
-    data = Path(path).read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise FincheckError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): "
-            "the file is damaged or in another encoding"
-        ) from None
-
-
 def read_json_object(path: str | Path) -> dict[str, Any]:
     """A JSON file whose top level is an object, or a one-line error naming the file."""
     path = Path(path)
     try:
-        data = json.loads(read_utf8(path))
+        data = json.loads(read_utf8_text(path))
     except json.JSONDecodeError as e:
         cut = "" if e.doc.rstrip().endswith(("}", "]")) else "; the file looks cut short"
         raise FincheckError(
