@@ -25,6 +25,7 @@ share (227 documents for 667 summaries): their full splits show it.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -33,9 +34,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fincheck.bench import workload as wl
+from fincheck.checksums import sha256_file
 from fincheck.config import config_field
-from fincheck.pairs import Pair, sample_pairs, write_pairs
-from fincheck.prepared import read_split
+from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
+from fincheck.prepared import files_fingerprint, read_manifest, read_split
 from fincheck.tasks import get_task
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
@@ -97,7 +99,9 @@ def sample_documents(pairs: list[Pair], documents: int, seed: int) -> list[Pair]
 
 
 def write_subset(s: EvalPathSettings) -> Path:
-    """A prepared folder holding only the sampled test pairs (and the source's manifest)."""
+    """A prepared folder holding only the sampled test pairs, with the source's manifest made
+    the subset's own: its files and fingerprint are the subset's (every read checks them), the
+    source's fingerprint kept as `subset_of`."""
     data = s.scratch / "data"
     if s.scratch.exists():
         shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
@@ -108,9 +112,18 @@ def write_subset(s: EvalPathSettings) -> Path:
         else:
             pairs = sample_pairs(pairs, s.limit or None, s.seed)
         write_pairs(data / task / "test.jsonl", pairs)
-    manifest = s.prepared_dir / "manifest.json"
-    if manifest.is_file():
-        shutil.copy(manifest, data / "manifest.json")
+    manifest = read_manifest(s.prepared_dir)
+    if manifest:
+        files = {
+            f"{task}/test.jsonl": {
+                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl")),
+                "sha256": sha256_file(data / task / "test.jsonl"),
+            }
+            for task in s.tasks
+        }
+        subset = {**manifest, "files": files, "fingerprint": files_fingerprint(files)}
+        subset["subset_of"] = manifest.get("fingerprint")
+        (data / "manifest.json").write_text(json.dumps(subset, indent=2) + "\n")
     return data
 
 
