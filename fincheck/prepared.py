@@ -54,7 +54,8 @@ def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
     if not manifest_path.is_file():
         return
     key = path.relative_to(dataset_dir).as_posix()
-    files = read_manifest(dataset_dir).get("files")
+    manifest = read_manifest(dataset_dir)
+    files = manifest.get("files")
     if isinstance(files, dict) and key not in files:
         raise FincheckError(
             f"{path} is not among the files {manifest_path} records (it was not written by "
@@ -65,7 +66,7 @@ def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
     if isinstance(recorded, dict) and recorded.get("sha256") not in (None, sha256_file(path)):
         raise FincheckError(
             f"{path} changed after `fincheck prepare` wrote it: its sha256 is not the one "
-            f"{manifest_path} records (data fingerprint {read_manifest(dataset_dir).get('fingerprint', '?')[:12]}). "
+            f"{manifest_path} records (data fingerprint {manifest.get('fingerprint', '?')[:12]}). "
             "Prepare the data again rather than editing it"
         )
 

@@ -34,11 +34,13 @@ from fincheck.sentences import split_sentences as _split_sentences
 #  1. A chain of thought: only what follows its last "Final Output:" (or "Final Answer:") label
 #     at the start of a line counts; mid-line, "final output" is the answer's own words.
 #  2. A label that opens the answer ("Inconsistencies:", "Answer:", "Output:") is dropped.
-#  3. A JSON list of strings (or an object holding one) is read as the items.
+#  3. A JSON answer (in a code fence or not: strings, objects with a "description", an object
+#     holding such a list) gives the items.
 #  4. Marked items (lettered, numbered, bulleted lines) are the descriptions; an item that
 #     reports no problem ("None", "No errors in the date.", "The date is supported by the
 #     text.") is dropped; a preamble before the first item and a closing paragraph after a blank
-#     line are not items.
+#     line are not items. A list none of whose items names a problem or the texts compared is
+#     read but counted as not in the asked-for format.
 #  5. Unmarked prose: its sentences that report no problem are dropped; if nothing else is
 #     left the answer is "nothing to report" ("None. The summary is fully supported by the
 #     text."), else the rest is one description, counted as not in the asked-for format.
@@ -113,14 +115,17 @@ _AFFIRMS = re.compile(
     r"|\bthe\s+(?:text|article|source)\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')",
     re.IGNORECASE,
 )
-# Words that turn a clause into a report: a negation, a contrast, a problem named.
+# Words that name an error ("wrong", "invented", "unsupported").
+_ERROR_WORDS = (
+    r"incorrect\w*|wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|"
+    r"mislead\w*|misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|unsupported|"
+    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*"
+)
+# Words that turn a clause into a report: a negation, a contrast, an error named.
 _REPORTS = re.compile(
     r"\bnone\s+of\b|"
     r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
-    r"though|whereas|yet|unsupported|unverifi\w*|unclear|unstated|unmentioned|incorrect\w*|"
-    r"wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|mislead\w*|"
-    r"misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|errors?|mistak\w*|absent|"
-    r"missing|differ\w*|discrepan\w*)\b|n't\b",
+    rf"though|whereas|yet|unclear|unstated|unmentioned|absent|missing|{_ERROR_WORDS})\b|n't\b",
     re.IGNORECASE,
 )
 _CLAUSE_SPLIT = re.compile(r"[;,:()\u2013\u2014]|\s-\s")
@@ -130,10 +135,14 @@ _CONTRAST = re.compile(
 )
 
 
+def _plain(clause: str) -> str:
+    return clause.strip(_DECORATION + ".!").strip()
+
+
 def _clause_kind(clause: str) -> str:
     """ "nothing" (reports no problem), "report" (a negation, contrast or problem word) or
     "neutral" (neither: "The location", "After checking each statement")."""
-    plain = clause.strip(_DECORATION + ".!").strip()
+    plain = _plain(clause)
     if not plain or plain.lower() in ("no", "yes"):  # "No, the summary does not contain ..."
         return "neutral"
     if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
@@ -147,12 +156,13 @@ def _sentence_says_nothing(sentence: str) -> bool:
     """A clause that reports no problem, only lead-ins before it ("After checking each
     statement, I found no errors", "The location (Leeds) is correct") and nothing after it
     but clauses that report no problem either."""
-    kinds = [_clause_kind(clause) for clause in _CLAUSE_SPLIT.split(sentence)]
+    clauses = _CLAUSE_SPLIT.split(sentence)
+    kinds = [_clause_kind(clause) for clause in clauses]
     if "nothing" not in kinds or "report" in kinds:
         return False
     first = kinds.index("nothing")
-    return all(kind != "neutral" or not clause.strip(_DECORATION + ".!").strip()
-               for kind, clause in zip(kinds[first:], _CLAUSE_SPLIT.split(sentence)[first:], strict=True))  # fmt: skip
+    after = zip(kinds[first:], clauses[first:], strict=True)
+    return all(kind != "neutral" or not _plain(clause) for kind, clause in after)
 
 
 def says_nothing(text: str) -> bool:
@@ -175,10 +185,7 @@ def split_sentences(text: str) -> list[str]:
 # What an explanation after a leading "None" may not say ("None (the summary only restates the
 # first paragraph)" is nothing to report; "None, but the year is wrong" is not).
 _NAMES_AN_ERROR = re.compile(
-    r"\b(?:incorrect\w*|wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|"
-    r"mislead\w*|misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|unsupported|"
-    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*|not\s+(?:supported|stated|"
-    r"mentioned|in\s+the\s+text))\b",
+    rf"\b(?:{_ERROR_WORDS}|not\s+(?:supported|stated|mentioned|in\s+the\s+text))\b",
     re.IGNORECASE,
 )
 _COMPARED = re.compile(r"\b(?:summary|text|source|article|document|passage|original)\b", re.I)
