@@ -135,7 +135,8 @@ def test_the_table_covers_every_stage_and_label():
 
 
 def _langchain_loop(text: str):
-    """LangChain's own search, one character at a time (quadratic): the oracle for the jumps."""
+    """LangChain's own prefix search, one character at a time (quadratic), after the scan both
+    share (`close_partial`): the oracle for the one-pass search."""
     import json
 
     from fincheck.tasks.fhsumbench import reference
@@ -144,30 +145,11 @@ def _langchain_loop(text: str):
         return json.loads(text, strict=False)
     except json.JSONDecodeError:
         pass
-    out, closers, in_string, escaped = [], [], False, False
-    for char in text:
-        if in_string:
-            if char == '"' and not escaped:
-                in_string = False
-            elif char == "\n" and not escaped:
-                char = "\\n"
-            elif char == "\\":
-                escaped = not escaped
-            else:
-                escaped = False
-        elif char == '"':
-            in_string, escaped = True, False
-        elif char in "{[":
-            closers.append("}" if char == "{" else "]")
-        elif char in "}]":
-            if not closers or closers[-1] != char:
-                return None
-            closers.pop()
-        out.append(char)
-    if in_string:
-        if escaped:
-            out.pop()
-        out.append('"')
+    closed = reference.close_partial(text)
+    if closed is None:
+        return None
+    prefix, closers = closed
+    out = list(prefix)
     tail = "".join(reversed(closers))
     while out:
         try:

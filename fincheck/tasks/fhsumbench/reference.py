@@ -76,6 +76,23 @@ def partial_json(text: str) -> Any:
         return _loads(text)
     except json.JSONDecodeError:
         pass
+    closed = close_partial(text)
+    if closed is None:
+        return None
+    prefix, closers = closed
+    tail = "".join(reversed(closers))
+    # LangChain drops one character at a time until `prefix + tail` parses: quadratic (88 s on
+    # 100 KB). The same longest prefix is found in one pass that follows json's grammar.
+    k = _longest_closable(prefix, closers)
+    if k == 0:
+        raise _NoJudgement
+    return _loads(prefix[:k] + tail)
+
+
+def close_partial(text: str) -> tuple[str, list[str]] | None:
+    """LangChain's scan before its prefix search: `text` with raw newlines in strings escaped
+    and an open string closed, and the closers still open (innermost last); None when a
+    closing bracket does not match."""
     out: list[str] = []
     closers: list[str] = []
     in_string = escaped = False
@@ -102,14 +119,7 @@ def partial_json(text: str) -> Any:
         if escaped:
             out.pop()
         out.append('"')
-    tail = "".join(reversed(closers))
-    # LangChain drops one character at a time until `prefix + tail` parses: quadratic (88 s on
-    # 100 KB). The same longest prefix is found in one pass that follows json's grammar.
-    prefix = "".join(out)
-    k = _longest_closable(prefix, closers)
-    if k == 0:
-        raise _NoJudgement
-    return _loads(prefix[:k] + tail)
+    return "".join(out), closers
 
 
 def _loads(text: str) -> Any:
