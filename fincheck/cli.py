@@ -13,15 +13,13 @@ import functools
 import importlib
 import json
 import os
-import shutil
 import sys
-from pathlib import Path
 
 import yaml
 
 from fincheck import __version__
 from fincheck.config import close_flags
-from fincheck.errors import FincheckError, UsageError, wrapped_os_error
+from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -80,16 +78,10 @@ _OS_HINTS = {
 
 
 def free_space(path: str | os.PathLike) -> str:
-    """ " (N GiB free on its disk)" for the disk that holds `path` (its nearest folder that
-    exists), "" where the system cannot say."""
-    where = Path(os.fsdecode(path)).absolute()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    try:
-        free = shutil.disk_usage(where).free
-    except OSError:
-        return ""
-    return f" ({free / 2**30:.1f} GiB free on its disk)"
+    """ " (N GiB free on its disk)" for the disk that holds `path`, "" where the system cannot
+    say."""
+    disk = free_on_disk(path)
+    return f" ({disk[1]:.1f} GiB free on its disk)" if disk else ""
 
 
 def os_error_line(e: OSError, command: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class FincheckError(Exception):
     """A problem the user can fix: the message says what happened and what to do."""
@@ -34,3 +36,18 @@ def wrapped_os_error(e: BaseException, path: object = None) -> OSError | None:
         return None
     code = int(found.group(1))
     return OSError(code, os.strerror(code), None if path is None else str(path))
+
+
+def free_on_disk(path: object) -> tuple[Path, float] | None:
+    """(the nearest existing folder holding `path`, GiB free on its disk), for the messages
+    about a full disk; None where the system cannot say."""
+    import os
+    import shutil
+
+    where = Path(os.fsdecode(path)).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        return where, shutil.disk_usage(where).free / 2**30
+    except OSError:
+        return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.config import read_yaml_mapping
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, free_on_disk
 from fincheck.jsonl import read_json_object
 from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
@@ -101,10 +101,7 @@ def is_out_of_space(error: BaseException) -> bool:
 
 def out_of_space_message(output_dir: Path, step: int) -> str:
     last = last_complete_checkpoint(output_dir)
-    where = output_dir.resolve()
-    while not where.exists():
-        where = where.parent
-    free = shutil.disk_usage(where).free / 2**30
+    where, free = free_on_disk(output_dir.resolve()) or (output_dir.resolve(), float("nan"))
     keep = f"{last.name} is still complete" if last else "no complete checkpoint is left"
     return (
         f"no space left on {disk_of(where)} ({free:.1f} GiB free) while saving at step "
