@@ -323,8 +323,6 @@ def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
     """The parts' members joined in order into one file, checked by its pinned sha256."""
     name, sha256 = item.assembled
     target = stage / name
-    if _all_match([(target, sha256)]):
-        return target  # joined and checked before, and unchanged since
     (stage / ".assembled.ok").unlink(missing_ok=True)
     with _writing(stage / f"{name}.tmp"), (stage / f"{name}.tmp").open("wb") as out:
         for path in files:
@@ -355,9 +353,12 @@ def _fetch_locked(item: Fetchable, final: Path, log) -> Path:
         log(f"{name}: {joined.name} changed since it was checked: fetching the parts again")
         shutil.rmtree(stage)
         stage.mkdir()
-    files = [joined] if joined is not None and joined.is_file() else _fetch_parts(item, stage, log)
-    if item.assembled:
-        files = [_assemble(item, files, stage)]
+    if joined is not None and joined.is_file():  # joined before, and hashed unchanged above
+        files = [joined]
+    else:
+        files = _fetch_parts(item, stage, log)
+        if item.assembled:
+            files = [_assemble(item, files, stage)]
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{name}-") as tmp:
         folder = Path(tmp) / "folder"
         if item.kind == "gguf-model":
