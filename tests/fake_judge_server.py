@@ -66,21 +66,12 @@ class FakeJudgeServer:
                     return
                 if kind == "raw" and (action[2] == "always" or body.get("logprobs")):
                     data = action[1] if isinstance(action[1], bytes) else action[1].encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._send_bytes(200, data, "application/json", {})
                     return
                 if kind == "raw":
                     action, kind = ("ok", "Yes"), "ok"
                 if kind == "html":
-                    data = action[1].encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._send_bytes(200, action[1].encode(), "text/html", {})
                     return
                 if kind == "sleep":
                     time.sleep(action[1])
@@ -110,9 +101,11 @@ class FakeJudgeServer:
                     self._send(200, completion, {})  # the client may have timed out and gone
 
             def _send(self, code: int, payload: dict, headers: dict) -> None:
-                data = json.dumps(payload).encode()
+                self._send_bytes(code, json.dumps(payload).encode(), "application/json", headers)
+
+            def _send_bytes(self, code: int, data: bytes, content_type: str, headers: dict) -> None:
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in headers.items():
                     self.send_header(name, value)
