@@ -9,7 +9,8 @@ import sys
 
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError, UsageError
-from fincheck.eval.options import NO_MODEL, BaselineOptions, EvalOptions, ScoreOptions
+from fincheck.eval.baselines.registry import ASKS_NO_LLM
+from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
 from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir, hold_out_dir
 from fincheck.tasks import get_task
 
@@ -110,51 +111,36 @@ def eval_command(args: argparse.Namespace) -> int:
                 f"{given} needs --tokenizer (an adapter's folder, or the served model's "
                 "tokenizer) to count the prompt's tokens"
             )
-        return report_baseline(served_detector(opts), "fincheck eval")
+    elif not (opts.model or opts.adapter):
+        raise UsageError("give --model (a base model name or path), or an --adapter")
     with hold_out_dir(opts.out_dir, "fincheck eval"):  # one writer per --out
         from fincheck.eval.generate import run_eval
 
         summary = run_eval(opts)
-    for task, counts in summary.items():
-        print(
-            f"{task}: {counts['generated']} generated, {counts['resumed']} already done, "
-            f"{counts['trimmed']} prompts trimmed -> {opts.predictions_dir / (task + '.jsonl')}"
-        )
-    print(next_step(opts))
-    return 0
-
-
-def served_detector(opts: EvalOptions) -> BaselineOptions:
-    """A served detector runs as the method "detector": fincheck's prompts, the endpoint's answers."""
-    return BaselineOptions(
-        method="detector",
-        **{
-            name: getattr(opts, name)
-            for name in BaselineOptions.__dataclass_fields__
-            if name in EvalOptions.__dataclass_fields__ and name != "max_new_tokens"
-        },
-    )
+    return report_counts(opts, summary, "fincheck eval")
 
 
 def baseline_command(args: argparse.Namespace) -> int:
     opts = read_options(BaselineOptions, args)  # an LLM's options with overlap: exit 2
-    if not opts.model and opts.method not in NO_MODEL:
+    if not opts.model and opts.method not in ASKS_NO_LLM:
         raise FincheckError("--method needs --model (the LLM that runs it)")
-    return report_baseline(opts, "fincheck baseline")
-
-
-def report_baseline(opts: BaselineOptions, command: str) -> int:
     from fincheck.eval.baselines.runner import run_baseline
 
-    with hold_out_dir(opts.out_dir, command):  # one writer per --out
+    with hold_out_dir(opts.out_dir, "fincheck baseline"):  # one writer per --out
         summary = run_baseline(opts)
+    return report_counts(opts, summary, "fincheck baseline")
+
+
+def report_counts(opts: EvalOptions | BaselineOptions, summary: dict, command: str) -> int:
+    """One line per task, the next command, and exit 3 when examples failed (a rerun retries
+    them; answers received are cached)."""
     for task, counts in summary.items():
-        trimmed = f", {counts['trimmed']} prompts trimmed" if counts.get("trimmed") else ""
-        print(
-            f"{task}: {counts['generated']} done, {counts['resumed']} already done, "
-            f"{len(counts['failed'])} failed, {counts['calls_per_example']:.1f} LLM calls per "
-            f"example{trimmed} -> {opts.predictions_dir / (task + '.jsonl')}"
-        )
+        parts = [f"{counts['generated']} done", f"{counts['resumed']} already done"]
+        parts += [f"{len(counts['failed'])} failed"] if counts["failed"] else []
+        if "calls_per_example" in counts:
+            parts.append(f"{counts['calls_per_example']:.1f} LLM calls per example")
+        parts += [f"{counts['trimmed']} prompts trimmed"] if counts.get("trimmed") else []
+        print(f"{task}: {', '.join(parts)} -> {opts.predictions_dir / (task + '.jsonl')}")
         if counts.get("method_counts"):
             print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))
     if any(c["generated"] + c["resumed"] for c in summary.values()):
@@ -186,21 +172,12 @@ def build_judge(args: ScoreOptions):
         return None
     if not args.judge_model:
         raise FincheckError(f"--judge {args.judge_kind} needs --judge-model")
-    if args.judge_kind == "openai":
-        from fincheck.eval.llm_backends import OpenAIChatClient
+    from fincheck.eval.llm_backends import JUDGE, build_client
 
-        client = OpenAIChatClient(
-            args.judge_model,
-            args.judge_base_url,
-            args.judge_api_key_env,
-            args.judge_timeout,
-            args.judge_max_retries,
-        )
-    else:
-        from fincheck.eval.llm_backends import TransformersChatClient
-
-        # Concurrent calls are batched by the client's worker thread.
-        client = TransformersChatClient(args.judge_model, max_new_tokens=args.judge_max_tokens)
+    # a local judge's concurrent calls are batched by the client's worker thread
+    client = build_client(
+        args, args.judge_kind, args.judge_model, JUDGE, max_new_tokens=args.judge_max_tokens
+    )
     cache_path = args.judge_cache or args.out_dir / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
     prompt = JudgePrompt.named(args.judge_prompt)

@@ -173,3 +173,33 @@ class CachedLLM:
             cached = "none" if value is None else repr(float(value))
             self.cache.put(key, cached)
         return None if cached == "none" else float(cached)
+
+
+def run_concurrently(items: list, work, concurrency: int, on_done, progress: bool, desc: str):
+    """`work(item)` for each item, `concurrency` at a time; `on_done(item, result)`, in this
+    thread, as each finishes. Returns the failures ("id: reason", an `LLMCallError` each); any
+    other error (a wrong key, a tripped breaker, Ctrl-C) stops the rest: nothing more is sent,
+    and no call in flight is waited for (an endpoint that never answers would hold the command
+    for timeout x retries)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from tqdm.auto import tqdm
+
+    failures: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    futures = {pool.submit(work, item): item for item in items}
+    try:
+        with tqdm(total=len(items), desc=desc, unit="ex", disable=not progress) as bar:
+            for future in as_completed(futures):
+                try:
+                    result = future.result()
+                except LLMCallError as error:
+                    failures.append(f"{futures[future].id}: {error}")
+                else:
+                    on_done(futures[future], result)
+                bar.update(1)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return failures

@@ -29,7 +29,7 @@ from typing import NoReturn
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
-from fincheck.inference import load_model, one_line
+from fincheck.inference import PromptDoesNotFit, load_model, one_line
 from fincheck.shared_prefix import answer_in_order
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -41,18 +41,29 @@ DEFAULT_MAX_RETRIES = 4
 
 @dataclass(frozen=True)
 class EndpointCaller:
-    """Who calls the endpoint, so its messages name that caller's own options."""
+    """Who calls the endpoint, so its messages name that caller's own options: the endpoint
+    block's flags under its prefix (`fincheck.eval.options.endpoint_options`)."""
 
     name: str  # "the judge endpoint", "the endpoint"
-    base_url_flag: str
-    key_env_flag: str
-    timeout_flag: str
+    prefix: str = ""  # "judge_": --judge-base-url, ...
+
+    def flag(self, option: str) -> str:
+        return "--" + (self.prefix + option).replace("_", "-")
 
 
-JUDGE = EndpointCaller(
-    "the judge endpoint", "--judge-base-url", "--judge-api-key-env", "--judge-timeout"
-)
-METHOD = EndpointCaller("the endpoint", "--base-url", "--api-key-env", "--timeout")
+JUDGE = EndpointCaller("the judge endpoint", "judge_")
+METHOD = EndpointCaller("the endpoint")
+
+
+def build_client(opts, backend: str, model: str, caller: EndpointCaller, **local):
+    """The one builder of an LLM client: an OpenAI-compatible endpoint set by the options'
+    endpoint block under the caller's prefix, or a local model (`local`: the settings of
+    `TransformersChatClient`)."""
+    if backend == "openai":
+        option = lambda name: getattr(opts, caller.prefix + name)  # noqa: E731
+        settings = [option(n) for n in ("base_url", "api_key_env", "timeout", "max_retries")]
+        return OpenAIChatClient(model, *settings, caller=caller)
+    return TransformersChatClient(model, **local)
 
 
 class OpenAIChatClient:
@@ -77,7 +88,7 @@ class OpenAIChatClient:
             if base_url is None:
                 raise FincheckError(
                     f"{caller.name} needs an API key: set ${api_key_env} (or point "
-                    f"{caller.key_env_flag} at the variable that holds it)"
+                    f"{caller.flag('api_key_env')} at the variable that holds it)"
                 )
             key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
         self._client = openai.OpenAI(
@@ -234,8 +245,8 @@ class OpenAIChatClient:
                     raise FincheckError(
                         f"{self._where} is unreachable "
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
-                        f"check {self.caller.base_url_flag} and the network (a slow server needs a "
-                        f"longer {self.caller.timeout_flag}), then rerun (answers so far are cached)"
+                        f"check {self.caller.flag('base_url')} and the network (a slow server needs a "
+                        f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
                     ) from None
             elif isinstance(e, (openai.BadRequestError, openai.UnprocessableEntityError)):
                 param = refused_parameter(e, sampling)
@@ -255,7 +266,7 @@ class OpenAIChatClient:
         if self._tripped("unreachable", self.max_consecutive_unreachable):
             raise FincheckError(
                 f"{self._where} does not answer with chat completions ({what}): is "
-                f"{self.caller.base_url_flag} the API's /v1 URL? Answers so far are cached; "
+                f"{self.caller.flag('base_url')} the API's /v1 URL? Answers so far are cached; "
                 "rerun once it is fixed"
             ) from None
         raise LLMCallError(f"{self._where} sent {what}") from None
@@ -412,13 +423,11 @@ class TransformersChatClient:
     # -- internals ---------------------------------------------------------------------------
 
     def _prompt(self, messages, span, max_new: int) -> str:
-        with self._tokenizer_lock:
-            fit = self.loaded.fit_for_answer(messages, span, max_new)
-        if fit.text is None:
-            raise LLMCallError(
-                f"the prompt does not fit the model's window ({fit.budget} prompt tokens) even with "
-                "its grounding text trimmed"
-            )
+        try:
+            with self._tokenizer_lock:
+                fit = self.loaded.fit_for_answer(messages, span, max_new)
+        except PromptDoesNotFit as error:  # this example fails, the others go on
+            raise LLMCallError(str(error)) from None
         self.trimmed += fit.trimmed
         return fit.text
 

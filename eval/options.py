@@ -7,6 +7,7 @@ An option one mode alone reads says so (`applies`): `--batch-size` with `--backe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +15,13 @@ from typing import Any, Literal
 
 from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
+from fincheck.eval.baselines.final_methods import check_step1
+from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.inference import parse_dtype
 from fincheck.models import KNOWN as FETCHABLE_MODELS
-from fincheck.prepared import prepared_tasks
-from fincheck.tasks import all_tasks, task_names
+from fincheck.pairs import Pair, sample
+from fincheck.prepared import prepared_tasks, read_split
+from fincheck.tasks import all_tasks, get_task, task_names
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}
@@ -113,32 +117,47 @@ class EvalRun:
             self.tasks = tuple(prepared_tasks(self.data_dir))
         return self.tasks
 
+    def sample(self, task: str, split: str | None = None) -> list[Pair]:
+        """The run's sample of a task's split (default: --split): `--limit` pairs drawn with
+        `--sample-seed`, as whole documents for a task that shares them (QASem: a sample keeps
+        the prefix tree's speed)."""
+        pairs = read_split(self.data_dir, task, split or self.split)
+        by_document = get_task(task).limit_by_document
+        return sample(pairs, self.limit_for(task), self.sample_seed, by_document)
 
-@dataclass(kw_only=True)
-class Endpoint:
-    """An OpenAI-compatible endpoint (api.openai.com, vLLM, `transformers serve`, ...)."""
+    def sample_by(self, tasks) -> dict[str, str]:
+        """How --limit samples each task (recorded: a resume must draw the same sample)."""
+        return {t: "documents" if get_task(t).limit_by_document else "pairs" for t in tasks}
 
-    base_url: str | None = config_field(
-        None, "OpenAI-compatible base URL (default: api.openai.com)", applies=ENDPOINT
+
+def endpoint_options(prefix: str, who: str, applies: dict) -> type:
+    """The one options block of an OpenAI-compatible endpoint (api.openai.com, vLLM,
+    `transformers serve`, ...). A command with a second endpoint has the same block under a
+    prefix (`fincheck score`'s judge: --judge-base-url, ...); `build_client` reads either."""
+    fields = [
+        ("base_url", str | None, config_field(
+            None, f"OpenAI-compatible base URL of {who} (default: api.openai.com)",
+            applies=applies)),
+        ("api_key_env", str, config_field(
+            "OPENAI_API_KEY",
+            f"environment variable holding {who}'s API key; the key is never written anywhere",
+            applies=applies)),
+        ("timeout", float, config_field(
+            60.0, f"seconds per call to {who} (raise it for a slow server writing long answers)",
+            applies=applies, above=0)),
+        ("max_retries", int, config_field(
+            4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After (4: an "
+            "endpoint that never answers gives a one-line error within about five minutes)",
+            applies=applies, at_least=0)),
+    ]  # fmt: skip
+    return dataclasses.make_dataclass(
+        f"{prefix.title().strip('_')}Endpoint",
+        [(prefix + name, kind, f) for name, kind, f in fields],
+        kw_only=True,
     )
-    api_key_env: str = config_field(
-        "OPENAI_API_KEY",
-        "environment variable holding the API key; the key is never written anywhere",
-        applies=ENDPOINT,
-    )
-    timeout: float = config_field(
-        60.0,
-        "seconds per call (raise it for a slow server writing long answers)",
-        applies=ENDPOINT,
-        above=0,
-    )
-    max_retries: int = config_field(
-        4,
-        "retries on 429/5xx/timeouts, honouring Retry-After (4: an endpoint that never answers "
-        "gives a one-line error within about five minutes)",
-        applies=ENDPOINT,
-        at_least=0,
-    )
+
+
+Endpoint = endpoint_options("", "the endpoint", ENDPOINT)
 
 
 @dataclass(kw_only=True)
@@ -165,7 +184,6 @@ class EvalOptions(Endpoint, EvalRun):
         f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most a "
         "quarter of the window)",
         parse=per_task_budget,
-        applies=LOCAL,
     )
     max_input_tokens: int | None = config_field(
         None,
@@ -220,16 +238,8 @@ class EvalOptions(Endpoint, EvalRun):
     )
     concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT, at_least=1)
 
-    def answer_budget(self, task: str, loaded) -> int:
-        """--max-new-tokens for the task when given, else its default fitted to the window."""
-        if task in self.max_new_tokens:
-            return self.max_new_tokens[task]
-        return loaded.answer_budget(all_tasks()[task].max_new_tokens)
 
-
-METHODS = ("e2e", "e2e-fewshot", "e2e-cot", "pipeline", "two-step", "fizz", "overlap")
-NO_MODEL = ("overlap",)  # the share of the answer's words in the reference: no LLM
-LLM = {"method": tuple(m for m in METHODS if m not in NO_MODEL)}
+LLM = {"method": tuple(m for m in METHODS if m not in ASKS_NO_LLM)}
 LOCAL_LLM = {**LOCAL, **LLM}
 
 
@@ -302,9 +312,10 @@ class BaselineOptions(Endpoint, EvalRun):
         applies=LOCAL_LLM,
         at_least=1,
     )
-    # A served detector (`fincheck eval --backend openai`) runs as the method "detector":
-    tokenizer: str | None = config_field(None, "", cli=False)
-    max_input_tokens: int | None = config_field(None, "", cli=False)
+
+    def __post_init__(self) -> None:
+        if self.method == "two-step":
+            check_step1(self.step1)  # a typo fails before any model loads
 
 
 def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> str:
@@ -331,7 +342,7 @@ JUDGE_API = {"judge_kind": ("openai",)}
 
 
 @dataclass
-class ScoreOptions:
+class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
     """`fincheck score`: predictions against the gold, with a judge for FINAL's matching."""
 
     data_dir: Path = config_field(REQUIRED, "prepared data directory (the gold)", flag="data")
@@ -361,20 +372,7 @@ class ScoreOptions:
         "for omissions and multi-fact descriptions (a variant, named in the report)",
         applies=JUDGED,
     )
-    judge_base_url: str | None = config_field(
-        None, "OpenAI-compatible base URL of the judge (default: api.openai.com)"
-    )
-    judge_api_key_env: str = config_field(
-        "OPENAI_API_KEY", "environment variable holding the judge's API key", applies=JUDGE_API
-    )
     judge_concurrency: int = config_field(8, "judge calls in flight", applies=JUDGED, at_least=1)
-    judge_timeout: float = config_field(60.0, "seconds per judge call", applies=JUDGE_API, above=0)
-    judge_max_retries: int = config_field(
-        4,
-        "retries on 429/5xx/timeouts/connection errors, honouring Retry-After",
-        applies=JUDGE_API,
-        at_least=0,
-    )
     judge_max_tokens: int = config_field(
         1024, "answer budget per judge call, reasoning included", applies=JUDGED, at_least=1
     )

@@ -244,6 +244,7 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
 # answers the old ones gave). The template's fingerprint is not among them: a template that
 # writes today's date renders differently tomorrow, and that is only a warning.
 SAME_LOADED_KEYS = (
+    "base",  # the adapter's recorded base when --model is not given
     "adapter_sha256",
     "window",
     "max_new_tokens",

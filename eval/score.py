@@ -96,7 +96,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
 def model_label(run: dict) -> str | None:
     """What the plots' titles call the evaluated model: the adapter's run folder name (and its
     base), else the model's name."""
-    model, adapter = run.get("model"), run.get("adapter")
+    model, adapter = run.get("base") or run.get("model"), run.get("adapter")
     base = Path(model).name if model else None
     if adapter:
         return f"{Path(adapter).name} (on {base})" if base else Path(adapter).name

@@ -24,12 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, load_model
-from fincheck.prompting import GROUNDING_FIELD, load_prompt
+from fincheck.inference import LoadedModel, fit_answer_budget, load_model
+from fincheck.prompting import load_prompt
 from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 
 log = logging.getLogger(__name__)
+
+
+def answer_budgets(window: int | None, given: dict[str, int] | None = None) -> dict[str, int]:
+    """Every task's answer budget, computed once per run: the one given (`--max-new-tokens`),
+    else the task's default fitted to the window (`fit_answer_budget`). Detect and both eval
+    backends read it; a served detector without a tokenizer has no window (the defaults)."""
+    defaults = {name: task.max_new_tokens for name, task in all_tasks().items()}
+    return {name: fit_answer_budget(n, window) for name, n in defaults.items()} | (given or {})
 
 
 @dataclass
@@ -51,10 +59,7 @@ class Detector:
     ) -> None:
         self.loaded = loaded
         self.batch_size = batch_size
-        # each task's default answer budget fitted to the window, unless given
-        self.max_new_tokens = {
-            name: loaded.answer_budget(task.max_new_tokens) for name, task in all_tasks().items()
-        } | (max_new_tokens or {})
+        self.max_new_tokens = answer_budgets(loaded.window, max_new_tokens)
         self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
         loaded.check_template()
         origin = str((loaded.run.metadata if loaded.run else {}).get("base_origin", ""))
@@ -163,15 +168,7 @@ class Detector:
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
-        fit = self.loaded.fit_for_answer(messages, span, budget, self.max_input_tokens)
-        if fit.text is None:
-            others = [f for f in fields if f != GROUNDING_FIELD]
-            raise FincheckError(
-                f"{task}: the instructions and {', '.join(others)} alone exceed the "
-                f"{fit.budget} prompt tokens left in the model's window of {self.window} after "
-                f"{budget} for the answer: pass a smaller --max-new-tokens or a larger "
-                "--max-input-tokens (up to the model's positions)"
-            )
+        fit = self.loaded.fit_for_answer(messages, span, budget, self.max_input_tokens, task)
         if fit.trimmed:
             log.warning(
                 "%s: document of %d characters trimmed to fit %d prompt tokens "

@@ -86,6 +86,11 @@ def fit_answer_budget(task_default: int, window: int | None) -> int:
     return min(task_default, window // 4) if window else task_default
 
 
+class PromptDoesNotFit(FincheckError):
+    """A prompt longer than its budget even without its grounding text (instructions, summary,
+    question): nothing can be cut, so it cannot be answered as asked."""
+
+
 @dataclass
 class LoadedModel:
     """A model ready for inference (eval mode, on its device, left padding)."""
@@ -106,9 +111,6 @@ class LoadedModel:
         trained = self.window_limit or (self.run and self.run.max_length)
         limits = [n for n in (self.position_limit, trained) if n]
         return min(limits) if limits else None
-
-    def answer_budget(self, task_default: int) -> int:
-        return fit_answer_budget(task_default, self.window)
 
     def prompt_budget(self, max_new_tokens: int, max_input_tokens: int | None = None) -> int | None:
         """The one trimming rule of eval and detect: a prompt may take `max_input_tokens` when
@@ -137,18 +139,14 @@ class LoadedModel:
         span: Sequence[int] | None,
         answer_tokens: int,
         max_input_tokens: int | None = None,
+        what: str = "the prompt",
     ) -> Fit:
-        """The one budget-and-render step of eval, detect, a local judge and a served
-        detector's fitting: `fit_prompt` to `prompt_budget`'s tokens, kept in `Fit.budget`."""
+        """The one budget-and-render step of eval (either backend), detect, a local judge or
+        baseline, training's dev figures and the benchmarks: the prompt, with the generation
+        prompt and this model's template kwargs, cut on its grounding text to `prompt_budget`'s
+        tokens (kept in `Fit.budget`). `what` names the prompt in `PromptDoesNotFit`."""
         budget = self.prompt_budget(answer_tokens, max_input_tokens)
-        return replace(self.fit_prompt(messages, span, budget), budget=budget)
-
-    def fit_prompt(
-        self, messages: Sequence[dict[str, str]], span: Sequence[int] | None, budget: int | None
-    ) -> Fit:
-        """`fit_messages` for a prompt, with the generation prompt and this model's template
-        kwargs."""
-        return fit_messages(
+        fit = fit_messages(
             self.tokenizer,
             messages,
             span,
@@ -156,6 +154,18 @@ class LoadedModel:
             add_generation_prompt=True,
             template_kwargs=self.template_kwargs,
         )
+        if fit.text is None:
+            room = (
+                "--max-input-tokens"
+                if max_input_tokens
+                else f"a {self.window}-token window less {answer_tokens} for the answer"
+            )
+            raise PromptDoesNotFit(
+                f"{what} does not fit in {budget} prompt tokens ({room}) even with its "
+                "grounding text cut away: lower --max-new-tokens, or raise --max-input-tokens "
+                "or --window (in a recipe: max_length), up to the model's positions"
+            )
+        return replace(fit, budget=budget)
 
     def check_template(self) -> str:
         """The template's fingerprint now; a warning when it renders differently from training
@@ -344,9 +354,9 @@ def load_model(
     else:
         raise FincheckError("give a model (name, folder or .gguf file), an adapter, or both")
     net.eval()
-    # Prompts are fitted to the window by `fit_prompt`, never truncated by the tokenizer: its
-    # model_max_length only makes it warn ("Token indices sequence length ...") on every long
-    # document it counts.
+    # Prompts are fitted to the window by `LoadedModel.fit_for_answer`, never truncated by the
+    # tokenizer: its model_max_length only makes it warn ("Token indices sequence length ...")
+    # on every long document it counts.
     tokenizer.model_max_length = VERY_LONG
     tokenizer.padding_side = "left"  # generation continues from the right end of each row
     if tokenizer.pad_token_id is None:

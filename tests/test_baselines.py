@@ -573,14 +573,14 @@ def test_a_torn_last_trace_line_does_not_break_a_rerun(tmp_path):
     assert len(records) == len(lines) and trace.read_text().endswith("\n")
 
 
-@pytest.mark.parametrize("name", ["qasem_e2e", "qasem_e2e_fewshot", "qasem_e2e_cot"])
-def test_qasem_baselines_show_article_and_qa_only_as_the_paper(name):
+@pytest.mark.parametrize("variant", ["e2e", "e2e-fewshot", "e2e-cot"])
+def test_qasem_baselines_show_article_and_qa_only_as_the_paper(variant):
     """The paper's verifier sees the ARTICLE and the QA (QASem paper, Table 5): no response
     sentence in the query, nor in a worked example."""
-    from fincheck.eval.baselines.methods import baseline_prompt
+    from fincheck.eval.baselines.methods import e2e_prompt
     from fincheck.tasks import all_tasks
 
-    prompt = baseline_prompt(name)
+    prompt = e2e_prompt("qasem", variant)
     assert "sentence" not in prompt.fields
     messages, _ = prompt.messages(text="ARTICLE TEXT", question="Who won?", answer="PSG")
     shown = "\n".join(m["content"] for m in messages)
@@ -603,8 +603,11 @@ def test_a_reasoning_answer_cut_before_its_final_output_is_marked():
     assert run_two_step(example, llm, STEP1["self"], "cot").cut == "reasoning"
     llm = CutLLM({"Final answer": "Final answer: no", "": "1. Checked.\nFinal Output:\nA. The"})
     assert run_two_step(example, llm, STEP1["self"], "cot").cut == "answer"
-    assert cut_kind("1. step", None, True) is None and cut_kind("1. step", False, True) is None
-    assert cut_kind("A. partial", True, False) == "answer"
+    assert cut_kind("1. step", None, True, "final") is None
+    assert cut_kind("1. step", False, True, "final") is None
+    assert cut_kind("A. partial", True, False, "final") == "answer"
+    # a task whose reasoning answers carry no "Final Output:" label reads a cut one as it is
+    assert cut_kind("1. step", True, True, "fhsumbench") == "answer"
 
 
 def test_what_the_final_baselines_do_not_reproduce_is_said_where_users_meet_it(tmp_path, capsys):
@@ -703,7 +706,7 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     sent = {json.dumps(r["messages"]) for r in server.requests}
     trimmed = 0
     for pair in read_pairs(SMALL / "final" / "test.jsonl"):
-        fit = fitter.fit_prompt(pair.prompt_messages, pair.meta["grounding_span"], 330)
+        fit = fitter.fit_for_answer(pair.prompt_messages, pair.meta["grounding_span"], 128, 330)
         assert json.dumps(fit.messages) in sent
         trimmed += fit.trimmed
     assert trimmed == 2  # two of the four prompts are longer than 330 tokens

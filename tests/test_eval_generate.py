@@ -259,7 +259,7 @@ def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepar
 
 def test_missing_adapter_is_a_clear_error(tmp_path):
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
-        generate.resolve_base_model(None, str(tmp_path))
+        inference.load_model(None, str(tmp_path), device="cpu")
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
@@ -283,7 +283,10 @@ def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared
     pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
     full = render_prompt(tokenizer, pair)
     n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
-    text, trimmed = generate.fit_prompt(tokenizer, pair, n_full // 2)
+    fitter = inference.LoadedModel(None, tokenizer, "tiny")
+    span = pair.meta["grounding_span"]
+    fit = fitter.fit_for_answer(pair.prompt_messages, span, 0, n_full // 2)
+    text, trimmed = fit.text, fit.trimmed
     assert trimmed and len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= n_full // 2
     start, end = pair.meta["grounding_span"]
     user = pair.user_content
@@ -291,7 +294,8 @@ def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared
     assert text.startswith(
         full[: full.index(user[:start]) + start + 20]
     )  # grounding kept from its start
-    assert generate.fit_prompt(tokenizer, pair, n_full) == (full, False)
+    fit = fitter.fit_for_answer(pair.prompt_messages, span, 0, n_full)
+    assert (fit.text, fit.trimmed) == (full, False)
 
 
 def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
@@ -406,7 +410,8 @@ def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
     assert config["limit"] == {"final": 2, "qasem": 2, "fhsumbench": 1}
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
     loaded = inference.load_model(str(tiny_base), device="cpu", window=1024)
-    assert loaded.answer_budget(384) == 256 and loaded.prompt_budget(256) == 768
+    assert inference.fit_answer_budget(384, loaded.window) == 256
+    assert loaded.prompt_budget(256) == 768
 
 
 def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_dir, tmp_path):
@@ -445,7 +450,6 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--backend", "openai", "--batch-size", "4"],
          "--batch-size: read only with --backend local, not --backend openai; leave it out"),
         (["--backend", "openai", "--no-prefix-reuse"], "--no-prefix-reuse: read only with --backend local"),
-        (["--backend", "openai", "--max-new-tokens", "9"], "--max-new-tokens: read only with --backend local"),
         (["--adapter", "a", "--backend", "openai"], "--adapter: read only with --backend local"),
         (["--tokenizer", "t"], "--tokenizer: read only with --backend openai, not --backend local"),
         (["--base-url", "http://x"], "--base-url: read only with --backend openai"),

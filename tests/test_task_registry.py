@@ -219,9 +219,7 @@ TASK_IDENTIFIER = re.compile(r"^(qasem|fhsum)", re.IGNORECASE)
 # this list only shrinks.
 NAMED_OUTSIDE = {
     # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
-    "eval/baselines/final_methods.py": 2,
-    "eval/baselines/methods.py": 10,
-    "eval/baselines/runner.py": 4,  # FIZZ's coverage (FINAL, FHSumBench)
+    "eval/baselines/final_methods.py": 3,  # FINAL's own pipeline and two-step
     "eval/evaluate_metrics/fincheck_qasem/fincheck_qasem.py": 1,  # one `evaluate` module per task
     "fincheck/detector.py": 6,  # the documented Python API: describe / support / classify
     # benchmarks and the demo: per-task sample sizes and workloads

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fincheck.errors import FincheckError
-from fincheck.inference import fit_answer_budget, fit_messages
+from fincheck.detector import answer_budgets
+from fincheck.inference import LoadedModel
 from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_split
 from fincheck.shared_prefix import answer_in_order
@@ -57,31 +57,26 @@ class DevFigures:
         """The recipe's dev_figures tasks on `split`, sampled by dev_figures_limit, fitted to
         max_length (the window) and answered per_device_eval_batch_size at a time."""
         self.tokenizer, self.batch_size = tokenizer, recipe.per_device_eval_batch_size
-        window, template_kwargs = recipe.max_length, recipe.chat_template_kwargs
+        # the prompts fitted as `fincheck eval` fits them for a model trained to this window
+        kwargs = recipe.chat_template_kwargs or {}
+        fitter = LoadedModel(None, tokenizer, "", None, kwargs, window_limit=recipe.max_length)
+        budgets = answer_budgets(fitter.window)
         self.tasks: list[DevTask] = []
         for name in recipe.dev_figures:
             task = get_task(name)
             pairs = read_split(recipe.dataset_dir, name, split)
             limit = recipe.dev_figures_limit.get(name)
             pairs = sample(pairs, limit, recipe.seed, task.limit_by_document)
-            budget = fit_answer_budget(task.max_new_tokens, window)
-            prompts = []
-            for pair in pairs:
-                fit = fit_messages(
-                    tokenizer,
+            prompts = [
+                fitter.fit_for_answer(
                     pair.prompt_messages,
                     pair.meta.get("grounding_span"),
-                    window - budget,
-                    add_generation_prompt=True,
-                    template_kwargs=template_kwargs,
-                )
-                if fit.text is None:
-                    raise FincheckError(
-                        f"dev figures: {name}/{pair.id} does not fit {window - budget} tokens "
-                        "even without its grounding text; raise max_length"
-                    )
-                prompts.append(fit.text)
-            self.tasks.append(DevTask(task, pairs, prompts, budget))
+                    budgets[name],
+                    what=f"dev figures: {name}/{pair.id}",
+                ).text
+                for pair in pairs
+            ]
+            self.tasks.append(DevTask(task, pairs, prompts, budgets[name]))
 
     def sizes(self) -> dict[str, int]:
         return {t.name: len(t.pairs) for t in self.tasks}

@@ -20,16 +20,21 @@ from __future__ import annotations
 
 import difflib
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from fincheck.detector import Detector
+from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import (
-    METHODS,
     Example,
     Method,
     MethodOutput,
     ask,
     cut_kind,
+    e2e_prompt,
     last_yes_no,
 )
 from fincheck.eval.llm import CachedLLM
@@ -160,9 +165,10 @@ def run_two_step(example: Example, llm: CachedLLM, step1: Step1, step2: str) -> 
     trace["step1_consistent"] = consistent
     if consistent:
         return MethodOutput("None", None, trace)
-    prompt = {"cot": "final_e2e_cot", "cot-hint": "final_cot_hint"}[step2]
+    prompt = e2e_prompt("final", "e2e-cot") if step2 == "cot" else "final_cot_hint"
     answer = ask(llm, prompt, text=example.fields["text"], summary=example.fields["summary"])
-    return MethodOutput(answer, None, trace, cut_kind(answer, llm.last_cut, True), True)
+    cut = cut_kind(answer, llm.last_cut, True, example.pair.task)
+    return MethodOutput(answer, None, trace, cut, True)
 
 
 def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:
@@ -182,4 +188,35 @@ STEP1: dict[str, Step1] = {
     ),
 }
 
-METHODS["pipeline"] = Method("pipeline", ("final",), run_pipeline, "FINAL §4.1, B.2 (E.2.5)")
+
+def adapter_step1(adapter: str, device: str | None) -> Step1:
+    """Step 1 by a trained fincheck adapter: its FINAL answer (the training prompt), consistent
+    when it lists nothing. One model, shared by the example threads under a lock."""
+    detector = Detector.from_pretrained(adapter=adapter, device=device)
+    lock = threading.Lock()
+
+    def step1(example: Example, llm: CachedLLM) -> tuple[bool | None, dict]:
+        with lock:
+            found = detector.describe(example.fields["text"], example.fields["summary"])
+        return (not found), {"step1": f"adapter {adapter}", "step1_descriptions": found}
+
+    return step1
+
+
+def check_step1(step1: str) -> None:
+    """--step1 checked before any model loads (a typo fails in a second)."""
+    if step1 not in STEP1 and not Path(step1).is_dir():
+        raise FincheckError(
+            f"--step1 {step1!r}: choose self, oracle, or a fincheck adapter folder (the "
+            "FINAL paper's TrueTeacher classifier is not offered: docs/baselines.md)"
+        )
+
+
+def build_two_step(opts: Any, llm: CachedLLM) -> Method:
+    """Two-step with the options' step 1 (named self, oracle, or the adapter folder's name)
+    and step 2."""
+    step1 = STEP1.get(opts.step1) or adapter_step1(opts.step1, opts.device)
+    return two_step_method(Path(opts.step1).name, step1, opts.step2)
+
+
+PIPELINE = Method("pipeline", ("final",), run_pipeline, "FINAL §4.1, B.2 (E.2.5)")

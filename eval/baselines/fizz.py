@@ -28,15 +28,19 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fincheck.classification import balanced_accuracy
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
-from fincheck.eval.baselines.methods import Example, MethodOutput, ask
-from fincheck.eval.llm import CachedLLM
+from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask
+from fincheck.eval.llm import CachedLLM, run_concurrently
+from fincheck.eval.predictions import record_loaded
 from fincheck.inference import default_device
+from fincheck.prompting import load_prompt
 from fincheck.sentences import split_sentences
-from fincheck.tasks import get_task
+from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks.base import Task
 
 MIN_SENTENCE_CHARS = 10
 MAX_WINDOW = 3
@@ -228,3 +232,49 @@ def run_fizz(
     reason = f"The text does not support this: {trace.get('weakest')}"
     answer = get_task(example.pair.task).verdict_answer(score > threshold, reason)
     return MethodOutput(answer, None, trace)
+
+
+def has_verdict(task: Task) -> bool:
+    """A task FIZZ covers: a text and a summary to check, and an answer for a binary verdict."""
+    fields = load_prompt(task.name).fields
+    return {"text", "summary"} <= set(fields) and type(
+        task
+    ).verdict_answer is not Task.verdict_answer
+
+
+def build_fizz(opts: Any, llm: CachedLLM) -> Method:
+    """FIZZ with the options' NLI model, and a threshold per task chosen on the dev split (the
+    same --limit sample) before its examples run."""
+    if not opts.nli_model:
+        raise FincheckError(
+            "--method fizz needs --nli-model (a Hugging Face NLI classifier, e.g. "
+            f"{PAPER_NLI_MODEL} as in the FIZZ paper)"
+        )
+    nli = NLIScorer(opts.nli_model, opts.device, labels=opts.nli_labels)
+    thresholds: dict[str, float] = {}
+    tasks = tuple(name for name, task in all_tasks().items() if has_verdict(task))
+
+    def run(example: Example, llm: CachedLLM) -> MethodOutput:
+        return run_fizz(example, llm, nli, thresholds.get(example.pair.task))
+
+    def prepare(task: str) -> None:
+        """The dev pass: score the dev split's sample, pick the threshold."""
+        scores: list[tuple[float, bool]] = []
+
+        def score(pair) -> MethodOutput:
+            llm.start_example()
+            return run(Example.of(pair), llm)
+
+        def done(pair, output: MethodOutput) -> None:
+            scores.append((output.trace["score"], get_task(task).gold_consistent(pair)))
+
+        dev = opts.sample(task, "dev")
+        failures = run_concurrently(
+            dev, score, opts.concurrency, done, opts.progress, f"fizz {task} dev"
+        )
+        if failures:
+            raise FincheckError(f"FIZZ dev pass for {task}: {len(failures)} failed: {failures[0]}")
+        thresholds[task] = choose_threshold([s for s, _ in scores], [c for _, c in scores])
+        record_loaded(opts.predictions_dir, **{f"fizz_threshold_{task}": thresholds[task]})
+
+    return Method("fizz", tasks, run, "FIZZ §3", prepare)

@@ -3,8 +3,9 @@
 A method turns one prepared pair into the text a task's scorer reads (and QASem's P(Yes)),
 asking an injected LLM (`fincheck.eval.llm.CachedLLM`: an endpoint or a local model). Methods:
 
-    e2e, e2e-fewshot, e2e-cot   every task: the papers' end-to-end prompts
-                                (FINAL §4.1/B.1; FHSumBench vanilla, +ICL, +CoT; QASem §5.1)
+    e2e, e2e-fewshot, e2e-cot   every task with the prompt: the papers' end-to-end prompts
+                                (FINAL §4.1/B.1; FHSumBench vanilla, +ICL, +CoT; QASem §5.1),
+                                kept in each task's package (`Task.e2e_prompt_path`)
     pipeline                    FINAL: FactScore-style decomposition, per-fact check, merge (B.2)
     two-step                    FINAL: a binary step 1 (self, oracle, or a fincheck adapter),
                                 then CoT or CoT&Hint on the inconsistent ones (B.3)
@@ -13,7 +14,8 @@ asking an injected LLM (`fincheck.eval.llm.CachedLLM`: an endpoint or a local mo
     overlap                     QASem: no model, the share of the answer's words found in the
                                 reference (a floor every QASem detector should clear)
 
-Prompts are files in `eval/prompts/baselines/` whose headers cite the section they follow.
+The other prompts are files in `eval/prompts/baselines/`; every header cites the section it
+follows. The table of methods, which `fincheck baseline --method` offers, is `registry.py`.
 Each method's `run` returns a `MethodOutput`: the output text, P(Yes) when read, and a trace of
 its intermediate answers (written beside the predictions).
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
 from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
-from fincheck.tasks import get_task
-from fincheck.tasks.final.metrics import has_final_output
+from fincheck.tasks import all_tasks, get_task
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
 
@@ -46,12 +47,13 @@ class MethodOutput:
     reasoning: bool = False  # a chain of thought: its answer follows its last "Final Output:"
 
 
-def cut_kind(text: str, cut: bool | None, reasoning: bool) -> str | None:
-    """How an answer that hit its budget is read: "reasoning" when a FINAL reasoning answer was
-    cut before its "Final Output:" (its numbered steps are no descriptions), else "answer"."""
+def cut_kind(text: str, cut: bool | None, reasoning: bool, task: str) -> str | None:
+    """How an answer that hit its budget is read: "reasoning" when a reasoning answer was cut
+    before its answer (FINAL: before "Final Output:", its numbered steps are no descriptions),
+    else "answer"."""
     if not cut:
         return None
-    return "reasoning" if reasoning and not has_final_output(text) else "answer"
+    return "reasoning" if reasoning and get_task(task).cut_in_reasoning(text) else "answer"
 
 
 @dataclass
@@ -67,24 +69,30 @@ class Example:
 
 
 @cache
-def baseline_prompt(name: str) -> Prompt:
-    path = PROMPT_DIR / f"{name}.txt"
+def baseline_prompt(name: str, path: Path | None = None) -> Prompt:
+    """A baseline prompt of `eval/prompts/baselines/`, or the file at `path` (a task's own)."""
+    path = path or PROMPT_DIR / f"{name}.txt"
     if not path.is_file():
         raise FincheckError(f"no baseline prompt {name!r}: expected {path}")
     return parse_prompt_file(path, name, needs_grounding=False)
 
 
-def ask(llm: CachedLLM, prompt_name: str, max_tokens: int | None = None, **values: str) -> str:
-    """One call with a baseline prompt; its grounding text, when it has one, may be trimmed to
-    a local model's window."""
-    prompt = baseline_prompt(prompt_name)
+def e2e_prompt(task: str, variant: str) -> Prompt:
+    """A task's end-to-end prompt (`Task.e2e_prompt_path`, beside its own prompt)."""
+    return baseline_prompt(f"{task}_{variant}", get_task(task).e2e_prompt_path(variant))
+
+
+def ask(llm: CachedLLM, prompt: str | Prompt, max_tokens: int | None = None, **values: str) -> str:
+    """One call with a baseline prompt (or its name); its grounding text, when it has one, may
+    be trimmed to a local model's window."""
+    prompt = baseline_prompt(prompt) if isinstance(prompt, str) else prompt
     messages, span = prompt.messages(**values)
     return llm.ask(messages, prompt.hash, span if "text" in prompt.fields else None, max_tokens)
 
 
 # ---------------------------------------------------------------------- end to end
 
-E2E_PROMPTS = {"e2e": "e2e", "e2e-fewshot": "e2e_fewshot", "e2e-cot": "e2e_cot"}
+E2E = ("e2e", "e2e-fewshot", "e2e-cot")
 # "Final answer: No", "**Final Answer:** yes", "Final answer - No."
 FINAL_ANSWER = re.compile(r"final\s+answer\W{0,6}(yes|no)\b", re.IGNORECASE)
 # A last line that is only the answer: "No.", "**Yes**"
@@ -104,22 +112,24 @@ def last_yes_no(text: str) -> str | None:
 
 
 def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
-    task = example.pair.task
-    name = f"{task}_{E2E_PROMPTS[variant]}"
-    values = {k: v for k, v in example.fields.items() if k in baseline_prompt(name).fields}
-    if task == "qasem" and variant != "e2e-cot":
-        # the paper's protocol: the first answer token's P(Yes), and the short answer's text
-        prompt = baseline_prompt(name)
-        messages, span = prompt.messages(**values)
+    """The paper's end-to-end prompt. A task scored by P(Yes) (QASem) reads it at the first
+    answer token and keeps the short answer's text; its CoT variant reasons first and its final
+    Yes/No is the answer. Any other task's answer is its text; a CoT answer is reasoning."""
+    task = get_task(example.pair.task)
+    prompt = e2e_prompt(task.name, variant)
+    values = {k: v for k, v in example.fields.items() if k in prompt.fields}
+    messages, span = prompt.messages(**values)
+    span = span if "text" in prompt.fields else None
+    reasoning = variant == "e2e-cot"
+    if task.reads_p_yes and not reasoning:
         p_yes = llm.p_yes(messages, prompt.hash, span)
-        text = llm.ask(messages, prompt.hash, span, max_tokens=8)
-        return MethodOutput(text, p_yes)
-    text = ask(llm, name, **values)
-    if task == "qasem":  # reasoning first: the final Yes/No is the answer (no P(Yes))
-        cut = cut_kind(text, llm.last_cut, False)
+        return MethodOutput(llm.ask(messages, prompt.hash, span, max_tokens=8), p_yes)
+    text = llm.ask(messages, prompt.hash, span)
+    if task.reads_p_yes:  # reasoning first: the final Yes/No is the answer (no P(Yes))
+        cut = cut_kind(text, llm.last_cut, False, task.name)
         return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text}, cut)
-    reasoning = task == "final" and variant == "e2e-cot"
-    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, reasoning), reasoning)
+    cut = cut_kind(text, llm.last_cut, reasoning, task.name)
+    return MethodOutput(text, None, {}, cut, reasoning)
 
 
 # ---------------------------------------------------------------------- word overlap
@@ -142,7 +152,7 @@ def run_overlap(example: Example, llm: CachedLLM) -> MethodOutput:
     return MethodOutput("Yes" if share >= 0.5 else "No", share, {"overlap": share})
 
 
-# ---------------------------------------------------------------------- registry
+# ---------------------------------------------------------------------- methods
 
 
 @dataclass(frozen=True)
@@ -154,84 +164,15 @@ class Method:
     prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
 
 
-def run_detector(example: Example, llm: CachedLLM) -> MethodOutput:
-    """fincheck's own task prompt, the prepared pair's messages as `fincheck eval` renders them,
-    sent to the endpoint: a detector served by vLLM, llama.cpp or `transformers serve`. A task
-    scored by P(Yes) (QASem) reads it from the endpoint's logprobs when it returns them, and
-    its short answer's text either way (the scorer says when it had only the text)."""
-    pair = example.pair
-    task = get_task(pair.task)
-    messages = pair.prompt_messages
-    version = f"fincheck-{pair.task}-{load_prompt(pair.task).hash}"
-    span = pair.meta.get("grounding_span")
-    if task.reads_p_yes:
-        p_yes = llm.p_yes(messages, version, span)
-        return MethodOutput(llm.ask(messages, version, span, max_tokens=8), p_yes)
-    budget = pair.meta.get("answer_budget") or task.max_new_tokens
-    text = llm.ask(messages, version, span, max_tokens=budget)
-    return MethodOutput(text, None, {}, cut_kind(text, llm.last_cut, False))
-
-
-def fit_detector_pairs(
-    pairs: list[Pair], task_name: str, fitter, max_input_tokens: int | None
-) -> tuple[list[Pair], int]:
-    """The pairs as the served detector sends them, fitted as a local eval fits them:
-    the answer budget is the task's default fitted to the fitter's window (at most a quarter of
-    it), the prompt gets `max_input_tokens` or the rest of the window, and a longer prompt has
-    its grounding text cut. Returns (pairs, how many were trimmed); the budget rides in
-    `meta["answer_budget"]`."""
-    answer = fitter.answer_budget(get_task(task_name).max_new_tokens)
-    fitted, trimmed = [], 0
-    for pair in pairs:
-        span = pair.meta.get("grounding_span")
-        fit = fitter.fit_for_answer(pair.prompt_messages, span, answer, max_input_tokens)
-        if fit.messages is None:
-            raise FincheckError(
-                f"{task_name}/{pair.id}: the prompt does not fit in {fit.budget} tokens even "
-                "without its grounding text; raise --max-input-tokens or --window"
-            )
-        trimmed += fit.trimmed
-        meta = {**pair.meta, "answer_budget": answer}
-        if fit.span is not None:
-            meta["grounding_span"] = list(fit.span)
-        fitted.append(replace(pair, messages=[*fit.messages, pair.messages[-1]], meta=meta))
-    return fitted, trimmed
-
-
 def e2e_method(variant: str, source: str) -> Method:
-    return Method(
-        variant,
-        ("final", "qasem", "fhsumbench"),
-        lambda example, llm: run_e2e(variant, example, llm),
-        source,
-    )
+    """An end-to-end method over every registered task that has the variant's prompt."""
+    covered = tuple(n for n, t in all_tasks().items() if t.e2e_prompt_path(variant).is_file())
+    return Method(variant, covered, lambda example, llm: run_e2e(variant, example, llm), source)
 
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        e2e_method("e2e", "FINAL §4.1, B.1 (E.2.1); FHSumBench §4.1 vanilla; QASem §5.1"),
-        e2e_method("e2e-fewshot", "FINAL B.1 (E.2.2); FHSumBench §4.1 +ICL; QASem Table 5"),
-        e2e_method("e2e-cot", "FINAL B.1 (E.2.3 V2); FHSumBench §4.1 +CoT; QASem variant"),
-        Method(
-            "detector",
-            ("final", "qasem", "fhsumbench"),
-            run_detector,
-            "fincheck's own task prompts on an endpoint (`fincheck eval --backend openai`)",
-        ),
-        Method(
-            "overlap",
-            ("qasem",),
-            run_overlap,
-            "not a paper's system: the share of the answer's words found in the reference",
-        ),
-    )
-}
-
-
-def get_method(name: str) -> Method:
-    from fincheck.eval.baselines import final_methods, fizz  # noqa: F401  (they register)
-
-    if name not in METHODS:
-        raise FincheckError(f"unknown method {name!r}; choose from {', '.join(sorted(METHODS))}")
-    return METHODS[name]
+OVERLAP = Method(
+    "overlap",
+    tuple(name for name in all_tasks() if "answer" in load_prompt(name).fields),  # a QA's answer
+    run_overlap,
+    "not a paper's system: the share of the answer's words found in the reference",
+)

@@ -11,37 +11,24 @@ and calls beside the predictions. `fincheck score` then scores them like any mod
 from __future__ import annotations
 
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from fincheck.detector import Detector
 from fincheck.errors import FincheckError
-from fincheck.eval.baselines.final_methods import STEP1, two_step_method
-from fincheck.eval.baselines.fizz import NLIScorer, choose_threshold, run_fizz
-from fincheck.eval.baselines.methods import (
-    Example,
-    Method,
-    MethodOutput,
-    fit_detector_pairs,
-    get_method,
-)
-from fincheck.eval.generate import sample_by, sample_task
-from fincheck.eval.llm import CachedLLM, LLMCallError, RequestCache
-from fincheck.eval.llm_backends import METHOD, OpenAIChatClient, TransformersChatClient
-from fincheck.eval.options import NO_MODEL, BaselineOptions
+from fincheck.eval.baselines.methods import Example, Method, MethodOutput
+from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
+from fincheck.eval.llm import CachedLLM, RequestCache, run_concurrently
+from fincheck.eval.llm_backends import METHOD, build_client
+from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
     check_eval_config,
     record_generation,
     record_loaded,
 )
-from fincheck.inference import load_prompt_fitter, template_fingerprint
 from fincheck.jsonl import drop_torn_last_line
 from fincheck.pairs import Prediction
-from fincheck.prepared import read_manifest, read_split
-from fincheck.tasks import get_task
+from fincheck.prepared import read_manifest
 
 
 class NoLLM:
@@ -54,111 +41,24 @@ class NoLLM:
         raise FincheckError("this method asks no LLM")
 
 
-def build_client(opts: BaselineOptions):
-    if opts.method in NO_MODEL:
-        return NoLLM()
-    if opts.backend == "openai":
-        return OpenAIChatClient(
-            opts.model, opts.base_url, opts.api_key_env, opts.timeout, opts.max_retries,
-            caller=METHOD,
-        )  # fmt: skip
-    return TransformersChatClient(
-        opts.model,
-        max_new_tokens=opts.max_tokens,
-        device=opts.device,
-        batch_size=max(1, opts.concurrency),
-        window=opts.window,
-    )
-
-
 def step1_identity(step1: str) -> str:
     """self, oracle, or the adapter folder's absolute path (the same folder from anywhere)."""
     return str(Path(step1).resolve()) if Path(step1).is_dir() else step1
 
 
-def adapter_step1(adapter: str, device: str | None):
-    """Step 1 by a trained fincheck adapter: its FINAL answer (the training prompt), consistent
-    when it lists nothing. One model, shared by the example threads under a lock."""
-    detector = Detector.from_pretrained(adapter=adapter, device=device)
-    lock = threading.Lock()
-
-    def step1(example: Example, llm: CachedLLM) -> tuple[bool | None, dict]:
-        with lock:
-            found = detector.describe(example.fields["text"], example.fields["summary"])
-        return (not found), {"step1": f"adapter {adapter}", "step1_descriptions": found}
-
-    return step1
-
-
-def check_method_options(opts: BaselineOptions) -> None:
-    """The method's own options, checked before any model loads (a typo fails in a second)."""
-    if opts.method == "two-step" and opts.step1 not in STEP1 and not Path(opts.step1).is_dir():
+def covered_tasks(method: Method, opts: BaselineOptions, named: bool) -> list[str]:
+    """The tasks of the run the method covers. A task it does not cover is an error when
+    --tasks named it, else a line saying it is left out: never dropped without a word."""
+    tasks = [t for t in opts.tasks if t in method.tasks]
+    left = [t for t in opts.tasks if t not in method.tasks]
+    if left and (named or not tasks):
         raise FincheckError(
-            f"--step1 {opts.step1!r}: choose self, oracle, or a fincheck adapter folder (the "
-            "FINAL paper's TrueTeacher classifier is not offered: docs/baselines.md)"
+            f"--method {opts.method} covers {', '.join(method.tasks) or 'no registered task'}, "
+            f"not {', '.join(left)}"
         )
-
-
-def build_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
-    if opts.method == "two-step":  # named self, oracle, or the adapter folder's name
-        step1 = STEP1.get(opts.step1) or adapter_step1(opts.step1, opts.device)
-        return two_step_method(Path(opts.step1).name, step1, opts.step2)
-    if opts.method == "fizz":
-        return fizz_method(opts, llm)
-    return get_method(opts.method)
-
-
-def fizz_method(opts: BaselineOptions, llm: CachedLLM) -> Method:
-    """FIZZ with its NLI model, and a threshold per task chosen on the dev split first."""
-    if not opts.nli_model:
-        raise FincheckError(
-            "--method fizz needs --nli-model (a Hugging Face NLI classifier, e.g. "
-            "tals/albert-xlarge-vitaminc-mnli as in the FIZZ paper)"
-        )
-    nli = NLIScorer(opts.nli_model, opts.device, labels=opts.nli_labels)
-    thresholds: dict[str, float] = {}
-
-    def run(example: Example, llm: CachedLLM) -> MethodOutput:
-        return run_fizz(example, llm, nli, thresholds.get(example.pair.task))
-
-    def prepare(task: str) -> None:
-        """The dev pass: score the dev split's sample (the same --limit), pick the threshold."""
-        dev = sample_task(read_split(opts.data_dir, task, "dev"), task, opts)
-        scores: list[tuple[float, bool]] = []
-
-        def done(pair, output: MethodOutput, n_calls: int) -> None:
-            scores.append((output.trace["score"], get_task(task).gold_consistent(pair)))
-
-        dev_method = Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3")
-        failures = run_examples(
-            dev_method, llm, dev, opts.concurrency, done, opts.progress, f"fizz {task} dev"
-        )
-        if failures:
-            raise FincheckError(f"FIZZ dev pass for {task}: {len(failures)} failed: {failures[0]}")
-        thresholds[task] = choose_threshold([s for s, _ in scores], [c for _, c in scores])
-        record_loaded(opts.predictions_dir, **{f"fizz_threshold_{task}": thresholds[task]})
-
-    return Method("fizz", ("final", "fhsumbench"), run, "FIZZ §3", prepare)
-
-
-def fitter_identity(fitter) -> str:
-    """What fits a served detector's prompts, by content: the tokenizer (a folder updated in
-    place keeps its path), its chat template with the run's kwargs, the positions it allows."""
-    import hashlib
-
-    tokenizer = fitter.tokenizer
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    vocab = (
-        backend.to_str()
-        if backend is not None
-        else json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    )
-    parts = [
-        vocab,
-        template_fingerprint(tokenizer, fitter.template_kwargs),
-        str(fitter.position_limit),
-    ]
-    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
+    if left:
+        print(f"--method {opts.method} does not cover {', '.join(left)}: left out")
+    return tasks
 
 
 def run_examples(
@@ -170,51 +70,34 @@ def run_examples(
     progress: bool,
     desc: str,
 ) -> list[str]:
-    """Run the method on each pair, `concurrency` at a time; `on_done(pair, output, calls)`, in
-    this thread, as each finishes. Returns the failures ("id: reason"); a run-stopping error
-    stops the rest."""
-    from tqdm.auto import tqdm
+    """The method on each pair, `concurrency` at a time (`run_concurrently`); `on_done(pair,
+    output, calls)` as each finishes. Returns the failures ("id: reason")."""
 
-    def one(pair) -> tuple[Any, MethodOutput, int]:
+    def one(pair) -> tuple[MethodOutput, int]:
         llm.start_example()
         output = method.run(Example.of(pair), llm)
-        return pair, output, llm.calls
+        return output, llm.calls
 
-    failures: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-    futures = {pool.submit(one, pair): pair for pair in pairs}
-    try:
-        with tqdm(total=len(pairs), desc=desc, unit="ex", disable=not progress) as bar:
-            for future in as_completed(futures):
-                try:
-                    pair, output, calls = future.result()
-                except LLMCallError as error:
-                    failures.append(f"{futures[future].id}: {error}")
-                else:
-                    on_done(pair, output, calls)
-                bar.update(1)
-    except BaseException:
-        # a wrong key, a tripped breaker, Ctrl-C: send no more, and wait for no call in flight
-        # (an endpoint that never answers would hold the command for timeout x retries)
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return failures
+    return run_concurrently(
+        pairs, one, concurrency, lambda pair, done: on_done(pair, *done), progress, desc
+    )
 
 
 def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     """Predictions of the method for each task it covers; returns per-task counts."""
+    named = opts.tasks is not None
     opts.resolve_tasks()
-    check_method_options(opts)
-    client = build_client(opts)
+    if opts.method in ASKS_NO_LLM:
+        client = NoLLM()
+    else:
+        client = build_client(
+            opts, opts.backend, opts.model, METHOD, max_new_tokens=opts.max_tokens,
+            device=opts.device, batch_size=opts.concurrency, window=opts.window,
+        )  # fmt: skip
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
     llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})
-    method = build_method(opts, llm)
-    tasks = [t for t in opts.tasks if t in method.tasks]
-    if not tasks:
-        raise FincheckError(
-            f"--method {opts.method} covers {', '.join(method.tasks)}, not {', '.join(opts.tasks)}"
-        )
+    method = METHODS[opts.method](opts, llm)
+    tasks = covered_tasks(method, opts, named)
     check_eval_config(
         opts.predictions_dir,
         {
@@ -227,40 +110,25 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "limit": opts.limit,
             "sample_seed": opts.sample_seed,
             "tasks": tasks,
-            "sample_by": sample_by(tasks),
+            "sample_by": opts.sample_by(tasks),
             "max_tokens": opts.max_tokens,
             "nli_model": opts.nli_model,
             "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
             "step1": step1_identity(opts.step1) if opts.method == "two-step" else None,
             "step2": opts.step2 if opts.method == "two-step" else None,
             "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
-            "tokenizer": str(Path(opts.tokenizer).resolve())
-            if opts.tokenizer and Path(opts.tokenizer).exists()
-            else opts.tokenizer,
-            "max_input_tokens": opts.max_input_tokens,
             "requested_window": opts.window,
         },
     )
-    fitter = None
-    if opts.tokenizer:  # a served detector whose prompts are fitted as a local eval's
-        fitter = load_prompt_fitter(opts.tokenizer, opts.window)
-        record_loaded(
-            opts.predictions_dir,
-            window=fitter.window,
-            tokenizer_fingerprint=fitter_identity(fitter),
-        )
     record_loaded(opts.predictions_dir, client=client.identity)
     summary: dict[str, dict[str, Any]] = {}
     for task in tasks:
-        pairs = sample_task(read_split(opts.data_dir, task, opts.split), task, opts)
-        fitted = 0
-        if fitter is not None:
-            pairs, fitted = fit_detector_pairs(pairs, task, fitter, opts.max_input_tokens)
+        pairs = opts.sample(task)
         if method.prepare is not None:
             method.prepare(task)
         trimmed_before = getattr(client, "trimmed", 0)  # the client counts across tasks
         summary[task] = run_task(method, llm, opts, task, pairs)
-        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before + fitted
+        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before
         record_generation(opts.predictions_dir, task, summary[task])
     if getattr(client, "served_models", None):  # what the endpoint says it ran
         record_loaded(opts.predictions_dir, served_models=sorted(client.served_models))

@@ -141,6 +141,17 @@ class Task(ABC):
         """`prompt.txt` beside the task's module (its package's `__init__.py`)."""
         return Path(inspect.getfile(type(self))).parent / "prompt.txt"
 
+    def e2e_prompt_path(self, variant: str) -> Path:
+        """The paper's end-to-end prompt of `fincheck baseline --method e2e[-fewshot|-cot]`
+        (`e2e.txt`, `e2e_fewshot.txt`, `e2e_cot.txt` beside `prompt.txt`); a task without one is
+        not covered by that method, and says so."""
+        return self.prompt_path.with_name(variant.replace("-", "_") + ".txt")
+
+    def cut_in_reasoning(self, text: str) -> bool:
+        """Whether a reasoning answer cut at its token budget stopped before its answer (FINAL:
+        before "Final Output:"), so nothing in it is read; by default the answer is read."""
+        return False
+
     # --- prepare ---------------------------------------------------------------------------
 
     @abstractmethod

@@ -130,17 +130,18 @@ def write_subset(s: EvalPathSettings) -> Path:
 def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
+    from fincheck.detector import answer_budgets
     from fincheck.inference import load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
+    budgets = answer_budgets(loaded.window)
     totals = {}
     for task in s.tasks:
-        answer = loaded.answer_budget(get_task(task).max_new_tokens)
         ids = []
         for pair in read_split(data, task, "test"):
             fit = loaded.fit_for_answer(
-                pair.prompt_messages, pair.meta.get("grounding_span"), answer
+                pair.prompt_messages, pair.meta.get("grounding_span"), budgets[task]
             )
             ids.append(loaded.tokenizer(fit.text, add_special_tokens=False)["input_ids"])
         totals[task] = (sum(map(len, ids)), count_prefill_tokens(ids, build_prefix_tree(ids)))

@@ -7,7 +7,7 @@ greedy decoding, and ways to feed them:
   naive    one example at a time (batch 1, no padding)
   batched  sorted longest first, `batch_size` examples per call, left padding (so every row's
            last prompt token sits at the same column and generation appends in step)
-  harness  the eval harness's own functions (`fincheck.eval.generate.fit_prompt`,
+  harness  the eval harness's own functions (`LoadedModel.fit_for_answer`,
            `fincheck.inference.generate_batch`) on the real prompts, rendered by a tokenizer's
            chat template and trimmed as the harness trims; QASem includes its P(Yes) passes.
            Needs a tokenizer (`tokenizer`, or the project's tiny one for model "tiny").
@@ -198,16 +198,18 @@ def load_tokenizer(s: EvalBenchSettings):
 def time_harness(
     model, tokenizer, pairs, task: str, batch_size: int, new_tokens: int, max_input: int, cuda: bool
 ):
-    """The harness's own loop: fit_prompt (chat template + grounding trim), longest first,
+    """The harness's own loop: fit_for_answer (chat template + grounding trim), longest first,
     generate_batch (greedy; QASem adds its P(Yes) passes). (seconds, prompt tokens, padded tokens)."""
     import torch
 
-    from fincheck.eval.generate import fit_prompt
-    from fincheck.inference import count_tokens, generate_batch
+    from fincheck.inference import LoadedModel, count_tokens, generate_batch
 
-    texts = sorted(
-        (fit_prompt(tokenizer, pair, max_input)[0] for pair in pairs), key=len, reverse=True
+    fitter = LoadedModel(model, tokenizer, "bench")
+    fits = (
+        fitter.fit_for_answer(pair.prompt_messages, pair.meta.get("grounding_span"), 0, max_input)
+        for pair in pairs
     )
+    texts = sorted((fit.text for fit in fits), key=len, reverse=True)
     lengths = [count_tokens(tokenizer, t) for t in texts]
     calls = [texts[s : s + batch_size] for s in range(0, len(texts), batch_size)]
     call_lengths = [lengths[s : s + batch_size] for s in range(0, len(texts), batch_size)]

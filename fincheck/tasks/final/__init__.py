@@ -400,6 +400,9 @@ class FinalTask(Task):
     def verdict_answer(self, consistent: bool, reason: str) -> str:
         return final_target([] if consistent else [reason])
 
+    def cut_in_reasoning(self, text: str) -> bool:
+        return not has_final_output(text)
+
     # --- serve -----------------------------------------------------------------------------
 
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
