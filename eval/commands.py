@@ -135,7 +135,7 @@ def report_counts(opts: EvalOptions | BaselineOptions, summary: dict, command: s
     """One line per task, the next command, and exit 3 when examples failed (a rerun retries
     them; answers received are cached)."""
     for task, counts in summary.items():
-        parts = [f"{counts['generated']} done", f"{counts['resumed']} already done"]
+        parts = [f"{counts['generated']} generated", f"{counts['resumed']} already done"]
         parts += [f"{len(counts['failed'])} failed"] if counts["failed"] else []
         if "calls_per_example" in counts:
             parts.append(f"{counts['calls_per_example']:.1f} LLM calls per example")

@@ -22,6 +22,7 @@ def render_report(
     lines += ["## What was run", ""]
     for key in (
         "model",
+        "base",
         "adapter",
         "method",
         "method_source",

@@ -24,20 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, fit_answer_budget, load_model
+from fincheck.inference import LoadedModel, answer_budgets, load_model
 from fincheck.prompting import load_prompt
 from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 
 log = logging.getLogger(__name__)
-
-
-def answer_budgets(window: int | None, given: dict[str, int] | None = None) -> dict[str, int]:
-    """Every task's answer budget, computed once per run: the one given (`--max-new-tokens`),
-    else the task's default fitted to the window (`fit_answer_budget`). Detect and both eval
-    backends read it; a served detector without a tokenizer has no window (the defaults)."""
-    defaults = {name: task.max_new_tokens for name, task in all_tasks().items()}
-    return {name: fit_answer_budget(n, window) for name, n in defaults.items()} | (given or {})
 
 
 @dataclass
@@ -59,7 +51,7 @@ class Detector:
     ) -> None:
         self.loaded = loaded
         self.batch_size = batch_size
-        self.max_new_tokens = answer_budgets(loaded.window, max_new_tokens)
+        self.max_new_tokens = answer_budgets(all_tasks(), loaded.window, max_new_tokens)
         self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
         loaded.check_template()
         origin = str((loaded.run.metadata if loaded.run else {}).get("base_origin", ""))

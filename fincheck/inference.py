@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,17 @@ def fit_answer_budget(task_default: int, window: int | None) -> int:
     prompt keeps three quarters (FINAL's 384 in a 1,024 window would leave 640 for
     instructions and document; its longest prepared answer is under 300 tokens)."""
     return min(task_default, window // 4) if window else task_default
+
+
+def answer_budgets(
+    tasks: Mapping[str, Any], window: int | None, given: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Every task's answer budget, computed once per run: the one given (`--max-new-tokens`),
+    else the task's default (`tasks`: the registry) fitted to the window. Detect, both eval
+    backends, training's dev figures and the benchmarks read it; a served detector without a
+    tokenizer has no window (the defaults)."""
+    budgets = {name: fit_answer_budget(task.max_new_tokens, window) for name, task in tasks.items()}
+    return budgets | dict(given or {})
 
 
 class PromptDoesNotFit(FincheckError):

@@ -210,7 +210,8 @@ def test_adapter_changes_outputs_and_its_base_is_found(
     ]
     assert main(args) == 0  # no --model: the base comes from adapter_config.json
     config = json.loads((adapter_out / "predictions" / "eval_config.json").read_text())
-    assert config["adapter"] == str(tiny_adapter) and config["model"] == str(tiny_base)
+    assert config["adapter"] == str(tiny_adapter) and config["model"] is None  # as asked
+    assert config["base"] == str(tiny_base)  # as loaded: the run folder read once
     base_p = {r["id"]: r["p_yes"] for r in _lines(base_out / "predictions" / "qasem.jsonl")}
     tuned_p = {r["id"]: r["p_yes"] for r in _lines(adapter_out / "predictions" / "qasem.jsonl")}
     assert base_p.keys() == tuned_p.keys()
@@ -230,19 +231,18 @@ def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):
     opts = generate.EvalOptions(
         model="m", data_dir=prepared_dir, out_dir=prepared_dir, limit=100, sample_seed=4
     )
-    sample = generate.sample_task(pairs, "qasem", opts)
-    assert sample == generate.sample_task(pairs, "qasem", opts)  # seeded
+    sample = opts.sample("qasem")
+    assert sample == opts.sample("qasem")  # seeded
     chosen = {p.document_key for p in sample}
     by_document = {k: [p for p in pairs if p.document_key == k] for k in chosen}
     assert sorted(p.id for p in sample) == sorted(p.id for ps in by_document.values() for p in ps)
     largest = max(len(ps) for ps in by_document.values())
     assert 100 <= len(sample) < 100 + largest  # stops at the first document past the limit
     assert [p.id for p in sample] == [p.id for p in pairs if p in sample]  # file order
-    other = generate.sample_task(pairs, "qasem", dataclasses.replace(opts, sample_seed=5))
+    other = dataclasses.replace(opts, sample_seed=5).sample("qasem")
     assert {p.id for p in other} != {p.id for p in sample}
     # FHSumBench keeps drawing single pairs
-    fh = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
-    assert len(generate.sample_task(fh, "fhsumbench", dataclasses.replace(opts, limit=7))) == 7
+    assert len(dataclasses.replace(opts, limit=7).sample("fhsumbench")) == 7
 
 
 def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepared_dir, tmp_path):

@@ -155,6 +155,61 @@ def test_a_toy_fourth_task_runs_prepare_score_and_report(toy, tmp_path, capsys):
     assert "Toy: Toy numbers are on its test split." in report
 
 
+TOY_E2E = """\
+# toy end-to-end prompt (the toy paper's Table 1)
+[system]
+Answer Yes or No.
+[user]
+Does the text state the claim?
+{text}
+Claim: {claim}
+"""
+
+
+def test_the_toy_task_is_evaluated_served_and_run_by_the_papers_e2e_method(toy, tmp_path, capsys):
+    """No path skips a registered task: a served detector (`fincheck eval --backend openai`)
+    answers the toy task's prompts, and `fincheck baseline --method e2e` runs the toy paper's
+    prompt shipped beside the task's own. A method that does not cover it says so."""
+    from fake_judge_server import FakeJudgeServer
+
+    task, data = toy
+    prepared = tmp_path / "prepared"
+    run_prepare(PrepareConfig(tasks=["toy"]), data, prepared, progress=False, log=print)
+    common = ["--data", str(prepared), "--no-progress"]
+    endpoint = ["--backend", "openai", "--model", "m", "--max-retries", "0"]
+    with FakeJudgeServer() as server:
+        server.script = {"": [("ok", "Yes")] * 12}
+        served = tmp_path / "served"
+        code = main(
+            ["eval", *endpoint, "--base-url", server.base_url, "--out", str(served), *common]
+        )
+        assert code == 0
+        assert len(_lines(served / "predictions" / "toy.jsonl")) == 3
+        sent = [m["content"] for r in server.requests for m in r["messages"]]
+        assert any("Say Yes if the text states the claim" in c for c in sent)  # its own prompt
+        assert {r["max_tokens"] for r in server.requests} == {task.max_new_tokens}
+
+        method = ["baseline", "--method", "e2e", *endpoint, "--base-url", server.base_url]
+        capsys.readouterr()
+        assert main([*method, "--out", str(tmp_path / "none"), *common]) == 1
+        assert "--method e2e covers final, qasem, fhsumbench, not toy" in capsys.readouterr().err
+        (tmp_path / "e2e.txt").write_text(TOY_E2E)  # beside the task's prompt file
+        server.requests.clear()
+        e2e = tmp_path / "e2e"
+        assert main([*method, "--out", str(e2e), *common]) == 0
+        assert len(_lines(e2e / "predictions" / "toy.jsonl")) == 3
+        assert all("Does the text state the claim?" in r["messages"][-1]["content"]
+                   for r in server.requests)  # fmt: skip
+        # overlap reads a QA's answer: the toy task has none, and a run naming it is refused
+        args = ["baseline", "--method", "overlap", "--tasks", "toy", "--out", str(tmp_path / "o")]
+        assert main([*args, *common]) == 1
+        assert "--method overlap covers qasem, not toy" in capsys.readouterr().err
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
 def test_the_toy_task_trains_evaluates_detects_and_goes_into_the_card(
     toy, tmp_path, capsys, monkeypatch
 ):

@@ -24,12 +24,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fincheck.detector import answer_budgets
-from fincheck.inference import LoadedModel
+from fincheck.inference import LoadedModel, answer_budgets
 from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_split
 from fincheck.shared_prefix import answer_in_order
-from fincheck.tasks import get_task
+from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import ScoreSettings, Task
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ class DevFigures:
         # the prompts fitted as `fincheck eval` fits them for a model trained to this window
         kwargs = recipe.chat_template_kwargs or {}
         fitter = LoadedModel(None, tokenizer, "", None, kwargs, window_limit=recipe.max_length)
-        budgets = answer_budgets(fitter.window)
+        budgets = answer_budgets(all_tasks(), fitter.window)
         self.tasks: list[DevTask] = []
         for name in recipe.dev_figures:
             task = get_task(name)

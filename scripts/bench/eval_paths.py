@@ -38,7 +38,7 @@ from fincheck.checksums import sha256_file
 from fincheck.config import config_field
 from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
 from fincheck.prepared import files_fingerprint, read_manifest, read_split
-from fincheck.tasks import get_task
+from fincheck.tasks import all_tasks, get_task
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 
@@ -130,12 +130,11 @@ def write_subset(s: EvalPathSettings) -> Path:
 def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
-    from fincheck.detector import answer_budgets
-    from fincheck.inference import load_model
+    from fincheck.inference import answer_budgets, load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
-    budgets = answer_budgets(loaded.window)
+    budgets = answer_budgets(all_tasks(), loaded.window)
     totals = {}
     for task in s.tasks:
         ids = []
