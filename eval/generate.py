@@ -23,7 +23,8 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import fit_messages, generate_batch, load_model, local_adapter_dir
+from fincheck.inference import fit_messages, generate_batch
+from fincheck.loading import load_model, local_adapter_dir
 from fincheck.pairs import Pair, Prediction, sample
 from fincheck.prepared import read_manifest, read_split
 from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256, load_run

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, load_model
+from fincheck.inference import LoadedModel
+from fincheck.loading import load_model
 from fincheck.prompting import GROUNDING_FIELD, load_prompt
 from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task

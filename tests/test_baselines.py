@@ -689,7 +689,7 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     """--tokenizer, --window and --max-input-tokens: the prompts sent are those a local eval
     with the same options builds (grounding text cut to fit), and the answers are asked with the
     budget fitted to the window (a quarter of it)."""
-    from fincheck.inference import load_prompt_fitter
+    from fincheck.loading import load_prompt_fitter
 
     out = tmp_path / "served"
     with FakeJudgeServer() as server:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fincheck import inference
+from fincheck import inference, loading
 from fincheck import pairs as pairs_module
 from fincheck.cli import main
 from fincheck.errors import FincheckError
@@ -36,7 +36,7 @@ def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
 
 
 def _load(tiny_base):
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), device="cpu")
     return loaded.model, loaded.tokenizer
 
 
@@ -387,7 +387,7 @@ def test_a_resumed_eval_reports_the_trimmed_prompts_of_an_uninterrupted_one(
 def test_counting_a_long_document_raises_no_sequence_length_warning(tiny_base, capfd):
     """The tiny tokenizer says model_max_length 512; prompts are fitted, never truncated, so
     transformers' "Token indices sequence length ..." warning would only be noise."""
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), device="cpu")
     assert len(loaded.tokenizer("word " * 2000)["input_ids"]) > 512
     assert "Token indices sequence length" not in capfd.readouterr().err
 
@@ -405,7 +405,7 @@ def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
     assert config["max_new_tokens"] == {"final": 4, "qasem": 8, "fhsumbench": 96}
     assert config["limit"] == {"final": 2, "qasem": 2, "fhsumbench": 1}
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
-    loaded = inference.load_model(str(tiny_base), device="cpu", window=1024)
+    loaded = loading.load_model(str(tiny_base), device="cpu", window=1024)
     assert loaded.answer_budget(384) == 256 and loaded.prompt_budget(256) == 768
 
 
@@ -510,8 +510,8 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     bf16 keeps it apart (rounding would drop part of it)."""
     from peft import PeftModel
 
-    merged = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
-    apart = inference.load_model(
+    merged = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
+    apart = loading.load_model(
         adapter=str(tiny_adapter), device="cpu", dtype="fp32", merge_adapter=False
     )
     assert merged.adapter_merged and not isinstance(merged.model, PeftModel)
@@ -521,7 +521,7 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     with torch.no_grad():
         a, b = merged.model(input_ids=ids).logits, apart.model(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-4) and not torch.equal(a, b)  # measured: 1.8e-5
-    half = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
+    half = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
     assert not half.adapter_merged and isinstance(half.model, PeftModel)
 
 

@@ -75,13 +75,14 @@ def test_every_prompt_is_answered_once_with_a_suffix_of_its_own(ids):
 import torch  # noqa: E402
 
 from fincheck import inference  # noqa: E402
+from fincheck.loading import load_model  # noqa: E402
 from fincheck.pairs import read_pairs  # noqa: E402
 from fincheck.shared_prefix import answer_prompts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_base):
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = load_model(str(tiny_base), device="cpu")
     return loaded.model, loaded.tokenizer
 
 

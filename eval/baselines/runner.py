@@ -37,8 +37,9 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import load_prompt_fitter, template_fingerprint
+from fincheck.inference import template_fingerprint
 from fincheck.jsonl import drop_torn_last_line
+from fincheck.loading import load_prompt_fitter
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest, read_split
 from fincheck.tasks import get_task

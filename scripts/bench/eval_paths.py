@@ -130,7 +130,7 @@ def write_subset(s: EvalPathSettings) -> Path:
 def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
-    from fincheck.inference import load_model
+    from fincheck.loading import load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
