@@ -26,9 +26,9 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.inference import LoadedModel
 from fincheck.loading import load_model
-from fincheck.prompting import GROUNDING_FIELD, load_prompt
+from fincheck.prompting import GROUNDING_FIELD
 from fincheck.shared_prefix import answer_in_order
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, load_prompt
 
 log = logging.getLogger(__name__)
 

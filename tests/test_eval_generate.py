@@ -17,6 +17,7 @@ from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
 from fincheck.pairs import Pair, Prediction, read_pairs
+from fincheck.tasks import task_names
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
 
@@ -67,7 +68,7 @@ def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared
     model, tokenizer = _load(tiny_base)
     spellings = inference.answer_spellings(tokenizer, inference.YES_SPELLINGS)
     assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)  # both paths
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     pairs = sorted(pairs[:40], key=lambda p: len(p.user_content))[::13][
         :3
     ]  # three different lengths
@@ -147,7 +148,7 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert sum(int(n) for n in re.findall(r"(\d+) prompts trimmed", printed)) > 0  # 512 is short
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
-        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
+        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl", task_names()))
         by_document = task == "qasem"  # --limit 3 of QASem: one whole reference document
         sample = (pairs_module.sample_documents if by_document else pairs_module.sample_pairs)(
             gold_pairs, 3, seed=0
@@ -218,7 +219,7 @@ def test_adapter_changes_outputs_and_its_base_is_found(
 
 
 def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     sample = pairs_module.sample_pairs(pairs, 60, seed=0)
     assert [p.id for p in sample] == [p.id for p in pairs_module.sample_pairs(pairs, 60, seed=0)]
     assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
@@ -226,7 +227,7 @@ def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
 
 
 def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     opts = generate.EvalOptions(
         model="m", data_dir=prepared_dir, out_dir=prepared_dir, limit=100, sample_seed=4
     )
@@ -241,7 +242,7 @@ def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):
     other = generate.sample_task(pairs, "qasem", dataclasses.replace(opts, sample_seed=5))
     assert {p.id for p in other} != {p.id for p in sample}
     # FHSumBench keeps drawing single pairs
-    fh = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
+    fh = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl", task_names()))
     assert len(generate.sample_task(fh, "fhsumbench", dataclasses.replace(opts, limit=7))) == 7
 
 
@@ -280,7 +281,7 @@ def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, t
 
 def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
     _, tokenizer = _load(tiny_base)
-    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     full = render_prompt(tokenizer, pair)
     n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
     text, trimmed = generate.fit_prompt(tokenizer, pair, n_full // 2)
@@ -516,7 +517,7 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     )
     assert merged.adapter_merged and not isinstance(merged.model, PeftModel)
     assert not apart.adapter_merged and isinstance(apart.model, PeftModel)
-    pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl")))
+    pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names())))
     ids = merged.tokenizer(render_prompt(merged.tokenizer, pair), return_tensors="pt")["input_ids"]
     with torch.no_grad():
         a, b = merged.model(input_ids=ids).logits, apart.model(input_ids=ids).logits
@@ -646,7 +647,7 @@ def test_a_pair_id_given_twice_is_refused_naming_both_lines(tmp_path):
     path = tmp_path / "test.jsonl"
     path.write_text(lines[0] + lines[1] + lines[0])
     with pytest.raises(InvalidRecordError, match=r"test.jsonl:3: id: .* again \(first on line 1\)"):
-        list(read_pairs(path))
+        list(read_pairs(path, task_names()))
 
 
 def test_a_served_eval_rerun_with_another_tokenizer_is_refused(tmp_path):

@@ -90,9 +90,10 @@ def test_out_of_disk_is_one_clear_line(data_dir, tmp_path, capsys, monkeypatch):
 def test_a_full_disk_mid_file_leaves_no_tmp_file(tmp_path, monkeypatch):
     """write_pairs writes a .tmp and renames it: a failure mid-write removes the .tmp."""
     from fincheck.pairs import read_pairs, write_pairs
+    from fincheck.tasks import task_names
 
     small = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
-    pairs = list(read_pairs(small))
+    pairs = list(read_pairs(small, task_names()))
 
     def full_disk_after_two():
         for i, pair in enumerate(pairs):

@@ -78,6 +78,7 @@ from fincheck import inference  # noqa: E402
 from fincheck.loading import load_model  # noqa: E402
 from fincheck.pairs import read_pairs  # noqa: E402
 from fincheck.shared_prefix import answer_prompts  # noqa: E402
+from fincheck.tasks import task_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def tiny(tiny_base):
 def _prompts(tokenizer, small_prepared, task: str) -> list[str]:
     """Rendered prompts that share at three depths: the task's instructions, a document (two
     documents, each with three summaries), and nothing (the other task's prompts)."""
-    pairs = list(read_pairs(small_prepared / task / "test.jsonl"))
+    pairs = list(read_pairs(small_prepared / task / "test.jsonl", task_names()))
     if task == "qasem":  # 6 QAs over 3 documents: shared as they come
         messages = [p.prompt_messages for p in pairs]
     else:

@@ -18,10 +18,9 @@ from fincheck.data_prep.prepare import PrepareConfig, run_prepare
 from fincheck.errors import FincheckError
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import Pair, read_pairs
-from fincheck.prompting import load_prompt
 from fincheck.raw_records import RawRecord, iter_records, require
 from fincheck.sources import Source
-from fincheck.tasks import BUILTIN, get_task, task_names, temporary_tasks
+from fincheck.tasks import BUILTIN, get_task, load_prompt, task_names, temporary_tasks
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +135,7 @@ def test_a_toy_fourth_task_runs_prepare_score_and_report(toy, tmp_path, capsys):
     )
     assert manifest["counts"]["toy"]["test"]["pairs"] == 3
     assert manifest["prompt_hashes"]["toy"] == load_prompt("toy").hash
-    test_pairs = list(read_pairs(tmp_path / "prepared" / "toy" / "test.jsonl"))
+    test_pairs = list(read_pairs(tmp_path / "prepared" / "toy" / "test.jsonl", task_names()))
     predictions = tmp_path / "run" / "predictions"
     predictions.mkdir(parents=True)
     with (predictions / "toy.jsonl").open("w") as f:

@@ -30,8 +30,8 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
-from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
-from fincheck.tasks import get_task
+from fincheck.prompting import Prompt, parse_prompt_file
+from fincheck.tasks import get_task, load_prompt
 from fincheck.tasks.final.metrics import has_final_output
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"

@@ -38,7 +38,7 @@ from fincheck.checksums import sha256_file
 from fincheck.config import config_field
 from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
 from fincheck.prepared import files_fingerprint, read_manifest, read_split
-from fincheck.tasks import get_task
+from fincheck.tasks import get_task, task_names
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 
@@ -116,7 +116,7 @@ def write_subset(s: EvalPathSettings) -> Path:
     if manifest:
         files = {
             f"{task}/test.jsonl": {
-                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl")),
+                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl", task_names())),
                 "sha256": sha256_file(data / task / "test.jsonl"),
             }
             for task in s.tasks
