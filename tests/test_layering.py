@@ -8,6 +8,7 @@ module: each import, at the top or inside a function, type-only ones too, in eve
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -161,8 +162,10 @@ def imports(path: Path, known: Iterable[str] | None = None) -> set[str]:
     return imports_of(path.read_text(encoding="utf-8"), here, known, path.name == "__init__.py")
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """module -> the fincheck modules it imports (itself left out), for every non-test module."""
+    """module -> the fincheck modules it imports (itself left out), for every non-test module
+    (read once; callers that plant an import make a new dict)."""
     paths = modules()
     known = {module_name(p) for p in paths}
     return {(here := module_name(p)): imports(p, known) - {here} for p in paths}
