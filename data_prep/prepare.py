@@ -23,10 +23,9 @@ from fincheck.errors import FincheckError
 from fincheck.out_lock import claim_out_dir
 from fincheck.pairs import SPLITS, Pair, write_pairs
 from fincheck.prepared import files_fingerprint
-from fincheck.prompting import prompt_hashes
 from fincheck.raw_records import RecordStream
 from fincheck.sources import Source, default_cache_dir, resolve_source, sha256_file
-from fincheck.tasks import all_tasks, get_task, task_names
+from fincheck.tasks import all_tasks, get_task, prompt_hashes, task_names
 from fincheck.tasks.base import PrepareSettings, UserFile
 from fincheck.trimming import load_token_counter, trim_pair
 

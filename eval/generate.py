@@ -43,16 +43,14 @@ from fincheck.inference import (
     LoadedModel,
     answer_budgets,
     generate_batch,
-    load_model,
-    load_prompt_fitter,
     template_fingerprint,
 )
+from fincheck.loading import load_model, load_prompt_fitter
 from fincheck.pairs import Pair, Prediction
 from fincheck.prepared import read_manifest
-from fincheck.prompting import load_prompt
 from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, load_prompt
 
 
 def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:

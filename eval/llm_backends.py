@@ -29,7 +29,8 @@ from typing import NoReturn
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
-from fincheck.inference import PromptDoesNotFit, load_model, one_line
+from fincheck.inference import PromptDoesNotFit, one_line
+from fincheck.loading import load_model
 from fincheck.shared_prefix import answer_in_order
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"

@@ -28,7 +28,7 @@ COMMAND_MODULES = (
     "fincheck.eval.commands",
     "fincheck.eval.compare",
     "fincheck.serve.commands",
-    "fincheck.models",
+    "fincheck.models_command",
 )
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, answer_budgets, load_model
-from fincheck.prompting import load_prompt
+from fincheck.inference import LoadedModel, answer_budgets
+from fincheck.loading import load_model
 from fincheck.shared_prefix import answer_in_order
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, load_prompt
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,12 @@
 """How a figure is written, once for every report, table and one-line summary: three decimals,
 "–" for an undefined one (None, NaN), a 95% CI in brackets, or the n when too few items give
-none; and the papers' published numbers as table rows."""
+none. (The papers' published numbers as table rows: `fincheck.tasks.base.paper_rows`.)"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from fincheck.bootstrap import MIN_ITEMS_FOR_CI
-
-if TYPE_CHECKING:
-    from fincheck.tasks.base import PaperNumber
 
 
 def fmt(value, scale: float = 1.0, digits: int = 3) -> str:
@@ -32,12 +27,3 @@ def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str
     if not ci:
         return value
     return f"{value} [{fmt(ci[0], scale, digits)}, {fmt(ci[1], scale, digits)}]"
-
-
-def paper_rows(numbers: Iterable[PaperNumber]) -> dict[str, dict[tuple[str, str | None], float]]:
-    """Row label -> {(metric, subset): value}, in the order the task lists them; the label
-    names the system and the paper's table ("GPT-4o vanilla (FHSumBench paper, Table 1)")."""
-    rows: dict[str, dict[tuple[str, str | None], float]] = {}
-    for n in numbers:
-        rows.setdefault(f"{n.system} ({n.source})", {})[(n.metric, n.subset)] = n.value
-    return rows

@@ -18,7 +18,7 @@ import hashlib
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,18 +81,19 @@ class Pair:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
 
 
-def validate_pair_dict(record: dict[str, Any], where: str, line: int) -> None:
-    """Check a decoded object against the schema; raise `file:line: field: problem`."""
+def validate_pair_dict(
+    record: dict[str, Any], where: str, line: int, tasks: Collection[str]
+) -> None:
+    """Check a decoded object against the schema; raise `file:line: field: problem`. `tasks`:
+    the task names a pair may have (the registry's: `fincheck.tasks.task_names()`)."""
     for key, kind in (("id", str), ("task", str), ("split", str), ("messages", list)):
         if key not in record:
             raise InvalidRecordError(where, line, key, "missing")
         if not isinstance(record[key], kind):
             raise InvalidRecordError(where, line, key, f"expected {kind.__name__}")
-    from fincheck.tasks import task_names  # the registry imports this module: look up late
-
-    if record["task"] not in task_names():
+    if record["task"] not in tasks:
         raise InvalidRecordError(
-            where, line, "task", f"{record['task']!r} not in {task_names()} (the registered tasks)"
+            where, line, "task", f"{record['task']!r} not in {tuple(tasks)} (the registered tasks)"
         )
     if record["split"] not in SPLITS:
         raise InvalidRecordError(where, line, "split", f"{record['split']!r} not in {SPLITS}")
@@ -121,12 +122,13 @@ def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
         raise
 
 
-def read_pairs(path: Path) -> Iterator[Pair]:
-    """Read a pairs file, validating every line; an id given twice is an error naming both lines
-    (eval would write two predictions that score refuses, training would train it twice)."""
+def read_pairs(path: Path, tasks: Collection[str]) -> Iterator[Pair]:
+    """Read a pairs file, validating every line (a task among `tasks`, the registry's names); an
+    id given twice is an error naming both lines (eval would write two predictions that score
+    refuses, training would train it twice)."""
     seen: dict[str, int] = {}
     for line_no, record in iter_json_objects(path):
-        validate_pair_dict(record, str(path), line_no)
+        validate_pair_dict(record, str(path), line_no, tasks)
         if record["id"] in seen:
             raise InvalidRecordError(
                 str(path),

@@ -17,6 +17,7 @@ from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
 from fincheck.jsonl import read_json_object
 from fincheck.pairs import Pair, read_pairs
+from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def read_split(dataset_dir: str | Path, task: str, split: str) -> list[Pair]:
             f"(with {task!r} among its tasks) first."
         )
     check_recorded_sha256(dataset_dir, path)
-    return list(read_pairs(path))
+    return list(read_pairs(path, task_names()))
 
 
 def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
@@ -97,8 +98,6 @@ def prepared_tasks(dataset_dir: str | Path) -> list[str]:
     """The default task list of train and eval: every registered task the prepared folder
     holds (the tasks its manifest counts; all registered ones for a folder without a
     manifest), so a new task's package is trained on and evaluated without naming it."""
-    from fincheck.tasks import task_names
-
     path = Path(dataset_dir) / MANIFEST
     if not path.is_file():
         return list(task_names())

@@ -94,19 +94,9 @@ def parse_prompt_file(path: Path, task: str, needs_grounding: bool = True) -> Pr
     return Prompt(task=task, system=system, user=user, hash=digest, path=path)
 
 
-def load_prompt(task: str) -> Prompt:
-    """The prompt of a registered task (its `prompt_path`)."""
-    from fincheck.tasks import get_task
-
-    return _load_prompt_file(get_task(task).prompt_path, task)
-
-
 @cache
-def _load_prompt_file(path: Path, task: str) -> Prompt:
+def load_prompt_file(path: Path, task: str) -> Prompt:
+    """A task's prompt file, read once (`Task.prompt`; by name: `fincheck.tasks.load_prompt`)."""
     if not path.is_file():
         raise FincheckError(f"no prompt file for task {task!r}: expected {path}")
     return parse_prompt_file(path, task)
-
-
-def prompt_hashes(tasks: tuple[str, ...] | list[str]) -> dict[str, str]:
-    return {task: load_prompt(task).hash for task in tasks}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
+from fincheck.models import cache_root
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
 
@@ -32,8 +33,6 @@ class Source:
 
 def default_cache_dir() -> Path:
     """<fincheck cache>/data: $FINCHECK_CACHE_DIR/data, else ~/.cache/fincheck/data."""
-    from fincheck.models import cache_root
-
     return cache_root() / "data"
 
 

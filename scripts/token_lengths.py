@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
-    from fincheck.models import resolve_model
+    from fincheck.loading import resolve_model
 
     args = build_parser().parse_args(argv)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer))

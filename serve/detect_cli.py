@@ -16,8 +16,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.jsonl import iter_json_objects, read_utf8_text
-from fincheck.prompting import load_prompt
-from fincheck.tasks import all_tasks
+from fincheck.tasks import all_tasks, load_prompt
 
 SUPPORT_KEYS = ("question", "answer")
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import load_adapter_model, parse_dtype, torch_dtype
+from fincheck.inference import parse_dtype, torch_dtype
+from fincheck.loading import load_adapter_model
 from fincheck.runs import load_run
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.prompting import load_prompt
 from fincheck.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -51,7 +50,7 @@ from fincheck.serve.card import (
     read_results,
     render_card,
 )
-from fincheck.tasks import task_names
+from fincheck.tasks import load_prompt, task_names
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

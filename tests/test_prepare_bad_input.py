@@ -13,7 +13,7 @@ from fincheck.data_prep.prepare import PrepareConfig, RecordStream, run_prepare
 from fincheck.errors import FincheckError
 from fincheck.raw_records import iter_records
 from fincheck.sources import resolve_source
-from fincheck.tasks import qasem
+from fincheck.tasks import get_task, qasem
 from fincheck.tasks.fhsumbench.convert import convert_fhsumbench
 
 GOOD = {
@@ -100,7 +100,7 @@ def test_json_array_errors_carry_the_element_line(tmp_path):
                 "fh",
                 iter_records(path),
                 lambda r: r["id"],
-                lambda raw: convert_fhsumbench(raw, "test"),
+                lambda raw: convert_fhsumbench(raw, "test", get_task("fhsumbench").prompt()),
             )
         )
     truncated = tmp_path / "cut.json"

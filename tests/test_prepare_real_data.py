@@ -14,6 +14,7 @@ import pytest
 
 from fincheck.data_prep.prepare import PrepareConfig, run_prepare
 from fincheck.pairs import SPLITS, read_pairs
+from fincheck.tasks import task_names
 
 
 def raw_jsonl(path: Path) -> list[dict]:
@@ -24,7 +25,7 @@ def raw_jsonl(path: Path) -> list[dict]:
 
 def pairs_of(out: Path, task: str, split: str) -> list:
     path = out / task / f"{split}.jsonl"
-    return list(read_pairs(path)) if path.exists() else []
+    return list(read_pairs(path, task_names())) if path.exists() else []
 
 
 def manifest(out: Path) -> dict:

@@ -14,7 +14,7 @@ from serve_tiny_run import build_tiny_run
 
 from fincheck.cli import main
 from fincheck.errors import FincheckError
-from fincheck.prompting import load_prompt
+from fincheck.tasks import load_prompt
 
 TEXT = (
     "The city council met on Monday and approved a budget of 4 million euros for the new "

@@ -75,20 +75,22 @@ def test_every_prompt_is_answered_once_with_a_suffix_of_its_own(ids):
 import torch  # noqa: E402
 
 from fincheck import inference  # noqa: E402
+from fincheck.loading import load_model  # noqa: E402
 from fincheck.pairs import read_pairs  # noqa: E402
 from fincheck.shared_prefix import answer_prompts  # noqa: E402
+from fincheck.tasks import task_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_base):
-    loaded = inference.load_model(str(tiny_base), device="cpu")
+    loaded = load_model(str(tiny_base), device="cpu")
     return loaded.model, loaded.tokenizer
 
 
 def _prompts(tokenizer, small_prepared, task: str) -> list[str]:
     """Rendered prompts that share at three depths: the task's instructions, a document (two
     documents, each with three summaries), and nothing (the other task's prompts)."""
-    pairs = list(read_pairs(small_prepared / task / "test.jsonl"))
+    pairs = list(read_pairs(small_prepared / task / "test.jsonl", task_names()))
     if task == "qasem":  # 6 QAs over 3 documents: shared as they come
         messages = [p.prompt_messages for p in pairs]
     else:

@@ -8,20 +8,19 @@ import ast
 import hashlib
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fincheck.cli import main
 from fincheck.data_prep.prepare import PrepareConfig, run_prepare
 from fincheck.errors import FincheckError
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import Pair, read_pairs
-from fincheck.prompting import load_prompt
 from fincheck.raw_records import RawRecord, iter_records, require
 from fincheck.sources import Source
-from fincheck.tasks import BUILTIN, get_task, task_names, temporary_tasks
+from fincheck.tasks import BUILTIN, get_task, load_prompt, task_names, temporary_tasks
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +135,7 @@ def test_a_toy_fourth_task_runs_prepare_score_and_report(toy, tmp_path, capsys):
     )
     assert manifest["counts"]["toy"]["test"]["pairs"] == 3
     assert manifest["prompt_hashes"]["toy"] == load_prompt("toy").hash
-    test_pairs = list(read_pairs(tmp_path / "prepared" / "toy" / "test.jsonl"))
+    test_pairs = list(read_pairs(tmp_path / "prepared" / "toy" / "test.jsonl", task_names()))
     predictions = tmp_path / "run" / "predictions"
     predictions.mkdir(parents=True)
     with (predictions / "toy.jsonl").open("w") as f:
@@ -263,30 +262,99 @@ def test_unknown_task_is_an_error_that_names_the_known_ones(tmp_path, prepared_d
         run_score(ScoreOptions(prepared_dir, predictions, tmp_path / "out", tasks=("summaries",)))
 
 
-# A task's name in code: a string that is the name or starts with it ("qasem", "final=32",
-# "fhsumbench/f"; "final_" is English too often: final_adapter), or a name starting with
-# qasem/fhsum (QasemItem, fhsumbench_labels). Docstrings and comments are prose, not counted.
-TASK_STRING = re.compile(r"^((final|qasem|fhsumbench)($|[=/.,\-])|(qasem|fhsumbench)_)")
-TASK_IDENTIFIER = re.compile(r"^(qasem|fhsum)", re.IGNORECASE)
+# A task's name, in any case: a string that is the name or starts with it ("qasem", "FINAL",
+# "final=32", "fhsumbench/f"; "final_" is English too often: final_adapter), or an identifier
+# holding qasem/fhsum anywhere (QasemItem, fhsumbench_labels, score_qasem). Docstrings and
+# comments are prose, not counted. `TASK_NAME` picks the names out of what matched.
+TASK_STRING = re.compile(r"^((final|qasem|fhsumbench)($|[=/.,\-])|(qasem|fhsumbench)_)", re.I)
+TASK_IDENTIFIER = re.compile(r"qasem|fhsum", re.IGNORECASE)
+TASK_NAME = re.compile(r"final|qasem|fhsum(?:bench)?", re.IGNORECASE)
 
-# Non-test files outside fincheck/tasks/ that still name tasks, with how many times and why.
-# The test fails when a file gains a name and when one loses them (then lower its count), so
+# Non-test files outside fincheck/tasks/ that still name tasks (Python code, and the keys and
+# values of the YAML configs), with the names each holds (as written, sorted) and why. The test
+# fails when a file gains or loses a name, or swaps one for another (then edit its list), so
 # this list only shrinks.
-NAMED_OUTSIDE = {
+NAMED_OUTSIDE: dict[str, list[str]] = {
+    # the configs choose tasks by name: a training mixture, prepare's settings, a recipe's dev figures
+    # its tasks, per-task weights and caps
+    "configs/data/demo.yaml": [
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "final",
+        "final",
+        "final",
+        "qasem",
+        "qasem",
+    ],
+    # its tasks and per-task weights
+    "configs/data/qasem-fhsumbench.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
+    # per-task caps
+    "configs/data/tiny.yaml": ["fhsumbench", "final", "qasem"],
+    # its tasks; each task's own settings (qasem_dev_fraction, fhsumbench_*)
+    "configs/prepare/default.yaml": [
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "final",
+        "qasem",
+        "qasem",
+    ],
+    # its tasks; each task's own settings
+    "configs/prepare/paper-eval.yaml": ["fhsumbench", "fhsumbench", "final", "qasem", "qasem"],
+    # the dev figures of two tasks; the best checkpoint by qasem_auc
+    "configs/train/smollm2-135m-learn-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
     # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
-    "eval/baselines/final_methods.py": 3,  # FINAL's own pipeline and two-step
-    "eval/evaluate_metrics/fincheck_qasem/fincheck_qasem.py": 1,  # one `evaluate` module per task
-    "fincheck/detector.py": 6,  # the documented Python API: describe / support / classify
+    # FINAL's own pipeline and two-step
+    "eval/baselines/final_methods.py": ["final", "final", "final"],
+    # one `evaluate` module per task
+    "eval/evaluate_metrics/fincheck_fhsumbench/fincheck_fhsumbench.py": ["Fhsum", "fhsum"],
+    # one `evaluate` module per task
+    "eval/evaluate_metrics/fincheck_qasem/fincheck_qasem.py": ["Qasem", "Qasem", "qasem"],
+    # the documented Python API: describe / support / classify
+    "fincheck/detector.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
     # benchmarks and the demo: per-task sample sizes and workloads
-    "scripts/bench/eval_paths.py": 3,  # its default task and its qasem_docs setting
-    "scripts/bench/eval_speed.py": 4,
-    "scripts/bench/train_layouts.py": 2,
-    "scripts/crosscheck_scores.py": 21,
-    "scripts/demo.py": 3,
+    # its default task and its qasem_docs setting
+    "scripts/bench/eval_paths.py": ["qasem", "qasem", "qasem"],
+    "scripts/bench/eval_speed.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
+    "scripts/bench/train_layouts.py": ["fhsumbench", "qasem"],
+    "scripts/crosscheck_scores.py": [
+        "fhsum",
+        "fhsum",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+        "qasem",
+    ],
+    "scripts/demo.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
 }
+
+SKIPPED_FOLDERS = {"tests", "build", "dist", "node_modules", "__pycache__"}
+
+
+def _names(text: str) -> list[str]:
+    return TASK_NAME.findall(text)
 
 
 def task_names_in(path: Path) -> list[str]:
+    """The task names a Python file's code holds (its strings and identifiers), as written."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docstrings = {
         id(node.body[0].value)
@@ -300,29 +368,64 @@ def task_names_in(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if id(node) not in docstrings and TASK_STRING.match(node.value):
-                found.append(node.value)
+                found += _names(node.value)
         else:
             name = getattr(node, "id", None) or getattr(node, "attr", None)
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = node.name
-            if isinstance(name, str) and TASK_IDENTIFIER.match(name):
-                found.append(name)
+            elif isinstance(node, ast.arg):
+                name = node.arg
+            if isinstance(name, str) and TASK_IDENTIFIER.search(name):
+                found += TASK_IDENTIFIER.findall(name)
     return found
 
 
-def test_no_task_is_named_outside_its_package():
-    """Every non-test Python file is read; a task's name belongs in fincheck/tasks/."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
-    counts = {}
-    for name in tracked:
-        if name.startswith(("tests/", "fincheck/tasks/")) or not (REPO / name).is_file():
+def task_names_in_yaml(path: Path) -> list[str]:
+    """The task names a YAML file's keys and string values hold (comments are prose)."""
+    found = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(key)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and TASK_STRING.match(value):
+            found.extend(_names(value))
+
+    walk(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return found
+
+
+def files_to_read(root: Path) -> list[Path]:
+    """Every Python file under `root`, tracked or not, and the YAML files under configs/; not
+    tests, not the task packages, not hidden folders (.git, .venv), builds or caches."""
+    found = []
+    for path in [*root.rglob("*.py"), *(root / "configs").rglob("*.yaml")]:
+        parts = path.relative_to(root).parts
+        if any(p.startswith(".") or p in SKIPPED_FOLDERS or p.endswith(".egg-info") for p in parts):
             continue
-        found = task_names_in(REPO / name)
-        if found:
-            counts[name] = len(found)
-    assert counts == NAMED_OUTSIDE
+        if parts[:2] == ("fincheck", "tasks"):
+            continue
+        found.append(path)
+    return sorted(found)
+
+
+def names_outside(root: Path) -> dict[str, list[str]]:
+    named = {}
+    for path in files_to_read(root):
+        reader = task_names_in_yaml if path.suffix == ".yaml" else task_names_in
+        if found := reader(path):
+            named[path.relative_to(root).as_posix()] = sorted(found)
+    return named
+
+
+def test_no_task_is_named_outside_its_package():
+    """Every non-test Python file is read (untracked ones too), and the YAML configs; a task's
+    name belongs in fincheck/tasks/."""
+    assert names_outside(REPO) == NAMED_OUTSIDE
 
 
 def test_the_task_name_reader_finds_names_in_code_not_in_prose(tmp_path):
@@ -330,11 +433,43 @@ def test_the_task_name_reader_finds_names_in_code_not_in_prose(tmp_path):
     path.write_text(
         '"""A docstring naming qasem is prose."""\n'
         'LIMIT = "final=32,qasem=200"\n'
-        'if task == "fhsumbench":\n    pass\n'
+        'if task == "FHSumBench":\n    pass\n'
         "item = QasemItem()\n"
+        "score = score_qasem\n"
         'saved = "final_adapter"\n'
+        'said = "FINAL"  # in any case\n'
     )
-    assert sorted(task_names_in(path)) == ["QasemItem", "fhsumbench", "final=32,qasem=200"]
+    assert sorted(task_names_in(path)) == sorted(
+        ["FHSumBench", "FINAL", "Qasem", "final", "qasem", "qasem"]
+    )
+    config = tmp_path / "prepare.yaml"
+    config.write_text(
+        "# comments name qasem: prose\ntasks: [final, QASem]\nqasem_dev_fraction: 0.15\n"
+        "weights: {fhsumbench: 1.0}\nname: final answers\n"
+    )
+    assert sorted(task_names_in_yaml(config)) == ["QASem", "fhsumbench", "final", "qasem"]
+
+
+def test_a_task_name_swapped_in_an_allowed_file_or_an_untracked_one_fails(tmp_path):
+    """In a copy of an allowed file: a "qasem" swapped for "FHSumBench" changes its list (the
+    same count); and a new untracked file or config naming a task shows up."""
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    (copy / "configs").mkdir()
+    (copy / "scripts" / "demo.py").write_text((REPO / "scripts" / "demo.py").read_text())
+    assert names_outside(copy) == {"scripts/demo.py": NAMED_OUTSIDE["scripts/demo.py"]}
+    swapped = copy / "scripts" / "demo.py"
+    text = swapped.read_text(encoding="utf-8")
+    assert '"qasem"' in text
+    swapped.write_text(text.replace('"qasem"', '"FHSumBench"', 1), encoding="utf-8")
+    (copy / "scratch.py").write_text('TASK = "Qasem"\n')  # untracked, anywhere
+    (copy / "configs" / "new.yaml").write_text("fhsumbench_dev_fraction: 0.2\n")
+    named = names_outside(copy)
+    assert len(named["scripts/demo.py"]) == len(NAMED_OUTSIDE["scripts/demo.py"])
+    assert named["scripts/demo.py"] != NAMED_OUTSIDE["scripts/demo.py"]
+    assert "FHSumBench" in named["scripts/demo.py"]
+    assert named["scratch.py"] == ["Qasem"]
+    assert named["configs/new.yaml"] == ["fhsumbench"]
 
 
 def test_the_docs_list_the_files_a_new_benchmark_needs(toy):

@@ -69,7 +69,7 @@ def test_labels_cover_exactly_the_target_and_eos_for_every_task(masked_run, prep
     targets = {
         p.id: p.target
         for task in TASKS
-        for p in read_pairs(Path(prepared_dir) / task / "train.jsonl")
+        for p in read_pairs(Path(prepared_dir) / task / "train.jsonl", task_names())
     }
     for row in rows:
         ids, labels = row["input_ids"], row["labels"]
@@ -118,7 +118,7 @@ def test_every_pair_fits_max_length(masked_run):
 @pytest.fixture(scope="module")
 def long_pair(prepared_dir) -> Pair:
     tok = tiny_tokenizer()
-    pairs = list(read_pairs(Path(prepared_dir) / "final" / "train.jsonl"))
+    pairs = list(read_pairs(Path(prepared_dir) / "final" / "train.jsonl", task_names()))
     return max(pairs[:50], key=lambda p: chat_length(tok, p.messages))
 
 

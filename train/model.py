@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import parse_dtype, remote_code_explained, torch_dtype
-from fincheck.models import read_model_info, resolve_model
+from fincheck.inference import parse_dtype, torch_dtype
+from fincheck.loading import remote_code_explained, resolve_model
+from fincheck.models import read_model_info
 from fincheck.runs import looks_like_hub_id
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base

@@ -34,11 +34,11 @@ from fincheck import __version__
 from fincheck.config import build_config, describe_config
 from fincheck.errors import FincheckError
 from fincheck.inference import template_fingerprint
-from fincheck.models import resolve_model
+from fincheck.loading import resolve_model
 from fincheck.out_lock import claim_out_dir
 from fincheck.prepared import read_manifest, require_prepared_dir
-from fincheck.prompting import prompt_hashes
 from fincheck.runs import RUN_METADATA, relative_base
+from fincheck.tasks import prompt_hashes
 from fincheck.train import checkpoints, model
 from fincheck.train.recipe import (
     TINY_RANDOM,

@@ -37,9 +37,8 @@ from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask
 from fincheck.eval.llm import CachedLLM, run_concurrently
 from fincheck.eval.predictions import record_loaded
 from fincheck.inference import default_device
-from fincheck.prompting import load_prompt
 from fincheck.sentences import split_sentences
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, load_prompt
 from fincheck.tasks.base import Task
 
 MIN_SENTENCE_CHARS = 10

@@ -32,8 +32,8 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import CachedLLM
 from fincheck.pairs import Pair
-from fincheck.prompting import Prompt, load_prompt, parse_prompt_file
-from fincheck.tasks import all_tasks, get_task
+from fincheck.prompting import Prompt, parse_prompt_file
+from fincheck.tasks import all_tasks, get_task, load_prompt
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
 

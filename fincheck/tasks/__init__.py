@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fincheck.errors import FincheckError
+from fincheck.prompting import Prompt
 from fincheck.tasks.base import Task
 
 # Module names under fincheck.tasks, in the order reports and tables list them.
@@ -47,6 +48,16 @@ def get_task(name: str) -> Task:
     if name not in tasks:
         raise FincheckError(f"unknown task {name!r}; known tasks: {', '.join(tasks)}")
     return tasks[name]
+
+
+def load_prompt(name: str) -> Prompt:
+    """The prompt of a registered task (its `prompt_path`)."""
+    return get_task(name).prompt()
+
+
+def prompt_hashes(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """name -> its prompt's hash (recorded in manifests, runs and model cards)."""
+    return {name: load_prompt(name).hash for name in names}
 
 
 def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") -> None:

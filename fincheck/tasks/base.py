@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from fincheck.config import config_field
 from fincheck.errors import FincheckError
 from fincheck.figures import fmt
+from fincheck.prompting import Prompt, load_prompt_file
 
 if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
     from fincheck.pairs import Pair, Prediction
@@ -115,6 +116,15 @@ class TaskScore:
     judge_first_error: str | None = None  # what went wrong first, for the one-line message
 
 
+def paper_rows(numbers: Iterable[PaperNumber]) -> dict[str, dict[tuple[str, str | None], float]]:
+    """Row label -> {(metric, subset): value}, in the order the task lists them; the label
+    names the system and the paper's table ("GPT-4o vanilla (FHSumBench paper, Table 1)")."""
+    rows: dict[str, dict[tuple[str, str | None], float]] = {}
+    for n in numbers:
+        rows.setdefault(f"{n.system} ({n.source})", {})[(n.metric, n.subset)] = n.value
+    return rows
+
+
 Joined = Sequence[tuple["Pair", "Prediction"]]
 
 
@@ -151,6 +161,9 @@ class Task(ABC):
         """Whether a reasoning answer cut at its token budget stopped before its answer (FINAL:
         before "Final Output:"), so nothing in it is read; by default the answer is read."""
         return False
+    def prompt(self) -> Prompt:
+        """The prompt its pairs are rendered with (`prompt_path`, read once)."""
+        return load_prompt_file(self.prompt_path, self.name)
 
     # --- prepare ---------------------------------------------------------------------------
 

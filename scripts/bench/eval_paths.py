@@ -38,7 +38,7 @@ from fincheck.checksums import sha256_file
 from fincheck.config import config_field
 from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
 from fincheck.prepared import files_fingerprint, read_manifest, read_split
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, task_names
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 
@@ -116,7 +116,7 @@ def write_subset(s: EvalPathSettings) -> Path:
     if manifest:
         files = {
             f"{task}/test.jsonl": {
-                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl")),
+                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl", task_names())),
                 "sha256": sha256_file(data / task / "test.jsonl"),
             }
             for task in s.tasks
@@ -130,7 +130,8 @@ def write_subset(s: EvalPathSettings) -> Path:
 def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
-    from fincheck.inference import answer_budgets, load_model
+    from fincheck.inference import answer_budgets
+    from fincheck.loading import load_model
     from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)

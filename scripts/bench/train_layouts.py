@@ -156,7 +156,7 @@ def load_model_and_tokenizer(s: TrainLayoutSettings, scratch: Path, machine: Mac
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
-    from fincheck.models import resolve_model
+    from fincheck.loading import resolve_model
     from fincheck.train.model import choose_pad_token
     from fincheck.train.tree_packing import use_tree_attention
 

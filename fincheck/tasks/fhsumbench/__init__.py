@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.config import config_field
-from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.figures import fmt, fmt_ci
 from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
@@ -31,6 +31,7 @@ from fincheck.tasks.base import (
     ScoreSettings,
     Task,
     TaskScore,
+    paper_rows,
 )
 from fincheck.tasks.fhsumbench.convert import convert_fhsumbench
 from fincheck.tasks.fhsumbench.metrics import (
@@ -123,12 +124,13 @@ class FhsumbenchTask(Task):
         return [DATA]
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
+        prompt = self.prompt()
         samples = list(
             stream.convert(
                 DATA.name,
                 iter_records(files[DATA.name]),
                 lambda r: str(r["id"]),
-                lambda raw: convert_fhsumbench(raw, "test"),
+                lambda raw: convert_fhsumbench(raw, "test", prompt),
             )
         )
         if not config.fhsumbench_eval_all:

@@ -12,7 +12,7 @@ import json
 
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
-from fincheck.prompting import load_prompt
+from fincheck.prompting import Prompt
 from fincheck.raw_records import RawRecord, require
 from fincheck.tasks.fhsumbench.metrics import JUDGEMENTS, LABELS
 
@@ -22,7 +22,7 @@ def document_key(text: str) -> str:
     return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:16]
 
 
-def convert_fhsumbench(raw: RawRecord, split: str) -> Pair:
+def convert_fhsumbench(raw: RawRecord, split: str, prompt: Prompt) -> Pair:
     record = raw.value
     source = require(record, "source", str, raw, non_empty=True)
     summary = require(record, "summary", str, raw, non_empty=True)
@@ -32,7 +32,7 @@ def convert_fhsumbench(raw: RawRecord, split: str) -> Pair:
     if label not in LABELS:
         raise InvalidRecordError(raw.path, raw.line, "label", f"{label!r} not in {LABELS}")
 
-    messages, span = load_prompt("fhsumbench").messages(text=source, summary=summary)
+    messages, span = prompt.messages(text=source, summary=summary)
     return Pair(
         id=f"fhsumbench-{sample_id}",
         task="fhsumbench",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.config import config_field
-from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.figures import fmt, fmt_ci
 from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
@@ -33,6 +33,7 @@ from fincheck.tasks.base import (
     Task,
     TaskScore,
     UserFile,
+    paper_rows,
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
@@ -119,6 +120,7 @@ class FinalTask(Task):
         ]
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
+        prompt = self.prompt()
         pairs = []
         explanation_stats: dict[str, dict[str, int]] = {}
         for source_split, split in DEFACTO_SPLITS.items():
@@ -130,7 +132,7 @@ class FinalTask(Task):
                     name,
                     iter_records(files[name]),
                     lambda r: r["doc_id"],
-                    lambda raw, s=source_split, t=split: convert_defacto(raw, s, t),
+                    lambda raw, s=source_split, t=split: convert_defacto(raw, s, t, prompt),
                 )
             )
             inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
@@ -145,7 +147,7 @@ class FinalTask(Task):
                 FINAL_FILE,
                 iter_records(files[FINAL_FILE]),
                 lambda r: r.get("id"),
-                convert_final_item,
+                lambda raw: convert_final_item(raw, prompt),
             )
         return Collected(pairs, {"defacto_explanations": explanation_stats})
 

@@ -9,17 +9,24 @@ from __future__ import annotations
 
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
-from fincheck.prompting import load_prompt
+from fincheck.prompting import Prompt
 from fincheck.raw_records import RawRecord, require
 from fincheck.tasks.final.descriptions import explanation_to_descriptions
 from fincheck.tasks.final.lettering import final_target
 
 
 def final_pair(
-    pair_id: str, split: str, text: str, summary: str, descriptions: list[str], meta: dict
+    pair_id: str,
+    split: str,
+    text: str,
+    summary: str,
+    descriptions: list[str],
+    meta: dict,
+    prompt: Prompt,
 ) -> Pair:
-    """The one place a FINAL-task pair is built (from DeFacto or from a FINAL file)."""
-    messages, span = load_prompt("final").messages(text=text, summary=summary)
+    """The one place a FINAL-task pair is built (from DeFacto or from a FINAL file), with the
+    task's prompt (`Task.prompt`)."""
+    messages, span = prompt.messages(text=text, summary=summary)
     return Pair(
         id=pair_id,
         task="final",
@@ -35,7 +42,7 @@ def final_pair(
     )
 
 
-def convert_defacto(raw: RawRecord, source_split: str, split: str) -> Pair:
+def convert_defacto(raw: RawRecord, source_split: str, split: str, prompt: Prompt) -> Pair:
     record = raw.value
     article = require(record, "article", str, raw, non_empty=True)
     candidate = require(record, "candidate", str, raw, non_empty=True)
@@ -76,4 +83,5 @@ def convert_defacto(raw: RawRecord, source_split: str, split: str) -> Pair:
             "n_instructions": n_instructions,
             "explanation_split": was_split,
         },
+        prompt=prompt,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
+from fincheck.prompting import Prompt
 from fincheck.raw_records import RawRecord
 from fincheck.tasks.final.defacto import final_pair
 
@@ -28,7 +29,7 @@ def _first_field(record: dict, names: tuple[str, ...], raw: RawRecord) -> tuple[
     return present[0], record[present[0]]
 
 
-def convert_final_item(raw: RawRecord) -> Pair:
+def convert_final_item(raw: RawRecord, prompt: Prompt) -> Pair:
     record = raw.value
     text_field, text = _first_field(record, TEXT_FIELDS, raw)
     summary_field, summary = _first_field(record, SUMMARY_FIELDS, raw)
@@ -54,4 +55,5 @@ def convert_final_item(raw: RawRecord) -> Pair:
         summary,
         [" ".join(d.split()) for d in items],
         meta={"origin": "final", "final_split": record.get("split"), "source": origin},
+        prompt=prompt,
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from fincheck.classification import confusion_matrix, roc_curve
 from fincheck.config import config_field
-from fincheck.figures import fmt, fmt_ci, paper_rows
+from fincheck.figures import fmt, fmt_ci
 from fincheck.pairs import Pair
 from fincheck.raw_records import iter_records
 from fincheck.sources import Source
@@ -31,6 +31,7 @@ from fincheck.tasks.base import (
     ScoreSettings,
     Task,
     TaskScore,
+    paper_rows,
 )
 from fincheck.tasks.qasem.convert import (
     NOT_SUPPORTED,
@@ -124,12 +125,13 @@ class QasemTask(Task):
         return [DEV, TEST]
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
+        prompt = self.prompt()
         dev = list(
             stream.convert(
                 DEV.name,
                 iter_records(files[DEV.name]),
                 qasem_response_id,
-                lambda raw: convert_qasem_response(raw, "dev", "train"),
+                lambda raw: convert_qasem_response(raw, "dev", "train", prompt),
             )
         )
         split_by_group(
@@ -141,7 +143,7 @@ class QasemTask(Task):
             TEST.name,
             iter_records(files[TEST.name]),
             qasem_response_id,
-            lambda raw: convert_qasem_response(raw, "test", "test"),
+            lambda raw: convert_qasem_response(raw, "test", "test", prompt),
         )
         return Collected(dev + list(test))
 

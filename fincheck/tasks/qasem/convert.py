@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from fincheck.errors import InvalidRecordError
 from fincheck.pairs import Pair
-from fincheck.prompting import load_prompt
+from fincheck.prompting import Prompt
 from fincheck.raw_records import RawRecord, require
 from fincheck.tasks.qasem.detokenize import detokenize
 from fincheck.tasks.qasem.metrics import SUBSETS
@@ -24,8 +24,11 @@ def qasem_response_id(record: dict) -> str:
     return f"{record['dataset']}:{record['source_id']}:{record['model']}"
 
 
-def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> list[Pair]:
-    """`source_split` is the file's own split (dev/test); `split` the one the pair lands in."""
+def convert_qasem_response(
+    raw: RawRecord, source_split: str, split: str, prompt: Prompt
+) -> list[Pair]:
+    """`source_split` is the file's own split (dev/test); `split` the one the pair lands in;
+    `prompt` the task's (`Task.prompt`)."""
     record = raw.value
     source = require(record, "source", list, raw, non_empty=True)
     summary = require(record, "summary", list, raw, non_empty=True)
@@ -46,7 +49,6 @@ def convert_qasem_response(raw: RawRecord, source_split: str, split: str) -> lis
                 raw.path, raw.line, f"summary[{i}]", "expected a list of token strings"
             )
 
-    prompt = load_prompt("qasem")
     text = detokenize(source)
     sentences = [detokenize(s) for s in summary]
     response_id = qasem_response_id(record)
