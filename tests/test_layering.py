@@ -64,7 +64,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "fincheck.wheels",
     ),
     ("fincheck.tasks.base",),  # what a task is
-    ("fincheck.tasks.final.*", "fincheck.tasks.qasem.*", "fincheck.tasks.fhsumbench.*"),
+    ("fincheck.tasks.<task>.*",),  # every task package (a new one needs no line here)
     ("fincheck.tasks",),  # the registry: it loads the task packages (by a computed name)
     ("fincheck.prepared",),  # a prepared folder: pairs of the registered tasks
     ("fincheck.inference",),  # fit and generate
@@ -190,6 +190,9 @@ def is_core(module: str) -> bool:
 
 def core_rank(module: str) -> int | None:
     """The module's place in `CORE_LAYERS` (0 lowest), None when no layer names it."""
+    parts = module.split(".")
+    if parts[:2] == ["fincheck", "tasks"] and len(parts) > 2 and parts[2] != "base":
+        module = ".".join(["fincheck", "tasks", "<task>", *parts[3:]])
     for rank, members in enumerate(CORE_LAYERS):
         for member in members:
             if module == member or (
