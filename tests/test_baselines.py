@@ -748,3 +748,25 @@ def test_a_served_eval_resumed_after_its_tokenizer_changed_in_place_is_refused(
     err = capsys.readouterr().err
     assert "holds predictions of a different run (tokenizer_fingerprint differ" in err
     assert predictions.read_text() == first
+
+
+def test_the_method_table_is_the_clis_choices_and_a_task_left_out_is_said(tmp_path, capsys):
+    """`--method` offers the table's keys, nothing registers itself elsewhere; a method that
+    does not cover every task of the run names those it leaves out (an error when --tasks
+    named them)."""
+    from fincheck.eval.baselines.registry import METHODS
+    from fincheck.eval.options import BaselineOptions, parse_method
+
+    assert [parse_method(name) for name in METHODS] == list(METHODS)
+    assert "detector" not in METHODS  # a served detector is `fincheck eval --backend openai`
+    out = tmp_path / "run"
+    args = ["baseline", "--method", "overlap", "--data", str(SMALL), "--out", str(out)]
+    assert main([*args, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "--method overlap does not cover final, fhsumbench: left out" in printed
+    assert [p.name for p in (out / "predictions").glob("*.jsonl") if "trace" not in p.name] == [
+        "qasem.jsonl"
+    ]
+    assert main([*args[:-1], str(tmp_path / "named"), "--tasks", "qasem,final"]) == 1
+    assert "--method overlap covers qasem, not final" in capsys.readouterr().err
+    assert BaselineOptions.__dataclass_fields__.keys().isdisjoint({"tokenizer", "max_input_tokens"})
