@@ -26,7 +26,7 @@ and their rate, the pairs' own tokens per second (as if trained unpacked without
 answer tokens, seconds, speed-up over unpacked, peak memory (GPU: allocated, reset per layout;
 CPU: the process's resident peak so far), the untimed first step's seconds and the compile time
 it hid (first step minus the median step), the slowest timed step over the median (1.0: no
-spike), and MFU over the tokens run (`fincheck.bench.flops`, LoRA convention: (4·N + 6·N_lora)
+spike), and MFU over the tokens run (`bench.flops`, LoRA convention: (4·N + 6·N_lora)
 per token run, plus 3 x 4·d_attn·layers per query-key pair the mask lets through). With the
 default lr=0 the weights never move, so the mean loss over all answer tokens must be the same
 in every layout (fp32: within 1e-4; bf16: about 1e-2 from rounding): a check that the layouts
@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.bench import workload as wl
-from fincheck.bench.flops import ModelShape, device_peak_tflops, mfu
+from bench import workload as wl
+from bench.flops import ModelShape, device_peak_tflops, mfu
 from fincheck.config import config_field
 from fincheck.errors import FincheckError
 
