@@ -225,6 +225,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if recipe.tree_packing:
         tree_attention.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_attention.use_tree_attention(base)  # SDPA over the keys each query chunk sees
+        # config._attn_implementation: transformers has a public setter, no getter, of the kernel
         collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
     trainer = FincheckSFTTrainer(
         model=base,
@@ -256,7 +257,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": prepared.stats,
-        "attn_implementation": base.config._attn_implementation,
+        "attn_implementation": base.config._attn_implementation,  # no public getter (above)
         "world_size": recipe.world_size,
     }
     check_prompt_hashes(manifest, mixture.tasks)

@@ -136,7 +136,7 @@ def tree_forward(model: Any, batch: dict[str, Any], num_items: Any = None):
 
     tree_end, labels = batch["tree_end"], batch["labels"]
     backbone = decoder_backbone(model)
-    attn = backbone.config._attn_implementation
+    attn = backbone.config._attn_implementation  # the kernel run: transformers has no public getter
     mask = tree_attention_mask(tree_end, attn, next(backbone.parameters()).dtype)
     keep = batch["logit_positions"]  # computed by the collator, on the CPU
     chunked = {"tree_chunks": query_chunks(mask)} if attn == TREE_SDPA else {}
@@ -247,5 +247,5 @@ def use_tree_attention(model: Any) -> None:
 
     AttentionInterface.register(TREE_SDPA, tree_sdpa_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(TREE_SDPA, sdpa_mask)
-    if decoder_backbone(model).config._attn_implementation == "sdpa":
+    if decoder_backbone(model).config._attn_implementation == "sdpa":  # no public getter
         model.set_attn_implementation(TREE_SDPA)
