@@ -11,7 +11,7 @@ tree and each shared prefix is a node that the prompts below it share:
                          └─ document B ── ...
 
 Evaluation (`fincheck.shared_prefix`) runs each node once into a KV cache and each leaf from a
-copy of it; training (`fincheck.train.tree_packing`) lays a tree out as one sequence, each node
+copy of it; training (`fincheck.train.tree_layout`) lays a tree out as one sequence, each node
 once, with an attention mask that lets every token see only its ancestors. Both build the tree
 here, with `build_prefix_tree`.
 """

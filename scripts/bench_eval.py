@@ -2,7 +2,7 @@
 """Evaluation speed, two ways, picked by --model.
 
 A real model (a `fincheck models` name, a folder or a hub id): the eval path itself
-(fincheck.bench.eval_paths), naive vs batched vs prefix-reuse on the same examples, with the
+(bench.eval_paths), naive vs batched vs prefix-reuse on the same examples, with the
 largest p_yes difference between them:
   # QASem: every QA over 8 sampled reference documents, in every mode (the first is the reference)
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
@@ -15,7 +15,7 @@ largest p_yes difference between them:
       --prepared-dir prepared --tasks final,fhsumbench --limit 0 --modes prefix-reuse
 
 An architecture (configs/models/<name>.json, random-init weights: no download), prefill and
-generation speed of that shape (fincheck.bench.eval_speed):
+generation speed of that shape (bench.eval_speed):
   # the GPU goal (eval prefill >= 50k prompt tokens/s on one H100):
   python scripts/bench_eval.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
       --limit 256 --batch-size 32 --json-out bench-eval-h100.json
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import sys
 
-from fincheck.bench import eval_paths, eval_speed
-from fincheck.bench.eval_paths import EvalPathSettings, format_paths_report, run_eval_paths
-from fincheck.bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
-from fincheck.bench.options import Bench, ModelDispatch
+from bench import eval_paths, eval_speed
+from bench.eval_paths import EvalPathSettings, format_paths_report, run_eval_paths
+from bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
+from bench.options import Bench, ModelDispatch
 
 BENCH = ModelDispatch(
     "bench_eval.py",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Host memory of a real `fincheck train` run, step by step (fincheck.bench.memory).
+"""Host memory of a real `fincheck train` run, step by step (bench.memory).
 
 Examples:
   # the demo recipe, 50 steps at a fixed shape (2 x 384 tokens), release on (the default)
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from fincheck.bench import memory
-from fincheck.bench.memory import MemorySettings, format_memory_report, run_memory_bench
-from fincheck.bench.options import Bench
+from bench import memory
+from bench.memory import MemorySettings, format_memory_report, run_memory_bench
+from bench.options import Bench
 
 BENCH = Bench(
     MemorySettings, memory.__doc__, run_memory_bench, lambda r: (format_memory_report(r), True)

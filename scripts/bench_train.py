@@ -2,7 +2,7 @@
 """LoRA SFT training speed, two ways, picked by --model.
 
 A real model (a `fincheck models` name, a folder, or 'tiny-random'), or an architecture with
---layouts: the ways to lay the same prepared pairs out (fincheck.bench.train_layouts), unpacked
+--layouts: the ways to lay the same prepared pairs out (bench.train_layouts), unpacked
 vs padding-free vs tree-packed (on a GPU also FlexAttention, one and several packs per
 micro-batch), pairs/s and tokens run, with a loss check that they train the same thing:
   # the CPU measurement of docs/performance.md (SmolLM2-135M, QASem and FHSumBench)
@@ -17,7 +17,7 @@ micro-batch), pairs/s and tokens run, with a loss check that they train the same
       --tree-max-tokens 8192 --batch-size 8 --json-out docs/bench/gpu-layouts-qwen2.5-0.5b.json
 
 An architecture (configs/models/<name>.json, random-init weights: no download), the kernel and
-memory variants side by side on batches shaped like the data (fincheck.bench.train_variants):
+memory variants side by side on batches shaped like the data (bench.train_variants):
   # one H100, Qwen2.5-1.5B, sequences up to 2,048 tokens, bf16
   python scripts/bench_train.py --model qwen2.5-1.5b --prepared-dir /data/prepared \\
       --max-len 2048 --batch-size 8 --steps 20 --warmup 5 --json-out bench-train-h100.json
@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import sys
 
-from fincheck.bench import train_layouts, train_variants
-from fincheck.bench.options import Bench, ModelDispatch
-from fincheck.bench.train_layouts import (
+from bench import train_layouts, train_variants
+from bench.options import Bench, ModelDispatch
+from bench.train_layouts import (
     TrainLayoutSettings,
     format_layouts_report,
     run_train_layouts,
 )
-from fincheck.bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
+from bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
 
 BENCH = ModelDispatch(
     "bench_train.py",

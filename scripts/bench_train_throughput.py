@@ -1,5 +1,5 @@
 """Training throughput (tokens/s) of a recipe, launched the way users launch it
-(fincheck.bench.train_launch).
+(bench.train_launch).
 
     python scripts/bench_train_throughput.py --dataset-dir /tmp/prepared            # tiny-cpu, 2 procs
     python scripts/bench_train_throughput.py --config configs/train/qwen2.5-0.5b-instruct.yaml \
@@ -12,9 +12,9 @@ import dataclasses
 import json
 import sys
 
-from fincheck.bench import train_launch
-from fincheck.bench.options import options_parser, settings_from_args
-from fincheck.bench.train_launch import LaunchSettings, measure_launch
+from bench import train_launch
+from bench.options import options_parser, settings_from_args
+from bench.train_launch import LaunchSettings, measure_launch
 
 
 def build_parser():

@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.bench.options import options_parser, settings_from_args
-from fincheck.bench.workload import device_name, save_random_model, utc_now
+from bench.options import options_parser, settings_from_args
+from bench.workload import device_name, save_random_model, utc_now
 from fincheck.config import config_field
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from fincheck.bench.workload import percentiles, prepared_lengths
+from bench.workload import percentiles, prepared_lengths
 from fincheck.pairs import SPLITS
 
 

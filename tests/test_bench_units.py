@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fincheck.bench import workload as wl
-from fincheck.bench.flops import (
+from bench import workload as wl
+from bench.flops import (
     ModelShape,
     device_peak_tflops,
     full_ft_flops,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
-from fincheck.bench.train_steps import regroup_by_length
-from fincheck.bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
+from bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
+from bench.train_steps import regroup_by_length
+from bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

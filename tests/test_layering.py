@@ -19,7 +19,7 @@ PACKAGES = {  # folder -> the package it installs as (pyproject.toml's package-d
     "train": "fincheck.train",
     "eval": "fincheck.eval",
     "serve": "fincheck.serve",
-    "scripts/bench": "fincheck.bench",
+    "scripts/bench": "bench",  # not installed: on the path of scripts and tests
 }
 STAGES = ("data_prep", "train", "eval", "serve")
 COMMAND_MODULES = ("fincheck.cli", "fincheck.models_command", "fincheck.serve.detect_cli")
@@ -85,7 +85,11 @@ def module_name(path: Path) -> str:
 
 def layer(module: str) -> tuple[int, str]:
     """(rank, name): 0 core, 1 a stage (each its own), 2 commands."""
-    if module.startswith(("scripts.", "fincheck.bench")) or module in COMMAND_MODULES:
+    if (
+        module.startswith("scripts.")
+        or module.split(".")[0] == "bench"
+        or module in COMMAND_MODULES
+    ):
         return 2, "commands"
     if module.endswith(".commands"):
         return 2, "commands"
@@ -132,7 +136,8 @@ def imports_of(source: str, here: str, known: Iterable[str], is_package: bool = 
             name = node.args[0]
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 found.add(_import_module_target(name.value, node.keywords))
-    return {name for name in found if name == "fincheck" or name.startswith("fincheck.")}
+    ours = ("fincheck", "bench")  # the installed package, and the benchmarks beside it
+    return {name for name in found if name in ours or name.startswith(tuple(f"{o}." for o in ours))}
 
 
 def _is_import_module(func: ast.expr) -> bool:
@@ -268,7 +273,7 @@ def test_the_layer_map_reads_every_module():
     assert {"fincheck.inference", "fincheck.tasks.qasem", "fincheck.eval.generate"} <= names
     assert layer("fincheck.tasks.qasem.metrics") == (0, "core")
     assert layer("fincheck.eval.score") == (1, "eval")
-    assert layer("fincheck.eval.commands") == layer("fincheck.bench.workload") == (2, "commands")
+    assert layer("fincheck.eval.commands") == layer("bench.workload") == (2, "commands")
     assert layer("fincheck.models_command") == (2, "commands")
     assert len(names) >= 90
 
@@ -392,3 +397,14 @@ def test_the_circle_finder_on_synthetic_graphs():
     assert import_circles({"a": {"a"}}) == [["a"]]  # a module importing itself
     two = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"a", "d"}}
     assert import_circles(two) == [["a", "b"], ["c", "d"]]
+
+
+def test_a_stage_importing_a_benchmark_is_caught():
+    """The benchmarks are not installed (`bench.*`, beside the scripts) but still commands: a
+    stage that imports one points up."""
+    known = {module_name(p) for p in modules()}
+    graph = import_graph()
+    planted = {**graph, "fincheck.eval.score": imports_of("import bench.workload\n", "x", known)}
+    assert (
+        upward_imports(planted)["fincheck.eval.score", "bench.workload"] == "eval imports commands"
+    )

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"  # bench/: not installed
 CHILD = r"""
 import sys
-from fincheck.bench.memory import status_mib
+sys.path.insert(0, sys.argv[1])
+from bench.memory import status_mib
 from fincheck.train.host_memory import release_freed_memory
 
 assert release_freed_memory(), "glibc's malloc_trim was not found"
@@ -23,7 +26,9 @@ print(before_free, kept, released)
 
 
 def test_the_memory_a_step_frees_is_given_back():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(SCRIPTS)], capture_output=True, text=True, check=True
+    )
     before_free, kept, released = map(float, out.stdout.split())
     assert kept > before_free - 40  # without a trim, freeing gives little back
     assert released < kept - 150  # the trim returns most of the ~240 MiB still held

@@ -181,7 +181,7 @@ def test_nan_loss_stops_naming_the_step(prepared_dir, small_mixture, tmp_path):
         )
     )
     run.trainer.add_callback(poison_after_step(2))
-    from fincheck.train.callbacks import NonFiniteLossError
+    from fincheck.train.trainer import NonFiniteLossError
 
     with pytest.raises(NonFiniteLossError, match="loss is nan at step 3 on rank 0") as info:
         run.trainer.train()

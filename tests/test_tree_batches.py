@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from fincheck.errors import FincheckError
+from fincheck.train.tree_attention import tree_attention_for, tree_block_mask
 from fincheck.train.tree_batches import (
     PackBatchSampler,
     TreeCollator,
     plan_steps,
     rank_token_spread,
 )
-from fincheck.train.tree_packing import IGNORE, pack_rows, tree_attention_for, tree_block_mask
+from fincheck.train.tree_layout import IGNORE, pack_rows
 from tests.tree_exactness import synthetic_rows
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Tree packing (`fincheck.train.tree_packing`): the layout by hand, no token seeing another
+"""Tree packing (`fincheck.train.tree_layout`, `fincheck.train.tree_attention`): the layout by hand, no token seeing another
 branch, per-pair losses and one optimizer step equal to unpacked training, budgets that split
 trees without losing a pair."""
 
@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from fincheck.errors import FincheckError
+from fincheck.train.tree_attention import tree_attention_mask, visible
 from fincheck.train.tree_batches import TreeCollator
-from fincheck.train.tree_packing import (
-    IGNORE,
-    pack_by_round,
-    pack_rows,
-    tree_attention_mask,
-    visible,
-)
+from fincheck.train.tree_layout import IGNORE, pack_by_round, pack_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEM = list(range(100, 140))  # 40 tokens of instructions
@@ -338,14 +333,14 @@ def test_chunked_tree_attention_equals_dense_sdpa_in_loss_and_gradients(tiny_bas
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from fincheck.train import tree_packing
-    from fincheck.train.tree_packing import tree_forward, use_tree_attention
+    from fincheck.train import tree_attention
+    from fincheck.train.tree_attention import tree_forward, use_tree_attention
 
     rows = [row(f"a{k}", SYSTEM + DOC_A + [k + 1] * 20, [7, 8]) for k in range(12)]
     rows += [row(f"b{k}", SYSTEM + DOC_B + [k + 30] * 25, [5]) for k in range(10)]
     packs = [p.as_row() for p in pack_rows(rows, max_tokens=2000)]
     batch = TreeCollator(pad_token_id=0)(packs)
-    assert batch["input_ids"].shape[1] > 2 * tree_packing.QUERY_CHUNK // 4
+    assert batch["input_ids"].shape[1] > 2 * tree_attention.QUERY_CHUNK // 4
 
     def run(chunked: bool, monkeypatch_chunk: int = 64):
         torch.manual_seed(0)
@@ -359,9 +354,13 @@ def test_chunked_tree_attention_equals_dense_sdpa_in_loss_and_gradients(tiny_bas
         loss = tree_forward(model, batch)[0]
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        return float(loss), grads, tree_packing.decoder_backbone(model).config._attn_implementation
+        return (
+            float(loss),
+            grads,
+            tree_attention.decoder_backbone(model).config._attn_implementation,
+        )
 
-    chunk, split = tree_packing.QUERY_CHUNK, tree_packing.query_chunks
+    chunk, split = tree_attention.QUERY_CHUNK, tree_attention.query_chunks
     calls: list[int] = []
 
     def counted(mask):
@@ -369,15 +368,15 @@ def test_chunked_tree_attention_equals_dense_sdpa_in_loss_and_gradients(tiny_bas
         calls.append(len(chunks))
         return chunks
 
-    tree_packing.QUERY_CHUNK = 64  # several chunks in this short pack
-    tree_packing.query_chunks = counted
+    tree_attention.QUERY_CHUNK = 64  # several chunks in this short pack
+    tree_attention.query_chunks = counted
     try:
         loss_c, grads_c, impl = run(True)
     finally:
-        tree_packing.QUERY_CHUNK, tree_packing.query_chunks = chunk, split
+        tree_attention.QUERY_CHUNK, tree_attention.query_chunks = chunk, split
     assert calls and min(calls) > 1  # the chunked kernel ran, in several chunks
     loss_d, grads_d, plain = run(False)
-    assert impl == tree_packing.TREE_SDPA and plain == "sdpa"
+    assert impl == tree_attention.TREE_SDPA and plain == "sdpa"
     assert abs(loss_c - loss_d) <= 1e-6
     assert grads_c.keys() == grads_d.keys() and grads_d
     for name in grads_d:
@@ -388,7 +387,7 @@ def test_eager_attention_takes_the_additive_tree_mask(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from fincheck.train.tree_packing import tree_forward
+    from fincheck.train.tree_attention import tree_forward
 
     rows = [*two_documents(), row("c1", [*SYSTEM, 11, 12, 13], [6])]
     batch = TreeCollator(pad_token_id=0)([p.as_row() for p in pack_rows(rows, 1000, 8)])
@@ -405,7 +404,7 @@ def test_eager_attention_takes_the_additive_tree_mask(tiny_base):
 def test_a_model_with_a_sliding_window_shorter_than_a_pack_is_refused():
     from types import SimpleNamespace
 
-    from fincheck.train.tree_packing import check_no_sliding_window
+    from fincheck.train.tree_attention import check_no_sliding_window
 
     gemma3 = SimpleNamespace(
         sliding_window=512, layer_types=["sliding_attention", "full_attention"]
@@ -438,8 +437,8 @@ def test_flex_attention_forward_on_the_cpu_gives_each_pair_its_own_loss(tiny_bas
 def test_a_step_on_tree_batches_gives_the_lora_gradients_of_the_pairs_alone_cpu():
     """The GPU tier's gradient check (tests/test_tree_packing_gpu.py) with the CPU's kernel,
     the chunked SDPA: the same helper, so the GPU run tests FlexAttention, not the helper."""
-    from fincheck.bench.workload import load_model_config
-    from fincheck.train.tree_packing import use_tree_attention
+    from bench.workload import load_model_config
+    from fincheck.train.tree_attention import use_tree_attention
     from tests.test_tree_packing_gpu import lora_model
     from tests.tree_exactness import max_gradient_difference, synthetic_rows
 
@@ -455,7 +454,7 @@ def test_the_pairs_of_a_batch_are_counted_by_their_answers_packed_or_padded():
     follows its own prompt tokens), one per row of a padded batch, none in padding."""
     import torch
 
-    from fincheck.train.callbacks import answer_runs
+    from fincheck.train.trainer import answer_runs
 
     packs = pack_rows([*two_documents(), row("c1", [*SYSTEM, 11, 12, 13], [6])], 1000, 8)
     batch = TreeCollator(pad_token_id=0, rows=3)([p.as_row() for p in packs])

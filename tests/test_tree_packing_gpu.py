@@ -36,7 +36,7 @@ def lora_model(config, attn: str, device: str = "cuda"):
 @pytest.fixture(params=["tiny", "qwen2.5-0.5b"])
 def config(request):
     """The tiny test model and the Qwen2.5-0.5B architecture (configs/models/), random init."""
-    from fincheck.bench.workload import load_model_config
+    from bench.workload import load_model_config
 
     return load_model_config(request.param)
 

@@ -7,14 +7,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from fincheck.train.tree_attention import FLEX_BLOCK, decoder_backbone, tree_forward
 from fincheck.train.tree_batches import TreeCollator
-from fincheck.train.tree_packing import (
-    FLEX_BLOCK,
-    IGNORE,
-    decoder_backbone,
-    pack_rows,
-    tree_forward,
-)
+from fincheck.train.tree_layout import IGNORE, pack_rows
 
 
 def synthetic_rows(vocab: int, seed: int = 0, documents: int = 4) -> list[dict[str, Any]]:

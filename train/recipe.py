@@ -40,7 +40,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference import parse_dtype
 from fincheck.secrets import secret_places
 from fincheck.tasks import check_task_names, get_task
-from fincheck.train.tree_packing import tree_attention_for
+from fincheck.train.tree_attention import tree_attention_for
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
 
@@ -237,6 +237,8 @@ class SFTRecipe(SFTConfig):
         if self.tree_packing:
             # the rows are packed by fincheck: TRL must not truncate them to max_length
             self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}
+            # the batches take position_ids and tree_end too: the tree collator picks its columns
+            self.remove_unused_columns = False
         if self.data_seed is None:
             self.data_seed = self.seed
         if self.activation_checkpointing is None:

@@ -162,7 +162,8 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
-    from fincheck.train import callbacks, data, dev_eval, host_memory, tree_packing
+    from fincheck.train import callbacks, data, dev_eval, host_memory, tree_attention, tree_layout
+    from fincheck.train.trainer import FincheckSFTTrainer, row_key
 
     share_cpu_threads()
     if "wandb" in recipe.report_to:
@@ -210,7 +211,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     prepared = data.build_training_data(recipe, mixture, tokenizer)
     train_rows, eval_rows, collator = prepared.train_rows, prepared.eval_rows, None
     if recipe.tree_packing:
-        train_rows, eval_rows, prepared.stats["tree_packing"] = tree_packing.pack_splits(
+        train_rows, eval_rows, prepared.stats["tree_packing"] = tree_layout.pack_splits(
             train_rows, eval_rows, recipe.tree_budget
         )
     if recipe.process_index == 0:
@@ -222,10 +223,11 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         check_one_gpu_per_process(recipe.n_gpu)
     base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
-        tree_packing.check_no_sliding_window(base.config, recipe.tree_budget)
-        tree_packing.use_tree_attention(base)  # SDPA over the keys each query chunk sees
+        tree_attention.check_no_sliding_window(base.config, recipe.tree_budget)
+        tree_attention.use_tree_attention(base)  # SDPA over the keys each query chunk sees
+        # config._attn_implementation: transformers has a public setter, no getter, of the kernel
         collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
-    trainer = callbacks.FincheckSFTTrainer(
+    trainer = FincheckSFTTrainer(
         model=base,
         args=recipe,
         data_collator=collator,
@@ -239,7 +241,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         prepared.stats["dev_figures"] = trainer.dev_figures.sizes()
     # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
     trainer.pair_ids_by_row = {
-        callbacks.row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
+        row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
         for r in train_rows
     }
 
@@ -255,7 +257,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": prepared.stats,
-        "attn_implementation": base.config._attn_implementation,
+        "attn_implementation": base.config._attn_implementation,  # no public getter (above)
         "world_size": recipe.world_size,
     }
     check_prompt_hashes(manifest, mixture.tasks)
@@ -281,8 +283,8 @@ def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
     (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, the
     eval loss's batches too, so it compiles once for training and once for evaluation; other
     kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
+    from fincheck.train.tree_attention import FLEX_BLOCK
     from fincheck.train.tree_batches import TreeCollator, round_up
-    from fincheck.train.tree_packing import FLEX_BLOCK
 
     if attention == "flex_attention":
         length = round_up(recipe.tree_budget, FLEX_BLOCK)

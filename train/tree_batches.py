@@ -1,7 +1,7 @@
 """Tree packs -> the micro-batches each process trains: which packs go together, on which rank,
 and how they are padded.
 
-`pack_rows` (`fincheck.train.tree_packing`) fills each pack close to the token budget, so packs
+`pack_rows` (`fincheck.train.tree_layout`) fills each pack close to the token budget, so packs
 differ in length mostly at the end of a split. Two things then decide the GPU's speed:
 
   - **Shapes.** FlexAttention and `torch.compile` compile a kernel per input shape; a pack
@@ -36,7 +36,7 @@ from typing import Any
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from fincheck.errors import FincheckError
-from fincheck.train.tree_packing import IGNORE, PAD_END, logit_positions
+from fincheck.train.tree_layout import IGNORE, PAD_END, logit_positions
 
 
 def round_up(n: int, multiple: int) -> int:

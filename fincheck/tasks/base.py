@@ -161,6 +161,7 @@ class Task(ABC):
         """Whether a reasoning answer cut at its token budget stopped before its answer (FINAL:
         before "Final Output:"), so nothing in it is read; by default the answer is read."""
         return False
+
     def prompt(self) -> Prompt:
         """The prompt its pairs are rendered with (`prompt_path`, read once)."""
         return load_prompt_file(self.prompt_path, self.name)

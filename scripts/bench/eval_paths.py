@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fincheck.bench import workload as wl
+from bench import workload as wl
 from fincheck.checksums import sha256_file
 from fincheck.config import config_field
 from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fincheck.bench import workload as wl
+from bench import workload as wl
 from fincheck.config import config_field
 from fincheck.eval.options import per_task_budget
 from fincheck.pairs import sample_pairs

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.bench.workload import is_architecture
+from bench.workload import is_architecture
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
 

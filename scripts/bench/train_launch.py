@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.bench.workload import REPO_ROOT
+from bench.workload import REPO_ROOT
 from fincheck.config import config_field
 
 

@@ -12,7 +12,7 @@ micro-batch) in each layout, each with the loss the trainer computes for it:
   padding-free     the same `batch_size` pairs end to end in one row, position_ids restarting per
                    pair (TRL's padding_free collator and fused LM head; SDPA masks across pairs)
   tree             the pairs in prefix-tree packs of at most `tree_max_tokens` tokens
-                   (`fincheck.train.tree_packing`), `tree_batch_size` packs per micro-batch, the
+                   (`fincheck.train.tree_layout`), `tree_batch_size` packs per micro-batch, the
                    trainer's tree loss, the chunked SDPA tree attention (the CPU's kernel)
   tree-flex        the packs one per micro-batch through FlexAttention, each row padded to the
                    budget as training pads it (one shape: compiled once; GPU only)
@@ -26,7 +26,7 @@ and their rate, the pairs' own tokens per second (as if trained unpacked without
 answer tokens, seconds, speed-up over unpacked, peak memory (GPU: allocated, reset per layout;
 CPU: the process's resident peak so far), the untimed first step's seconds and the compile time
 it hid (first step minus the median step), the slowest timed step over the median (1.0: no
-spike), and MFU over the tokens run (`fincheck.bench.flops`, LoRA convention: (4·N + 6·N_lora)
+spike), and MFU over the tokens run (`bench.flops`, LoRA convention: (4·N + 6·N_lora)
 per token run, plus 3 x 4·d_attn·layers per query-key pair the mask lets through). With the
 default lr=0 the weights never move, so the mean loss over all answer tokens must be the same
 in every layout (fp32: within 1e-4; bf16: about 1e-2 from rounding): a check that the layouts
@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.bench import workload as wl
-from fincheck.bench.flops import ModelShape, device_peak_tflops, mfu
+from bench import workload as wl
+from bench.flops import ModelShape, device_peak_tflops, mfu
 from fincheck.config import config_field
 from fincheck.errors import FincheckError
 
@@ -158,7 +158,7 @@ def load_model_and_tokenizer(s: TrainLayoutSettings, scratch: Path, machine: Mac
 
     from fincheck.loading import resolve_model
     from fincheck.train.model import choose_pad_token
-    from fincheck.train.tree_packing import use_tree_attention
+    from fincheck.train.tree_attention import use_tree_attention
 
     torch.manual_seed(s.seed)
     if wl.is_architecture(s.model):
@@ -215,8 +215,9 @@ def micro_batches(layout: str, rows: list[dict], s: TrainLayoutSettings, pad: in
     measured of each: `_real` tokens before padding, `_pairs` visible query-key pairs."""
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+    from fincheck.train.tree_attention import FLEX_BLOCK
     from fincheck.train.tree_batches import TreeCollator, round_up
-    from fincheck.train.tree_packing import FLEX_BLOCK, pack_rows
+    from fincheck.train.tree_layout import pack_rows
 
     budget = s.tree_max_tokens or 2 * s.max_length
     if layout.startswith("tree"):
@@ -243,7 +244,7 @@ def visible_pairs(items: list[dict], layout: str) -> int:
 
 
 def attention_for(layout: str) -> str:
-    from fincheck.train.tree_packing import TREE_SDPA
+    from fincheck.train.tree_attention import TREE_SDPA
 
     return "flex_attention" if layout in FLEX_LAYOUTS else TREE_SDPA
 
@@ -252,7 +253,7 @@ def keep_loss(model, inputs: dict):
     """Unpacked rows, logits only where some row's next token is a target (as tree_forward)."""
     import torch
 
-    from fincheck.train.tree_packing import IGNORE, logit_positions
+    from fincheck.train.tree_layout import IGNORE, logit_positions
 
     labels = inputs["labels"]
     keep = logit_positions(labels)
@@ -273,7 +274,7 @@ def run_layout(model, batches: list[dict], lr: float, layout: str, machine: Mach
     mean answer-token loss)."""
     import torch
 
-    from fincheck.train.tree_packing import tree_forward
+    from fincheck.train.tree_attention import tree_forward
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)

@@ -1,4 +1,4 @@
-"""One variant of the training benchmark (`fincheck.bench.train_variants`): its model (a
+"""One variant of the training benchmark (`bench.train_variants`): its model (a
 random init of a real architecture, LoRA on every linear layer), its optimizer or DeepSpeed
 engine, the warmup and timed steps on the batches every variant shares, and what they measured.
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from unittest import mock
 
-from fincheck.bench import workload as wl
-from fincheck.bench.flops import ModelShape, full_ft_flops, lora_train_flops, mfu
+from bench import workload as wl
+from bench.flops import ModelShape, full_ft_flops, lora_train_flops, mfu
 
 if TYPE_CHECKING:
-    from fincheck.bench.train_variants import TrainBenchSettings
+    from bench.train_variants import TrainBenchSettings
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Random-init models of real architectures (configs/models/*.json), LoRA r=16 on a
 layers, AdamW, batches whose lengths follow the prepared data (or a synthetic distribution
 shaped like it), bf16 on a GPU / fp32 on the CPU. For each variant: real (non-pad)
 tokens/s/GPU, seconds per step, MFU by the LoRA convention and by the full-FT 6·N convention
-(see `fincheck.bench.flops` for the arithmetic), and peak memory. Warmup steps are not timed.
+(see `bench.flops` for the arithmetic), and peak memory. Warmup steps are not timed.
 
 Variants (each changes one thing against `packed-sdpa` unless its name says otherwise):
   padded-sdpa          right-padded batches, PyTorch SDPA attention (the plain baseline)
@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fincheck.bench import workload as wl
-from fincheck.bench.flops import ModelShape, device_peak_tflops
-from fincheck.bench.train_steps import Result, Variant, run_variant, single_process_group
+from bench import workload as wl
+from bench.flops import ModelShape, device_peak_tflops
+from bench.train_steps import Result, Variant, run_variant, single_process_group
 from fincheck.config import config_field
 
 

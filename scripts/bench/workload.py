@@ -1,4 +1,4 @@
-"""The workload of the speed benchmarks (`fincheck.bench.train_variants`, `.eval_speed`).
+"""The workload of the speed benchmarks (`bench.train_variants`, `.eval_speed`).
 
 Models: random-init models of real architectures, built from the config.json values written out
 in `configs/models/<name>.json` (no weights, no download). Batches: sequences whose lengths follow
