@@ -123,7 +123,7 @@ def eval_command(args: argparse.Namespace) -> int:
 def baseline_command(args: argparse.Namespace) -> int:
     opts = read_options(BaselineOptions, args)  # an LLM's options with overlap: exit 2
     if not opts.model and opts.method not in ASKS_NO_LLM:
-        raise FincheckError("--method needs --model (the LLM that runs it)")
+        raise UsageError("--method needs --model (the LLM that runs it)")
     from fincheck.eval.baselines.runner import run_baseline
 
     with hold_out_dir(opts.out_dir, "fincheck baseline"):  # one writer per --out

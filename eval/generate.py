@@ -177,6 +177,7 @@ class LocalBackend:
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:
         return {
+            "backend": "local",
             "adapter": opts.adapter,
             "dtype": opts.dtype,
             "requested_template_kwargs": opts.template_kwargs,

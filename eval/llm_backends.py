@@ -34,6 +34,7 @@ from fincheck.loading import load_model
 from fincheck.shared_prefix import answer_in_order
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+LOCAL_REMEDY = "a model with a longer window, or a smaller answer budget"
 # Defaults that give an answer or a one-line error within about five minutes on an endpoint
 # that never answers: (1 + 4 retries) x 60 s, then the unreachable breaker.
 DEFAULT_TIMEOUT_S = 60.0
@@ -426,7 +427,7 @@ class TransformersChatClient:
     def _prompt(self, messages, span, max_new: int) -> str:
         try:
             with self._tokenizer_lock:
-                fit = self.loaded.fit_for_answer(messages, span, max_new)
+                fit = self.loaded.fit_for_answer(messages, span, max_new, remedy=LOCAL_REMEDY)
         except PromptDoesNotFit as error:  # this example fails, the others go on
             raise LLMCallError(str(error)) from None
         self.trimmed += fit.trimmed

@@ -164,6 +164,8 @@ def _limit_of(config: dict[str, Any], task: str) -> Any:
 # What decides which examples are predicted and what the model sees: predictions written under
 # other values would be mixed with new ones (`random.sample` of 341 and of 342 items differ).
 SAME_RUN_KEYS = (
+    "backend",  # the model loaded here, or an endpoint's answers
+    "base_url",
     "model",
     "adapter",
     "split",
@@ -231,10 +233,12 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
     had a trimmed grounding text. The counts cover every pair of the task, not only those this
     invocation generated, so a resumed evaluation reports what an uninterrupted one does."""
     record = read_eval_summary(predictions_dir)
-    record[task] = {"n_predictions": counts["total"], "trimmed": counts["trimmed"]}
-    if "calls_per_example" in counts:  # a baseline method: LLM calls per example, failures
+    failed = len(counts.get("failed") or [])
+    record[task] = {"n_predictions": counts["total"] - failed, "trimmed": counts["trimmed"]}
+    if "failed" in counts:  # an LLM's answers (an endpoint, a baseline): examples that failed
+        record[task]["failed"] = failed
+    if "calls_per_example" in counts:  # a baseline method: LLM calls per example
         record[task]["calls_per_example"] = round(counts["calls_per_example"], 3)
-        record[task]["failed"] = len(counts.get("failed") or [])
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
 
 

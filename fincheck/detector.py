@@ -30,6 +30,7 @@ from fincheck.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
 log = logging.getLogger(__name__)
+DETECT_REMEDY = "lower --max-new-tokens, or raise --max-input-tokens up to the model's positions"
 
 
 @dataclass
@@ -160,7 +161,9 @@ class Detector:
         if missing:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
-        fit = self.loaded.fit_for_answer(messages, span, budget, self.max_input_tokens, task)
+        fit = self.loaded.fit_for_answer(
+            messages, span, budget, self.max_input_tokens, task, DETECT_REMEDY
+        )
         if fit.trimmed:
             log.warning(
                 "%s: document of %d characters trimmed to fit %d prompt tokens "

@@ -80,6 +80,11 @@ def answer_budgets(
     return budgets | dict(given or {})
 
 
+EVAL_REMEDY = (
+    "lower --max-new-tokens, or raise --max-input-tokens or --window, up to the model's positions"
+)
+
+
 class PromptDoesNotFit(FincheckError):
     """A prompt longer than its budget even without its grounding text (instructions, summary,
     question): nothing can be cut, so it cannot be answered as asked."""
@@ -134,11 +139,13 @@ class LoadedModel:
         answer_tokens: int,
         max_input_tokens: int | None = None,
         what: str = "the prompt",
+        remedy: str = EVAL_REMEDY,
     ) -> Fit:
         """The one budget-and-render step of eval (either backend), detect, a local judge or
         baseline, training's dev figures and the benchmarks: the prompt, with the generation
         prompt and this model's template kwargs, cut on its grounding text to `prompt_budget`'s
-        tokens (kept in `Fit.budget`). `what` names the prompt in `PromptDoesNotFit`."""
+        tokens (kept in `Fit.budget`). `PromptDoesNotFit` names the prompt (`what`) and the
+        caller's own way out (`remedy`: its options)."""
         budget = self.prompt_budget(answer_tokens, max_input_tokens)
         fit = fit_messages(
             self.tokenizer,
@@ -156,8 +163,7 @@ class LoadedModel:
             )
             raise PromptDoesNotFit(
                 f"{what} does not fit in {budget} prompt tokens ({room}) even with its "
-                "grounding text cut away: lower --max-new-tokens, or raise --max-input-tokens "
-                "or --window (in a recipe: max_length), up to the model's positions"
+                f"grounding text cut away: {remedy}"
             )
         return replace(fit, budget=budget)
 

@@ -390,7 +390,7 @@ def test_an_unknown_task_for_the_method_and_a_missing_model_are_clear(tmp_path, 
         assert _eval(tmp_path / "x", server, "pipeline", "--tasks", "qasem") == 1
     assert "--method pipeline covers final, not qasem" in capsys.readouterr().err
     args = ["baseline", "--method", "e2e", "--data", str(SMALL), "--out", str(tmp_path / "y")]
-    assert main(args) == 1
+    assert main(args) == 2  # a usage error, as `fincheck eval` without --model
     assert "--method needs --model" in capsys.readouterr().err
 
 

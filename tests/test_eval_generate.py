@@ -777,3 +777,31 @@ def test_an_evaluation_resumed_after_its_adapter_was_retrained_in_place_is_refus
     errors = [line for line in err.splitlines() if line.startswith("fincheck eval: error:")]
     assert len(errors) == 1 and "holds predictions of a different run (adapter_sha256 differ" in err
     assert predictions.read_text() == first
+
+
+def test_an_eval_folder_names_its_backend_endpoint_and_failures(tmp_path):
+    """A rerun against another endpoint (or the model loaded here) would mix two models'
+    answers; examples that failed are recorded apart, not counted as predictions."""
+    from fincheck.errors import FincheckError
+    from fincheck.eval.predictions import check_eval_config, read_eval_summary, record_generation
+
+    config = {"model": "m", "split": "test", "tasks": ["qasem"], "backend": "openai"}
+    check_eval_config(tmp_path, {**config, "base_url": "http://a/v1"})
+    for other in ({"base_url": "http://b/v1"}, {"backend": "local", "base_url": None}):
+        with pytest.raises(FincheckError, match="base_url|backend"):
+            check_eval_config(tmp_path, {**config, "base_url": "http://a/v1", **other})
+    record_generation(tmp_path, "qasem", {"total": 5, "trimmed": 1, "failed": ["q1: timeout"]})
+    assert read_eval_summary(tmp_path)["qasem"] == {"n_predictions": 4, "trimmed": 1, "failed": 1}
+
+
+def test_results_name_the_base_an_adapter_only_eval_loaded(tmp_path):
+    from fincheck.eval.options import ScoreOptions
+    from fincheck.eval.predictions import record_loaded
+    from fincheck.eval.score import _run_info, model_label
+
+    record_loaded(tmp_path, base="/models/base", adapter_sha256="abc")
+    (tmp_path / "eval_config.json").write_text(
+        json.dumps({**json.loads((tmp_path / "eval_config.json").read_text()), "adapter": "/r/a"})
+    )
+    info = _run_info(ScoreOptions(data_dir=tmp_path, predictions_dir=tmp_path, out_dir=tmp_path))
+    assert info["base"] == "/models/base" and model_label(info) == "a (on base)"

@@ -72,6 +72,7 @@ class DevFigures:
                     pair.meta.get("grounding_span"),
                     budgets[name],
                     what=f"dev figures: {name}/{pair.id}",
+                    remedy="raise the recipe's max_length",
                 ).text
                 for pair in pairs
             ]

@@ -38,7 +38,7 @@ from fincheck.eval.llm import CachedLLM, run_concurrently
 from fincheck.eval.predictions import record_loaded
 from fincheck.inference import default_device
 from fincheck.sentences import split_sentences
-from fincheck.tasks import all_tasks, get_task, load_prompt
+from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import Task
 
 MIN_SENTENCE_CHARS = 10
@@ -235,7 +235,7 @@ def run_fizz(
 
 def has_verdict(task: Task) -> bool:
     """A task FIZZ covers: a text and a summary to check, and an answer for a binary verdict."""
-    fields = load_prompt(task.name).fields
+    fields = task.prompt().fields
     return {"text", "summary"} <= set(fields) and type(
         task
     ).verdict_answer is not Task.verdict_answer

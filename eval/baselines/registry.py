@@ -9,7 +9,7 @@ from typing import Any
 
 from fincheck.eval.baselines.final_methods import PIPELINE, build_two_step
 from fincheck.eval.baselines.fizz import build_fizz
-from fincheck.eval.baselines.methods import OVERLAP, Method, e2e_method
+from fincheck.eval.baselines.methods import Method, e2e_method, overlap_method
 from fincheck.eval.llm import CachedLLM
 
 Build = Callable[[Any, CachedLLM], Method]
@@ -27,6 +27,6 @@ METHODS: dict[str, Build] = {
     "pipeline": lambda opts, llm: PIPELINE,
     "two-step": build_two_step,
     "fizz": build_fizz,
-    "overlap": lambda opts, llm: OVERLAP,
+    "overlap": lambda opts, llm: overlap_method(),
 }
 ASKS_NO_LLM = ("overlap",)  # the share of the answer's words in the reference

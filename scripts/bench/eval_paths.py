@@ -159,7 +159,8 @@ def answer_of(task: str, output: str) -> str:
 
 
 def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)) -> EvalPathReport:
-    from fincheck.eval.generate import EvalOptions, run_eval
+    from fincheck.eval.generate import run_eval
+    from fincheck.eval.options import EvalOptions
     from fincheck.eval.predictions import read_predictions
 
     if bad := [m for m in s.modes if m not in PATH_MODES]:

@@ -206,7 +206,9 @@ def time_harness(
 
     fitter = LoadedModel(model, tokenizer, "bench")
     fits = (
-        fitter.fit_for_answer(pair.prompt_messages, pair.meta.get("grounding_span"), 0, max_input)
+        fitter.fit_for_answer(
+            pair.prompt_messages, pair.meta.get("grounding_span"), new_tokens, max_input
+        )
         for pair in pairs
     )
     texts = sorted((fit.text for fit in fits), key=len, reverse=True)
