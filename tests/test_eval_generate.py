@@ -788,7 +788,7 @@ def test_an_eval_folder_names_its_backend_endpoint_and_failures(tmp_path):
     config = {"model": "m", "split": "test", "tasks": ["qasem"], "backend": "openai"}
     check_eval_config(tmp_path, {**config, "base_url": "http://a/v1"})
     for other in ({"base_url": "http://b/v1"}, {"backend": "local", "base_url": None}):
-        with pytest.raises(FincheckError, match="base_url|backend"):
+        with pytest.raises(FincheckError, match=r"base_url|backend"):
             check_eval_config(tmp_path, {**config, "base_url": "http://a/v1", **other})
     record_generation(tmp_path, "qasem", {"total": 5, "trimmed": 1, "failed": ["q1: timeout"]})
     assert read_eval_summary(tmp_path)["qasem"] == {"n_predictions": 4, "trimmed": 1, "failed": 1}
