@@ -70,6 +70,7 @@ def test_roc_curve_ends_at_one():
     assert (fpr[2], tpr[2]) == (0.5, 1.0)  # the tied 0.5 step moves both at once
 
 
+@pytest.mark.slow  # 2.7 s: in `make test`, kept out of the one-minute fast tier
 def test_independent_cross_check_against_sklearn():
     import sklearn.metrics as sklearn
 
