@@ -805,3 +805,23 @@ def test_results_name_the_base_an_adapter_only_eval_loaded(tmp_path):
     )
     info = _run_info(ScoreOptions(data_dir=tmp_path, predictions_dir=tmp_path, out_dir=tmp_path))
     assert info["base"] == "/models/base" and model_label(info) == "a (on base)"
+
+
+def test_a_prompt_that_cannot_fit_stops_the_eval_naming_the_pair(
+    tiny_base, small_prepared, tmp_path, capsys
+):
+    """The one "does not fit" error (`PromptDoesNotFit`), with the example and eval's own
+    options, in one line, before anything is written; the same step served and local."""
+    out = tmp_path / "run"
+    args = ["eval", "--model", str(tiny_base), "--data", str(small_prepared), "--out", str(out),
+            "--tasks", "final", "--max-input-tokens", "20", "--no-progress"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' loading bar
+    assert re.search(
+        r"final/\S+ does not fit in 20 prompt tokens \(--max-input-tokens\) even with its "
+        r"grounding text cut away: lower --max-new-tokens, or raise --max-input-tokens",
+        err,
+    )
+    assert not (out / "predictions" / "final.jsonl").exists() or not _lines(
+        out / "predictions" / "final.jsonl"
+    )
