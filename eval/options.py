@@ -255,9 +255,9 @@ class BaselineOptions(Endpoint, EvalRun):
 
     method: str = config_field(
         REQUIRED,
-        "e2e / e2e-fewshot / e2e-cot: every task; pipeline, two-step: FINAL; fizz: FINAL and "
-        "FHSumBench; overlap: QASem, no model (the share of the answer's words found in the "
-        "reference)",
+        f"one of {', '.join(METHODS)}. e2e, e2e-fewshot, e2e-cot: every task that ships the "
+        "paper's prompt; pipeline, two-step: FINAL; fizz: FINAL and FHSumBench; overlap: QASem, "
+        "no model (the share of the answer's words found in the reference)",
         parse=parse_method,
     )
     model: str | None = config_field(
