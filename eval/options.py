@@ -17,6 +17,7 @@ from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
+from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.inference import parse_dtype
 from fincheck.models import KNOWN as FETCHABLE_MODELS
 from fincheck.pairs import Pair, sample
@@ -139,14 +140,15 @@ def endpoint_options(prefix: str, who: str, applies: dict) -> type:
             None, f"OpenAI-compatible base URL of {who} (default: api.openai.com)",
             applies=applies)),
         ("api_key_env", str, config_field(
-            "OPENAI_API_KEY",
+            DEFAULT_KEY_ENV,
             f"environment variable holding {who}'s API key; the key is never written anywhere",
             applies=applies)),
         ("timeout", float, config_field(
-            60.0, f"seconds per call to {who} (raise it for a slow server writing long answers)",
+            DEFAULT_TIMEOUT_S, f"seconds per call to {who} (raise it for a slow server writing long answers)",
             applies=applies, above=0)),
         ("max_retries", int, config_field(
-            4, "retries on 429/5xx/timeouts/connection errors, honouring Retry-After (4: an "
+            DEFAULT_MAX_RETRIES,
+            "retries on 429/5xx/timeouts/connection errors, honouring Retry-After (4: an "
             "endpoint that never answers gives a one-line error within about five minutes)",
             applies=applies, at_least=0)),
     ]  # fmt: skip
