@@ -35,6 +35,7 @@ from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
     check_eval_config,
+    path_identity,
     record_generation,
     record_loaded,
 )
@@ -61,6 +62,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
     check_eval_config(
         opts.predictions_dir,
         {
+            "backend": opts.backend,
             "model": opts.model,
             "split": opts.split,
             "limit": opts.limit,
@@ -177,7 +179,6 @@ class LocalBackend:
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:
         return {
-            "backend": "local",
             "adapter": opts.adapter,
             "dtype": opts.dtype,
             "requested_template_kwargs": opts.template_kwargs,
@@ -243,10 +244,7 @@ class EndpointBackend:
 
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:
-        tokenizer = opts.tokenizer
-        if tokenizer and Path(tokenizer).exists():
-            tokenizer = str(Path(tokenizer).resolve())
-        return {"backend": "openai", "base_url": opts.base_url, "tokenizer": tokenizer}
+        return {"base_url": opts.base_url, "tokenizer": path_identity(opts.tokenizer)}
 
     def loaded(self) -> dict[str, Any]:
         fitter = self.fitter

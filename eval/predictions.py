@@ -189,6 +189,12 @@ SAME_RUN_KEYS = (
 )
 
 
+def path_identity(value: str | None) -> str | None:
+    """An option that names a folder or a name (a tokenizer, two-step's step 1), as a run's
+    identity records it: an existing path made absolute (the same folder from anywhere)."""
+    return str(Path(value).resolve()) if value and Path(value).exists() else value
+
+
 def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
     """Record what produces the predictions; refuse to mix two runs' outputs in one folder."""
     previous = read_eval_config(predictions_dir)

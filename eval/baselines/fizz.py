@@ -33,8 +33,8 @@ from typing import Any
 from fincheck.classification import balanced_accuracy
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
-from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask
-from fincheck.eval.llm import CachedLLM, run_concurrently
+from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
+from fincheck.eval.llm import CachedLLM
 from fincheck.eval.predictions import record_loaded
 from fincheck.inference import default_device
 from fincheck.sentences import split_sentences
@@ -260,16 +260,12 @@ def build_fizz(opts: Any, llm: CachedLLM) -> Method:
         """The dev pass: score the dev split's sample, pick the threshold."""
         scores: list[tuple[float, bool]] = []
 
-        def score(pair) -> MethodOutput:
-            llm.start_example()
-            return run(Example.of(pair), llm)
-
-        def done(pair, output: MethodOutput) -> None:
+        def done(pair, output: MethodOutput, calls: int) -> None:
             scores.append((output.trace["score"], get_task(task).gold_consistent(pair)))
 
         dev = opts.sample(task, "dev")
-        failures = run_concurrently(
-            dev, score, opts.concurrency, done, opts.progress, f"fizz {task} dev"
+        failures = run_examples(
+            run, llm, dev, opts.concurrency, done, opts.progress, f"fizz {task} dev"
         )
         if failures:
             raise FincheckError(f"FIZZ dev pass for {task}: {len(failures)} failed: {failures[0]}")

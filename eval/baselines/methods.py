@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.eval.llm import CachedLLM
+from fincheck.eval.llm import CachedLLM, run_concurrently
 from fincheck.pairs import Pair
 from fincheck.prompting import Prompt, parse_prompt_file
 from fincheck.tasks import all_tasks, get_task, load_prompt
@@ -162,6 +162,29 @@ class Method:
     run: Callable[[Example, CachedLLM], MethodOutput]
     source: str  # the paper section it follows
     prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
+
+
+def run_examples(
+    run: Callable[[Example, CachedLLM], MethodOutput],
+    llm: CachedLLM,
+    pairs: list,
+    concurrency: int,
+    on_done,
+    progress: bool,
+    desc: str,
+) -> list[str]:
+    """A method's `run` on each pair, `concurrency` at a time (`run_concurrently`), its calls
+    counted per example; `on_done(pair, output, calls)` as each finishes. Returns the failures
+    ("id: reason")."""
+
+    def one(pair) -> tuple[MethodOutput, int]:
+        llm.start_example()
+        output = run(Example.of(pair), llm)
+        return output, llm.calls
+
+    return run_concurrently(
+        pairs, one, concurrency, lambda pair, done: on_done(pair, *done), progress, desc
+    )
 
 
 def e2e_method(variant: str, source: str) -> Method:

@@ -11,18 +11,18 @@ and calls beside the predictions. `fincheck score` then scores them like any mod
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.eval.baselines.methods import Example, Method, MethodOutput
+from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
-from fincheck.eval.llm import CachedLLM, RequestCache, run_concurrently
+from fincheck.eval.llm import CachedLLM, RequestCache
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
     check_eval_config,
+    path_identity,
     record_generation,
     record_loaded,
 )
@@ -41,11 +41,6 @@ class NoLLM:
         raise FincheckError("this method asks no LLM")
 
 
-def step1_identity(step1: str) -> str:
-    """self, oracle, or the adapter folder's absolute path (the same folder from anywhere)."""
-    return str(Path(step1).resolve()) if Path(step1).is_dir() else step1
-
-
 def covered_tasks(method: Method, opts: BaselineOptions, named: bool) -> list[str]:
     """The tasks of the run the method covers. A task it does not cover is an error when
     --tasks named it, else a line saying it is left out: never dropped without a word."""
@@ -59,28 +54,6 @@ def covered_tasks(method: Method, opts: BaselineOptions, named: bool) -> list[st
     if left:
         print(f"--method {opts.method} does not cover {', '.join(left)}: left out")
     return tasks
-
-
-def run_examples(
-    method: Method,
-    llm: CachedLLM,
-    pairs: list,
-    concurrency: int,
-    on_done,
-    progress: bool,
-    desc: str,
-) -> list[str]:
-    """The method on each pair, `concurrency` at a time (`run_concurrently`); `on_done(pair,
-    output, calls)` as each finishes. Returns the failures ("id: reason")."""
-
-    def one(pair) -> tuple[MethodOutput, int]:
-        llm.start_example()
-        output = method.run(Example.of(pair), llm)
-        return output, llm.calls
-
-    return run_concurrently(
-        pairs, one, concurrency, lambda pair, done: on_done(pair, *done), progress, desc
-    )
 
 
 def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
@@ -114,7 +87,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
             "max_tokens": opts.max_tokens,
             "nli_model": opts.nli_model,
             "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
-            "step1": step1_identity(opts.step1) if opts.method == "two-step" else None,
+            "step1": path_identity(opts.step1) if opts.method == "two-step" else None,
             "step2": opts.step2 if opts.method == "two-step" else None,
             "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
             "requested_window": opts.window,
@@ -163,7 +136,7 @@ def run_task(
 
     try:
         failures = run_examples(
-            method, llm, todo, opts.concurrency, done, opts.progress, f"{method.name} {task}"
+            method.run, llm, todo, opts.concurrency, done, opts.progress, f"{method.name} {task}"
         )
     finally:
         writer.close()
