@@ -1,5 +1,12 @@
 #!/usr/bin/env python
-"""LoRA SFT training speed, two ways, picked by --model.
+"""LoRA SFT training speed, three ways: a recipe's levers (--recipe), or picked by --model.
+
+A training recipe (--recipe): its levers on its own packs, interleaved (bench.train_levers):
+precision, LoRA in the last layers only, threads, torch.compile, pack size, logits everywhere;
+tokens/s and what each trains (per-token losses and gradients against the first variant):
+  # the CPU measurement of docs/performance.md (real Qwen2.5-Coder-0.5B weights)
+  python scripts/bench_train.py --recipe configs/train/qwen2.5-0.5b-cpu.yaml \\
+      --variants fp32,bf16-autocast,bf16,bf16+last12 --packs 4 --json-out levers.json
 
 A real model (a `fincheck models` name, a folder, or 'tiny-random'), or an architecture with
 --layouts: the ways to lay the same prepared pairs out (bench.train_layouts), unpacked
@@ -33,9 +40,10 @@ memory variants side by side on batches shaped like the data (bench.train_varian
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from bench import train_layouts, train_variants
+from bench import train_layouts, train_levers, train_variants
 from bench.options import Bench, ModelDispatch
 from bench.train_layouts import (
     TrainLayoutSettings,
@@ -62,11 +70,23 @@ BENCH = ModelDispatch(
 )
 
 
+LEVERS = Bench(
+    train_levers.LeverSettings,
+    train_levers.__doc__,
+    train_levers.run_train_levers,
+    lambda r: (train_levers.format_levers_report(r), all(x.status == "ok" for x in r.results)),
+)
+
+
 def build_parser() -> ModelDispatch:
     return BENCH
 
 
 def main(argv: list[str] | None = None) -> int:
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--recipe")
+    if probe.parse_known_args(argv)[0].recipe:
+        return LEVERS.main("bench_train.py", __doc__, argv)
     return BENCH.main(argv)
 
 

@@ -14,6 +14,7 @@ import pytest
 from bench.eval_speed import EvalBenchSettings, format_eval_report, run_eval_bench
 from bench.train_steps import regroup_by_length
 from bench.train_variants import TrainBenchSettings, format_train_report, run_train_bench
+from fincheck.errors import FincheckError
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -247,3 +248,54 @@ def test_the_gpu_check_runs_its_stages_and_reads_their_figures(small_prepared, t
     assert (out / "logs" / "train.log").is_file()
     with pytest.raises(SystemExit):
         check.main(["--prepared", str(small_prepared), "--stages", "nonsense"])
+
+
+def test_bench_train_levers_runs_a_recipes_variants_on_the_same_packs(small_prepared, tmp_path):
+    """`--recipe`: every variant trains the recipe's own packs; on the first pack (the same
+    function everywhere) the levers that change no arithmetic give the reference's per-token
+    losses, bf16 gives them within its rounding, and LoRA in fewer layers or packs of another
+    size train something else, which the report says."""
+    from bench.train_levers import LeverSettings, parse_variant, run_train_levers
+
+    settings = LeverSettings(
+        recipe=REPO / "configs" / "train" / "qwen2.5-0.5b-cpu.yaml",
+        set=["model_name_or_path=tiny-random", f"dataset_dir={small_prepared}",
+             "max_length=512", "tree_packing_max_tokens=1024"],
+        variants=["fp32", "fp32+threads1", "fp32+all-logits", "bf16", "fp32+last1", "fp32+pack512"],
+        packs=2,
+    )  # fmt: skip
+    report = run_train_levers(settings)
+    rows = {r.variant: r for r in report.results}
+    assert all(r.status == "ok" for r in report.results)
+    ref = rows["fp32"]
+    assert ref.speedup == 1.0 and ref.token_loss_max_abs_diff == 0.0 and ref.grad_cosine == 1.0
+    assert (
+        ref.steps == 2
+        and ref.tokens > 0
+        and ref.tokens_per_s == pytest.approx(ref.tokens / ref.seconds, rel=0.02)
+    )
+    for same in ("fp32+threads1", "fp32+all-logits"):  # other kernels' summation order only
+        assert rows[same].token_loss_max_abs_diff < 1e-4 and rows[same].grad_cosine > 0.9999
+        assert rows[same].step_losses == pytest.approx(ref.step_losses, abs=1e-3)
+    bf16 = rows["bf16"]  # 8 mantissa bits: close, not equal
+    assert 0 < bf16.token_loss_mean_abs_diff < 0.05 and bf16.grad_cosine > 0.99
+    assert 0.5 < bf16.grad_sign_agreement <= 1.0
+    last = rows["fp32+last1"]  # the same function at first, another set of adapters trained
+    assert last.token_loss_max_abs_diff < 1e-4 and last.step_losses[1] != pytest.approx(
+        ref.step_losses[1], abs=1e-6
+    )
+    repacked = rows["fp32+pack512"]
+    assert not repacked.same_packs and repacked.first_loss is None
+    assert repacked.steps > ref.steps  # smaller packs: the same pairs in more of them
+    with pytest.raises(FincheckError, match="unknown modifier 'fast'"):
+        parse_variant("bf16+fast")
+    with pytest.raises(FincheckError, match="precision is one of"):
+        parse_variant("fp8")
+    v = parse_variant("bf16+last12+threads1+compile")
+    assert (v.torch_dtype, v.autocast, v.last_layers, v.threads, v.compile) == (
+        "bf16",
+        True,
+        12,
+        1,
+        True,
+    )

@@ -585,3 +585,49 @@ def test_the_training_curve_plots_from_a_run_folder(tmp_path):
     curves = json.loads(points.read_text())["curves"]
     assert curves["eval_qasem_auc"] == [[2, 0.55], [4, 0.61]] and len(curves["loss"]) == 3
     assert script.main([str(tmp_path / "nothing"), "--out", str(png)]) == 1
+
+
+def test_the_cpu_recipe_trains_a_step_in_its_precision_with_lora_in_the_last_layers(
+    small_prepared, tmp_path
+):
+    """configs/train/qwen2.5-0.5b-cpu.yaml as shipped, on the tiny model: precision bf16 where
+    the CPU has bf16 units (the benchmark's choice), the base in bf16, LoRA only in the last
+    layer (of 2), one finite step, and an adapter that holds that layer's weights alone."""
+    import torch
+    from safetensors import safe_open
+
+    from fincheck.train.recipe import cpu_has_bf16
+
+    if not cpu_has_bf16():
+        pytest.skip("the recipe trains in bf16: this CPU has no bf16 units")
+    out = tmp_path / "run"
+    recipe = load_recipe(
+        REPO / "configs" / "train" / "qwen2.5-0.5b-cpu.yaml",
+        [f"--dataset_dir={small_prepared}", f"--output_dir={out}", "--model_name_or_path=tiny-random",
+         "--lora_last_layers=1", "--max_steps=1", "--eval_steps=0", "--save_steps=100",
+         "--dev_figures=[]", "--dev_figures_limit={}", "--metric_for_best_model=loss",
+         "--load_best_model_at_end=false", "--max_length=512",
+         "--tree_packing_max_tokens=1024"],
+    )  # fmt: skip
+    assert recipe.bf16 and not recipe.fp16
+    run = build_trainer(recipe)
+    weights = dict(run.trainer.model.named_parameters())
+    assert {p.dtype for n, p in weights.items() if "lora_" not in n} == {torch.bfloat16}
+    assert {p.dtype for n, p in weights.items() if "lora_" in n} == {torch.float32}
+    assert train_and_save(run) == 0
+    losses = [e["loss"] for e in run.trainer.state.log_history if "loss" in e]
+    assert len(losses) == 1 and 0 < losses[0] < 20
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["layers_to_transform"] == [1]
+    with safe_open(out / "adapter_model.safetensors", "pt") as f:
+        layers = {k.split(".layers.")[1].split(".")[0] for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    assert layers == {"1"}
+
+
+def test_lora_in_more_layers_than_the_base_has_is_refused(small_prepared, tmp_path):
+    recipe = load_recipe(
+        TINY, [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path / 'r'}",
+               "--deepspeed=", "--lora_last_layers=3", "--max_steps=1"],
+    )  # fmt: skip
+    with pytest.raises(FincheckError, match="lora_last_layers=3: the base has only 2 layers"):
+        build_trainer(recipe)

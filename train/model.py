@@ -185,15 +185,37 @@ def build_4bit_config(compute_dtype: Any):
     )
 
 
-def build_lora_config(recipe: SFTRecipe):
+def build_lora_config(recipe: SFTRecipe, base: Any):
+    """The recipe's LoRA. With `lora_last_layers`, adapters in the top layers only; PEFT takes
+    `layers_to_transform` with module names only, so 'all-linear' is spelled out as the names of
+    the base's linear layers under the LM head (what PEFT's own 'all-linear' selects)."""
+    import torch
     from peft import LoraConfig
 
-    targets = recipe.lora_target_modules
+    targets: Any = recipe.lora_target_modules
+    targets = targets[0] if targets == ["all-linear"] else list(targets)
+    layers = None
+    if recipe.lora_last_layers is not None:
+        config = getattr(base.config, "text_config", None) or base.config
+        total, last = config.num_hidden_layers, recipe.lora_last_layers
+        if last > total:
+            raise FincheckError(f"lora_last_layers={last}: the base has only {total} layers")
+        layers = list(range(total - last, total))
+        if targets == "all-linear":
+            head = base.get_output_embeddings()
+            targets = sorted(
+                {
+                    name.rsplit(".", 1)[-1]
+                    for name, module in base.named_modules()
+                    if isinstance(module, torch.nn.Linear) and module is not head
+                }
+            )
     return LoraConfig(
         r=recipe.lora_r,
         lora_alpha=recipe.lora_alpha,
         lora_dropout=recipe.lora_dropout,
-        target_modules=targets[0] if targets == ["all-linear"] else list(targets),
+        target_modules=targets,
+        layers_to_transform=layers,
         bias="none",
         task_type="CAUSAL_LM",
     )

@@ -234,7 +234,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         train_dataset=Dataset.from_list(train_rows),
         eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
         processing_class=tokenizer,
-        peft_config=model.build_lora_config(recipe),
+        peft_config=model.build_lora_config(recipe, base),
     )
     if recipe.dev_figures:
         trainer.dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer)
