@@ -306,6 +306,7 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     "configs/prepare/paper-eval.yaml": ["fhsumbench", "fhsumbench", "final", "qasem", "qasem"],
     # the dev figures of two tasks; the best checkpoint by qasem_auc
     "configs/train/smollm2-135m-learn-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
+    "configs/train/qwen2.5-0.5b-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
     # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
     # FINAL's own pipeline and two-step
     "eval/baselines/final_methods.py": ["final", "final", "final"],

@@ -26,6 +26,7 @@ EXPECTED = {
     "tiny-cpu",
     "smollm2-135m-cpu",
     "smollm2-135m-learn-cpu",
+    "qwen2.5-0.5b-cpu",
     "smollm2-135m-instruct",
     "qwen3-1.7b",
     "qwen2.5-0.5b-instruct",
@@ -134,8 +135,9 @@ def test_cpu_training_arguments(monkeypatch):
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU adaptation")
+    monkeypatch.setattr(recipe_module, "cpu_has_bf16", lambda: False)
     recipe = SFTRecipe()
-    assert recipe.use_cpu and not recipe.bf16 and not recipe.fp16  # auto = fp32 on the CPU
+    assert recipe.use_cpu and not recipe.bf16 and not recipe.fp16  # auto: fp32 without bf16 units
     assert recipe.completion_only_loss is True and recipe.activation_checkpointing is True
     assert recipe.activation_checkpointing_kwargs == {"use_reentrant": False}
     with pytest.raises(FincheckError, match="precision=fp16 needs a GPU"):
@@ -145,6 +147,7 @@ def test_cpu_training_arguments(monkeypatch):
         SFTRecipe(precision="bf16")
     monkeypatch.setattr(recipe_module, "cpu_has_bf16", lambda: True)
     assert SFTRecipe(precision="bf16").bf16 is True
+    assert SFTRecipe().bf16 is True  # auto: bf16 where the CPU has the units
 
 
 def test_saved_recipe_reloads_to_the_same_recipe(tmp_path):
@@ -208,7 +211,7 @@ def test_the_first_deepspeed_cpu_run_says_it_compiles(tmp_path, monkeypatch, cap
         ),
         (["--metric_for_best_model=qasem_auc", "--eval_steps=10"], "not computed by this recipe"),
         (["--metric_for_best_model=qasem_f1", "--dev_figures=[qasem]", "--eval_steps=10"],
-         r"name one of \['loss', 'qasem_auc', 'qasem_bacc'\]"),
+         r"name one of \['loss', 'qasem_auc', 'qasem_bacc', 'qasem_auc_cliff', "),
         (["--load_best_model_at_end=true", "--metric_for_best_model=loss", "--eval_steps=10",
           "--save_steps=10", "--save_strategy=epoch"], "save_strategy='epoch'"),
         (["--tree_packing=true", "--label_smoothing_factor=0.1"], "label_smoothing_factor=0.1"),
