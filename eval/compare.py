@@ -100,11 +100,30 @@ def paired_difference(
     return Difference(metric, delta(shared), ci, len(shared))
 
 
-def _figure(figures: dict, metric: str) -> tuple[float | None, list | None]:
-    """A headline figure and its CI from results.json (QASem's sit under "overall")."""
-    section = figures.get("overall", figures) if metric in ("auc", "bacc") else figures
-    ci = (section.get("ci95") or {}).get(metric)
-    return section.get(metric), ci
+def shuffle_floor(
+    task: str, examples: Sequence[dict], metric: str, n_shuffles: int = 1000, seed: int = 0
+) -> tuple[float, Interval] | None:
+    """The figure a run would get with its own answers dealt to its examples at random: the
+    mean and the middle 95% over `n_shuffles` seeded shuffles of the `predicted` field. Macro
+    P/R/F reward any spread of answers over the classes; this is the floor of that spread."""
+    import random
+
+    if len(examples) < MIN_ITEMS_FOR_CI:
+        return None
+    figures = get_task(task).example_figures
+    answers = [ex["predicted"] for ex in examples]
+    rng = random.Random(seed)
+    values = []
+    for _ in range(n_shuffles):
+        rng.shuffle(answers)
+        value = figures([{**ex, "predicted": a} for ex, a in zip(examples, answers, strict=True)])
+        if not math.isnan(value[metric]):
+            values.append(value[metric])
+    if not values:
+        return None
+    values.sort()
+    low, high = values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
+    return sum(values) / len(values), Interval(low, high)
 
 
 def compare_runs(
@@ -132,7 +151,12 @@ def compare_runs(
     for name in tasks:
         scored = scoring[name]  # the runs that scored this task, in the order given
         task = get_task(name)
-        metrics = task.compare_metrics
+        metrics = [  # a figure no run recorded (a subset none scored) gets no column
+            (key, label)
+            for key, label in task.compare_metrics
+            if any(task.compare_figure(run.results["tasks"][name], key)[0] is not None
+                   for run in scored)
+        ]  # fmt: skip
         lines += [f"## {task.title}", ""]
         header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
         lines += [header, "|" + " --- |" * (len(metrics) + 3)]
@@ -142,19 +166,20 @@ def compare_runs(
             n_bad, n, _ = task.unreadable_outputs(figures)
             cells = []
             for key, _ in metrics:
-                value, ci = _figure(figures, key)
+                value, ci = task.compare_figure(figures, key)
                 cells.append(fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""))
             lines.append(f"| {run.name} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
             data["tasks"][name]["runs"][run.name] = {
                 "n": n,
                 "unreadable": n_bad,
-                **{key: _figure(figures, key)[0] for key, _ in metrics},
+                **{key: task.compare_figure(figures, key)[0] for key, _ in metrics},
             }
         missing = [run.name for run in runs if run not in scored]
         if missing:
             lines += ["", f"Not scored on this task: {', '.join(missing)}."]
         what = task.unreadable_outputs(scored[0].results["tasks"][name])[2]
         lines += ["", f"Unreadable: {what}.", ""]
+        lines += shuffle_floor_lines(name, scored, data["tasks"][name], n_resamples, seed)
         for run in scored[1:]:
             if name not in run.examples or name not in scored[0].examples:
                 lines.append(f"- {run.name}: no scored examples to pair (scored/{name}.jsonl)")
@@ -189,6 +214,39 @@ def compare_runs(
             lines += ["", f"With the papers: {task.comparability}"]
         lines.append("")
     return "\n".join(lines), data
+
+
+def shuffle_floor_lines(
+    task: str, scored: Sequence[ScoredRun], data: dict, n_shuffles: int, seed: int
+) -> list[str]:
+    """Per run, its `shuffle_floor` beside its figure (recorded in `data`), for the task's
+    `shuffle_floor_metrics`."""
+    labels = dict(get_task(task).compare_metrics)
+    lines = []
+    for metric in get_task(task).shuffle_floor_metrics:
+        parts = []
+        for run in scored:
+            examples = run.examples.get(task)
+            floor = shuffle_floor(task, examples, metric, n_shuffles, seed) if examples else None
+            if floor is None:
+                continue
+            mean, band = floor
+            figure = data["runs"][run.name].get(metric)
+            verdict = "above" if figure > band.high else "within or below"
+            parts.append(
+                f"{run.name} {fmt(figure)} vs {fmt(mean)} [{fmt(band.low)}, {fmt(band.high)}]: "
+                f"{verdict}"
+            )
+            data["runs"][run.name][f"{metric}_shuffle_floor"] = [mean, band.low, band.high]
+        if parts:
+            lines += [
+                f"Shuffle floor of {labels.get(metric, metric)}: each run's own answers dealt "
+                f"to its examples at random ({n_shuffles} shuffles; mean [middle 95%]): "
+                + "; ".join(parts)
+                + ".",
+                "",
+            ]
+    return lines
 
 
 @dataclass

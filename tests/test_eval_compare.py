@@ -11,6 +11,7 @@ import pytest
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval.compare import compare_runs, load_scored_run, paired_difference
+from fincheck.tasks import get_task
 
 
 def qasem_examples(scores: list[float], gold: list[str]) -> list[dict]:
@@ -135,3 +136,74 @@ def test_compare_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     out.write_text(out.read_text() + "my edit\n")
     assert main(["compare", *runs, "--out", str(out)]) == 1
     assert out.read_text().endswith("my edit\n")
+
+
+def test_qasem_subsets_stand_in_the_table_and_are_paired_by_subset(tmp_path):
+    """Each subset's AUC (the paper's columns) is read from results.json and recomputed from
+    the scored examples of that subset alone for the paired difference."""
+    gold = ["Yes", "No"] * 20
+    first = qasem_examples([0.5] * 40, gold)
+    # cliff (first 20) ranked perfectly, factscore (last 20) inverted
+    other = qasem_examples([(0.9 if g == "Yes" else 0.1) for g in gold[:20]]
+                           + [(0.1 if g == "Yes" else 0.9) for g in gold[20:]], gold)  # fmt: skip
+    for ex in (*first, *other):
+        ex["subset"] = "cliff" if int(ex["id"][1:]) < 20 else "factscore"
+    assert paired_difference("qasem", first, other, "auc_cliff").delta == pytest.approx(0.5)
+    assert paired_difference("qasem", first, other, "auc_factscore").delta == pytest.approx(-0.5)
+    assert paired_difference("qasem", first, other, "auc").delta == pytest.approx(0.0)
+    for name, examples in (("a", first), ("b", other)):
+        _write_run(tmp_path / name, examples, 0.5)
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        results["tasks"]["qasem"]["cliff"] = {"auc": 0.75, "ci95": {"auc": [0.6, 0.9]}, "n": 20}
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    text, data = compare_runs([load_scored_run(tmp_path / n, n) for n in "ab"], n_resamples=50)
+    # a subset no run recorded gets no column
+    assert "| run | n | ROC-AUC | BAcc | CLIFF AUC | unreadable |" in text
+    assert "| b | 40 | 0.500 | 0.500 | 0.750 [0.600, 0.900] | 1 of 40 |" in text
+    assert data["tasks"]["qasem"]["runs"]["b"]["auc_cliff"] == 0.75
+
+
+def fhsumbench_examples(predicted: list[str], gold: list[str]) -> list[dict]:
+    return [{"id": f"s{i}", "gold": g, "predicted": p} for i, (g, p) in enumerate(zip(gold, predicted, strict=True))]  # fmt: skip
+
+
+def test_the_shuffle_floor_is_each_runs_own_answers_dealt_at_random():
+    """FHSumBench's macro-F rewards any spread of answers: beside each run stands the F of its
+    own answers shuffled across its examples. Answering the gold clears it; a spread that
+    ignores the input sits inside it."""
+    from fincheck.eval.compare import shuffle_floor
+
+    rng = random.Random(3)
+    labels = ["factual_hallu", "non_factual_hallu", "no_hallu"]
+    gold = [labels[i % 3] for i in range(90)]
+    right = fhsumbench_examples(gold, gold)
+    mean, band = shuffle_floor("fhsumbench", right, "f", n_shuffles=200)
+    assert 0.2 < mean < 0.45 and band.high < 1.0  # a perfect run: F 1.0, far above
+    # answers that ignore the input fall inside their band about 95% of the time
+    inside = 0
+    for _ in range(20):
+        blind = fhsumbench_examples([rng.choice(labels) for _ in gold], gold)
+        blind_f = get_task("fhsumbench").example_figures(blind)["f"]
+        _, band = shuffle_floor("fhsumbench", blind, "f", n_shuffles=200)
+        inside += band.low <= blind_f <= band.high
+    assert inside >= 16
+    assert shuffle_floor("fhsumbench", right[:10], "f") is None  # too few to say
+
+
+def test_compare_says_whether_each_run_clears_its_shuffle_floor(tmp_path):
+    gold = [["factual_hallu", "non_factual_hallu", "no_hallu"][i % 3] for i in range(60)]
+    runs = []
+    for name, predicted in (("constant", ["factual_hallu"] * 60), ("right", gold)):
+        path = tmp_path / name
+        (path / "scored").mkdir(parents=True)
+        examples = fhsumbench_examples(predicted, gold)
+        figures = get_task("fhsumbench").example_figures(examples)
+        results = {"tasks": {"fhsumbench": {**figures, "n": 60, "n_parse_failed": 0}}}
+        (path / "results.json").write_text(json.dumps(results))
+        (path / "scored" / "fhsumbench.jsonl").write_text("".join(json.dumps(e) + "\n" for e in examples))  # fmt: skip
+        runs.append(load_scored_run(path, name))
+    text, data = compare_runs(runs, n_resamples=100)
+    assert "Shuffle floor of F:" in text
+    assert "right 1.000 vs " in text and ": above" in text
+    assert "constant 0.167 vs 0.167 [0.167, 0.167]: within or below" in text
+    assert data["tasks"]["fhsumbench"]["runs"]["right"]["f_shuffle_floor"][2] < 1.0

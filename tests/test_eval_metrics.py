@@ -362,3 +362,15 @@ def test_examples_without_a_judge_are_left_out_and_counted_as_such():
     out = score_final(items, n_resamples=0)
     assert out["precision"] == 0.5 and out["recall"] == 1 / 5
     assert out["n_without_judge"] == 1 and out["n_tp_known"] == 2
+
+
+def test_fhsumbench_non_factual_bacc_hand_computed():
+    """Non-factual hallucination or not, balanced: an invalid answer is not 'non-factual'."""
+    gold = [NON_FACTUAL, NON_FACTUAL, FACTUAL, NO_HALLU]
+    pred = [NON_FACTUAL, INVALID, NON_FACTUAL, NO_HALLU]
+    out = score_fhsumbench(gold, pred, [False, True, False, False], n_resamples=0)
+    # recall of non-factual 1/2, of the others (factual, no_hallu) 1/2 -> 0.5
+    assert out["factuality_bacc"] == pytest.approx(0.5)
+    # faithful or not: no_hallu 1/1, the three hallucinations predicted not no_hallu 3/3 -> 1.0
+    assert out["faithfulness_bacc"] == pytest.approx(1.0)
+    assert "factuality_bacc" in out["ci95"]

@@ -206,6 +206,14 @@ class Task(ABC):
     # --- compare ---------------------------------------------------------------------------
 
     compare_metrics: tuple[tuple[str, str], ...] = ()  # (key of example_figures, label)
+    # Figures that reward a spread of answers whatever it says (macro averages over classes):
+    # `fincheck compare` puts beside each run the same figures with its answers shuffled
+    # across its examples, the floor a detector has to clear. Keys of example_figures.
+    shuffle_floor_metrics: tuple[str, ...] = ()
+
+    def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
+        """A `compare_metrics` figure and its CI as `score` recorded them in results.json."""
+        return figures.get(metric), (figures.get("ci95") or {}).get(metric)
 
     @abstractmethod
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:

@@ -186,7 +186,9 @@ class FhsumbenchTask(Task):
         ("precision", "macro P"),
         ("recall", "macro R"),
         ("faithfulness_bacc", "faithful BAcc (not in the paper)"),
+        ("factuality_bacc", "non-factual BAcc (not in the paper)"),
     )
+    shuffle_floor_metrics = ("f",)
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
         return fhsumbench_figures(
@@ -235,8 +237,9 @@ class FhsumbenchTask(Task):
             "lenient-parse row reads them more tolerantly and is not comparable with the papers.",
             "",
             f"Faithful or not (no_hallu vs either hallucination), balanced accuracy: "
-            f"{fmt_ci(f, 'faithfulness_bacc')}. A fincheck figure, not in the paper: the binary "
-            "question a faithfulness metric such as FIZZ answers.",
+            f"{fmt_ci(f, 'faithfulness_bacc')}; non-factual hallucination or not: "
+            f"{fmt_ci(f, 'factuality_bacc')}. fincheck figures, not in the paper: the first is "
+            "the binary question a faithfulness metric such as FIZZ answers.",
             "",
         ]
         return out

@@ -107,6 +107,11 @@ def fhsumbench_figures(gold: Sequence[str], pred: Sequence[str]) -> dict[str, fl
     figures["faithfulness_bacc"] = balanced_accuracy(
         [g == NO_HALLU for g in gold], [p == NO_HALLU for p in pred]
     )
+    # Not in the paper either: non-factual hallucination or not (the benchmark's second
+    # question, whether what the summary adds is wrong in the world), balanced the same way.
+    figures["factuality_bacc"] = balanced_accuracy(
+        [g == NON_FACTUAL for g in gold], [p == NON_FACTUAL for p in pred]
+    )
     return figures
 
 
@@ -136,7 +141,7 @@ def score_fhsumbench(
             bootstrap_cis(
                 lambda idx: fhsumbench_figures([gold[i] for i in idx], [pred[i] for i in idx]),
                 len(gold),
-                ("f", "precision", "recall", "faithfulness_bacc"),
+                ("f", "precision", "recall", "faithfulness_bacc", "factuality_bacc"),
                 n_resamples,
                 seed=seed,
             )

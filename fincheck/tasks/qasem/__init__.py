@@ -10,6 +10,7 @@ supported iff s >= 0.5; balanced accuracy and ROC-AUC of s per sub-dataset.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,8 @@ from fincheck.tasks.qasem.metrics import (
     support_score,
 )
 
+# the paper's names of the subsets' columns
+SUBSET_TITLES = {"cliff": "CLIFF", "factscore": "FActScore", "verifiability": "Generative Search"}
 _ORIGIN = "https://raw.githubusercontent.com/ariecattan/qasem_consistency/6a48e9dfa09ec310f52223284ebbffe281e72c18/data"
 _LICENSE = (
     "QASemConsistency (Cattan et al.); no license file in the repository at the pinned commit: "
@@ -172,11 +175,29 @@ class QasemTask(Task):
         figures = score_qasem(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
         return TaskScore(figures, examples)
 
-    compare_metrics = (("auc", "ROC-AUC"), ("bacc", "BAcc"))
+    # the pooled figures, then each subset's AUC (the paper's columns: "auc_cliff", ...)
+    compare_metrics = (
+        ("auc", "ROC-AUC"),
+        ("bacc", "BAcc"),
+        *((f"auc_{s}", f"{SUBSET_TITLES[s]} AUC") for s in SUBSETS),
+    )
+
+    def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
+        subset = next((s for s in SUBSETS if metric == f"auc_{s}"), None)
+        section = figures.get(subset or "overall") or {}
+        metric = "auc" if subset else metric
+        return section.get(metric), (section.get("ci95") or {}).get(metric)
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
-        # score_qasem's pooled figures: the subset plays no part, predicted is score >= THRESHOLD
-        return qasem_figures([QasemItem("", ex["gold"] == "Yes", ex["score"]) for ex in examples])
+        # score_qasem's figures: pooled, and each subset's AUC; predicted is score >= THRESHOLD
+        def items(group: Sequence[dict]) -> list[QasemItem]:
+            return [QasemItem("", ex["gold"] == "Yes", ex["score"]) for ex in group]
+
+        figures = qasem_figures(items(examples))
+        for subset in SUBSETS:
+            group = [ex for ex in examples if ex.get("subset") == subset]
+            figures[f"auc_{subset}"] = qasem_figures(items(group))["auc"] if group else math.nan
+        return figures
 
     def unreadable_outputs(self, figures: dict) -> tuple[int, int, str]:
         overall = figures["overall"]
