@@ -4,6 +4,7 @@ complete checkpoint, a full disk is named, and pickled state that would run code
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from fincheck.train.checkpoints import (
     mark_complete,
     out_of_space_message,
     rotate_checkpoints,
+    weights_only_loads,
 )
 
 
@@ -189,3 +191,58 @@ def test_the_sweep_leaves_links_alone_and_does_not_stop_training(tmp_path):
     assert host_memory.sweep_stale_allreduce_buffers(shm=shm) == [f"{prefix}3_0"]
     assert sorted(p.name for p in shm.iterdir()) == [f"{prefix}1_0", f"{prefix}2_0"]
     assert target.read_bytes() == b"keep"
+
+
+def test_a_name_reached_through_an_allowed_module_is_refused(tmp_path):
+    """The allow-list holds exact names: a global spelled through an allowed module's attributes
+    (numpy.dtypes._add_dtype_helper.__builtins__.get) is not one of them."""
+    checkpoint = make_checkpoint(tmp_path / "run", 8)
+    state = checkpoint / "global_step8"
+    state.mkdir()
+    path = state / "mp_rank_00_model_states.pt"
+    torch.save({"module": {"w": torch.ones(2)}}, path)
+    check_state_files(checkpoint)
+
+    # the same zip with data.pkl replaced: STACK_GLOBAL of a dotted name, called
+    # GLOBAL of a dotted name (protocol 4 resolves it attribute by attribute: builtins' get),
+    # called with "eval": what the next REDUCE would run code with
+    eval_name = b"X" + len(b"eval").to_bytes(4, "little") + b"eval"
+    payload = b"\x80\x04cnumpy.dtypes\n_add_dtype_helper.__builtins__.get\n" + eval_name + b"\x85R."
+    rewrite_pickle(path, payload)
+    with pytest.raises(FincheckError, match=r"would run code .*numpy\.dtypes\._add_dtype_helper"):
+        check_state_files(checkpoint)
+    with weights_only_loads(), pytest.raises(pickle.UnpicklingError):  # and it never loads
+        torch.load(path, weights_only=False)
+
+
+def rewrite_pickle(path: Path, payload: bytes) -> None:
+    """Replace the pickle inside a torch zip checkpoint, keeping its layout."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    name = next(n for n in members if n.endswith("/data.pkl"))
+    members[name] = payload
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+
+
+def test_resume_loads_are_weights_only_with_the_exact_globals(tmp_path):
+    """What DeepSpeed loads with full unpickling goes through the weights-only unpickler in the
+    training block: its own records load, a crafted file fails to load and runs nothing."""
+    import numpy as np
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    good = tmp_path / "good.pt"
+    torch.save({"stage": ZeroStageEnum.gradients, "rng": np.arange(3), "s": np.float64(1.5)}, good)
+    marker = tmp_path / "ran"
+    bad = tmp_path / "bad.pt"
+    torch.save({"module": RunsCode(marker)}, bad)
+    with weights_only_loads():
+        loaded = torch.load(good, weights_only=False)  # DeepSpeed's spelling
+        assert loaded["stage"] == ZeroStageEnum.gradients and loaded["rng"].tolist() == [0, 1, 2]
+        with pytest.raises(pickle.UnpicklingError):
+            torch.load(bad, weights_only=False)
+    assert not marker.exists()
+    assert torch.load.__name__ == "load"  # restored

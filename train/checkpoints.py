@@ -8,11 +8,13 @@ is never picked by `auto`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,22 +159,76 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
     return path
 
 
-# What DeepSpeed's and the Trainer's own state files pickle besides tensors (torch's weights-only
-# loader already accepts tensors, dicts, lists and numbers): nothing here runs code when loaded.
-ALLOWED_PICKLE_GLOBALS = frozenset(
-    {
-        "deepspeed.utils.tensor_fragment.fragment_address",
-        "deepspeed.runtime.zero.config.ZeroStageEnum",
-        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
-        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
-        "numpy._core.multiarray._reconstruct",
-        "numpy.core.multiarray._reconstruct",
-        "numpy._core.multiarray.scalar",
-        "numpy.core.multiarray.scalar",
-        "numpy.dtype",
-        "numpy.ndarray",
-    }
+# What DeepSpeed's and the Trainer's own state files pickle besides tensors, dicts, lists and
+# numbers (which torch's weights-only unpickler takes by itself): records and enums of
+# DeepSpeed's, numpy arrays and scalars (RNG states) and numpy's dtype classes, by exact name.
+# Nothing here runs code when loaded; anything else, a name reached through one of these
+# (`numpy.dtypes._add_dtype_helper.__builtins__.get`) included, is refused.
+DEEPSPEED_PICKLE_GLOBALS = (
+    "deepspeed.utils.tensor_fragment.fragment_address",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
 )
+NUMPY_PICKLE_GLOBALS = (
+    "_core.multiarray._reconstruct",
+    "_core.multiarray.scalar",
+    "dtype",
+    "ndarray",
+)
+# numpy's dtype classes, numbers, booleans and strings (not ObjectDType: an object array would
+# unpickle whatever its elements name)
+NUMPY_DTYPES = (
+    "Bool", "Byte", "Bytes", "CLongDouble", "Complex128", "Complex64", "DateTime64", "Float16",
+    "Float32", "Float64", "Int16", "Int32", "Int64", "Int8", "Int", "Long", "LongDouble",
+    "LongLong", "Short", "Str", "TimeDelta64", "UByte", "UInt16", "UInt32", "UInt64", "UInt8",
+    "UInt", "ULong", "ULongLong", "UShort",
+)  # fmt: skip
+
+
+def safe_pickle_globals() -> list[tuple[Any, str]]:
+    """The allowed globals as (object, the name a pickle spells it with): what torch's
+    weights-only unpickler is given on resume (`weights_only_loads`), and, by name, what
+    `check_state_files` accepts. numpy 2 pickles say numpy._core, numpy 1's said numpy.core."""
+    import importlib
+
+    import numpy
+
+    def resolve(dotted: str) -> Any:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    found = [(resolve(name), name) for name in DEEPSPEED_PICKLE_GLOBALS]
+    for name in NUMPY_PICKLE_GLOBALS:
+        obj = resolve(f"numpy.{name}")
+        found += [(obj, f"numpy.{name}"), (obj, f"numpy.{name.removeprefix('_')}")]
+    found += [(getattr(numpy.dtypes, f"{d}DType"), f"numpy.dtypes.{d}DType") for d in NUMPY_DTYPES]
+    return list(dict.fromkeys(found))
+
+
+@contextlib.contextmanager
+def weights_only_loads() -> Iterator[None]:
+    """Every `torch.load` in the block goes through torch's weights-only unpickler with the exact
+    globals of `safe_pickle_globals`: DeepSpeed asks for full unpickling of its state files
+    (`weights_only=False`), which would run whatever a crafted file names. transformers' own
+    loads are weights-only already."""
+    import torch
+
+    original = torch.load
+    allowed = safe_pickle_globals()
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        with torch.serialization.safe_globals(allowed):
+            return original(*args, **kwargs)
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
+
+
 STATE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl")
 NOT_LOADED_ON_RESUME = ("training_args.bin",)  # written for reference; resume never reads it
 
@@ -222,11 +278,8 @@ def check_state_files(checkpoint: Path) -> None:
                 f"checkpoint file that can be checked ({type(error).__name__}); it was not "
                 "written by this trainer. Resume from another checkpoint or start a new run."
             ) from error
-        unsafe = sorted(
-            g
-            for g in needed
-            if g not in ALLOWED_PICKLE_GLOBALS and not g.startswith("numpy.dtypes.")
-        )
+        allowed = {name for _, name in safe_pickle_globals()}
+        unsafe = sorted(g for g in needed if g not in allowed)
         if unsafe:
             raise FincheckError(
                 f"cannot resume from {checkpoint}: {path.relative_to(checkpoint)} would run code "

@@ -345,7 +345,7 @@ def train_and_save(r: Run) -> int:
             log.info("resuming from %s", r.resume_from)
         elif recipe.resume_from_checkpoint == "auto":
             log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    with full_disk_as_one_line(r.output_dir, trainer):
+    with full_disk_as_one_line(r.output_dir, trainer), checkpoints.weights_only_loads():
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
