@@ -9,7 +9,9 @@ Evaluation numbers come from `results.json` (written by `fincheck score`), flatt
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,53 @@ from fincheck.runs import RunArtifacts
 from fincheck.tasks import all_tasks, get_task, task_names
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
+REVISION = re.compile(r"[\w.\-/]{1,200}")  # a commit hash or a branch name
+
+
+# ------------------------------------------------------------------ values are data, not code
+# Every value that reaches the card is either checked against its grammar (a hub repo id, a
+# revision) or escaped for the place it lands (prose, a code span, a fenced block): nothing
+# read from a run folder or a flag is spliced into the card's markdown or its code.
+
+
+def hub_repo_id(value: str, what: str) -> str:
+    """`value` if it is a hub repo id (ORG/NAME: letters, digits, '-', '_', '.'), else a
+    one-line error naming `what` (the flag or file it came from)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if not isinstance(value, str) or value.count("/") != 1:
+            raise HFValidationError("expected exactly one '/'")
+        validate_repo_id(value)
+    except HFValidationError as error:
+        reason = " ".join(str(error).split())
+        raise FincheckError(
+            f"{what} {value!r} is not a valid hub repo id (ORG/NAME or USER/NAME; letters, "
+            f"digits, '-', '_', '.'): {reason}"
+        ) from None
+    return value
+
+
+def code_fence(text: str) -> str:
+    """A backtick fence longer than any backtick run inside `text`, so the text cannot close
+    the block it is shown in."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def code_span(value: Any) -> str:
+    """`value` as inline code that nothing inside it can end (one line)."""
+    text = " ".join(str(value).split())
+    ticks = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def prose(value: Any) -> str:
+    """Free text (a base's origin) as inert markdown: one line, HTML escaped, markdown's
+    punctuation backslash-escaped."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+!|~])", r"\\\1", text)
 
 
 @dataclass(frozen=True)
@@ -100,9 +149,17 @@ def published_base(run: RunArtifacts, base_model_id: str | None = None) -> Publi
     run's random-init base, shipped; any other local base stops with what to do."""
     origin = str(run.metadata.get("base_origin") or "")
     if base_model_id:
+        hub_repo_id(base_model_id, "--base-model-id")
         return PublishedBase(base_model_id, None, None, origin or "named at publish time")
     if run.hub_base_id:
-        return PublishedBase(run.hub_base_id, run.base_revision, None, origin or "Hugging Face Hub")
+        hub_repo_id(run.hub_base_id, f"the base recorded in {run.path}")
+        revision = run.base_revision
+        if revision is not None and not REVISION.fullmatch(str(revision)):
+            raise FincheckError(
+                f"the base revision recorded in {run.path} is not a commit or branch name: "
+                f"{str(revision)[:80]!r}"
+            )
+        return PublishedBase(run.hub_base_id, revision, None, origin or "Hugging Face Hub")
     if run.local_base is not None:
         return PublishedBase(None, None, run.local_base, origin or "random-init base of the run")
     raise FincheckError(
@@ -189,10 +246,22 @@ def render_card(
     revision = f" at revision `{published.revision}`" if published.revision else ""
     lora = run.adapter_config
     lora_text = (
-        f" (r={lora.get('r')}, alpha={lora.get('lora_alpha')}, dropout={lora.get('lora_dropout')}, "
-        f"targets={_targets(lora.get('target_modules'))})"
+        f" (r={code_span(lora.get('r'))}, alpha={code_span(lora.get('lora_alpha'))}, "
+        f"dropout={code_span(lora.get('lora_dropout'))}, "
+        f"targets={_targets(lora.get('target_modules'))}"
+        + (
+            f", layers={code_span(lora['layers_to_transform'])}"
+            if lora.get("layers_to_transform")
+            else ""
+        )
+        + ")"
         if lora.get("r")
         else ""
+    )
+    recipe_yaml = (
+        yaml.safe_dump(public_recipe(run.recipe, published.hub_id), sort_keys=False)
+        if run.recipe
+        else "# not recorded\n"
     )
     context = {
         "metadata_yaml": yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True),
@@ -201,24 +270,23 @@ def render_card(
         "base_description": f"[{base}](https://huggingface.co/{base}){revision}"
         if base
         else "a small randomly initialised base model shipped with the adapter (folder `base/`)",
-        "base_origin": published.origin,
+        "base_origin": prose(published.origin),
         "base_comment": f"# base: {base} (pass base=... to use a local copy)\n"
         if base
         else "# base: the random-init base shipped in this repo, found automatically\n",
-        "tasks_text": ", ".join(run.tasks) if run.tasks else "not recorded",
+        "tasks_text": ", ".join(map(code_span, run.tasks)) if run.tasks else "not recorded",
         "lora_text": lora_text,
-        "fingerprint": run.data_fingerprint or "not recorded",
+        "fingerprint": code_span(run.data_fingerprint or "not recorded"),
         "vllm_base": base,
         "vllm_lora_rank": vllm_lora_rank(lora.get("r")),
         "run_fingerprints": {
-            k: run.metadata[k]
+            k: code_span(run.metadata[k])
             for k in ("base_fingerprint", "recipe_fingerprint")
             if run.metadata.get(k)
         },
-        "prompt_hashes": run.prompt_hashes,
-        "recipe_yaml": yaml.safe_dump(public_recipe(run.recipe, published.hub_id), sort_keys=False)
-        if run.recipe
-        else "# not recorded\n",
+        "prompt_hashes": {code_span(t): code_span(d) for t, d in run.prompt_hashes.items()},
+        "recipe_yaml": recipe_yaml,
+        "recipe_fence": code_fence(recipe_yaml),
         "result_rows": [_result_row(row) for row in rows],
         "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
         "data_origins": [data_origin(t) for t in (run.tasks or list(all_tasks()))],
@@ -247,8 +315,8 @@ def vllm_lora_rank(rank: Any) -> int:
 
 def _targets(modules: Any) -> str:
     if isinstance(modules, (list, tuple, set)):
-        return ", ".join(sorted(modules))
-    return str(modules)
+        return ", ".join(code_span(m) for m in sorted(map(str, modules)))
+    return code_span(modules)
 
 
 def _anchor_text(task: str, subset: str | None, metric: str) -> str:

@@ -45,6 +45,7 @@ from fincheck.runs import (
 from fincheck.secrets import secret_places
 from fincheck.serve.card import (
     PublishedBase,
+    hub_repo_id,
     public_recipe,
     published_base,
     read_results,
@@ -293,20 +294,8 @@ def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None
 
 
 def check_repo_id(repo_id: str) -> None:
-    """ORG/NAME as the hub accepts it (letters, digits, '-', '_', '.'; no spaces), checked before
-    anything is built or uploaded."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        if repo_id.count("/") != 1:
-            raise HFValidationError("expected exactly one '/'")
-        validate_repo_id(repo_id)
-    except HFValidationError as error:
-        reason = " ".join(str(error).split())
-        raise FincheckError(
-            f"--repo-id {repo_id!r} is not a valid hub repo id (ORG/NAME or USER/NAME; letters, "
-            f"digits, '-', '_', '.'): {reason}"
-        ) from None
+    """ORG/NAME as the hub accepts it, checked before anything is built or uploaded."""
+    hub_repo_id(repo_id, "--repo-id")
 
 
 def is_managed_path(path: str) -> bool:

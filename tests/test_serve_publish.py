@@ -620,3 +620,31 @@ def test_a_run_whose_recorded_recipe_holds_a_secret_is_not_published(run_dir, tm
         publish(run, "me/tiny", dry_run=tmp_path / "repo")
     assert SENTINEL not in str(error.value)
     assert not (tmp_path / "repo").exists()
+
+
+def test_card_values_are_data_never_markup_or_code(run_dir: Path):
+    """Whatever a run folder or a flag holds reaches the card checked against its grammar (a hub
+    id) or escaped for where it lands: a fenced block it cannot close, a code span, prose."""
+    from fincheck.runs import load_run
+    from fincheck.serve.card import published_base
+
+    injected = "Qwen/Qwen2.5-0.5B\nimport os; os.system('touch /tmp/x')\n#"
+    with pytest.raises(FincheckError, match="--base-model-id .* is not a valid hub repo id"):
+        published_base(load_run(run_dir), injected)
+    run = load_run(run_dir)
+    run.local_base = None
+    run.metadata = {**run.metadata, "base_model_id": injected}  # a tampered run record
+    with pytest.raises(FincheckError, match="is not a valid hub repo id"):
+        render_card(run, "me/x")
+
+    run = load_run(run_dir)
+    fence_break = "x\n```\n</details><script>alert(1)</script>\n```"
+    run.recipe = {**run.recipe, "run_name": fence_break}
+    run.adapter_config = {**run.adapter_config, "target_modules": ["q_proj", "<img src=x onerror=alert(1)>"]}  # fmt: skip
+    run.metadata = {**run.metadata, "base_origin": "<b>mine</b> [link](http://x)"}
+    card = render_card(run, "me/x")
+    fence = "````"  # one longer than the value's own backtick runs
+    block = card[card.index(f"{fence}yaml\n") : card.index(f"{fence}\n\n</details>")]
+    assert "<script>" in block and card.count("<script>") == 1  # only inside the block
+    assert "`<img src=x onerror=alert(1)>`" in card and "<img" not in card.replace("`<img", "")
+    assert "&lt;b&gt;mine&lt;/b&gt; \\[link\\]\\(http://x\\)" in card
