@@ -50,6 +50,7 @@ from fincheck.loading import load_model, load_prompt_fitter
 from fincheck.pairs import Pair, Prediction
 from fincheck.prepared import read_manifest
 from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256
+from fincheck.secrets import public_url
 from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
@@ -244,7 +245,7 @@ class EndpointBackend:
 
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:
-        return {"base_url": opts.base_url, "tokenizer": path_identity(opts.tokenizer)}
+        return {"base_url": public_url(opts.base_url), "tokenizer": path_identity(opts.tokenizer)}
 
     def loaded(self) -> dict[str, Any]:
         fitter = self.fitter

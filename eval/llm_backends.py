@@ -31,6 +31,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
 from fincheck.inference import PromptDoesNotFit, one_line
 from fincheck.loading import load_model
+from fincheck.secrets import public_url
 from fincheck.shared_prefix import answer_in_order
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -101,7 +102,7 @@ class OpenAIChatClient:
         self.identity = {
             "backend": "openai",
             "model": model,
-            "base_url": str(self._client.base_url),
+            "base_url": public_url(str(self._client.base_url)),
         }
         self.model = model
         self._where = f"{caller.name} {self.identity['base_url']}"  # its messages' subject

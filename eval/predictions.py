@@ -21,6 +21,7 @@ from typing import Any
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_json_object
 from fincheck.pairs import CUT_KINDS, Pair, Prediction
+from fincheck.secrets import redact
 from fincheck.tasks import task_names
 
 EVAL_CONFIG = "eval_config.json"
@@ -146,7 +147,7 @@ class PredictionWriter:
 def _write_json(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(redact(json.dumps(record, indent=2)) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 

@@ -22,6 +22,7 @@ from fincheck.eval.predictions import (
 from fincheck.eval.report import render_report
 from fincheck.jsonl import strict_json
 from fincheck.prepared import read_manifest, read_split, split_path
+from fincheck.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
 
@@ -85,10 +86,11 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "results.json").write_text(
-        json.dumps(strict_json(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        redact(json.dumps(strict_json(results), indent=2, ensure_ascii=False)) + "\n",
+        encoding="utf-8",
     )
     (opts.out_dir / "report.md").write_text(
-        render_report(results, plot_paths, examples), encoding="utf-8"
+        redact(render_report(results, plot_paths, examples)), encoding="utf-8"
     )
     return results, judge["errors"]
 

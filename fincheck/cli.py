@@ -20,6 +20,7 @@ import yaml
 from fincheck import __version__
 from fincheck.config import close_flags
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
+from fincheck.secrets import redact
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except FincheckError as e:
         if args.debug:
             raise
-        print(f"fincheck {args.command}: error: {e}", file=sys.stderr)
+        print(f"fincheck {args.command}: error: {redact(str(e))}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as e:
         if args.debug:
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         what = {UnicodeDecodeError: "UTF-8 text", json.JSONDecodeError: "JSON"}.get(type(e), "YAML")
         print(
             f"fincheck {args.command}: error: a file is damaged or not {what} "
-            f"({' '.join(str(e).split())}); "
+            f"({redact(' '.join(str(e).split()))}); "
             "--debug shows which",
             file=sys.stderr,
         )
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         ):
             raise  # no path to name (a socket, a library's own): the traceback says more
         line = os_error_line(os_error, args.command)
-        print(f"fincheck {args.command}: error: {line}", file=sys.stderr)
+        print(f"fincheck {args.command}: error: {redact(line)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"fincheck {args.command}: interrupted", file=sys.stderr)

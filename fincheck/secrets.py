@@ -1,4 +1,5 @@
-"""Secrets in a recipe or a run's records, found by their place and never echoed.
+"""Secrets in a recipe or a run's records, found by their place and never echoed; and the one
+filter (`redact`) for what fincheck writes, uploads or prints of values it did not make.
 
 A recipe is copied into recipe.yaml, every checkpoint's training_args.bin, the wandb config and
 a published model's card: training refuses one that holds a secret, and publish refuses a run
@@ -15,7 +16,21 @@ from typing import Any
 SECRET_KEY = re.compile(
     r"(?:^|_)(?:token|secret|password|passwd|api_?key|credentials?)$", re.IGNORECASE
 )
-SECRET_VALUE = re.compile(r"^(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,})$")
+# The shapes of hub, API and code-host tokens, searched anywhere inside a value
+# (`--run_name=exp-hf_...`, `me/x:hf_...`), in whatever fincheck writes, uploads or prints.
+TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})"
+)
+# Credentials a URL carries: user:password@ before the host, and keys in its query string.
+# (the scheme's slashes may have been normalised away: a URL passed where a path was expected)
+URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s@]+@", re.IGNORECASE)
+URL_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;](?:api[_-]?key|key|token|access[_-]?token|auth|password|secret|sig|"
+    r"signature|code)=)[^&#;\s]*",
+    re.IGNORECASE,
+)
+REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
                              "cls_token", "mask_token"})  # fmt: skip
@@ -39,4 +54,22 @@ def secret_places(value: Any, where: str = "") -> list[str]:
         return found
     if isinstance(value, (list, tuple)):
         return [p for i, v in enumerate(value) for p in secret_places(v, f"{where}[{i}]")]
-    return [where] if isinstance(value, str) and SECRET_VALUE.match(value.strip()) else []
+    return [where] if isinstance(value, str) and has_secret(value) else []
+
+
+def has_secret(text: str) -> bool:
+    """A token shape or URL credentials anywhere in `text`."""
+    return redact(text) != text
+
+
+def redact(text: str) -> str:
+    """`text` with every token shape and every URL's credentials replaced by <redacted>: what
+    fincheck writes to a file, uploads or prints of a value it did not make."""
+    text = TOKEN.sub(REDACTED, text)
+    text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    return URL_SECRET_QUERY.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
+
+
+def public_url(url: str | None) -> str | None:
+    """An endpoint URL as it may be recorded and shown: without its credentials."""
+    return None if url is None else redact(str(url))

@@ -40,7 +40,6 @@ memory variants side by side on batches shaped like the data (bench.train_varian
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from bench import train_layouts, train_levers, train_variants
@@ -67,14 +66,12 @@ BENCH = ModelDispatch(
         run_train_layouts,
         lambda r: (format_layouts_report(r), True),
     ),
-)
-
-
-LEVERS = Bench(
-    train_levers.LeverSettings,
-    train_levers.__doc__,
-    train_levers.run_train_levers,
-    lambda r: (train_levers.format_levers_report(r), all(x.status == "ok" for x in r.results)),
+    recipe=Bench(
+        train_levers.LeverSettings,
+        train_levers.__doc__,
+        train_levers.run_train_levers,
+        lambda r: (train_levers.format_levers_report(r), all(x.status == "ok" for x in r.results)),
+    ),
 )
 
 
@@ -83,10 +80,6 @@ def build_parser() -> ModelDispatch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--recipe")
-    if probe.parse_known_args(argv)[0].recipe:
-        return LEVERS.main("bench_train.py", __doc__, argv)
     return BENCH.main(argv)
 
 

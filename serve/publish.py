@@ -42,7 +42,7 @@ from fincheck.runs import (
     adapter_sha256,
     load_run,
 )
-from fincheck.secrets import secret_places
+from fincheck.secrets import has_secret, secret_places
 from fincheck.serve.card import (
     PublishedBase,
     hub_repo_id,
@@ -163,7 +163,25 @@ def _write_upload_files(
     (out_dir / "README.md").write_text(
         render_card(run, repo_id, results, license, base), encoding="utf-8"
     )
-    return sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+    files = sorted(p for p in out_dir.rglob("*") if p.is_file())
+    check_upload_holds_no_secret(out_dir, files)
+    return [p.relative_to(out_dir).as_posix() for p in files]
+
+
+def check_upload_holds_no_secret(out_dir: Path, files: list[Path]) -> None:
+    """The upload boundary: no file about to go up (the adapter's config, tokenizer files, the
+    run's records, the card) holds a token shape or URL credentials anywhere in it. Named by
+    file, never echoed."""
+    for path in files:
+        if path.suffix == ".safetensors":
+            continue  # weights (their header is checked by check_safetensors)
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        if has_secret(text):
+            raise FincheckError(
+                f"{path.relative_to(out_dir)} of the upload holds a secret (a token or URL "
+                "credentials) that publishing would make public; remove it from the run's files "
+                "(and revoke it) before publishing"
+            )
 
 
 def copy_regular_file(source: Path, target: Path, root: Path) -> None:

@@ -629,7 +629,7 @@ def test_card_values_are_data_never_markup_or_code(run_dir: Path):
     from fincheck.serve.card import published_base
 
     injected = "Qwen/Qwen2.5-0.5B\nimport os; os.system('touch /tmp/x')\n#"
-    with pytest.raises(FincheckError, match="--base-model-id .* is not a valid hub repo id"):
+    with pytest.raises(FincheckError, match=r"--base-model-id .* is not a valid hub repo id"):
         published_base(load_run(run_dir), injected)
     run = load_run(run_dir)
     run.local_base = None
@@ -648,3 +648,37 @@ def test_card_values_are_data_never_markup_or_code(run_dir: Path):
     assert "<script>" in block and card.count("<script>") == 1  # only inside the block
     assert "`<img src=x onerror=alert(1)>`" in card and "<img" not in card.replace("`<img", "")
     assert "&lt;b&gt;mine&lt;/b&gt; \\[link\\]\\(http://x\\)" in card
+
+
+def test_a_token_anywhere_in_an_uploaded_file_is_refused_unechoed(run_dir: Path, tmp_path):
+    """The upload boundary reads every file that would go up, not two records: a token inside
+    adapter_config.json (a value a user pasted), in any shape, stops the publish."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    config = json.loads((copy / "adapter_config.json").read_text())
+    config["revision"] = "main-ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    (copy / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        FincheckError, match=r"adapter_config\.json of the upload holds a secret"
+    ) as e:
+        publish(copy, "me/tiny", dry_run=tmp_path / "dry")
+    assert "ghp_" not in str(e.value)
+
+
+def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, capsys):
+    from fincheck.eval.predictions import _write_json
+    from fincheck.secrets import has_secret, public_url, redact
+
+    url = "http://user:p4ss@127.0.0.1:9/v1?api_key=k3y&model=x"
+    assert public_url(url) == "http://<redacted>@127.0.0.1:9/v1?api_key=<redacted>&model=x"
+    assert redact("run exp-hf_abcdefghijklmnopqrstuvwx done") == "run exp-<redacted> done"
+    assert not has_secret("mask-qwen2-5-0-5b-cpu-long-run-name and sha 0123456789abcdef")
+    _write_json(tmp_path / "eval_config.json", {"base_url": url, "model": "me/x:hf_abcdefghijklmnopqrstuvwx"})  # fmt: skip
+    written = (tmp_path / "eval_config.json").read_text()
+    assert "p4ss" not in written and "k3y" not in written and "hf_abc" not in written
+    # an error line names the URL without its credentials
+    assert main(["compare", url, str(tmp_path), "--bootstrap", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "127.0.0.1" in err and "p4ss" not in err and "k3y" not in err

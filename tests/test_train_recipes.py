@@ -283,6 +283,11 @@ def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said,
         ("model_init_kwargs: {token: abc123}\n", "model_init_kwargs.token"),
         ("model_init_kwargs: {revision: main}\nhub_model_id: hf_abcdefghijklmnopqrstuvwx\n",
          "hub_model_id"),
+        # inside a value, and other token shapes
+        ("run_name: exp-hf_abcdefghijklmnopqrstuvwx\n", "run_name"),
+        ("hub_model_id: me/x:hf_abcdefghijklmnopqrstuvwx\n", "hub_model_id"),
+        ("run_name: ghp_abcdefghijklmnopqrstuvwxyz0123456789\n", "run_name"),
+        ("report_to: [wandb]\nrun_name: see https://me:abc123@example.org/x\n", "run_name"),
     ],
 )  # fmt: skip
 def test_a_token_anywhere_in_a_recipe_is_refused_without_echoing_it(yaml_text, place, tmp_path):

@@ -38,6 +38,7 @@ from fincheck.loading import resolve_model
 from fincheck.out_lock import claim_out_dir
 from fincheck.prepared import read_manifest, require_prepared_dir
 from fincheck.runs import RUN_METADATA, relative_base
+from fincheck.secrets import redact
 from fincheck.tasks import prompt_hashes
 from fincheck.train import checkpoints, model
 from fincheck.train.recipe import (
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return train_and_save(build_trainer(load_training_recipe(config, rest)))
     except FincheckError as e:
-        print(f"train/sft.py: error: {e}", file=sys.stderr)
+        print(f"train/sft.py: error: {redact(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -74,7 +74,7 @@ class Bench:
 
 @dataclass(frozen=True)
 class ModelDispatch:
-    """Two benchmarks behind one script, picked by --model: an architecture
+    """Benchmarks behind one script: a recipe's (--recipe), or two picked by --model: an architecture
     (configs/models/<name>.json, random-init weights) or a real model (a name, folder, or
     'tiny-random'); an architecture with --layouts goes to the real-model bench, which then
     trains random-init weights of it on real pairs. Each has its own options."""
@@ -83,14 +83,19 @@ class ModelDispatch:
     doc: str
     architecture: Bench
     model: Bench
+    recipe: Bench | None = None  # picked by --recipe: a training recipe's own levers
 
     def bench_for(self, argv: list[str] | None) -> Bench:
-        """The real-model bench for a real model, and for an architecture given with
-        `--layouts` (its random-init weights trained on real pairs); else the architecture's."""
+        """The recipe's bench for --recipe; the real-model bench for a real model, and for an
+        architecture given with `--layouts` (its random-init weights trained on real pairs);
+        else the architecture's."""
         probe = argparse.ArgumentParser(add_help=False)
         probe.add_argument("--model", default=self.architecture.settings.model)
         probe.add_argument("--layouts")
+        probe.add_argument("--recipe")
         known = probe.parse_known_args(argv)[0]
+        if known.recipe and self.recipe is not None:
+            return self.recipe
         if not is_architecture(known.model) or known.layouts:
             return self.model
         return self.architecture
