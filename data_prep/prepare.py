@@ -20,7 +20,7 @@ from fincheck import __version__
 from fincheck.config import config_field, config_to_dict
 from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.errors import FincheckError
-from fincheck.out_lock import claim_out_dir
+from fincheck.out_lock import LOCK_FILE, hold_out_dir
 from fincheck.pairs import SPLITS, Pair, write_pairs
 from fincheck.prepared import files_fingerprint
 from fincheck.raw_records import RecordStream
@@ -180,17 +180,18 @@ def run_prepare(
     sources = [source for task in config.tasks for source in get_task(task).sources(config)]
     user_files = [source.path for source in sources if isinstance(source, UserFile)]
     refuse_overlap(out_dir, [sources_dir, *user_files])
-    claim_out_dir(out_dir, "--out", ("manifest.json", "manifest.json.tmp", *task_names()))
-    clock = Stopwatch()
-    files: dict[str, Path] = {}  # source name -> verified local file
-    inputs: dict[str, dict[str, Any]] = {}  # source name -> manifest entry
-    for source in sources:
-        files[source.name], inputs[source.name] = resolve_input(source, data_dir, cache_dir)
-    # every input file as resolved (a data folder whose task folder links into --out passes the
-    # check of the folders above, and its files would be overwritten)
-    refuse_overlap(out_dir, list(files.values()))
-    clock.stage("resolve sources")
-    return prepare_from_files(config, files, inputs, out_dir, progress, log, clock)
+    own = (LOCK_FILE, "manifest.json", "manifest.json.tmp", *task_names())
+    with hold_out_dir(out_dir, "fincheck prepare", "prepare", own):
+        clock = Stopwatch()
+        files: dict[str, Path] = {}  # source name -> verified local file
+        inputs: dict[str, dict[str, Any]] = {}  # source name -> manifest entry
+        for source in sources:
+            files[source.name], inputs[source.name] = resolve_input(source, data_dir, cache_dir)
+        # every input file as resolved (a data folder whose task folder links into --out passes
+        # the check of the folders above, and its files would be overwritten)
+        refuse_overlap(out_dir, list(files.values()))
+        clock.stage("resolve sources")
+        return prepare_from_files(config, files, inputs, out_dir, progress, log, clock)
 
 
 def prepare_from_files(

@@ -11,7 +11,7 @@ from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError, UsageError
 from fincheck.eval.baselines.registry import ASKS_NO_LLM
 from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
-from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir, hold_out_dir
+from fincheck.out_lock import hold_out_dir
 from fincheck.tasks import get_task
 
 EVAL_EXAMPLES = """examples:
@@ -188,9 +188,9 @@ def score_command(args: argparse.Namespace) -> int:
     from fincheck.eval.score import run_score
 
     opts = read_options(ScoreOptions, args)
-    claim_out_dir(opts.out_dir, "--out", EVAL_OUTPUTS)
-    opts.judge = build_judge(opts)
-    results, _ = run_score(opts)
+    with hold_out_dir(opts.out_dir, "fincheck score"):  # eval's folder, or a new one
+        opts.judge = build_judge(opts)
+        results, _ = run_score(opts)
     for task, figures in results["tasks"].items():
         print(f"{task}: {get_task(task).headline_text(figures)}")
     print(f"report: {opts.out_dir / 'report.md'}")

@@ -11,6 +11,8 @@ measured max |diff| 0.009 on logits within +-0.6, tested at atol 0.05.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,17 +37,28 @@ def merge_adapter(
     if dtype == "auto":
         raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FincheckError(f"{out}: folder is not empty; pick a new --out folder")
-    made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)  # a folder that cannot be written says so now,
-    try:  # not after the merge
-        tempfile.TemporaryFile(dir=out).close()
-        return _merge_into(out, adapter, dtype, base, trust_remote_code)
-    except BaseException:
-        if made and not any(out.iterdir()):
-            out.rmdir()  # nothing written: no empty folder left behind
-        raise
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise FincheckError(f"{out}: not empty (or not a folder); pick a new --out folder")
+    # Written into a new folder beside `out`, renamed into place once complete: a full disk or
+    # a kill leaves no half-merged `out` (a rerun just works), and two merges into one `out`
+    # cannot mix (the second rename finds `out` taken and says so).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    try:
+        summary = _merge_into(staging, adapter, dtype, base, trust_remote_code)
+        try:
+            if out.is_dir() and not out.is_symlink():
+                out.rmdir()  # empty (checked above); a merge that got there first fills it
+            os.rename(staging, out)
+        except OSError as e:
+            raise FincheckError(
+                f"{out}: another merge wrote it meanwhile ({e.strerror}); nothing of this merge "
+                "was kept"
+            ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary["out"] = str(out)
+    return summary
 
 
 def _merge_into(
@@ -66,7 +79,7 @@ def _merge_into(
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     files = sorted(p.name for p in out.iterdir())
-    log.info("merged %s into %s (%s): %s", run.path, out, dtype, ", ".join(files))
+    log.info("merged %s (%s): %s", run.path, dtype, ", ".join(files))
     return {
         "adapter": str(run.path),
         "base": base_path,

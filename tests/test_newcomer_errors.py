@@ -405,7 +405,7 @@ def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys
     (tmp_path / "afile").write_text("")
     out = tmp_path / "afile" / "merged"
     code, err = run_cli(capsys, "merge", "--adapter", str(tmp_path / "no-run"), "--out", str(out))
-    assert code == 1 and f"Not a directory: {out}" in err
+    assert code == 1 and f"{tmp_path / 'afile'} (a file is in the way of a folder" in err
 
 
 @pytest.mark.parametrize(
@@ -480,20 +480,20 @@ def test_one_familiar_name_does_not_make_a_folder_fincheck_s(tmp_path, capsys):
     (thesis / "report.md").write_text("mine")
     (thesis / "chapter1.tex").write_text("mine")
     with pytest.raises(FincheckError, match=r"holds files fincheck did not write \(chapter1.tex\)"):
-        claim_out_dir(thesis, "--out", EVAL_OUTPUTS)
+        claim_out_dir(thesis, "--out", "eval", EVAL_OUTPUTS)
     (thesis / "recipe.yaml").write_text("mine")
     with pytest.raises(FincheckError, match="fincheck did not write"):
-        claim_out_dir(thesis, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+        claim_out_dir(thesis, "output_dir", "train", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
     assert sorted(p.name for p in thesis.iterdir()) == ["chapter1.tex", "recipe.yaml", "report.md"]
     old_eval = tmp_path / "old-eval"
     (old_eval / "predictions").mkdir(parents=True)
     (old_eval / "results.json").write_text("{}")
-    assert claim_out_dir(old_eval, "--out", EVAL_OUTPUTS) == old_eval
+    assert claim_out_dir(old_eval, "--out", "eval", EVAL_OUTPUTS) == old_eval
     old_run = tmp_path / "old-run"
     old_run.mkdir()
     for name in (RUN_METADATA, "README.md", "tokenizer.json", "training_args.bin"):
         (old_run / name).write_text("")
-    assert claim_out_dir(old_run, "output_dir", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
+    assert claim_out_dir(old_run, "output_dir", "train", RUN_FOLDER_NAMES, marks=(RUN_METADATA,))
 
 
 @pytest.mark.parametrize("name", ["manifest.json", "predictions/eval_config.json"])
@@ -525,3 +525,76 @@ def test_detect_out_with_one_text_and_summary_is_never_ignored(tmp_path, capsys)
                         str(tmp_path / "r.jsonl"))  # fmt: skip
     assert code == 2 and "--out: read only with --input" in err
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_command_writes_only_into_its_own_kind_of_folder(tmp_path):
+    """A folder is marked with the kind of command that wrote it: eval never writes into a
+    prepared-data folder or a training run, prepare never into a run."""
+    from fincheck.errors import FincheckError
+    from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir, hold_out_dir
+
+    prepared = claim_out_dir(tmp_path / "prepared", "--out", "prepare", ("manifest.json",))
+    (prepared / "manifest.json").write_text("{}")
+    with pytest.raises(FincheckError, match="is a folder `fincheck prepare` writes; eval writes"):
+        claim_out_dir(prepared, "--out", "eval", EVAL_OUTPUTS)
+    run = claim_out_dir(tmp_path / "run", "output_dir", "train")
+    with (
+        pytest.raises(FincheckError, match="`fincheck train` writes; prepare writes only"),
+        hold_out_dir(run, "fincheck prepare", "prepare", ("manifest.json",)),
+    ):
+        pass
+    assert (run / ".fincheck-out").read_text() == "train\n"
+    assert claim_out_dir(run, "output_dir", "train") == run  # its own kind: claimed again
+
+
+def test_no_write_follows_a_link_planted_in_an_output_folder(tmp_path):
+    """report.md -> a file outside: the folder is refused before anything is written, and the
+    file outside keeps its contents; the lock file is never opened through a link either."""
+    from fincheck.errors import FincheckError
+    from fincheck.out_lock import LOCK_FILE, claim_out_dir, hold_out_dir
+
+    outside = tmp_path / "bashrc"
+    outside.write_text("mine")
+    out = claim_out_dir(tmp_path / "eval", "--out", "eval")
+    (out / "report.md").symlink_to(outside)
+    with (
+        pytest.raises(FincheckError, match=r"report\.md is a symbolic link"),
+        hold_out_dir(out, "fincheck score"),
+    ):
+        pass
+    (out / "report.md").unlink()
+    (out / "predictions").mkdir()
+    (out / "predictions" / "qasem.jsonl").symlink_to(outside)  # deeper too
+    with pytest.raises(FincheckError, match=r"qasem\.jsonl is a symbolic link"):
+        claim_out_dir(out, "--out", "eval")
+    (out / "predictions" / "qasem.jsonl").unlink()
+    (out / LOCK_FILE).symlink_to(outside)
+    with (
+        pytest.raises(FincheckError, match="is a symbolic link"),
+        hold_out_dir(out, "fincheck eval"),
+    ):
+        pass
+    assert outside.read_text() == "mine"
+
+
+def test_one_writer_per_folder_for_every_writing_command(tmp_path):
+    """The writer lock every writing command takes (prepare, train, eval, baseline, score): a
+    second writer into the folder is refused at once and names the first."""
+    from fincheck.errors import FincheckError
+    from fincheck.out_lock import claim_out_dir, hold_out_dir, lock_out_dir
+
+    run = claim_out_dir(tmp_path / "run", "output_dir", "train")
+    held = lock_out_dir(run, "fincheck train")
+    with pytest.raises(FincheckError, match=r"in use by fincheck train \(pid \d+\)"):
+        lock_out_dir(run, "fincheck train")
+    held.close()  # the first run ends: the folder is free
+    lock_out_dir(run, "fincheck train").close()
+    with hold_out_dir(
+        tmp_path / "prepared", "fincheck prepare", "prepare", ("manifest.json",)
+    ) as p:
+        (p / "manifest.json").write_text("{}")
+        with (
+            pytest.raises(FincheckError, match="in use by fincheck prepare"),
+            hold_out_dir(p, "fincheck prepare", "prepare", ("manifest.json",)),
+        ):
+            pass

@@ -83,3 +83,28 @@ def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path
         merge_adapter(run_dir, tmp_path / "busy")
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
         merge_adapter(tmp_path, tmp_path / "out")
+
+
+def test_a_merge_that_fails_midway_leaves_no_half_folder_and_a_rerun_works(
+    run_dir: Path, tmp_path: Path, monkeypatch
+):
+    """Merged into a folder beside --out and renamed in once complete: a full disk while
+    saving leaves neither --out nor the staging folder, and the rerun succeeds."""
+    import errno
+
+    from transformers import PreTrainedModel
+
+    out = tmp_path / "merged"
+    real_save = PreTrainedModel.save_pretrained
+
+    def full_disk(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)  # half the files written, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        merge_adapter(run_dir, out, dtype="fp32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
+    summary = merge_adapter(run_dir, out, dtype="fp32")
+    assert summary["out"] == str(out) and (out / "config.json").is_file()

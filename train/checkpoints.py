@@ -21,6 +21,7 @@ from typing import Any
 from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError, free_on_disk
 from fincheck.jsonl import read_json_object
+from fincheck.out_lock import LOCK_FILE
 from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 
@@ -117,7 +118,7 @@ RUN_OUTPUTS = (*ADAPTER_FILES, RUN_METADATA)
 # What a training run writes (`claim_out_dir`: an older folder holding only these is a run's;
 # one with fincheck_run.json is a run's whatever else it holds).
 RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*", "base",
-                    "base.tmp-*", "runs", "wandb")  # fmt: skip
+                    "base.tmp-*", "runs", "wandb", LOCK_FILE)  # fmt: skip
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:

@@ -35,7 +35,7 @@ from fincheck.config import build_config, describe_config
 from fincheck.errors import FincheckError
 from fincheck.inference import template_fingerprint
 from fincheck.loading import resolve_model
-from fincheck.out_lock import claim_out_dir
+from fincheck.out_lock import claim_out_dir, lock_out_dir
 from fincheck.prepared import read_manifest, require_prepared_dir
 from fincheck.runs import RUN_METADATA, relative_base
 from fincheck.secrets import redact
@@ -65,6 +65,7 @@ class Run:
     metadata: dict[str, Any]
     manifest: dict[str, Any]
     sigterm: Any
+    lock: Any = None  # the run folder's writer lock, held while this process runs
 
 
 def share_cpu_threads() -> None:
@@ -150,6 +151,7 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     output_dir = claim_out_dir(
         values["output_dir"] or f"checkpoints/{values['run_name']}",
         "output_dir",
+        "train",
         checkpoints.RUN_FOLDER_NAMES,
         marks=(RUN_METADATA,),
     )
@@ -171,8 +173,15 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
     output_dir = claim_out_dir(
-        recipe.output_dir, "output_dir", checkpoints.RUN_FOLDER_NAMES, marks=(RUN_METADATA,)
+        recipe.output_dir,
+        "output_dir",
+        "train",
+        checkpoints.RUN_FOLDER_NAMES,
+        marks=(RUN_METADATA,),
     )
+    # one writer per run folder: the first process holds its lock until it ends (another
+    # `fincheck train` into it stops here, before anything is loaded)
+    lock = lock_out_dir(output_dir, "fincheck train") if recipe.process_index == 0 else None
     mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
     base_path = model.resolve_base_path(recipe, output_dir)
     if recipe.model_name_or_path == TINY_RANDOM:
@@ -276,7 +285,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     )
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
-    return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm)
+    return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 
 
 def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
