@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from fincheck import jsonl
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache, as_completion
 from fincheck.prompting import Prompt, parse_prompt_file
@@ -93,7 +94,7 @@ def parse_matching(
         raise MatchingParseError("no JSON object found")
     raw = re.sub(r"\bNone\b", "null", candidates[-1])
     try:
-        obj = json.loads(raw)
+        obj = jsonl.loads(raw)
     except json.JSONDecodeError as e:
         raise MatchingParseError(f"the JSON object does not parse ({e.msg})") from None
     matching: dict[str, str | None] = {}

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from fincheck import jsonl
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -66,7 +68,7 @@ class RequestCache:
             text = self.path.read_text(encoding="utf-8")
             for line in text.splitlines():
                 try:
-                    record = json.loads(line)
+                    record = jsonl.loads(line)
                     self._entries[record["key"]] = record["response"]
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fincheck import jsonl
 from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
@@ -63,7 +64,7 @@ def per_task_budget(text: str) -> dict[str, int]:
 
 def json_object(text: str) -> dict:
     try:
-        parsed = json.loads(text)
+        parsed = jsonl.loads(text)
     except json.JSONDecodeError as e:
         raise FincheckError(f"not JSON: {e}") from None
     if not isinstance(parsed, dict):

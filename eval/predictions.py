@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fincheck import jsonl
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_json_object
 from fincheck.pairs import CUT_KINDS, Pair, Prediction
@@ -119,7 +120,7 @@ class PredictionWriter:
         with self.path.open(encoding="utf-8") as f:
             for line_no, line in enumerate(f, start=1):
                 try:
-                    prediction = _validate(json.loads(line), str(self.path), line_no, self.task)
+                    prediction = _validate(jsonl.loads(line), str(self.path), line_no, self.task)
                 except (json.JSONDecodeError, InvalidRecordError):
                     if line.endswith("\n"):  # damage in the middle is not a crash artefact
                         raise FincheckError(

@@ -12,10 +12,25 @@ from typing import Any
 from fincheck.errors import FincheckError, InvalidRecordError
 
 
+def loads(text: str, **kwargs: Any) -> Any:
+    """`json.loads` for text fincheck did not write (a model's reply, a user's file, a cache
+    line): whatever makes it unreadable is a `json.JSONDecodeError`, the one error callers
+    handle, never a crash. Beyond syntax that is nesting past Python's recursion limit
+    (`[[[[...` 200,000 deep) and integers past its digit limit (4,301 digits)."""
+    try:
+        return json.loads(text, **kwargs)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested deeper than can be read", str(text)[:200], 0) from None
+    except ValueError as e:  # an integer past sys.get_int_max_str_digits()
+        raise json.JSONDecodeError(" ".join(str(e).split())[:120], str(text)[:200], 0) from None
+
+
 def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, Any]:
     """One JSONL line as an object, or `InvalidRecordError` at `file:line`."""
     try:
-        record = json.loads(line)
+        record = loads(line)
     except json.JSONDecodeError as e:
         problem = f"not valid JSON ({e.msg} at column {e.colno}; truncated line?)"
         raise InvalidRecordError(str(path), line_no, "<json>", problem) from None
@@ -55,7 +70,7 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     """A JSON file whose top level is an object, or a one-line error naming the file."""
     path = Path(path)
     try:
-        data = json.loads(read_utf8_text(path))
+        data = loads(read_utf8_text(path))
     except json.JSONDecodeError as e:
         cut = "" if e.doc.rstrip().endswith(("}", "]")) else "; the file looks cut short"
         raise FincheckError(

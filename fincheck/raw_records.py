@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fincheck import jsonl
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import decode_object_line
 
@@ -52,7 +53,7 @@ def iter_json_array(path: Path) -> Iterator[RawRecord]:
     if not text.strip():
         raise FincheckError(f"{path}: the file is empty (no records)")
     try:
-        document = json.loads(text)
+        document = jsonl.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidRecordError(
             str(path), e.lineno, "<json>", f"not valid JSON ({e.msg}; truncated file?)"

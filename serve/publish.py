@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from fincheck import jsonl
 from fincheck.errors import FincheckError
 from fincheck.runs import (
     ADAPTER_CONFIG,
@@ -246,7 +247,7 @@ def check_safetensors(path: Path) -> None:
     except OSError as e:
         raise FincheckError(f"{path}: cannot be read ({e.strerror or e})") from e
     try:
-        entries = json.loads(header)
+        entries = jsonl.loads(header)
     except (ValueError, UnicodeDecodeError):
         entries = None
     if not isinstance(entries, dict) or not _tensors_fit(entries, size - 8 - length):

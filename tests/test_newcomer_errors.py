@@ -598,3 +598,41 @@ def test_one_writer_per_folder_for_every_writing_command(tmp_path):
             hold_out_dir(p, "fincheck prepare", "prepare", ("manifest.json",)),
         ):
             pass
+
+
+DEEP = "[" * 200_000  # past Python's recursion limit
+HUGE = '{"n": ' + "1" * 5_000 + "}"  # past its integer digit limit
+
+
+@pytest.mark.parametrize("text", [DEEP, HUGE], ids=["deep", "huge-int"])
+def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
+    """One JSON reader for text fincheck did not write: nesting 200,000 deep or a 5,000-digit
+    integer is an unreadable answer or a one-line error naming the file, never a traceback --
+    a model's reply (judge, FINAL, FHSumBench), a prepared or detect input line, a
+    predictions file, a request cache, a JSON file."""
+    import json
+
+    from fincheck.errors import FincheckError
+    from fincheck.eval.judge import MatchingParseError, parse_matching
+    from fincheck.eval.llm import RequestCache
+    from fincheck.jsonl import iter_json_objects, loads, read_json_object
+    from fincheck.tasks.fhsumbench.metrics import lenient_judgement
+    from fincheck.tasks.final.metrics import read_descriptions
+
+    with pytest.raises(json.JSONDecodeError):
+        loads(text)
+    with pytest.raises(MatchingParseError):
+        parse_matching("{" + text[1:] if text.startswith("[") else text, ["a"], ["b"])
+    assert lenient_judgement(text) is None
+    read_descriptions(text)  # read as some answer or none, without raising
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "a"}\n' + text + "\n")
+    with pytest.raises(FincheckError, match=r"in\.jsonl:2"):
+        list(iter_json_objects(lines))
+    whole = tmp_path / "x.json"
+    whole.write_text(text)
+    with pytest.raises(FincheckError, match=r"x\.json:1: not valid JSON"):
+        read_json_object(whole)
+    cache = tmp_path / "cache.jsonl"
+    cache.write_text(json.dumps({"key": "k", "response": "r"}) + "\n" + text + "\n")
+    assert RequestCache(cache).get("k") == "r"  # the damaged line is skipped, the rest kept

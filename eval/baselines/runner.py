@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fincheck import jsonl
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
@@ -146,7 +147,7 @@ def run_task(
     per_id, counts_per_id = {}, {}
     if trace_path.is_file():
         for line in trace_path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
+            record = jsonl.loads(line)
             if record.get("id") in wanted:
                 per_id[record["id"]] = record["calls"]
                 counts_per_id[record["id"]] = record.get("counts") or {}

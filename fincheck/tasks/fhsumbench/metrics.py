@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from fincheck import jsonl
 from fincheck.bootstrap import bootstrap_cis, ci95_lists
 from fincheck.classification import (
     balanced_accuracy,
@@ -56,7 +57,7 @@ def lenient_judgement(text: str) -> tuple[bool, bool] | None:
     for candidate in _OBJECT.findall(cleaned):
         normalized = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", candidate))
         try:
-            obj = json.loads(normalized)
+            obj = jsonl.loads(normalized)
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict):

@@ -15,12 +15,12 @@ does not reward flagging everything).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fincheck import jsonl
 from fincheck.bootstrap import bootstrap_cis, ci95_lists
 from fincheck.classification import (
     balanced_accuracy,
@@ -229,7 +229,7 @@ def _json_items(text: str) -> list[str] | None:
     if not text.startswith(("[", "{")):
         return None
     try:
-        value = json.loads(text)
+        value = jsonl.loads(text)
     except ValueError:
         return None
     if isinstance(value, dict):
