@@ -209,8 +209,18 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML
-    keeps the last silently, so a recipe's first `learning_rate:` would be ignored."""
+    """YAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
+    keeps the last silently, so a recipe's first `learning_rate:` would be ignored), and so is
+    an alias (`*name`): no recipe needs one, and aliases of aliases make a few lines expand to
+    billions of values (a "billion laughs") that every walk over the recipe would visit."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases (*{event.anchor}) are not accepted here", event.start_mark
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
@@ -338,7 +348,7 @@ def override_value(text: str) -> Any:
     if text == "":
         return None
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_UniqueKeyLoader)  # no aliases here either
     except yaml.YAMLError:
         return text
     if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):

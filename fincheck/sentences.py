@@ -18,6 +18,7 @@ _ABBREVIATION = re.compile(
     r"|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|No|Co|Inc|Ltd|Corp|Gen|Col|Lt|Sgt|Capt|Rev|Prof|Gov|Sen|Rep"
     r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|approx|etc|al|e\.g|i\.e)\.$"
 )
+ABBREVIATION_WINDOW = 16  # characters before a boundary that can hold an abbreviation
 _CAPITAL_NEXT = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
 _ANY_NEXT = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(]?[A-Za-z0-9])")
 
@@ -30,12 +31,21 @@ def split_sentences(
     boundary = _ANY_NEXT if lowercase_starts else _CAPITAL_NEXT
     pieces: list[str] = []
     start = 0
+    quotes, counted = 0, 0  # '"' in text[:counted]: counted once, whatever the boundaries
     for match in boundary.finditer(text):
-        candidate = text[start : match.start()].rstrip("\"')] ")
-        if _ABBREVIATION.search(candidate):
+        # Linear in the text: each boundary looks back a bounded window only (the longest
+        # abbreviation is a few letters; a run of initials matches at its last "X."), never
+        # the whole sentence so far, which an answer of "A. A. A. ..." makes as long as itself.
+        end = match.start()
+        while end > start and text[end - 1] in "\"')] ":
+            end -= 1
+        if _ABBREVIATION.search(text, max(start, end - ABBREVIATION_WINDOW), end):
             continue
-        if keep_quotes and text.count('"', 0, match.end()) % 2 == 1:
-            continue
+        if keep_quotes:
+            quotes += text.count('"', counted, match.end())
+            counted = match.end()
+            if quotes % 2 == 1:
+                continue
         pieces.append(text[start : match.start()].strip())
         start = match.end()
     pieces.append(text[start:].strip())

@@ -172,3 +172,31 @@ def test_pair_roundtrip_and_schema_errors(tmp_path: Path):
     )
     with pytest.raises(FincheckError, match=r"bad.jsonl:1: task: 'nope' not in"):
         list(read_pairs(tmp_path / "bad.jsonl", task_names()))
+
+
+def test_the_sentence_splitter_looks_back_a_bounded_window(monkeypatch):
+    """An answer of 12,000 "A." initials (36 KB) is one sentence, found in one pass: each
+    boundary checks the few characters before it for an abbreviation, never the whole sentence
+    so far (which made this answer cost 26 s)."""
+    from fincheck import sentences
+
+    windows = []
+    pattern = sentences._ABBREVIATION
+
+    class Spy:
+        def search(self, text, pos=0, endpos=None):
+            windows.append((endpos if endpos is not None else len(text)) - pos)
+            return pattern.search(text, pos, endpos if endpos is not None else len(text))
+
+    monkeypatch.setattr(sentences, "_ABBREVIATION", Spy())
+    text = "A. " * 12_000
+    assert sentences.split_sentences(text, lowercase_starts=True, keep_quotes=True) == [
+        text.strip()
+    ]
+    assert len(windows) == 11_999 and max(windows) <= sentences.ABBREVIATION_WINDOW
+    monkeypatch.undo()  # the real pattern decides: "Mr. Smith" is not split, "xyzMr. Ok" is
+    assert sentences.split_sentences("He met Mr. Smith. Then xyzMr. Ok.") == [
+        "He met Mr. Smith.",
+        "Then xyzMr.",
+        "Ok.",
+    ]

@@ -329,3 +329,14 @@ def test_transformers_own_keys_are_range_checked_like_fincheck_s(yaml_text, said
     from fincheck.cli import main
 
     assert main(["train", "--config", str(path)]) == 2  # a usage error, as for a flag
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
+    """Nine lines of aliases of aliases expand to 10^9 values; no recipe needs an alias, so any
+    is one line naming the file and line, before anything walks the recipe."""
+    lines = ['a0: &a0 ["x"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FincheckError, match=r"bomb\.yaml:2: not valid YAML: aliases \(\*a0\)"):
+        read_recipe_values(bomb)
