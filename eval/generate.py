@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fincheck.checksums import folder_sha256
 from fincheck.eval.llm import CachedLLM, RequestCache, run_concurrently
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import EvalOptions
@@ -46,7 +47,7 @@ from fincheck.inference import (
     generate_batch,
     template_fingerprint,
 )
-from fincheck.loading import load_model, load_prompt_fitter
+from fincheck.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.pairs import Pair, Prediction
 from fincheck.prepared import read_manifest
 from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256
@@ -193,6 +194,8 @@ class LocalBackend:
             "chat_template_hash": loaded.check_template(),
             "chat_template_kwargs": loaded.template_kwargs,
             "adapter_sha256": self._adapter_sha256(),
+            "adapter_content": folder_sha256(loaded.run.path) if loaded.run else None,
+            "base_content": folder_sha256(resolve_model(loaded.base, log=lambda _: None)),
             "adapter_merged": loaded.adapter_merged,
         }
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck import jsonl
+from fincheck.checksums import folder_sha256
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.jsonl import iter_json_objects, read_json_object
 from fincheck.pairs import CUT_KINDS, Pair, Prediction
@@ -193,7 +194,10 @@ SAME_RUN_KEYS = (
 
 def path_identity(value: str | None) -> str | None:
     """An option that names a folder or a name (a tokenizer, two-step's step 1), as a run's
-    identity records it: an existing path made absolute (the same folder from anywhere)."""
+    identity records it: an existing folder by its content (the same model wherever it lies,
+    and another one once changed in place), another path made absolute, a name as given."""
+    if value and Path(value).is_dir():
+        return f"{Path(value).name} sha256:{folder_sha256(value)}"
     return str(Path(value).resolve()) if value and Path(value).exists() else value
 
 
@@ -257,7 +261,9 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
 # writes today's date renders differently tomorrow, and that is only a warning.
 SAME_LOADED_KEYS = (
     "base",  # the adapter's recorded base when --model is not given
+    "base_content",  # ... and what its folder holds (weights changed in place: another model)
     "adapter_sha256",
+    "adapter_content",  # the adapter's weights and adapter_config.json (its lora_alpha)
     "window",
     "max_new_tokens",
     "chat_template_kwargs",

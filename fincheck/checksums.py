@@ -13,3 +13,22 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# What decides a model folder's function: its configs and its weights (not its README).
+MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt")
+
+
+def folder_sha256(folder: str | Path, patterns: tuple[str, ...] = MODEL_FILES) -> str | None:
+    """The content of a model or adapter folder as one digest: each file matching `patterns`
+    (at the top of the folder) by name and sha256. An evaluation resumed after the base's
+    weights or an adapter's lora_alpha changed in place sees another digest, where its path
+    and name stay the same. None for what is not a local folder (a hub id)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.name}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()

@@ -775,7 +775,7 @@ def test_an_evaluation_resumed_after_its_adapter_was_retrained_in_place_is_refus
     assert main([*args, "--limit", "2"]) == 1
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("fincheck eval: error:")]
-    assert len(errors) == 1 and "holds predictions of a different run (adapter_sha256 differ" in err
+    assert len(errors) == 1 and "holds predictions of a different run (adapter_sha256" in err
     assert predictions.read_text() == first
 
 
@@ -825,3 +825,63 @@ def test_a_prompt_that_cannot_fit_stops_the_eval_naming_the_pair(
     assert not (out / "predictions" / "final.jsonl").exists() or not _lines(
         out / "predictions" / "final.jsonl"
     )
+
+
+@pytest.mark.parametrize("change", ["lora_alpha", "base weights"])
+def test_an_evaluation_resumed_after_its_model_changed_in_place_is_refused(
+    change, tiny_adapter, tmp_path, capsys
+):
+    """Identity by content: an adapter whose adapter_config.json says another lora_alpha (the
+    same weights, another function), or a base whose weights changed under the same folder
+    name, is another model; its answers are not mixed into the predictions made before."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_adapter, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    base = tmp_path / "base"  # a base folder of its own, to change in place
+    shutil.copytree(config["base_model_name_or_path"], base)
+    config["base_model_name_or_path"] = str(base)
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    out = tmp_path / "eval"
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = ["eval", "--adapter", str(adapter), "--data", str(small), "--out", str(out)]
+    args += ["--tasks", "qasem", "--max-new-tokens", SHORT, "--max-input-tokens", "512"]
+    assert main([*args, "--limit", "2"]) == 0
+    predictions = out / "predictions" / "qasem.jsonl"
+    first = predictions.read_text().splitlines(keepends=True)[0]
+    predictions.write_text(first)  # stopped after one prediction
+    if change == "lora_alpha":
+        config = json.loads((adapter / "adapter_config.json").read_text())
+        config["lora_alpha"] = 2 * config["lora_alpha"]
+        (adapter / "adapter_config.json").write_text(json.dumps(config))
+        key = "adapter_content"
+    else:
+        weights = next(base.glob("*.safetensors"))
+        save_file({k: v * 1.5 for k, v in load_file(weights).items()}, weights)
+        key = "base_content"
+    capsys.readouterr()
+    assert main([*args, "--limit", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"holds predictions of a different run ({key} differ" in err
+    assert predictions.read_text() == first
+
+
+def test_a_folder_option_is_recorded_by_its_content(tiny_adapter, tmp_path):
+    """Two-step's step-1 adapter and a served eval's tokenizer are folders: recorded by what
+    they hold, so the same folder changed in place is another identity (and a copy elsewhere
+    the same one)."""
+    import shutil
+
+    from fincheck.eval.predictions import path_identity
+
+    step1 = tmp_path / "step1"
+    shutil.copytree(tiny_adapter, step1)
+    before = path_identity(str(step1))
+    assert before == path_identity(str(shutil.copytree(step1, tmp_path / "x" / "step1")))
+    (step1 / "adapter_config.json").write_text((step1 / "adapter_config.json").read_text() + " ")
+    assert path_identity(str(step1)) != before
+    assert path_identity("self") == "self"
