@@ -144,25 +144,42 @@ def _installed_files(folder: Path) -> dict[str, list]:
 
 
 def _changed_file(final: Path) -> str | None:
-    """The first file of an installed folder that is not what was installed (missing, another
-    size, or another sha256), None when all are. The origin record is a claim, not a proof:
-    each use stats every file and re-hashes one whose size or mtime differ from the record (a
-    copy of the folder that kept no mtimes reads each file once per use, about a second per
-    GiB). A folder fetched before records were kept is trusted as it is; one whose record is
-    unreadable counts as changed."""
+    """The first file of an installed folder that is not what was installed (missing, a link,
+    another size or another sha256), None when all are. The origin record is a claim, not a
+    proof, and so are a file's size and mtime (a file swapped for a link to an edited copy
+    keeps both): each file's content is hashed, once per process (about a second per GiB),
+    and a link anywhere in the folder is refused (nothing fincheck installs is one). A folder
+    fetched before records were kept is trusted as it is; one whose record is unreadable
+    counts as changed."""
     try:
         info = read_model_info(final)
         if info is None or info.files is None:
             return None if info is not None else MODEL_INFO
-        for relative, (size, mtime_ns, sha256) in info.files.items():
+        for path in final.rglob("*"):
+            if path.is_symlink():
+                return path.relative_to(final).as_posix()
+        for relative, (size, _mtime_ns, sha256) in info.files.items():
             path = final / relative
-            if not path.is_file() or path.stat().st_size != size:
+            if path.is_symlink() or not path.is_file() or path.stat().st_size != size:
                 return relative
-            if path.stat().st_mtime_ns != mtime_ns and sha256_file(path) != sha256:
+            if _content_sha256(path) != sha256:
                 return relative
     except (ValueError, TypeError, OSError):  # no JSON, fields of another shape, unreadable
         return MODEL_INFO
     return None
+
+
+_HASHED: dict[tuple[str, int, int, int], str] = {}  # (path, inode, size, mtime) -> sha256
+
+
+def _content_sha256(path: Path) -> str:
+    """sha256 of a regular file, hashed once per process for the same file unchanged (a
+    training run resolves its base in every rank and more than once)."""
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = sha256_file(path)
+    return _HASHED[key]
 
 
 def available_gib() -> float:
