@@ -259,11 +259,20 @@ def load_prompt_fitter(
         base = source
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
-        config = AutoConfig.from_pretrained(config_from, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
         raise FincheckError(f"--tokenizer {source}: no tokenizer found there ({error})") from None
+    # The positions come from the model's config when there is one; a tokenizer-only folder (a
+    # fetched tokenizer, a served model's tokenizer files) has none: its own length limit then.
+    positions = None
+    if not Path(config_from).is_dir() or (Path(config_from) / "config.json").is_file():
+        try:
+            config = AutoConfig.from_pretrained(config_from, trust_remote_code=trust_remote_code)
+            positions = getattr(config, "max_position_embeddings", None) or None
+        except (OSError, ValueError) as error:
+            raise FincheckError(f"--tokenizer {source}: its model config ({error})") from None
+    if positions is None and tokenizer.model_max_length < VERY_LONG:
+        positions = int(tokenizer.model_max_length)
     tokenizer.model_max_length = VERY_LONG  # counted, never truncated (see load_model)
-    positions = getattr(config, "max_position_embeddings", None) or None
     kwargs = dict((run.metadata if run else {}).get("chat_template_kwargs") or {})
     return LoadedModel(None, tokenizer, base, run, kwargs, window, position_limit=positions)
 

@@ -885,3 +885,28 @@ def test_a_folder_option_is_recorded_by_its_content(tiny_adapter, tmp_path):
     (step1 / "adapter_config.json").write_text((step1 / "adapter_config.json").read_text() + " ")
     assert path_identity(str(step1)) != before
     assert path_identity("self") == "self"
+
+
+def test_a_tokenizer_only_folder_fits_a_served_evals_prompts(tiny_base, tmp_path):
+    """`--tokenizer` may name the tokenizer alone (what `fincheck models fetch` installs for a
+    tokenizer, or a served model's tokenizer files): no config.json is asked for; the window is
+    --window, else the tokenizer's own length limit."""
+    import json
+    import shutil
+
+    from fincheck.loading import load_prompt_fitter
+
+    folder = tmp_path / "tokenizer-only"
+    folder.mkdir()
+    for path in tiny_base.iterdir():
+        if path.name.startswith(
+            ("tokenizer", "special_tokens", "chat_template", "vocab", "merges")
+        ):
+            shutil.copy(path, folder / path.name)
+    assert not (folder / "config.json").exists()
+    fitter = load_prompt_fitter(str(folder), window=256)
+    assert fitter.model is None and fitter.tokenizer("a b c")["input_ids"]
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 1024
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert load_prompt_fitter(str(folder)).position_limit == 1024
