@@ -44,7 +44,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
     `fincheck models` knows (fetched on first use)."""
     from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     name_or_path = resolve_model(name_or_path, log=log.info)
     path = Path(name_or_path)
@@ -67,9 +67,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             model = AutoModelForCausalLM.from_pretrained(
                 where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
             )
-            tokenizer = AutoTokenizer.from_pretrained(
-                where, trust_remote_code=trust_remote_code, **gguf
-            )
+            tokenizer = load_tokenizer(where, trust_remote_code, **gguf)
     except OSError as e:
         raise FincheckError(
             f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
@@ -141,14 +139,14 @@ def load_adapter_model(
     new rows)."""
     import torch
     from peft import PeftModel
-    from transformers import AutoTokenizer
 
     run = adapter_dir if isinstance(adapter_dir, RunArtifacts) else load_run(adapter_dir)
+    check_weights_file(run.path / "adapter_model.safetensors", "the adapter's weights")
     model, base_tokenizer = load_base(
         run.resolve_base(base), dtype or torch.float32, trust_remote_code
     )
     tokenizer = (
-        AutoTokenizer.from_pretrained(str(run.path), trust_remote_code=trust_remote_code)
+        load_tokenizer(str(run.path), trust_remote_code)
         if has_own_tokenizer(run)
         else base_tokenizer
     )
@@ -156,9 +154,58 @@ def load_adapter_model(
         model.resize_token_embeddings(len(tokenizer))
     if device:
         model = model.to(device)
-    model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+    try:
+        model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # a config of another shape
+        raise FincheckError(
+            f"{run.path}: the adapter does not load on its base ({type(e).__name__}: "
+            f"{one_line(e)}); its adapter_config.json or weights are damaged or of another base"
+        ) from None
     model.eval()
     return model, tokenizer
+
+
+def check_weights_file(path: Path, what: str) -> None:
+    """A safetensors file whose header reads and whose tensors lie within the file (a file cut
+    short by a full disk or a copy, or something else renamed): one line, before any library
+    trips on it."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        return  # a missing file: the loader names what it looked for
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except (SafetensorError, OSError) as e:
+        raise FincheckError(
+            f"{path} is not a safetensors file, or is cut short ({what}: {one_line(e)}): copy "
+            "or train them again"
+        ) from None
+
+
+def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
+    """A tokenizer folder's tokenizer whose chat template renders: a damaged tokenizer.json or
+    template is one line naming the folder, not a library's traceback at the first prompt."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            where, trust_remote_code=trust_remote_code, **kwargs
+        )
+    except FincheckError:
+        raise
+    except Exception as e:  # the tokenizers library raises a plain Exception for a bad file
+        raise FincheckError(
+            f"{where}: its tokenizer files do not load ({type(e).__name__}: {one_line(e)})"
+        ) from None
+    if tokenizer.chat_template:
+        try:
+            tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+        except Exception as e:  # jinja2's TemplateSyntaxError, a template's own raise
+            raise FincheckError(
+                f"{where}: its chat template does not render ({type(e).__name__}: {one_line(e)})"
+            ) from None
+    return tokenizer
 
 
 def load_model(
@@ -246,7 +293,7 @@ def load_prompt_fitter(
     prompts sent to a server as `fincheck eval` fits them locally. `source` is an adapter's run
     folder (its tokenizer, its training length as the window, its template kwargs: the prompts
     its local eval would build) or a tokenizer's folder or name (its config's positions)."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     run = None
     if is_adapter(source):
@@ -258,9 +305,9 @@ def load_prompt_fitter(
         where = config_from = resolve_model(source, log=log.info)
         base = source
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise FincheckError(f"--tokenizer {source}: no tokenizer found there ({error})") from None
+        tokenizer = load_tokenizer(where, trust_remote_code)
+    except FincheckError as error:
+        raise FincheckError(f"--tokenizer {source}: {error}") from None
     # The positions come from the model's config when there is one; a tokenizer-only folder (a
     # fetched tokenizer, a served model's tokenizer files) has none: its own length limit then.
     positions = None

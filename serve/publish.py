@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from fincheck import jsonl
 from fincheck.errors import FincheckError
+from fincheck.loading import check_weights_file
 from fincheck.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -235,49 +235,11 @@ def copy_base_files(source: Path, target: Path) -> None:
 
 
 def check_safetensors(path: Path) -> None:
-    """A safetensors file, not something else renamed (a pickle runs code when loaded): an
-    8-byte little-endian header length, a JSON object of that length whose tensors each give a
-    dtype, a shape and data offsets within the file. Anything else is one line, not a crash."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            prefix = f.read(8)
-            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
-            header = f.read(length) if 0 < length <= min(size - 8, 100 << 20) else b""
-    except OSError as e:
-        raise FincheckError(f"{path}: cannot be read ({e.strerror or e})") from e
-    try:
-        entries = jsonl.loads(header)
-    except (ValueError, UnicodeDecodeError):
-        entries = None
-    if not isinstance(entries, dict) or not _tensors_fit(entries, size - 8 - length):
-        raise FincheckError(
-            f"{path} is not a safetensors file (its header does not read as one): only "
-            "safetensors weights are published"
-        )
-
-
-def _tensors_fit(entries: dict[str, Any], data_size: int) -> bool:
-    """Every tensor entry of a safetensors header is well-formed and lies in the data."""
-    for key, entry in entries.items():
-        if key == "__metadata__":
-            if not isinstance(entry, dict):
-                return False
-            continue
-        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str):
-            return False
-        shape, offsets = entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(shape, list) or not all(_natural(n) for n in shape):
-            return False
-        if not isinstance(offsets, list) or len(offsets) != 2:
-            return False
-        if not all(_natural(n) for n in offsets) or not offsets[0] <= offsets[1] <= data_size:
-            return False
-    return True
-
-
-def _natural(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """Only safetensors weights go up (a pickle renamed would run code when loaded): its
+    header is read by the safetensors library itself."""
+    if not path.is_file():
+        raise FincheckError(f"{path}: not found; a run folder holds its adapter's weights there")
+    check_weights_file(path, "the adapter's weights")
 
 
 def check_no_secrets(run: RunArtifacts) -> None:

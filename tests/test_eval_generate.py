@@ -910,3 +910,48 @@ def test_a_tokenizer_only_folder_fits_a_served_evals_prompts(tiny_base, tmp_path
     config["model_max_length"] = 1024
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     assert load_prompt_fitter(str(folder)).position_limit == 1024
+
+
+@pytest.mark.parametrize("damage", ["weights cut", "tokenizer.json cut", "chat template"])
+def test_a_damaged_adapter_tokenizer_or_template_is_one_line_in_every_command(
+    damage, tiny_adapter, tiny_base, tmp_path, capsys
+):
+    """eval, detect and merge load an adapter through one loader: weights cut short, a
+    tokenizer file cut short or a chat template that does not render are one line naming the
+    file, never a library's traceback."""
+    import json
+    import shutil
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_adapter, adapter)
+    for path in tiny_base.iterdir():  # the run's own tokenizer, as training saves it
+        if path.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(path, adapter / path.name)
+    if damage == "weights cut":
+        weights = adapter / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-100])
+        said = "is not a safetensors file, or is cut short"
+    elif damage == "tokenizer.json cut":
+        tok = adapter / "tokenizer.json"
+        tok.write_bytes(tok.read_bytes()[: len(tok.read_bytes()) // 2])
+        said = "its tokenizer files do not load"
+    else:
+        config = json.loads((adapter / "tokenizer_config.json").read_text())
+        config["chat_template"] = "{% for m in messages %}{{ m.content }"
+        (adapter / "tokenizer_config.json").write_text(json.dumps(config))
+        (adapter / "chat_template.jinja").unlink(missing_ok=True)
+        said = "its chat template does not render"
+    small = Path(__file__).parent / "assets" / "prepared"
+    article, summary = tmp_path / "a.txt", tmp_path / "s.txt"
+    article.write_text("The sky is blue.")
+    summary.write_text("The sky is green.")
+    for argv in (
+        ["eval", "--adapter", str(adapter), "--data", str(small), "--out", str(tmp_path / "e")],
+        ["detect", "--adapter", str(adapter), "--text", str(article), "--summary", str(summary)],
+        ["merge", "--adapter", str(adapter), "--out", str(tmp_path / "m")],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if "error:" in line]
+        assert len(lines) == 1 and said in lines[0] and "Traceback" not in err, (argv, err)
