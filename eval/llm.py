@@ -181,27 +181,49 @@ def run_concurrently(items: list, work, concurrency: int, on_done, progress: boo
     """`work(item)` for each item, `concurrency` at a time; `on_done(item, result)`, in this
     thread, as each finishes. Returns the failures ("id: reason", an `LLMCallError` each); any
     other error (a wrong key, a tripped breaker, Ctrl-C) stops the rest: nothing more is sent,
-    and no call in flight is waited for (an endpoint that never answers would hold the command
-    for timeout x retries)."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    and no call in flight is waited for. The workers are daemon threads: a thread pool's are
+    joined when the interpreter exits, so a Ctrl-C waited for every call in flight (47 s
+    measured); an abandoned call now never holds the command up."""
+    import queue
 
     from tqdm.auto import tqdm
 
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    for item in items:
+        todo.put(item)
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                finished.put((item, work(item), None))
+            except BaseException as error:  # handed to the main thread
+                finished.put((item, None, error))
+
+    for _ in range(min(max(1, concurrency), len(items))):
+        threading.Thread(target=worker, daemon=True).start()
     failures: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-    futures = {pool.submit(work, item): item for item in items}
     try:
         with tqdm(total=len(items), desc=desc, unit="ex", disable=not progress) as bar:
-            for future in as_completed(futures):
-                try:
-                    result = future.result()
-                except LLMCallError as error:
-                    failures.append(f"{futures[future].id}: {error}")
+            for _ in items:
+                while True:  # short waits: a Ctrl-C is seen at once
+                    try:
+                        item, result, error = finished.get(timeout=0.2)
+                        break
+                    except queue.Empty:
+                        continue
+                if isinstance(error, LLMCallError):
+                    failures.append(f"{item.id}: {error}")
+                elif error is not None:
+                    raise error
                 else:
-                    on_done(futures[future], result)
+                    on_done(item, result)
                 bar.update(1)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    finally:
+        stop.set()
     return failures

@@ -23,9 +23,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm import Completion, LLMCallError
@@ -98,6 +98,10 @@ class OpenAIChatClient:
             api_key=key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
         )
         self.max_retries = max_retries  # also for replies that come back malformed
+        # The openai client's timeout bounds each read of a socket: a server that drips a byte
+        # every half second never trips it. Each call as a whole gets a deadline too: every
+        # attempt's timeout, plus the client's backoff between attempts (at most 8 s each).
+        self.deadline_s = timeout_s * (max_retries + 1) + 8.0 * max_retries
         self.caller = caller
         self.identity = {
             "backend": "openai",
@@ -228,9 +232,23 @@ class OpenAIChatClient:
         import openai
 
         try:
-            return self._client.chat.completions.create(
-                model=self.model, messages=messages, **sampling
+            return within_deadline(
+                lambda: self._client.chat.completions.create(
+                    model=self.model, messages=messages, **sampling
+                ),
+                self.deadline_s,
             )
+        except CallDeadline:
+            if n := self._tripped("unreachable", self.max_consecutive_unreachable):
+                raise FincheckError(
+                    f"{self._where} gave no complete answer within {self.deadline_s:g} s to {n} "
+                    f"calls in a row; check {self.caller.flag('base_url')} (a slow server needs a "
+                    f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
+                ) from None
+            raise LLMCallError(
+                f"no complete answer within {self.deadline_s:g} s (each attempt's "
+                f"{self.caller.flag('timeout')} and the retries between them)"
+            ) from None
         except ValueError as e:  # a 200 whose body is broken JSON (json's and pydantic's errors)
             return _NotJSON(f"a reply that is not JSON ({one_line(e)})")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
@@ -281,6 +299,32 @@ class OpenAIChatClient:
             self._in_a_row[breaker] += 1
             n = self._in_a_row[breaker]
         return n if n >= limit else 0
+
+
+class CallDeadline(Exception):
+    """A call that had not answered when its deadline passed (it goes on, unwaited for)."""
+
+
+def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
+    """`call()` in a daemon thread, waited for at most `seconds`: past them `CallDeadline`, and
+    the thread is left to finish on its own (a daemon: it never holds up the command's exit, a
+    Ctrl-C included)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise CallDeadline(seconds)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 @dataclass(frozen=True)

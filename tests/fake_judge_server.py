@@ -5,6 +5,8 @@ order (the last one repeats):
   ("ok", text)                   200 with `text` as the assistant message
   ("status", code, headers)      an error status with the given headers
   ("sleep", seconds, text)       answer `text` after sleeping (to trip client timeouts)
+  ("drip", seconds)              a 200 whose body arrives one byte every `seconds`, for ever
+                                 (each read is quick: only a deadline on the call stops it)
   ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
   ("logprobs", text, {tok: lp})  `text`, and those top logprobs at the first token when the
                                  request asks for logprobs
@@ -28,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeJudgeServer:
     def __init__(self) -> None:
         self.script: dict[str, list[tuple]] = {}
+        self.stopping = False  # ends the dripping answers
         self.requests: list[dict] = []  # every request body received, in order
         self.auth_headers: list[str] = []
         self.in_flight = 0
@@ -70,6 +73,17 @@ class FakeJudgeServer:
                     return
                 if kind == "raw":
                     action, kind = ("ok", "Yes"), "ok"
+                if kind == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
+                        while not server.stopping:
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(action[1])
+                    return
                 if kind == "html":
                     self._send_bytes(200, action[1].encode(), "text/html", {})
                     return
@@ -138,5 +152,6 @@ class FakeJudgeServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stopping = True
         self.httpd.shutdown()
         self.httpd.server_close()

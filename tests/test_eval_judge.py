@@ -363,3 +363,40 @@ def test_a_refusal_naming_no_parameter_it_can_adapt_still_fails_the_call():
         with pytest.raises(LLMCallError, match="stop is not supported"):
             client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
     assert len(server.requests) == 1
+
+
+def test_a_server_that_drips_its_answer_is_stopped_by_the_calls_deadline(server, make_judge):
+    """A byte every 0.2 s keeps every socket read under --timeout; the call as a whole has a
+    deadline (each attempt's timeout and the backoff between them): the example fails as one
+    judge error and the judge goes on, where before it waited for ever."""
+    server.script["S-drip"] = [("drip", 0.2)]
+    judge = make_judge(timeout_s=1.0, max_retries=0)
+    start = time.monotonic()
+    result = judge.match("S-drip", ["p"], ["g"])
+    assert time.monotonic() - start < 5  # the 1 s deadline, not the drip's endless minutes
+    assert result.status == "error" and "no complete answer within 1 s" in result.error
+
+
+def test_ctrl_c_while_calls_are_in_flight_exits_at_once(tmp_path):
+    """Ctrl-C with LLM calls in flight: the command ends within a couple of seconds, the calls
+    in flight abandoned, not joined (a thread pool's workers were, for as long as the slowest
+    call took)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "calls.py"
+    script.write_text(
+        "import time, types\n"
+        "from fincheck.eval.llm import run_concurrently\n"
+        "items = [types.SimpleNamespace(id=str(i)) for i in range(8)]\n"
+        "print('started', flush=True)\n"
+        "run_concurrently(items, lambda item: time.sleep(600), 4, lambda *a: None, False, 'x')\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - start < 5 and proc.returncode != 0
