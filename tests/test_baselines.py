@@ -191,6 +191,10 @@ def test_fizz_drops_atomic_facts_of_ten_characters_or_fewer():
     llm = CountingLLM({"": "- He won.\n- The council approved the new library."})
     _, trace = fizz_score(final_examples()[0], llm, nli)
     assert set(trace["facts"]) == {"The council approved the new library."}
+    # and splits the LLM's facts into sentences again: a bullet of two sentences is two facts
+    llm = CountingLLM({"": "- The council met on Monday. It approved the new library."})
+    _, trace = fizz_score(final_examples()[0], llm, nli)
+    assert set(trace["facts"]) == {"The council met on Monday.", "It approved the new library."}
 
 
 def test_two_step_routes_consistent_summaries_to_none_without_step_2():

@@ -225,3 +225,32 @@ def test_brackets_nested_past_pythons_recursion_limit_are_no_judgement():
         None,
         "invalid",
     )
+
+
+COT_ANSWERS = [
+    (
+        "Faithfulness: the summary adds a date the document lacks.\nFactuality: the date is right.\n"
+        '{"Faithfulness": false, "Factuality": true}',
+        (False, True),
+    ),
+    (
+        'Let me check. "Faithfulness": the claim is new. So:\n```json\n{"Faithfulness": false, '
+        '"Factuality": false}\n```',
+        (False, False),
+    ),
+    (
+        "Step 1: every fact is in the document {as stated}.\n"
+        '{"Faithfulness": true, "Factuality": true}',
+        (True, True),
+    ),
+]
+
+
+@pytest.mark.parametrize(("answer", "judgement"), COT_ANSWERS)
+def test_a_chain_of_thought_is_read_from_its_final_judgement(answer, judgement):
+    """The paper's CoT runs scored the judgement apart from the reasoning: the reasoning's own
+    "Faithfulness:" words, braces or quotes no longer decide what is read."""
+    from fincheck.tasks.fhsumbench.reference import cot_judgement, reference_judgement
+
+    assert reference_judgement(cot_judgement(answer))[0] == judgement
+    assert cot_judgement("no judgement at all") == "no judgement at all"

@@ -187,8 +187,13 @@ def fizz_score(example: Example, llm: CachedLLM, nli: NLIScorer) -> tuple[float,
     facts: list[str] = []
     for sentence in summary_sentences:
         answer = ask(llm, "atomic_facts", max_tokens=256, sentence=sentence)
-        # facts of 10 characters or fewer drop, as in the reference code
-        facts += [fact for fact in bullets(answer) if len(fact.strip()) > MIN_SENTENCE_CHARS]
+        # the reference code joins the LLM's facts and splits them into sentences again (a
+        # bullet of two sentences is two facts), dropping those of 10 characters or fewer
+        facts += [
+            fact
+            for bullet in bullets(answer)
+            for fact in split_sentences(bullet, MIN_SENTENCE_CHARS)
+        ]
     kept = filter_facts(facts, summary_sentences, nli)
     per_fact = {fact: fact_score(fact, doc_sentences, nli) for fact in kept}
     weakest = min(per_fact, key=lambda f: per_fact[f][0])

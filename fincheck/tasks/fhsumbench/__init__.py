@@ -41,7 +41,7 @@ from fincheck.tasks.fhsumbench.metrics import (
     lenient_judgement,
     score_fhsumbench,
 )
-from fincheck.tasks.fhsumbench.reference import reference_judgement
+from fincheck.tasks.fhsumbench.reference import cot_judgement, reference_judgement
 
 DATA = Source(
     "fhsumbench/FHSumBench_data.json",
@@ -152,8 +152,13 @@ class FhsumbenchTask(Task):
         figures under fincheck's lenient reading go beside them, labelled."""
         gold, pred, failed, lenient, examples = [], [], [], [], []
         stages: dict[str, int] = {}
+        reasoned = 0
         for pair, prediction in joined:
-            judgement, stage = reference_judgement(prediction.output)
+            # A chain of thought: the paper's CoT runs scored the judgement stored apart from
+            # the reasoning; here it is the answer's last JSON object (`cot_judgement`)
+            text = cot_judgement(prediction.output) if prediction.reasoning else prediction.output
+            reasoned += prediction.reasoning
+            judgement, stage = reference_judgement(text)
             label = judgement_to_label(judgement)
             gold.append(pair.meta_value("label", str))
             pred.append(label)
@@ -175,11 +180,24 @@ class FhsumbenchTask(Task):
             gold, pred, failed, n_resamples=settings.bootstrap_resamples, seed=settings.seed
         )
         figures["read_by"] = dict(sorted(stages.items()))
+        figures["n_chain_of_thought"] = reasoned
         figures["lenient_parse"] = {
             **fhsumbench_figures(gold, lenient),
             "n_invalid": lenient.count(INVALID),
         }
         return TaskScore(figures, examples)
+
+    def report_cot_note(self, figures: dict) -> list[str]:
+        n = figures.get("n_chain_of_thought") or 0
+        if not n:
+            return []
+        return [
+            f"Chain of thought ({n} answers): the judgement read is the answer's last JSON "
+            "object, the reasoning before it left out. The paper's CoT runs scored a judgement "
+            "stored apart from the reasoning; its released code does not say how the two were "
+            "split, so CoT figures follow that protocol, not its exact code.",
+            "",
+        ]
 
     compare_metrics = (
         ("f", "F"),
@@ -232,7 +250,7 @@ class FhsumbenchTask(Task):
             f"F is the harmonic mean of macro-P and macro-R over gold ∪ predicted labels; "
             f"{f['n_invalid']} invalid predictions (faithful+non-factual or unparseable) form "
             f"their own class; parse failures {f['n_parse_failed']} "
-            f"({fmt(f['parse_failure_rate'], 100, 1)}%). Outputs are read exactly as the "
+            f"({fmt(f['parse_failure_rate'], 100, 1)}%). Outputs are read as the "
             f"benchmark's reference scorer reads them (stages: {f.get('read_by', {})}); the "
             "lenient-parse row reads them more tolerantly and is not comparable with the papers.",
             "",
@@ -241,6 +259,7 @@ class FhsumbenchTask(Task):
             f"{fmt_ci(f, 'factuality_bacc')}. fincheck figures, not in the paper: the first is "
             "the binary question a faithfulness metric such as FIZZ answers.",
             "",
+            *self.report_cot_note(f),
         ]
         return out
 

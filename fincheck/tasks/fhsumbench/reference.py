@@ -1,10 +1,13 @@
-"""How FHSumBench's reference scorer reads a model's judgement, reproduced exactly.
+"""How FHSumBench's reference scorer reads a model's judgement, reproduced.
 
 The benchmark repository scores with `method/score.py` (the same file at every commit that has
 it). Its `get_judgement` reads `{"Faithfulness": bool, "Factuality": bool}` from an output in
-three stages; fincheck's headline FHSumBench figures use exactly these semantics, so they stand
-next to the paper's for any output, not only well-formed ones. The stages, written from what
-that code and the libraries it calls (LangChain's `PydanticOutputParser`, pydantic) do:
+three stages; fincheck's headline FHSumBench figures use these semantics, so they stand next to
+the paper's for any output, not only well-formed ones. The stages, written from what that code
+and the libraries it calls (LangChain's `PydanticOutputParser`, pydantic) do. One repair of
+LangChain's is not reproduced: its `_custom_parser` escapes raw newlines and quotes inside the
+string value of an `"action_input"` key; a judgement has no such key, so only an answer that
+adds one could be read differently.
 
 0. Every lowercase `json` is deleted (inside words too) and every backtick: a ```json fence
    disappears; `JSON` stays.
@@ -365,3 +368,12 @@ def reference_judgement(output: str) -> tuple[tuple[bool, bool] | None, str]:
     except _NoJudgement:
         pass
     return None, "invalid"
+
+
+def cot_judgement(text: str) -> str:
+    """The judgement of a chain-of-thought answer: from the last `{` before its last
+    "Faithfulness" to the end (the JSON object the CoT prompt asks for after the reasoning);
+    the whole answer when it has none. The reference parser then reads it as any answer."""
+    key = text.rfind("Faithfulness")
+    start = text.rfind("{", 0, key) if key >= 0 else -1
+    return text[start:] if start >= 0 else text
