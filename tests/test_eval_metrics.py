@@ -203,10 +203,14 @@ def test_fhsumbench_f_is_harmonic_mean_not_mean_of_f1s():
 def test_parse_descriptions_formats():
     assert parse_descriptions("None") == []
     assert parse_descriptions("  none. ") == []
-    assert parse_descriptions("A. first\nB. second") == ["first", "second"]
-    assert parse_descriptions("Issues:\n1) one\n- two\n  continues") == ["one", "two continues"]
-    assert parse_descriptions("**A.** bold\n(B) paren") == ["bold", "paren"]
-    assert parse_descriptions("The date is wrong.") == ["The date is wrong."]
+    assert parse_descriptions("A. first is wrong\nB. second") == ["first is wrong", "second"]
+    assert parse_descriptions("Issues:\n1) one is wrong\n- two is not\n  in the text") == [
+        "one is wrong",
+        "two is not in the text",
+    ]
+    assert parse_descriptions("**A.** bold and wrong\n(B) paren") == ["bold and wrong", "paren"]
+    # prose is no list of descriptions: no prediction (FINAL's E.4), counted apart
+    assert parse_descriptions("The date is wrong.") == []
 
 
 COT = """Let me check the summary step by step.
@@ -230,14 +234,13 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("Final output:\nThere are no inconsistencies.", [], True),
         ("A.\nDescription: The year is wrong.\nB.\nDescription: A name is invented.",
          ["The year is wrong.", "A name is invented."], True),  # the few-shot layout
-        ("The summary is consistent with the text, except the year.",
-         ["The summary is consistent with the text, except the year."], False),
-        ("None of it holds: the year is wrong.", ["None of it holds: the year is wrong."], False),
+        # prose that reports something is no list: no description, counted apart (never a guess)
+        ("The summary is consistent with the text, except the year.", [], False),
+        ("None of it holds: the year is wrong.", [], False),
         ("1. The summary gives 2025.\n2. The text gives 2027.\nFinal Output:\n- The year is wrong.",
          ["The year is wrong."], True),
-        # items that name no problem and no text compared: facts restated, read but counted apart
-        ("1. The co-pilot was Andreas Lubitz.\n2. The plane hit the mountain.",
-         ["The co-pilot was Andreas Lubitz.", "The plane hit the mountain."], False),
+        # items that name no problem and no text compared: facts restated, counted apart
+        ("1. The co-pilot was Andreas Lubitz.\n2. The plane hit the mountain.", [], False),
         # "None" in the layouts models write (the few-shot prompt teaches the first two)
         ("Inconsistencies:\nNone", [], True),
         ("Inconsistencies: None", [], True),
@@ -252,7 +255,7 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("Inconsistencies:\nA. None of the players scored, the summary says; the text says two.",
          ["None of the players scored, the summary says; the text says two."], True),
         ("A. None\nB. The year is wrong.", ["The year is wrong."], True),
-        ("Inconsistencies: The summary gives 2025.", ["The summary gives 2025."], False),
+        ("Inconsistencies: The summary gives 2025.", [], False),
         # "None" with its explanation, other labels, and prose that reports nothing
         ("None. The summary is fully supported by the text.", [], True),
         ("None - every detail is in the text.", [], True),
@@ -268,12 +271,27 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("All claims in the summary are supported.", [], True),
         # a line that reports nothing never cancels one that reports a problem
         ("The summary is accurate in most details.\nHowever, it gives the wrong age (43 instead "
-         "of 34).", ["However, it gives the wrong age (43 instead of 34)."], False),
-        ("There are no errors in the names.\nThe summary gives the wrong year.",
-         ["The summary gives the wrong year."], False),
+         "of 34).", [], False),
+        ("There are no errors in the names.\nThe summary gives the wrong year.", [], False),
         ("A. No errors in the date; the name 'John' is invented.",
          ["No errors in the date; the name 'John' is invented."], True),
-        ("None, but the year is wrong.", ["None, but the year is wrong."], False),
+        ("None, but the year is wrong.", [], False),
+        # the layouts larger models write: never a description of "nothing wrong", never a
+        # confident "none" read from markers with no text
+        ("There aren't any inconsistencies; everything checks out.", [], True),
+        ("$\\boxed{None}$", [], True),
+        ('{"inconsistencies": [], "explanation": "All supported."}', [], True),
+        ("| Claim | Supported? |\n|---|---|\n| The date | Yes |\n| The name | Yes |", [], True),
+        ("| Claim | Supported? |\n|---|---|\n| The date | Yes |\n| The name | No |", [], False),
+        ("A.\nB.\nC.", [], False),
+        ("1.\n2.", [], False),
+        ("没有不一致之处。", [], False),
+        ("✅ The date is correct.\n❌ The summary says 60%; the text says 52%.",
+         ["The summary says 60%; the text says 52%."], True),
+        ("- The year is wrong.\n  - It says 2025.\n  - The text says 2027.\n- The name is invented.",
+         ["The year is wrong. It says 2025. The text says 2027.", "The name is invented."], True),
+        ("A. The year is wrong. B. The name is invented.",
+         ["The year is wrong.", "The name is invented."], True),
         # affirmations are no items; "final output" inside a description is no label
         ("A. The year is wrong.\nB. The date is supported by the text.", ["The year is wrong."],
          True),
@@ -300,9 +318,9 @@ def test_a_reasoning_answer_without_its_final_output_has_no_answer():
     steps are no descriptions (counted apart), whatever they say."""
     steps = "1. The year is 2025: contradicted.\n2. The mayor: supported."
     assert read_descriptions(steps, reasoning=True) == ParsedDescriptions([], False)
-    assert read_descriptions(f"{steps}\nFinal Output:\nA. The year.", reasoning=True).items == [
-        "The year."
-    ]
+    assert read_descriptions(
+        f"{steps}\nFinal Output:\nA. The year is wrong.", reasoning=True
+    ).items == ["The year is wrong."]
 
 
 def test_letters():

@@ -44,7 +44,6 @@ from fincheck.tasks.final.metrics import (
     ParsedDescriptions,
     final_figures,
     has_final_output,
-    parse_descriptions,
     read_descriptions,
     score_final,
     true_positives,
@@ -316,8 +315,9 @@ class FinalTask(Task):
             "Binarized: a summary is flagged when the answer lists at least one description; "
             "precision, recall and F1 of flagging an inconsistent summary are the paper's Fig. 4 "
             "figures, the balanced accuracy is fincheck's (flagging everything scores 0.5).",
-            "Outputs in no asked-for format (free prose, read as one description of its "
-            "sentences that report a problem; an empty answer, read as none): "
+            "Outputs not read with confidence as a list of descriptions or as nothing to "
+            "report (prose, an empty or content-free answer, restated facts, another script: no "
+            "prediction, as the paper's judge protocol has it): "
             f"{f.get('n_unstructured', 0)} of {f['n']}. Reasoning answers that ended without "
             f'their "Final Output:" (read as no description): {f.get("n_without_final_output", 0)}.'
             + (
@@ -408,16 +408,24 @@ class FinalTask(Task):
     # --- serve -----------------------------------------------------------------------------
 
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
-        """The descriptions and the verdict; an empty answer says nothing, so its verdict is
-        unknown (None, with a warning), never "consistent"."""
+        """The descriptions and the verdict; an answer not read with confidence (empty, prose,
+        content-free) says nothing, so its verdict is unknown (None, with a warning), never
+        "consistent"."""
         if not (text or "").strip():
             return {
                 "descriptions": [],
                 "consistent": None,
                 "warning": "the model's answer was empty: no verdict",
             }
-        descriptions = parse_descriptions(text)
-        return {"descriptions": descriptions, "consistent": not descriptions}
+        read = read_descriptions(text)
+        if not read.structured:
+            return {
+                "descriptions": [],
+                "consistent": None,
+                "warning": "the model's answer is no list of descriptions nor a clear 'none': "
+                "no verdict (its text is in `output`)",
+            }
+        return {"descriptions": read.items, "consistent": not read.items}
 
 
 TASK = FinalTask()

@@ -30,7 +30,11 @@ from fincheck.classification import (
 )
 from fincheck.sentences import split_sentences as _split_sentences
 
-# How an answer is read (`read_descriptions`), in order:
+# How an answer is read (`read_descriptions`). FINAL's judge prompt (the paper's appendix E.4)
+# gives an answer that is not a list of descriptions no prediction. The reader reads more
+# layouts than that, but never guesses: an answer it cannot read with confidence as a list of
+# descriptions or as "nothing to report" gives no description and is counted apart (listed in
+# the report), never turned into a description or a confident "none". In order:
 #  1. A chain of thought: only what follows its last "Final Output:" (or "Final Answer:") label
 #     at the start of a line counts; mid-line, "final output" is the answer's own words.
 #  2. A label that opens the answer ("Inconsistencies:", "Answer:", "Output:") is dropped.
@@ -41,9 +45,15 @@ from fincheck.sentences import split_sentences as _split_sentences
 #     text.") is dropped; a preamble before the first item and a closing paragraph after a blank
 #     line are not items. A list none of whose items names a problem or the texts compared is
 #     read but counted as not in the asked-for format.
-#  5. Unmarked prose: its sentences that report no problem are dropped; if nothing else is
+#  5. Unmarked prose: its sentences that report no problem (an omission remarked on included:
+#     leaving something out is not unsupported information) are dropped; if nothing else is
 #     left the answer is "nothing to report" ("None. The summary is fully supported by the
-#     text."), else the rest is one description, counted as not in the asked-for format.
+#     text."), else it gives no description and is counted apart.
+# Before these: `$\boxed{None}$` reads as `None`; an answer with no English words (another
+# language) is counted apart; a table reads as "nothing to report" only when every row affirms
+# its claim, else it is counted apart; a list of markers with no text is counted apart. In a
+# list, check-marked items (✅ ✓) are affirmations, crossed ones (❌ ✗) reports, indented
+# sub-items continue their item, and "A. ... B. ..." on one line are two items.
 
 # "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text",
 # "### 1. text", "Inconsistency 1: text"; a marker alone on its line ("A.") opens an item whose
@@ -51,7 +61,7 @@ from fincheck.sentences import split_sentences as _split_sentences
 _ITEM = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?"
     r"(?:\s+(?P<lettered>.+))?$"
-    r"|^\s*[-*•]\s+(?P<bullet>.+)$"
+    r"|^\s*(?:[-*•]\s+|[✅✔✓☑❌✗✘❎]\s*)(?P<bullet>.+)$"
     r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem|claim|statement)\s+\d{1,3}\s*(?:\*\*)?"
     r"\s*[:.)](?:\*\*)?\s*(?P<named>.+)$",
     re.IGNORECASE,
@@ -88,7 +98,7 @@ _PROBLEM = (
 )
 _NO_PROBLEM = re.compile(
     rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
-    rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)"
+    rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)(?:\s*n't|\s+not)?"
     rf"|(?:the\s+)?summary\s+(?:contains|has|includes|makes|shows)"
     rf"|(?:the\s+)?summary\s+(?:does\s+not|doesn't)\s+(?:contain|have|include|make|show)"
     rf"|(?:i|we)\s+(?:do|did|could|can|cannot|can't|couldn't|didn't|don't)\s*(?:not\s+)?"
@@ -102,6 +112,10 @@ _NO_PROBLEM = re.compile(
     rf"|nothing\s+(?:in\s+the\s+summary\s+)?(?:is|was)\s+(?:unsupported|inconsistent|wrong)\b.*"
     rf"|(?:the\s+)?(?:text|summary)\s+and\s+(?:the\s+)?(?:text|summary)\s+"
     rf"(?:are\s+identical|match|agree|are\s+consistent)\b.*"
+    rf"|(?:(?:the\s+)?summary|everything|it|all|this)\s+(?:\w+\s+)?checks?\s+out\b.*"
+    rf"|(?:i|we)\s+(?:could\s*not|couldn't|did\s*not|didn't|cannot|can't|do\s+not|don't)\s+"
+    rf"(?:find|see|identify|spot|detect)\s+any\s+(?:claims?|statements?|information|details?)"
+    rf"\b.*?\b(?:beyond|unsupported|not\s+supported|not\s+in)\b.*"
     rf"|(?:supported|consistent|correct|accurate|verified|confirmed|true|verifiable)",
     re.IGNORECASE,
 )
@@ -110,7 +124,7 @@ _AFFIRMS = re.compile(
     r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
     r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
     r"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
-    r"|\b(?:matches|agrees\s+with|is\s+in\s+line\s+with)\s+the\s+text\b"
+    r"|\b(?:match(?:es)?|agrees?\s+with|(?:is|are)\s+in\s+line\s+with)\s+the\s+text\b"
     r"|\b(?:appears?|is\s+(?:stated|mentioned|given|found))\s+in\s+the\s+(?:text|article|source)\b"
     r"|\bthe\s+(?:text|article|source)\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')",
     re.IGNORECASE,
@@ -152,17 +166,29 @@ def _clause_kind(clause: str) -> str:
     return "nothing" if _AFFIRMS.search(plain) else "neutral"
 
 
+# A remark on what the summary leaves out ("it omits the second vote, but omissions aren't
+# inconsistencies"): leaving something out is no unsupported information.
+_OMISSION = re.compile(r"\b(?:omit\w*|omission\w*|leaves?\s+out|left\s+out)\b", re.IGNORECASE)
+_NOT_AN_ERROR = re.compile(
+    r"\b(?:is|are|was|were)(?:\s*n't|\s+not)\s+(?:an?\s+)?(?:inconsistenc\w*|errors?|problems?)",
+    re.IGNORECASE,
+)
+
+
 def _sentence_says_nothing(sentence: str) -> bool:
     """A clause that reports no problem, only lead-ins before it ("After checking each
     statement, I found no errors", "The location (Leeds) is correct") and nothing after it
-    but clauses that report no problem either."""
+    but clauses that report no problem either; or a remark on an omission alone."""
+    if _OMISSION.search(sentence) and not _NAMES_AN_ERROR.search(_NOT_AN_ERROR.sub("", sentence)):
+        return True
     clauses = _CLAUSE_SPLIT.split(sentence)
     kinds = [_clause_kind(clause) for clause in clauses]
     if "nothing" not in kinds or "report" in kinds:
         return False
-    first = kinds.index("nothing")
-    after = zip(kinds[first:], clauses[first:], strict=True)
-    return all(kind != "neutral" or not _plain(clause) for kind, clause in after)
+    # lead-ins before the first no-problem clause, and neutral pieces of an enumeration after
+    # it ("all names, dates and figures match the text"), as long as it ends on one
+    last = [kind for kind, clause in zip(kinds, clauses, strict=True) if _plain(clause)][-1]
+    return last == "nothing"
 
 
 def says_nothing(text: str) -> bool:
@@ -216,9 +242,42 @@ BINARY_METRICS = ("binary_precision", "binary_recall", "binary_f1", "binary_bacc
 @dataclass(frozen=True)
 class ParsedDescriptions:
     items: list[str]
-    # False: not in a format the prompts ask for (free prose read as one description, an empty
-    # answer, a reasoning answer without its final answer): counted apart in the report.
+    # False: not read with confidence (free prose, an empty or content-free answer, another
+    # language, a reasoning answer without its final answer): no description, counted apart
+    # and listed in the report.
     structured: bool
+
+
+NOTHING = ParsedDescriptions([], True)  # read with confidence: nothing to report
+APART = ParsedDescriptions([], False)  # no description read; counted apart
+
+_BOXED = re.compile(r"\$*\\boxed\{([^{}]*)\}\$*")
+
+
+def _english(text: str) -> bool:
+    """Written in a Latin script: an answer in another script (Chinese, Cyrillic) cannot be
+    read by these rules with confidence. One in another Latin language matches none of the
+    rules' English patterns and is counted apart by them."""
+    words = re.findall(r"[^\W\d_]+", text)
+    return not words or sum(w.isascii() for w in words) / len(words) >= 0.8
+
+
+def _table_rows(text: str) -> list[str] | None:
+    """The data rows of a markdown table in the answer (header and separator left out), None
+    when it has no table."""
+    rows = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+    if len(rows) < 3 or not re.fullmatch(r"\|?[\s:|-]+\|?", rows[1]):
+        return None
+    return rows[2:]
+
+
+def _row_affirms(row: str) -> bool:
+    """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ..."""
+    cells = [c.strip(" *").lower() for c in row.strip("|").split("|")]
+    verdict = cells[-1] if cells else ""
+    return bool(
+        re.fullmatch(r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", verdict)
+    )
 
 
 def _json_items(text: str) -> list[str] | None:
@@ -233,7 +292,10 @@ def _json_items(text: str) -> list[str] | None:
     except ValueError:
         return None
     if isinstance(value, dict):
-        inner = [v for v in value.values() if isinstance(v, (list, str))]
+        # the list under a key that names it ({"inconsistencies": [], "explanation": "..."}),
+        # else the one list or string the object holds
+        named = [v for k, v in value.items() if _LIST_KEY.fullmatch(str(k)) and isinstance(v, list)]
+        inner = named or [v for v in value.values() if isinstance(v, (list, str))]
         value = inner[0] if len(inner) == 1 else None
         if isinstance(value, str):
             value = [value]  # {"inconsistencies": "None"}
@@ -242,6 +304,12 @@ def _json_items(text: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     return [" ".join(v.split()) for v in value]
+
+
+_LIST_KEY = re.compile(
+    r"(?:inconsistenc\w*|issues?|errors?|problems?|descriptions?|hallucinations?|findings?)",
+    re.IGNORECASE,
+)
 
 
 def _clean(item: str) -> str:
@@ -255,20 +323,53 @@ def _marked_items(lines: list[str]) -> list[str] | None:
     a closing remark; before the first marker, a preamble."""
     items: list[str] = []
     open_item = False
-    for line in lines:
+    top = None  # the indentation of the list's own markers; deeper ones are sub-items
+    for line in _split_inline_items(lines):
         if not line.strip():
             open_item = False
             continue
+        indent = len(line) - len(line.lstrip())
         match = _ITEM.match(line)
-        if match:
-            items.append(
-                match.group("lettered") or match.group("bullet") or match.group("named") or ""
-            )
+        if match and items and open_item and top is not None and indent > top:
+            items[-1] = f"{items[-1]} {_item_text(match)}"  # a sub-item continues its item
+        elif match:
+            top = indent if top is None else top
+            items.append(_item_text(match))
             open_item = True
         elif items and (open_item or not items[-1].strip()):
             items[-1] = f"{items[-1]} {line.strip()}"
             open_item = True
     return [_clean(item) for item in items] if items else None
+
+
+def _item_text(match: re.Match) -> str:
+    text = match.group("lettered") or match.group("bullet") or match.group("named") or ""
+    marker = match.group(0).lstrip()[:1]
+    if marker in _CHECKED:  # "✅ The date is correct.": affirmed, whatever its words
+        return "None"
+    return text
+
+
+_CHECKED = "✅✔✓☑"
+# "A. text B. text" on one line: the next letter's marker after a sentence's end
+_INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{letter}[.)]\\s)"
+
+
+def _split_inline_items(lines: list[str]) -> list[str]:
+    """A line that opens with "A." and holds "B.", "C." ... after sentence ends, as lines."""
+    out = []
+    for line in lines:
+        first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+        while first:
+            letter = chr(ord(first.group(1)) + 1)
+            cut = re.search(_INLINE_NEXT.format(letter=letter), line)
+            if cut is None:
+                break
+            out.append(line[: cut.start()])
+            line = line[cut.end() :]
+            first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+        out.append(line)
+    return out
 
 
 def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
@@ -282,28 +383,39 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
         text = text[labels[-1].end() :].strip()
     elif reasoning:
         return ParsedDescriptions([], False)
-    text = _ANSWER_LABEL.sub("", text, count=1).strip()
+    text = _ANSWER_LABEL.sub("", _BOXED.sub(r"\1", text), count=1).strip()
     if not text.strip(_DECORATION):
-        return ParsedDescriptions([], False)  # an empty answer says nothing either way
+        return APART  # an empty answer says nothing either way
+    if not _english(text):
+        return APART  # another script: these rules cannot read it with confidence
+    table = _table_rows(text)
+    if table is not None:  # nothing to report only when every row affirms its claim
+        return NOTHING if table and all(map(_row_affirms, table)) else APART
     listed = _json_items(text)
     if listed is None:
         listed = _marked_items(text.splitlines())
     if listed is not None:
+        if listed and not any(item.strip(_DECORATION + ".") for item in listed):
+            return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
         items = [item for item in listed if not says_nothing(item)]
         # items none of which names a problem or the texts compared ("The co-pilot was Andreas
-        # Lubitz.", "A. B."): a list of facts, not of inconsistencies; read, but counted apart
-        return ParsedDescriptions(items, not items or any(map(_names_a_problem, items)))
+        # Lubitz."): a list of facts, not of inconsistencies; no description, counted apart
+        return (
+            ParsedDescriptions(items, True)
+            if not items or any(map(_names_a_problem, items))
+            else APART
+        )
     prose = " ".join(text.split())
     if says_nothing(prose):
-        return ParsedDescriptions([], True)
+        return NOTHING
     sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
     if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
-        return ParsedDescriptions([], True)  # "None - the summary restates the text."
+        return NOTHING  # "None - the summary restates the text."
     if re.search(r"(?:^|\n)[\W_]*none[\W_]*$", text, re.IGNORECASE) and not any(
         _REPORTS.search(s) for s in sentences
     ):
-        return ParsedDescriptions([], True)  # an explanation, then "None" on its own line
-    return ParsedDescriptions([" ".join(sentences)], False)
+        return NOTHING  # an explanation, then "None" on its own line
+    return APART  # prose that reports something: not a list of descriptions (E.4: none read)
 
 
 def parse_descriptions(text: str) -> list[str]:
