@@ -22,21 +22,11 @@ set -euo pipefail
 
 RECIPE=${1:?usage: sbatch scripts/train_slurm.sh RECIPE.yaml [--key=value ...]}
 shift
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-MASTER_PORT=${MASTER_PORT:-29500}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
-# On SIGTERM torchrun waits this long for its workers (finish the step, save) before killing them.
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-240}
+export GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT=${MASTER_PORT:-29500}
 mkdir -p logs
 
-# `srun` starts one torchrun per node; each torchrun starts GPUS_PER_NODE workers. `exec` inside
-# bash -c lets SIGTERM reach torchrun, which forwards it to the workers.
-srun --kill-on-bad-exit=1 bash -c "exec torchrun \
-    --nnodes=$SLURM_JOB_NUM_NODES \
-    --nproc_per_node=$GPUS_PER_NODE \
-    --node_rank=\$SLURM_NODEID \
-    --rdzv_backend=c10d \
-    --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT \
-    --rdzv_id=$SLURM_JOB_ID \
-    train/sft.py --config $RECIPE --resume_from_checkpoint=auto $*"
+# `srun` starts one scripts/train_node.sh per node (SLURM sets SLURM_NODEID, SLURM_JOB_NUM_NODES,
+# SLURM_JOB_ID there); each starts one torchrun with GPUS_PER_NODE workers.
+srun --kill-on-bad-exit=1 scripts/train_node.sh "$RECIPE" "$@"

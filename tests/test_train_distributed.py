@@ -437,3 +437,93 @@ def test_tree_packed_accumulated_step_on_two_processes_equals_the_unpacked_step(
     assert moved > 1e-4  # B starts at zero: the step trained
     for name, weight in unpacked.items():
         torch.testing.assert_close(packed[name], weight, rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------ two nodes on loopback
+
+
+def launch_nodes(commands: list[list[str]], envs: list[dict[str, str]], timeout: int = 600):
+    """One launcher per node, started together (as a scheduler starts them), all waited for."""
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for cmd, env in zip(commands, envs, strict=True)
+    ]  # fmt: skip
+    return [(p.wait(timeout=timeout), p.stdout.read()) for p in procs]
+
+
+def node_args(prepared_dir: Path, mixture: Path, out: Path, *extra: str) -> list[str]:
+    return [f"--dataset_dir={prepared_dir}", f"--data_config={mixture}", f"--output_dir={out}",
+            "--per_device_train_batch_size=2", "--max_steps=4", "--save_steps=4", *extra]  # fmt: skip
+
+
+def deepspeed_nodes(out: Path, prepared_dir: Path, mixture: Path, tmp_path: Path):
+    """The README's DeepSpeed multi-node form, each node started by its own launcher without
+    ssh (`--no_ssh --node_rank`), two one-slot nodes of a hostfile on 127.0.0.1."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-0 slots=1\nnode-1 slots=1\n")
+    launcher = Path(sys.executable).parent / "deepspeed"
+    port = str(free_port())
+    commands = [
+        [str(launcher), "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(rank),
+         "--master_addr", "127.0.0.1", "--master_port", port, "train/sft.py", "--config", TINY,
+         *node_args(prepared_dir, mixture, out)]
+        for rank in (0, 1)
+    ]  # fmt: skip
+    return launch_nodes(commands, [{}, {}])
+
+
+def slurm_nodes(out: Path, prepared_dir: Path, mixture: Path, *extra_per_node: list[str]):
+    """scripts/train_slurm.sh's per-node line (scripts/train_node.sh: torchrun with the c10d
+    rendezvous), with the variables SLURM sets on each node."""
+    port, job = str(free_port()), f"test-{os.getpid()}"
+    extra_per_node = extra_per_node or ([], [])
+    commands = [
+        ["scripts/train_node.sh", TINY, *node_args(prepared_dir, mixture, out, *extra)]
+        for extra in extra_per_node
+    ]
+    envs = [
+        {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": str(rank), "SLURM_JOB_ID": job,
+         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GPUS_PER_NODE": "1",
+         "TORCHRUN": str(Path(sys.executable).parent / "torchrun")}
+        for rank in (0, 1)
+    ]  # fmt: skip
+    return launch_nodes(commands, envs)
+
+
+def test_two_nodes_on_loopback_train_the_losses_of_one_node(prepared_dir, mixture, tmp_path):
+    """Both multi-node forms of the README, two nodes of one process each on loopback, train
+    step for step the losses of one node with 2 processes, and every process exits 0 (node 1's
+    workers used to abort when node 0's launcher took the rendezvous store down at the end)."""
+    one = tmp_path / "one"
+    deepspeed_launch("train/sft.py", "--config", TINY, *node_args(prepared_dir, mixture, one))
+    expected = step_losses(one / "checkpoint-4")
+    assert sorted(expected) == [1, 2, 3, 4]
+    for name, launch in (("deepspeed", deepspeed_nodes), ("slurm", slurm_nodes)):
+        out = tmp_path / name
+        args = (
+            (out, prepared_dir, mixture, tmp_path)
+            if name == "deepspeed"
+            else (out, prepared_dir, mixture)
+        )
+        results = launch(*args)
+        for status, log in results:
+            assert status == 0 and "SIGABRT" not in log, log[-3000:]
+        losses = step_losses(out / "checkpoint-4")
+        assert losses == pytest.approx(expected, abs=1e-6), name
+        assert json.loads((out / "fincheck_run.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.parametrize("differ", ["recipe", "prepared data"])
+def test_a_node_started_with_another_recipe_or_data_stops_every_rank(
+    differ, prepared_dir, small_prepared, mixture, tmp_path
+):
+    """Node 1 launched with another learning rate, or another prepared folder: every rank
+    stops before the first step, saying which differs; nothing is trained."""
+    other = ["--learning_rate=0.01"] if differ == "recipe" else [f"--dataset_dir={small_prepared}"]
+    out = tmp_path / "run"
+    results = slurm_nodes(out, prepared_dir, mixture, [], other)
+    for status, log in results:
+        assert status != 0, log[-2000:]
+        assert f"were not started with the same {differ}" in log, log[-3000:]
+    assert not list(out.glob("checkpoint-*"))

@@ -203,6 +203,13 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         main=recipe.process_index == 0,  # the recipe set up torch.distributed when built
     )
     base_fp = checkpoints.base_fingerprint(base_path)
+    check_one_run_on_every_rank(
+        {
+            "recipe": recipe_identity(recipe),
+            "prepared data": str(read_manifest(recipe.dataset_dir).get("fingerprint")),
+            "base": base_fp,
+        }
+    )
     resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
     if resume_from is not None:
         old = checkpoints.read_checkpoint_recipe(resume_from)
@@ -286,6 +293,39 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     trainer.add_callback(sigterm)
     trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
+
+
+def recipe_identity(recipe: SFTRecipe) -> str:
+    """Every key the recipe declares, as one digest: what all processes of a launch must share
+    (a node started with another learning rate or another max_steps trains another run)."""
+    import hashlib
+
+    text = json.dumps(recipe.declared, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_one_run_on_every_rank(identity: dict[str, str]) -> None:
+    """All processes of a launch, on every node, were started with the same recipe, prepared
+    data and base: each rank compares its own with every other's, and each one that differs
+    from rank 0's stops every rank before the first step (a node launched with another recipe
+    or data would train a mix of two runs, or hang at the first collective)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, identity)
+    differ = sorted(
+        {key for other in gathered for key in identity if other[key] != gathered[0][key]}
+    )
+    if differ:
+        ranks = [rank for rank, other in enumerate(gathered) if other != gathered[0]]
+        raise FincheckError(
+            f"the processes of this launch were not started with the same {' and '.join(differ)}"
+            f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+            f"differ{'' if len(ranks) > 1 else 's'} from rank 0): start every node with the same recipe, overrides and prepared data (this is "
+            f"rank {dist.get_rank()}); nothing was trained"
+        )
 
 
 def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
@@ -424,10 +464,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        return train_and_save(build_trainer(load_training_recipe(config, rest)))
+        status = train_and_save(build_trainer(load_training_recipe(config, rest)))
     except FincheckError as e:
         print(f"train/sft.py: error: {redact(str(e))}", file=sys.stderr)
         return 1
+    leave_process_group()
+    return status
+
+
+def leave_process_group() -> None:
+    """Every process leaves the group together at the end of a run: on several nodes the
+    rendezvous store lives in node 0's launcher, which exits with its own workers; a worker of
+    another node still holding the group would then abort (SIGABRT) on the lost connection,
+    after a run that succeeded."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def split_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
