@@ -4,7 +4,7 @@ script's own Yes/No rule; FHSumBench outputs by the reference scorer's semantics
 (`fincheck.tasks.fhsumbench.reference`, checked against the reference on its own), so what is
 cross-checked is the arithmetic: the macro averages over gold ∪ predicted labels and F.
 
-    python scripts/crosscheck_scores.py --data prepared --run runs/tiny
+    python scripts/crosscheck_scores.py --data prepared --run runs/tiny   # needs pip install -e ".[dev]"
 
 Exit status 1 when a figure differs by more than 1e-9. FINAL is not recomputed: its figures
 depend on the judge's matchings (see RUN/scored/final.jsonl).
