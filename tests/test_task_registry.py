@@ -319,7 +319,6 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     # benchmarks and the demo: per-task sample sizes and workloads
     # its default task and its qasem_docs setting
     "scripts/bench/eval_paths.py": ["qasem", "qasem", "qasem"],
-    "scripts/bench/eval_speed.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
     "scripts/bench/train_layouts.py": ["fhsumbench", "qasem"],
     "scripts/crosscheck_scores.py": [
         "fhsum",

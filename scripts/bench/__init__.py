@@ -1,11 +1,13 @@
 """Speed benchmarks as a library: each returns a report object the scripts print and the tests
 read (`scripts/bench_*.py` are thin command lines over these).
 
-    train_variants   LoRA SFT training speed, every variant (padding, packing, kernels, ZeRO)
-    train_steps      one variant: its model, optimizer or ZeRO engine, timed steps, figures
-    eval_speed       evaluation prefill and generation speed per task and mode
-    train_launch     tokens/s of a real `train/sft.py` launch (deepspeed / torchrun)
-    workload         models of real architectures from configs/models, data-shaped lengths
+    train_levers     a recipe's CPU levers on its own packs, interleaved (what CPU recipes use)
+    train_layouts    the same pairs unpacked, padding-free and tree-packed (GPU: FlexAttention)
+    eval_paths       `fincheck eval` naive, batched and with prefix reuse, on the same examples
+    workload         random-init models of real architectures, prepared lengths, device, date
     flops            the FLOP and MFU arithmetic
     options          command-line options generated from a settings dataclass
+
+Benchmarks whose decision is made are archived: their commands and figures stay in
+docs/performance.md, their code in the history (see "Archived benchmarks" there).
 """

@@ -23,7 +23,6 @@ Gradient checkpointing recomputes the forward; that recompute is not counted (MF
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, in TFLOP/s.
@@ -93,20 +92,6 @@ class ModelShape:
     def attention_forward_flops(self, seq_len: int) -> int:
         """Causal attention score + value matmuls of one sequence, all layers, forward only."""
         return 2 * seq_len * seq_len * self.attn_dim * self.layers
-
-
-def lora_train_flops(shape: ModelShape, lengths: Iterable[int], rank: int) -> int:
-    """FLOPs of one LoRA training step over sequences of these real lengths (LoRA convention)."""
-    lengths = list(lengths)
-    tokens = sum(lengths)
-    dense = (4 * shape.matmul_params() + 6 * shape.lora_params(rank)) * tokens
-    attention = 3 * sum(shape.attention_forward_flops(n) for n in lengths)
-    return dense + attention
-
-
-def full_ft_flops(shape: ModelShape, tokens: int) -> int:
-    """FLOPs of one step by the full fine-tuning convention, 6·N·tokens (no attention term)."""
-    return 6 * shape.matmul_params() * tokens
 
 
 def device_peak_tflops(device_name: str) -> float | None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.workload import is_architecture
 from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
 
@@ -73,32 +72,20 @@ class Bench:
 
 
 @dataclass(frozen=True)
-class ModelDispatch:
-    """Benchmarks behind one script: a recipe's (--recipe), or two picked by --model: an architecture
-    (configs/models/<name>.json, random-init weights) or a real model (a name, folder, or
-    'tiny-random'); an architecture with --layouts goes to the real-model bench, which then
-    trains random-init weights of it on real pairs. Each has its own options."""
+class RecipeOrModel:
+    """Two benchmarks behind one script: a training recipe's levers (--recipe), else the ways
+    to lay a model's pairs out (--model: a real model, or an architecture of configs/models/
+    whose random-init weights train on real pairs). Each has its own options."""
 
     script: str
     doc: str
-    architecture: Bench
+    recipe: Bench
     model: Bench
-    recipe: Bench | None = None  # picked by --recipe: a training recipe's own levers
 
     def bench_for(self, argv: list[str] | None) -> Bench:
-        """The recipe's bench for --recipe; the real-model bench for a real model, and for an
-        architecture given with `--layouts` (its random-init weights trained on real pairs);
-        else the architecture's."""
         probe = argparse.ArgumentParser(add_help=False)
-        probe.add_argument("--model", default=self.architecture.settings.model)
-        probe.add_argument("--layouts")
         probe.add_argument("--recipe")
-        known = probe.parse_known_args(argv)[0]
-        if known.recipe and self.recipe is not None:
-            return self.recipe
-        if not is_architecture(known.model) or known.layouts:
-            return self.model
-        return self.architecture
+        return self.recipe if probe.parse_known_args(argv)[0].recipe else self.model
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
         return self.bench_for(argv).parser(self.doc).parse_args(argv)

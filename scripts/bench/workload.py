@@ -1,9 +1,6 @@
-"""The workload of the speed benchmarks (`bench.train_variants`, `.eval_speed`).
-
-Models: random-init models of real architectures, built from the config.json values written out
-in `configs/models/<name>.json` (no weights, no download). Batches: sequences whose lengths follow
-the prepared data's token-length distribution (a `fincheck prepare` output), capped like
-training caps them; the token ids are random, which costs the same FLOPs as real text.
+"""What the benchmarks share: random-init models of real architectures (built from the
+config.json values written out in `configs/models/<name>.json`: no weights, no download), the
+prepared data's token lengths, and a report's device and date.
 
 Token lengths come from the model's tokenizer and chat template when one is given (a local
 tokenizer folder). Without one they are estimated: English prose averages about 4 characters per
@@ -19,7 +16,6 @@ import json
 import math
 import os
 import platform
-import random
 import resource
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -34,15 +30,7 @@ CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 5
 GENERATION_PROMPT_TOKENS = 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Synthetic lengths when no prepared dir is given: a log-normal shaped like the prepared data
-# measured with the estimate above (all tasks, train split, cap 2,048: median ~ 900 tokens,
-# a tail of long QASem/FHSumBench sources that hits the cap).
-SYNTHETIC_MEDIAN_FRACTION = 0.45
 # Help texts of the options every benchmark shares.
-MODEL_HELP = "configs/models/<name>.json or a config.json path"
-PREPARED_HELP = "a `fincheck prepare` output: {what} lengths from its pairs (default: synthetic)"
-TOKENIZER_HELP = "local tokenizer folder for exact lengths (default: ~4 chars/token estimate)"
-SYNTHETIC_SIGMA = 0.6
 
 
 def model_config_path(name_or_path: str) -> Path:
@@ -126,51 +114,10 @@ def prepared_lengths(
     return out
 
 
-def synthetic_lengths(n: int, max_len: int, seed: int = 0) -> list[int]:
-    """Log-normal lengths shaped like the prepared data, in [16, max_len] (before capping)."""
-    rng = random.Random(seed)
-    mu = math.log(SYNTHETIC_MEDIAN_FRACTION * max_len)
-    return [max(16, round(rng.lognormvariate(mu, SYNTHETIC_SIGMA))) for _ in range(n)]
-
-
-def cap_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
-    """Training trims over-long pairs on the grounding text, so they arrive at exactly max_len."""
-    return [min(n, max_len) for n in lengths]
-
-
 def percentiles(lengths: Sequence[int], qs: Sequence[float] = (0.5, 0.9, 0.99)) -> list[int]:
     """Nearest-rank percentiles (the q-th value of the sorted lengths) and the maximum."""
     s = sorted(lengths)
     return [s[min(len(s) - 1, math.ceil(q * len(s)) - 1)] for q in qs] + [s[-1]]
-
-
-def describe_lengths(lengths: Sequence[int]) -> str:
-    s = sorted(lengths)
-    if not s:
-        return "no examples"
-    pct = lambda q: s[min(len(s) - 1, int(q * len(s)))]  # noqa: E731
-    return f"n={len(s)} mean={sum(s) / len(s):.0f} p50={pct(0.5)} p90={pct(0.9)} max={s[-1]}"
-
-
-def sample_steps(
-    lengths: Sequence[int], batch_size: int, steps: int, seed: int = 0
-) -> list[list[int]]:
-    """Per step, the lengths of `batch_size` examples drawn at random (reshuffled per epoch),
-    the way an SFT trainer without length grouping samples them."""
-    if not lengths:
-        raise FincheckError("no example lengths to sample batches from")
-    rng = random.Random(seed)
-    pool: list[int] = []
-    out = []
-    for _ in range(steps):
-        batch = []
-        while len(batch) < batch_size:
-            if not pool:
-                pool = list(lengths)
-                rng.shuffle(pool)
-            batch.append(pool.pop())
-        out.append(batch)
-    return out
 
 
 def device_name() -> str:
@@ -190,35 +137,6 @@ def utc_now() -> str:
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux ru_maxrss is KiB); never decreases."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def padded_batch(lengths: Sequence[int], vocab: int, pad_id: int, generator) -> dict[str, Any]:
-    """Right-padded (batch, longest) tensors: pads masked out of attention and loss."""
-    import torch
-    from trl.trainer.utils import pad
-
-    rows = [torch.randint(3, vocab, (n,), generator=generator) for n in lengths]
-    ids = pad(rows, pad_id)
-    mask = pad([torch.ones(n, dtype=torch.long) for n in lengths], 0)
-    labels = ids.masked_fill(mask == 0, -100)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def packed_batch(lengths: Sequence[int], vocab: int, generator) -> dict[str, Any]:
-    """Padding-free packing: one (1, sum(lengths)) row, position_ids restarting at 0 per example
-    and no attention_mask, so transformers derives per-example attention (flash-attn: cu_seqlens
-    from position_ids; sdpa/eager/flex: a block-diagonal causal mask from the position resets,
-    masking_utils.find_packed_sequence_indices). The first token of each example gets label -100
-    so no loss crosses an example boundary (as DataCollatorWithFlattening does)."""
-    import torch
-
-    ids = torch.cat(
-        [torch.randint(3, vocab, (n,), generator=generator) for n in lengths]
-    ).unsqueeze(0)
-    positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
-    labels = ids.clone()
-    labels[positions == 0] = -100
-    return {"input_ids": ids, "position_ids": positions, "labels": labels}
 
 
 def save_random_model(name: str, tokenizer: str | Path, out: Path, dtype: str = "bfloat16") -> Path:
