@@ -102,8 +102,8 @@ def check_overrides(command: str, config: Path | None, extra: list[str]) -> None
 
 
 def check_train_args(args: list[str], monkeypatch) -> None:
+    from fincheck.train.launch import split_config_arg
     from fincheck.train.recipe import read_recipe_values
-    from fincheck.train.sft import split_config_arg
 
     monkeypatch.chdir(REPO)  # recipes name their DeepSpeed config relative to the repo
     config, overrides = split_config_arg(args)

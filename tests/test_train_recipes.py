@@ -182,18 +182,18 @@ def test_a_recipe_launched_from_another_directory_finds_the_project_files(tmp_pa
 
 
 def test_the_first_deepspeed_cpu_run_says_it_compiles(tmp_path, monkeypatch, capsys):
-    from fincheck.train import sft
+    from fincheck.train import launch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "0")
-    folder = sft.deepspeed_build_pending()
+    folder = launch.deepspeed_build_pending()
     assert folder is not None and folder.is_relative_to(tmp_path)
-    sft.announce_deepspeed_build()
+    launch.announce_deepspeed_build()
     assert "compiles its CPU communication kernel" in capsys.readouterr().err
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "deepspeed_shm_comm.so").write_bytes(b"")  # built: nothing more to say
-    assert sft.deepspeed_build_pending() is None
-    sft.announce_deepspeed_build()
+    assert launch.deepspeed_build_pending() is None
+    launch.announce_deepspeed_build()
     assert capsys.readouterr().err == ""
 
 

@@ -168,8 +168,9 @@ def test_a_gpu_recipe_on_a_cpu_falls_back_to_chunked_sdpa_and_records_what_it_de
 def test_flex_runs_give_evaluation_the_training_shape_and_refuse_data_parallel_in_one_process():
     import torch
 
+    from fincheck.train.launch import check_one_gpu_per_process
     from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import check_one_gpu_per_process, tree_collator
+    from fincheck.train.tree_batches import tree_collator
 
     if torch.cuda.is_available():
         pytest.skip("the recipe is built for this machine: on a GPU it already runs flex")

@@ -15,12 +15,8 @@ import deepspeed
 import torch
 from safetensors.torch import load_file
 
-from fincheck.train.sft import (
-    build_trainer,
-    load_training_recipe,
-    split_config_arg,
-    train_and_save,
-)
+from fincheck.train.launch import split_config_arg
+from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
 
 def main() -> int:

@@ -389,3 +389,42 @@ def write_run_files(
     (output_dir / RECIPE_FILE).write_text(recipe_yaml, encoding="utf-8")
     (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     (output_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
+    """A full disk while training or saving, in whatever form the writer reports it (an
+    OSError, torch's "iostream error" RuntimeError, the tokenizers library's plain Exception):
+    one line naming the disk and the last complete checkpoint."""
+    try:
+        yield
+    except FincheckError:
+        raise
+    except Exception as e:
+        if not is_out_of_space(e):
+            raise
+        step = trainer.state.global_step
+        raise FincheckError(out_of_space_message(output_dir, step)) from e
+
+
+def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | None) -> Path | None:
+    """The resume policy: a fresh start never replaces a run (`guard_output_dir`); with
+    `resume_from_checkpoint` (auto: the last complete checkpoint) the checkpoint must have been
+    trained with the same recipe keys, base, processes and prepared data, and its state files
+    must load without running code. Returns the checkpoint to resume from, or None."""
+    from fincheck.train.recipe import recipe_differences
+
+    guard_output_dir(
+        output_dir,
+        recipe.resume_from_checkpoint,
+        recipe.overwrite_output_dir,
+        main=recipe.process_index == 0,  # the recipe set up torch.distributed when built
+    )
+    resume_from = resolve_resume(recipe.resume_from_checkpoint, output_dir)
+    if resume_from is not None:
+        old = read_checkpoint_recipe(resume_from)
+        check_resume_compatible(
+            resume_from, recipe_differences(old, recipe), base_fp, recipe.world_size, data_fp
+        )
+        check_state_files(resume_from)
+    return resume_from

@@ -28,7 +28,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference import fit_messages, render_chat
 from fincheck.pairs import Pair
 from fincheck.prepared import prepared_tasks, read_manifest, read_split, split_path
-from fincheck.tasks import check_task_names, get_task, task_names
+from fincheck.tasks import check_task_names, get_task, prompt_hashes, task_names
 
 if TYPE_CHECKING:
     from fincheck.train.recipe import SFTRecipe
@@ -330,3 +330,13 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
         stats=stats,
         manifest=read_manifest(dataset_dir),
     )
+
+
+def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
+    """Warn when the pairs were rendered with other prompt files than the ones installed now:
+    evaluation renders with the installed ones, so the model would be tested on other wording."""
+    recorded = manifest.get("prompt_hashes") or {}
+    current = prompt_hashes([t for t in tasks if t in recorded])
+    stale = [t for t in current if recorded[t] != current[t]]
+    if stale:
+        log.warning("prompts changed since `fincheck prepare` for %s: re-run prepare", stale)

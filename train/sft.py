@@ -17,15 +17,11 @@ max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run 
 
 from __future__ import annotations
 
-import argparse
 import atexit
-import contextlib
 import json
 import logging
 import os
-import socket
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +36,11 @@ from fincheck.prepared import read_manifest, require_prepared_dir
 from fincheck.runs import RUN_METADATA, relative_base
 from fincheck.secrets import redact
 from fincheck.tasks import prompt_hashes
-from fincheck.train import checkpoints, model
+from fincheck.train import checkpoints, launch, model
 from fincheck.train.recipe import (
     TINY_RANDOM,
     SFTRecipe,
     read_recipe_values,
-    recipe_differences,
     recipe_fingerprint,
     recipe_to_yaml,
 )
@@ -68,72 +63,6 @@ class Run:
     lock: Any = None  # the run folder's writer lock, held while this process runs
 
 
-def share_cpu_threads() -> None:
-    """Several processes on one machine: give each its share of the cores.
-
-    torchrun sets OMP_NUM_THREADS=1 itself, the `deepspeed` and `accelerate` launchers do not;
-    with every process using all cores, tiny-cpu on 2 processes / 2 cores ran at 4.1K tokens/s
-    instead of 10K. torch is imported by then (the recipe is TRL's), so the environment
-    variable would come too late: torch.set_num_threads sizes the pool.
-    """
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    if local > 1 and "OMP_NUM_THREADS" not in os.environ:
-        import torch
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def single_process_group_env() -> None:
-    """DeepSpeed outside a launcher (`fincheck train`, `python train/sft.py`): describe a
-    one-process group in the environment, otherwise DeepSpeed goes looking for MPI."""
-    if "WORLD_SIZE" in os.environ:
-        return
-    os.environ.update(
-        {
-            "RANK": "0",
-            "LOCAL_RANK": "0",
-            "WORLD_SIZE": "1",
-            "LOCAL_WORLD_SIZE": "1",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-        }
-    )
-
-
-def deepspeed_build_pending() -> Path | None:
-    """Where DeepSpeed will compile its CPU communication kernel when it has not yet done so on
-    this machine (it does, silently, on the first CPU run: minutes on 2 cores), else None."""
-    import torch
-
-    if torch.cuda.is_available():
-        return None
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-
-        folder = Path(_get_build_directory("deepspeed_shm_comm", verbose=False))
-    except Exception:  # a private helper of torch: no notice rather than no training
-        return None
-    return None if (folder / "deepspeed_shm_comm.so").exists() else folder
-
-
-def announce_deepspeed_build() -> None:
-    folder = deepspeed_build_pending()
-    if folder is not None and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(
-            "DeepSpeed compiles its CPU communication kernel (deepspeed_shm_comm) on this first "
-            f"run: about 1-3 minutes on 2 cores, once per machine (cached in {folder})",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     """The recipe, built for this machine once what must precede torch.distributed is done.
 
@@ -144,8 +73,8 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
     """
     values = read_recipe_values(config, overrides)
     if values["deepspeed"]:
-        single_process_group_env()
-        announce_deepspeed_build()
+        launch.single_process_group_env()
+        launch.announce_deepspeed_build()
     # Claimed before anything is written there: the tiny base would make any folder look like
     # a run's (the repository root, `/`) and TRL's model card would replace its README.md.
     output_dir = claim_out_dir(
@@ -165,10 +94,18 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 def build_trainer(recipe: SFTRecipe) -> Run:
     from datasets import Dataset
 
-    from fincheck.train import callbacks, data, dev_eval, host_memory, tree_attention, tree_layout
+    from fincheck.train import (
+        callbacks,
+        data,
+        dev_eval,
+        host_memory,
+        tree_attention,
+        tree_batches,
+        tree_layout,
+    )
     from fincheck.train.trainer import FincheckSFTTrainer, row_key
 
-    share_cpu_threads()
+    launch.share_cpu_threads()
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
@@ -196,33 +133,14 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         deepspeed.init_distributed(dist_backend="gloo")
         atexit.register(host_memory.remove_shared_allreduce_buffer)
 
-    checkpoints.guard_output_dir(
-        output_dir,
-        recipe.resume_from_checkpoint,
-        recipe.overwrite_output_dir,
-        main=recipe.process_index == 0,  # the recipe set up torch.distributed when built
-    )
     base_fp = checkpoints.base_fingerprint(base_path)
-    check_one_run_on_every_rank(
-        {
-            "recipe": recipe_identity(recipe),
-            "prepared data": str(read_manifest(recipe.dataset_dir).get("fingerprint")),
-            "base": base_fp,
-        }
+    data_fp = read_manifest(recipe.dataset_dir).get("fingerprint")
+    launch.check_one_run_on_every_rank(
+        {"recipe": launch.recipe_identity(recipe), "prepared data": str(data_fp), "base": base_fp}
     )
-    resume_from = checkpoints.resolve_resume(recipe.resume_from_checkpoint, output_dir)
-    if resume_from is not None:
-        old = checkpoints.read_checkpoint_recipe(resume_from)
-        checkpoints.check_resume_compatible(
-            resume_from,
-            recipe_differences(old, recipe),
-            base_fp,
-            recipe.world_size,
-            read_manifest(recipe.dataset_dir).get("fingerprint"),
-        )
-        checkpoints.check_state_files(resume_from)
-        if "wandb" in recipe.report_to:
-            callbacks.continue_wandb_run(output_dir)
+    resume_from = checkpoints.resume_point(recipe, output_dir, base_fp, data_fp)
+    if resume_from is not None and "wandb" in recipe.report_to:
+        callbacks.continue_wandb_run(output_dir)
 
     tokenizer = model.load_tokenizer(recipe, base_path)
     prepared = data.build_training_data(recipe, mixture, tokenizer)
@@ -237,13 +155,19 @@ def build_trainer(recipe: SFTRecipe) -> Run:
             log.info(recipe.attention_note)
 
     if recipe.tree_packing:
-        check_one_gpu_per_process(recipe.n_gpu)
+        launch.check_one_gpu_per_process(recipe.n_gpu)
     base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
         tree_attention.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_attention.use_tree_attention(base)  # SDPA over the keys each query chunk sees
         # config._attn_implementation: transformers has a public setter, no getter, of the kernel
-        collator = tree_collator(recipe, tokenizer.pad_token_id, base.config._attn_implementation)
+        attention = base.config._attn_implementation
+        collator = tree_batches.tree_collator(recipe, tokenizer.pad_token_id, attention)
+    dev_figures = (
+        dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer) if recipe.dev_figures else None
+    )
+    if dev_figures is not None:
+        prepared.stats["dev_figures"] = dev_figures.sizes()
     trainer = FincheckSFTTrainer(
         model=base,
         args=recipe,
@@ -252,15 +176,13 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
         processing_class=tokenizer,
         peft_config=model.build_lora_config(recipe, base),
+        dev_figures=dev_figures,
+        # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
+        pair_ids_by_row={
+            row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
+            for r in train_rows
+        },
     )
-    if recipe.dev_figures:
-        trainer.dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer)
-        prepared.stats["dev_figures"] = trainer.dev_figures.sizes()
-    # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
-    trainer.pair_ids_by_row = {
-        row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
-        for r in train_rows
-    }
 
     manifest = prepared.manifest
     metadata = {
@@ -277,7 +199,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         "attn_implementation": base.config._attn_implementation,  # no public getter (above)
         "world_size": recipe.world_size,
     }
-    check_prompt_hashes(manifest, mixture.tasks)
+    data.check_prompt_hashes(manifest, mixture.tasks)
     recipe_yaml = recipe_to_yaml(recipe)
     sigterm = callbacks.SigtermCallback()
     if not recipe.disable_tqdm:
@@ -295,80 +217,17 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 
 
-def recipe_identity(recipe: SFTRecipe) -> str:
-    """Every key the recipe declares, as one digest: what all processes of a launch must share
-    (a node started with another learning rate or another max_steps trains another run)."""
-    import hashlib
-
-    text = json.dumps(recipe.declared, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def check_one_run_on_every_rank(identity: dict[str, str]) -> None:
-    """All processes of a launch, on every node, were started with the same recipe, prepared
-    data and base: each rank compares its own with every other's, and each one that differs
-    from rank 0's stops every rank before the first step (a node launched with another recipe
-    or data would train a mix of two runs, or hang at the first collective)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, identity)
-    differ = sorted(
-        {key for other in gathered for key in identity if other[key] != gathered[0][key]}
-    )
-    if differ:
-        ranks = [rank for rank, other in enumerate(gathered) if other != gathered[0]]
-        raise FincheckError(
-            f"the processes of this launch were not started with the same {' and '.join(differ)}"
-            f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-            f"differ{'' if len(ranks) > 1 else 's'} from rank 0): start every node with the same recipe, overrides and prepared data (this is "
-            f"rank {dist.get_rank()}); nothing was trained"
-        )
-
-
-def tree_collator(recipe: SFTRecipe, pad_token_id: int, attention: str):
-    """Tree packs -> batches. FlexAttention: one shape per run, every row the budget long
-    (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, the
-    eval loss's batches too, so it compiles once for training and once for evaluation; other
-    kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
-    from fincheck.train.tree_attention import FLEX_BLOCK
-    from fincheck.train.tree_batches import TreeCollator, round_up
-
-    if attention == "flex_attention":
-        length = round_up(recipe.tree_budget, FLEX_BLOCK)
-        # the eval loss's batches take the same shape: no new compilation mid-run
-        recipe.per_device_eval_batch_size = recipe.per_device_train_batch_size
-        return TreeCollator(pad_token_id, length=length, rows=recipe.per_device_train_batch_size)
-    multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
-    return TreeCollator(pad_token_id, multiple if isinstance(multiple, int) else None)
-
-
-def check_one_gpu_per_process(n_gpu: int) -> None:
-    """Tree packing needs one GPU per process: with several GPUs and no launcher the Trainer
-    wraps the model in nn.DataParallel, which would split the logit positions along the batch
-    and leave the attention mask on the first GPU."""
-    if n_gpu > 1:
-        raise FincheckError(
-            f"tree_packing: this one process sees {n_gpu} GPUs; launch one process per GPU "
-            f"(deepspeed --num_gpus {n_gpu} train/sft.py ..., or torchrun --nproc_per_node "
-            f"{n_gpu}), or train on one: CUDA_VISIBLE_DEVICES=0"
-        )
-
-
-def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:
-    """Warn when the pairs were rendered with other prompt files than the ones installed now:
-    evaluation renders with the installed ones, so the model would be tested on other wording."""
-    recorded = manifest.get("prompt_hashes") or {}
-    current = prompt_hashes([t for t in tasks if t in recorded])
-    stale = [t for t in current if recorded[t] != current[t]]
-    if stale:
-        log.warning("prompts changed since `fincheck prepare` for %s: re-run prepare", stale)
-
-
 def train_and_save(r: Run) -> int:
-    """Train, then write the final adapter and the run files. Returns the exit status."""
+    """Train, then write the final adapter and the run files. Returns the exit status; the run
+    folder's writer lock is released once it is written."""
+    try:
+        return _train_and_save(r)
+    finally:
+        if r.lock is not None:
+            r.lock.close()
+
+
+def _train_and_save(r: Run) -> int:
     trainer, recipe = r.trainer, r.recipe
     done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
     if done:  # resuming would train one step past the end and overwrite the adapter
@@ -395,7 +254,7 @@ def train_and_save(r: Run) -> int:
             log.info("resuming from %s", r.resume_from)
         elif recipe.resume_from_checkpoint == "auto":
             log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    with full_disk_as_one_line(r.output_dir, trainer), checkpoints.weights_only_loads():
+    with checkpoints.full_disk_as_one_line(r.output_dir, trainer), checkpoints.weights_only_loads():
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
         if trainer.args.process_index == 0:
@@ -407,7 +266,7 @@ def train_and_save(r: Run) -> int:
             )
         return EXIT_PREEMPTED
     best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
-    with full_disk_as_one_line(r.output_dir, trainer):
+    with checkpoints.full_disk_as_one_line(r.output_dir, trainer):
         save_final_adapter(r, recipe, trainer, best)
     return 0
 
@@ -433,24 +292,7 @@ def save_final_adapter(r: Run, recipe: SFTRecipe, trainer: Any, best: str | None
         print(f"adapter saved to {r.output_dir}{where}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
-    """A full disk while training or saving, in whatever form the writer reports it (an
-    OSError, torch's "iostream error" RuntimeError, the tokenizers library's plain Exception):
-    one line naming the disk and the last complete checkpoint."""
-    try:
-        yield
-    except FincheckError:
-        raise
-    except Exception as e:
-        if not checkpoints.is_out_of_space(e):
-            raise
-        step = trainer.state.global_step
-        raise FincheckError(checkpoints.out_of_space_message(output_dir, step)) from e
-
-
 HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
-USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -458,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         print(HELP + describe_config(SFTRecipe))
         return 0
-    config, rest = split_config_arg(argv)
+    config, rest = launch.split_config_arg(argv)
     if config is None:
-        print(USAGE, file=sys.stderr)
+        print(launch.USAGE, file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
@@ -468,32 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except FincheckError as e:
         print(f"train/sft.py: error: {redact(str(e))}", file=sys.stderr)
         return 1
-    leave_process_group()
+    launch.leave_process_group()
     return status
-
-
-def leave_process_group() -> None:
-    """Every process leaves the group together at the end of a run: on several nodes the
-    rendezvous store lives in node 0's launcher, which exits with its own workers; a worker of
-    another node still holding the group would then abort (SIGABRT) on the lost connection,
-    after a run that succeeded."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-def split_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the recipe, the `--key=value` overrides) of a command line. The `deepspeed` launcher
-    appends --local_rank=N; LOCAL_RANK in the environment says the same, so it is dropped."""
-    parser = argparse.ArgumentParser(
-        prog="train/sft.py", usage=USAGE.removeprefix("usage: "), add_help=False, allow_abbrev=False
-    )
-    parser.add_argument("--config")
-    parser.add_argument("--local_rank", "--local-rank")
-    known, rest = parser.parse_known_args(argv)
-    return known.config, rest
 
 
 if __name__ == "__main__":

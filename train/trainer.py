@@ -72,8 +72,19 @@ class FincheckSFTTrainer(SFTTrainer):
     first step, keeps counting tokens across a resume, and trains tree packs in length-grouped,
     rank-balanced micro-batches (`tree_batches`)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        dev_figures: Any = None,
+        pair_ids_by_row: dict[tuple[int, ...], str] | None = None,
+        **kwargs,
+    ) -> None:
+        """`dev_figures`: the tasks' figures computed at each evaluation (`dev_eval.DevFigures`);
+        `pair_ids_by_row`: the pair ids of each training row (`row_key`), named when a batch's
+        loss is not finite."""
         super().__init__(*args, **kwargs)
+        self.dev_figures = dev_figures
+        self.pair_ids_by_row = pair_ids_by_row or {}
         # Checkpoints are rotated by CompleteCheckpointCallback alone, once a new one is marked
         # complete: transformers' rotation would delete the last complete checkpoint before the
         # new one is (a kill in between left nothing to resume from), and at the end of a run
@@ -104,8 +115,6 @@ class FincheckSFTTrainer(SFTTrainer):
                 [warmup_from_the_first_step(f, warmup) for f in scheduler.lr_lambdas],
             )
         return scheduler
-
-    dev_figures: Any = None  # fincheck.train.dev_eval.DevFigures, set by build_trainer
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """The eval loss (transformers), then the tasks' dev figures (`dev_eval`), logged and
@@ -164,7 +173,7 @@ class FincheckSFTTrainer(SFTTrainer):
         if model.training and any_rank(here, loss.device):
             rank = self.args.process_index
             if here:
-                ids = batch_pair_ids(inputs, getattr(self, "pair_ids_by_row", {}))
+                ids = batch_pair_ids(inputs, self.pair_ids_by_row)
                 where = f" on rank {rank}" + (f", batch of pairs {', '.join(ids)}" if ids else "")
             else:
                 where = f" on another rank than {rank}"

@@ -184,3 +184,19 @@ class PackBatchSampler(BatchRebalanceSampler):
         per_step = self.world * self.accumulation * self.rows
         full, rest = divmod(len(self.lengths), per_step)
         return full * self.accumulation + math.ceil(rest / (self.world * self.rows))
+
+
+def tree_collator(recipe: Any, pad_token_id: int, attention: str) -> TreeCollator:
+    """Tree packs -> batches. FlexAttention: one shape per run, every row the budget long
+    (rounded up to its block) and every micro-batch `per_device_train_batch_size` rows, the
+    eval loss's batches too, so it compiles once for training and once for evaluation; other
+    kernels: rows padded to the longest, as TRL pads (none on a CPU)."""
+    from fincheck.train.tree_attention import FLEX_BLOCK
+
+    if attention == "flex_attention":
+        length = round_up(recipe.tree_budget, FLEX_BLOCK)
+        # the eval loss's batches take the same shape: no new compilation mid-run
+        recipe.per_device_eval_batch_size = recipe.per_device_train_batch_size
+        return TreeCollator(pad_token_id, length=length, rows=recipe.per_device_train_batch_size)
+    multiple = recipe.pad_to_multiple_of  # TRL's "auto": none on a CPU, as TRL decides
+    return TreeCollator(pad_token_id, multiple if isinstance(multiple, int) else None)
