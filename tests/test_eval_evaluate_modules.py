@@ -68,7 +68,11 @@ def test_module_paths_resolve_from_the_installed_package(evaluate):
 def test_final_module_needs_matchings_only_when_both_lists_are_non_empty(evaluate):
     metric = evaluate.load(str(MODULES / "fincheck_final"))
     out = metric.compute(
-        predictions=["A. x\nB. x again\nC. y", "None", "A. false alarm"],
+        predictions=[
+            "A. x is wrong\nB. x is wrong again\nC. y is not in the text",
+            "None",
+            "A. a false alarm: the date is wrong",
+        ],
         references=["A. x\nB. y\nC. z", "A. missed", "None"],
         matchings=[{"A": "A", "B": "A", "C": "B"}, None, None],
         n_resamples=0,
@@ -76,4 +80,4 @@ def test_final_module_needs_matchings_only_when_both_lists_are_non_empty(evaluat
     assert out["true_positives"] == 2
     assert out["precision"] == pytest.approx(2 / 4) and out["recall"] == pytest.approx(2 / 4)
     with pytest.raises(ValueError, match="matching is needed"):
-        metric.compute(predictions=["A. x"], references=["A. y"], n_resamples=0)
+        metric.compute(predictions=["A. x is wrong"], references=["A. y"], n_resamples=0)

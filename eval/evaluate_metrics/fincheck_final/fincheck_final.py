@@ -5,7 +5,8 @@
     metric.compute(predictions=["A. x\\nB. y"], references=["A. z"],
                    matchings=[{"A": "A", "B": None}])
 
-predictions / references: description lists as text ("A. ..." lines, or "None"); matchings:
+predictions / references: description lists as text ("A. ..." lines, or "None"; a prediction is
+read as `fincheck score` reads a model's answer, a reference as the list it is); matchings:
 one {predicted letter: gold letter or None} per example, as a judge returned it (needed only
 where both lists are non-empty, an error when missing there; an unmatched letter maps to None).
 TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judge itself is
@@ -15,7 +16,13 @@ TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judg
 import evaluate
 
 from fincheck.eval import metric_info
-from fincheck.tasks.final.metrics import FinalItem, parse_descriptions, score_final, true_positives
+from fincheck.tasks.final.metrics import (
+    FinalItem,
+    listed_descriptions,
+    parse_descriptions,
+    score_final,
+    true_positives,
+)
 
 
 class FincheckFinal(evaluate.Metric):
@@ -28,7 +35,9 @@ class FincheckFinal(evaluate.Metric):
         for i, (pred, ref, matching) in enumerate(
             zip(predictions, references, matchings, strict=True)
         ):
-            n_pred, n_gold = len(parse_descriptions(pred)), len(parse_descriptions(ref))
+            # the model's answer by the reader (an answer it cannot read: no prediction), the
+            # gold list as written
+            n_pred, n_gold = len(parse_descriptions(pred)), len(listed_descriptions(ref))
             judged = n_pred > 0 and n_gold > 0  # else no judge call: TP = 0
             if judged and matching is None:
                 raise ValueError(f"example {i}: both lists are non-empty, a matching is needed")

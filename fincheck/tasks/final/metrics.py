@@ -423,6 +423,16 @@ def parse_descriptions(text: str) -> list[str]:
     return read_descriptions(text).items
 
 
+def listed_descriptions(text: str) -> list[str]:
+    """A gold list written in the target's own layout ("A. ..." lines, or "None"): its items as
+    written. Gold is trusted, so nothing is judged for what it says (a model's answer is read
+    by `read_descriptions`)."""
+    text = (text or "").strip()
+    if not text or _NONE.fullmatch(text.strip(_DECORATION + ".")):
+        return []
+    return _marked_items(text.splitlines()) or [" ".join(text.split())]
+
+
 def true_positives(matching: Mapping[str, str | None]) -> int:
     """Number of distinct gold letters that some prediction was matched to."""
     return len({gold for gold in matching.values() if gold is not None})
