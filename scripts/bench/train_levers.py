@@ -276,7 +276,7 @@ def summarize(runner: Runner, reference: Runner) -> LeverResult:
         steps=len(runner.seconds),
         pairs=pairs,
         tokens=tokens,
-        seconds=round(seconds, 2),
+        seconds=round(seconds, 4),  # a tiny model's steps take hundredths of a second
         tokens_per_s=round(tokens / seconds, 1) if seconds else 0.0,
         pairs_per_s=round(pairs / seconds, 3) if seconds else 0.0,
         first_step_s=round(runner.seconds[0], 2) if runner.seconds else 0.0,
