@@ -114,6 +114,25 @@ def test_final_from_defacto(prepared_dir: Path, data_dir: Path) -> None:
     assert 0 < notes["test"]["split_into_several"] < 779
 
 
+def test_a_detector_that_writes_its_targets_is_read_as_written(prepared_dir: Path) -> None:
+    """What fincheck trains a detector to write, fincheck score must read back: every FINAL
+    target, read as a model's answer, gives the descriptions it lists, but for the 15 of 2,552
+    that word no problem ("A. This was a dual effort by scientists in both countries."), name
+    none ("It attributes the quote ...", "Nothing mentioned about ...") or report only an
+    omission ("It leaves out ..."): those a reader cannot tell from restated facts or from
+    "nothing to report", so they are counted apart (or as none), never guessed."""
+    from fincheck.tasks.final.metrics import listed_descriptions, read_descriptions
+
+    read_otherwise = []
+    n = 0
+    for split in SPLITS:
+        for pair in pairs_of(prepared_dir, "final", split):
+            n += 1
+            if read_descriptions(pair.target).items != listed_descriptions(pair.target):
+                read_otherwise.append(pair.id)
+    assert n == 2552 and len(read_otherwise) == 15, read_otherwise
+
+
 def test_no_training_document_is_an_evaluation_document(prepared_dir: Path) -> None:
     def norm(text: str) -> str:
         return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())

@@ -133,7 +133,11 @@ _AFFIRMS = re.compile(
 _ERROR_WORDS = (
     r"incorrect\w*|wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|"
     r"mislead\w*|misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|unsupported|"
-    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*"
+    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*|"
+    # DeFacto's own wording of an invented detail ("It makes up his first name": 202 of the
+    # prepared targets) and of a twisted one
+    r"mak\w*\s+up|made\s+up|misinterpret\w*|misidentif\w*|misquot\w*|misattribut\w*|"
+    r"exaggerat\w*|overstat\w*|understat\w*|distort\w*|twist\w*"
 )
 # Words that turn a clause into a report: a negation, a contrast, an error named.
 _REPORTS = re.compile(
