@@ -75,9 +75,12 @@ def test_a_merged_adapter_served_answers_as_the_adapter_run_locally(smol_run, tm
     """First in this file: its own server runs alone (the shared one below may still be
     finishing an abandoned long answer). The path of a user who serves a trained detector: `fincheck merge`, then the merged
     folder behind the server, evaluated with --tokenizer ADAPTER_DIR (the prompts fitted to the
-    adapter's training length as its local eval fits them) beside `fincheck eval --adapter`."""
+    adapter's training length as its local eval fits them) beside `fincheck eval --adapter`.
+    Merged and served in fp32, as the local eval runs on a CPU: the same weights, so greedy
+    answers agree token for token (a bf16 merge rounds every weight, and a long answer may then
+    take another word where two were nearly tied)."""
     merged = tmp_path / "merged"
-    assert main(["merge", "--adapter", str(smol_run), "--out", str(merged)]) == 0
+    assert main(["merge", "--adapter", str(smol_run), "--dtype", "fp32", "--out", str(merged)]) == 0
     served_run, local_run = tmp_path / "served", tmp_path / "local"
     common = ["--data", str(SMALL), "--tasks", "final,fhsumbench", "--no-progress"]
     with serving(merged, tmp_path / "serve.log") as (base_url, name):
