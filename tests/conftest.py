@@ -74,13 +74,12 @@ def smollm2() -> Path:
 def smol_run(smollm2, small_prepared, tmp_path_factory) -> Path:
     """A SmolLM2-135M LoRA adapter trained 2 steps on the small pairs (the demo recipe): the
     real_weights and real_server tiers' adapter."""
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer, train_and_save
+    from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
     out = tmp_path_factory.mktemp("smol") / "run"
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)
-    recipe = load_recipe(
+    recipe = load_training_recipe(
         REPO / "configs/train/smollm2-135m-cpu.yaml",
         [f"--dataset_dir={small_prepared}", f"--output_dir={out}", "--deepspeed=",
          "--max_steps=2", "--max_length=384", "--per_device_train_batch_size=2",

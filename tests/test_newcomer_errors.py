@@ -322,8 +322,7 @@ def test_training_never_writes_into_a_folder_that_is_not_its_own(tmp_path, monke
     replace README.md; `/`) is refused before anything is written; a new, empty or earlier
     run folder is used."""
     from fincheck.errors import FincheckError
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer
+    from fincheck.train.sft import load_training_recipe
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)
@@ -335,10 +334,9 @@ def test_training_never_writes_into_a_folder_that_is_not_its_own(tmp_path, monke
     for name in ("bin", "etc", "home"):
         (root_like / name).mkdir(parents=True)
     for out in (foreign, root_like):
-        recipe = load_recipe(repo / "configs" / "train" / "tiny-cpu.yaml",
-                             [f"--dataset_dir={small}", f"--output_dir={out}", "--deepspeed="])  # fmt: skip
         with pytest.raises(FincheckError, match=f"output_dir {out} holds files fincheck did not"):
-            build_trainer(recipe)
+            load_training_recipe(repo / "configs" / "train" / "tiny-cpu.yaml",
+                                 [f"--dataset_dir={small}", f"--output_dir={out}", "--deepspeed="])  # fmt: skip
     assert [p.name for p in foreign.iterdir()] == ["README.md"]
 
 

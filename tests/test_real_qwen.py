@@ -32,14 +32,13 @@ CPU = ["--precision=fp32", "--torch_dtype=fp32", "--deepspeed=", "--report_to=no
 def qwen_run(small_prepared, tmp_path_factory) -> Path:
     from conftest import fetched
 
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer, train_and_save
+    from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
     base = fetched("qwen2.5-coder-0.5b-instruct")
     out = tmp_path_factory.mktemp("qwen") / "run"
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)
-    recipe = load_recipe(
+    recipe = load_training_recipe(
         RECIPE,
         [f"--model_name_or_path={base}", f"--dataset_dir={small_prepared}", f"--output_dir={out}",
          *CPU],

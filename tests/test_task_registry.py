@@ -215,14 +215,13 @@ def test_the_toy_task_trains_evaluates_detects_and_goes_into_the_card(
     """Registered, the toy task is in the default training mixture (the prepared folder holds
     it), evaluated and scored, answered by `fincheck detect` (routed by its prompt's fields),
     and named in the model card with its own data origin: no stage was edited for it."""
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer, train_and_save
+    from fincheck.train.sft import build_trainer, load_training_recipe, train_and_save
 
     _, data = toy
     prepared, run = tmp_path / "prepared", tmp_path / "run"
     run_prepare(PrepareConfig(tasks=["toy"]), data, prepared, progress=False, log=print)
     monkeypatch.chdir(REPO)
-    recipe = load_recipe(
+    recipe = load_training_recipe(
         REPO / "configs/train/tiny-cpu.yaml",
         [f"--dataset_dir={prepared}", f"--output_dir={run}", "--deepspeed=", "--max_steps=2",
          "--save_steps=100", "--data_config=configs/data/all-tasks.yaml"],

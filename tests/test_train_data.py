@@ -32,8 +32,7 @@ def tiny_tokenizer():
 @pytest.fixture(scope="module")
 def masked_run(prepared_dir, tmp_path_factory, monkeypatch_module):
     """A tiny-cpu trainer on 4 real prepared pairs of each task (TRL's own tokenization)."""
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer
+    from fincheck.train.sft import build_trainer, load_training_recipe
 
     tmp = tmp_path_factory.mktemp("mask")
     mixture = tmp / "mix.yaml"
@@ -41,7 +40,7 @@ def masked_run(prepared_dir, tmp_path_factory, monkeypatch_module):
         "max_examples: {final: 4, qasem: 4, fhsumbench: 4}\nmin_grounding_kept: 0.0\n"
     )
     monkeypatch_module.chdir(REPO)
-    recipe = load_recipe(
+    recipe = load_training_recipe(
         REPO / "configs/train/tiny-cpu.yaml",
         [
             f"--dataset_dir={prepared_dir}",

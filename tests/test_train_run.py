@@ -40,9 +40,10 @@ def _repo_cwd(monkeypatch):
 
 
 def load_recipe(*args):
-    from fincheck.train.recipe import load_recipe
+    """The recipe as `fincheck train` loads it: its output folder claimed, a tiny base built."""
+    from fincheck.train.sft import load_training_recipe
 
-    return load_recipe(*args)
+    return load_training_recipe(*args)
 
 
 def build_trainer(recipe):
@@ -105,7 +106,9 @@ def test_final_folder_holds_adapter_tokenizer_recipe_manifest_and_base(finished,
     meta = json.loads((out / "fincheck_run.json").read_text())
     assert meta["base_model"] == "base"
     assert meta["prompt_hashes"] == manifest["prompt_hashes"]
-    assert load_recipe(out / "recipe.yaml").max_steps == 6  # the resolved recipe reloads as-is
+    from fincheck.train.recipe import load_recipe as parse_recipe
+
+    assert parse_recipe(out / "recipe.yaml").max_steps == 6  # the resolved recipe reloads as-is
     assert [p.name for p in sorted(out.glob("checkpoint-*"))] == ["checkpoint-3", "checkpoint-6"]
     assert all((p / COMPLETE_MARKER).is_file() for p in out.glob("checkpoint-*"))
 

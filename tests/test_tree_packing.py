@@ -244,15 +244,14 @@ def one_step(small_prepared, tmp_path, monkeypatch):
     not; returns the LoRA weights after it (and before it, to see that it trained)."""
     import torch
 
-    from fincheck.train.recipe import load_recipe
-    from fincheck.train.sft import build_trainer
+    from fincheck.train.sft import build_trainer, load_training_recipe
 
     monkeypatch.chdir(REPO)
     mixture = tmp_path / "mix.yaml"
     mixture.write_text("min_grounding_kept: 0.0\n")
 
     def run(tree: bool, batch: int = 64, accumulation: int = 1) -> tuple[dict, dict, int]:
-        recipe = load_recipe(
+        recipe = load_training_recipe(
             REPO / "configs" / "train" / "tiny-cpu.yaml",
             [
                 f"--dataset_dir={small_prepared}",

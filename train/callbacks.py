@@ -204,3 +204,25 @@ class RunConfigCallback(TrainerCallback):
             wandb.config.update({"fincheck": self.run_config}, allow_val_change=True)
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             (Path(args.output_dir) / WANDB_RUN_ID_FILE).write_text(wandb.run.id, encoding="utf-8")
+
+
+def install(
+    trainer: Any, recipe: Any, metadata: dict[str, Any], recipe_yaml: str
+) -> SigtermCallback:
+    """The run's callbacks on `trainer`: the quiet progress bar and step lines, token counts,
+    host memory release (CPU), complete checkpoints, SIGTERM, the run config for the loggers.
+    Returns the SIGTERM callback, which says whether the run stopped early."""
+    sigterm = SigtermCallback()
+    if not recipe.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(QuietProgressCallback())
+    trainer.add_callback(StepLogCallback())
+    trainer.add_callback(TokenCountCallback(trainer))
+    if recipe.release_host_memory and recipe.use_cpu:
+        trainer.add_callback(ReleaseHostMemoryCallback())
+    trainer.add_callback(
+        CompleteCheckpointCallback(metadata, recipe_yaml, trainer.keep_checkpoints)
+    )
+    trainer.add_callback(sigterm)
+    trainer.add_callback(RunConfigCallback({"recipe": recipe_yaml, **metadata}))
+    return sigterm

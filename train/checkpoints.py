@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -428,3 +429,52 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
         )
         check_state_files(resume_from)
     return resume_from
+
+
+def finish_completed_run(
+    checkpoint: Path, output_dir: Path, recipe: Any, manifest: dict[str, Any], metadata: dict
+) -> None:
+    """A resume of a run that reached its last step trains nothing: the run folder gets the
+    adapter the full run would have written (the best checkpoint's with
+    load_best_model_at_end) when the final save did not happen, and says so."""
+    from fincheck.train.recipe import recipe_to_yaml
+
+    done = finished_at(checkpoint, recipe.max_steps)
+    best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
+    if best:
+        metadata["final_adapter"] = best_adapter_record(
+            checkpoint, best, recipe.metric_for_best_model
+        )
+    copied = finish_from_checkpoint(best or checkpoint, output_dir)
+    if copied:
+        write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
+    print(
+        f"the run is already complete: {checkpoint.name} reached step {done} of "
+        f"{recipe.max_steps if recipe.max_steps > 0 else done}; nothing to train"
+        + (f" (its adapter copied to {output_dir})" if copied else ""),
+        file=sys.stderr,
+    )
+
+
+def save_final_adapter(
+    trainer: Any, recipe: Any, output_dir: Path, best: str | None, manifest: dict, metadata: dict
+) -> None:
+    """The run folder's adapter (the last one, or with load_best_model_at_end the best
+    checkpoint's), tokenizer and run files."""
+    from fincheck.train.recipe import recipe_to_yaml
+
+    if best is None:
+        trainer.save_model(str(output_dir))  # every process: ZeRO-3 gathers the adapter here
+    if trainer.args.process_index != 0:
+        return
+    if best is not None:
+        copy_adapter(Path(best), output_dir)
+        trainer.processing_class.save_pretrained(str(output_dir))  # as save_model does
+        metadata["final_adapter"] = {
+            "checkpoint": Path(best).name,
+            "metric": recipe.metric_for_best_model,
+            "value": trainer.state.best_metric,
+        }
+    write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
+    where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
+    print(f"adapter saved to {output_dir}{where}", file=sys.stderr)

@@ -351,7 +351,9 @@ def load_recipe(
     path: str | Path | None, overrides: list[str] | dict[str, Any] | None = None
 ) -> SFTRecipe:
     """Recipe defaults <- YAML file <- `--key=value` overrides, checked (`read_recipe_values`),
-    then built for this machine."""
+    then built for this machine, claiming no folder: what the recipe checks and the levers
+    benchmark read (`fincheck train` claims its output folder in between:
+    `train/sft.py:load_training_recipe`)."""
     return build_config(SFTRecipe, read_recipe_values(path, overrides))
 
 

@@ -26,22 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck import __version__
 from fincheck.config import build_config, describe_config
 from fincheck.errors import FincheckError
-from fincheck.inference import template_fingerprint
 from fincheck.loading import resolve_model
 from fincheck.out_lock import claim_out_dir, lock_out_dir
 from fincheck.prepared import read_manifest, require_prepared_dir
-from fincheck.runs import RUN_METADATA, relative_base
+from fincheck.runs import RUN_METADATA
 from fincheck.secrets import redact
-from fincheck.tasks import prompt_hashes
 from fincheck.train import checkpoints, launch, model
 from fincheck.train.recipe import (
     TINY_RANDOM,
     SFTRecipe,
     read_recipe_values,
-    recipe_fingerprint,
     recipe_to_yaml,
 )
 
@@ -109,20 +105,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
     require_prepared_dir(recipe.dataset_dir)
-    output_dir = claim_out_dir(
-        recipe.output_dir,
-        "output_dir",
-        "train",
-        checkpoints.RUN_FOLDER_NAMES,
-        marks=(RUN_METADATA,),
-    )
+    output_dir = Path(recipe.output_dir)  # claimed by load_training_recipe
     # one writer per run folder: the first process holds its lock until it ends (another
     # `fincheck train` into it stops here, before anything is loaded)
     lock = lock_out_dir(output_dir, "fincheck train") if recipe.process_index == 0 else None
     mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
-    base_path = model.resolve_base_path(recipe, output_dir)
-    if recipe.model_name_or_path == TINY_RANDOM:
-        model.ensure_tiny_base(base_path)
+    base_path = model.resolve_base_path(recipe, output_dir)  # fetched or built already
     if recipe.deepspeed and recipe.use_cpu:
         # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
         # so ZeRO-3's partitioned init would see 1 process; attach DeepSpeed to the group.
@@ -185,35 +173,11 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     )
 
     manifest = prepared.manifest
-    metadata = {
-        "fincheck_version": __version__,
-        "base_model": relative_base(base_path, output_dir),
-        **model.base_identity(recipe, base_path, base),
-        "base_fingerprint": base_fp,
-        "recipe_fingerprint": recipe_fingerprint(recipe),
-        "data_fingerprint": manifest.get("fingerprint"),
-        "prompt_hashes": manifest.get("prompt_hashes") or prompt_hashes(mixture.tasks),
-        "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
-        "chat_template_kwargs": recipe.chat_template_kwargs,
-        "data": prepared.stats,
-        "attn_implementation": base.config._attn_implementation,  # no public getter (above)
-        "world_size": recipe.world_size,
-    }
     data.check_prompt_hashes(manifest, mixture.tasks)
-    recipe_yaml = recipe_to_yaml(recipe)
-    sigterm = callbacks.SigtermCallback()
-    if not recipe.disable_tqdm:
-        trainer.remove_callback(callbacks.ProgressCallback)
-        trainer.add_callback(callbacks.QuietProgressCallback())
-    trainer.add_callback(callbacks.StepLogCallback())
-    trainer.add_callback(callbacks.TokenCountCallback(trainer))
-    if recipe.release_host_memory and recipe.use_cpu:
-        trainer.add_callback(callbacks.ReleaseHostMemoryCallback())
-    trainer.add_callback(
-        callbacks.CompleteCheckpointCallback(metadata, recipe_yaml, trainer.keep_checkpoints)
+    metadata = model.run_metadata(
+        recipe, base_path, base_fp, output_dir, base, tokenizer, prepared, mixture.tasks
     )
-    trainer.add_callback(sigterm)
-    trainer.add_callback(callbacks.RunConfigCallback({"recipe": recipe_yaml, **metadata}))
+    sigterm = callbacks.install(trainer, recipe, metadata, recipe_to_yaml(recipe))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 
 
@@ -229,67 +193,32 @@ def train_and_save(r: Run) -> int:
 
 def _train_and_save(r: Run) -> int:
     trainer, recipe = r.trainer, r.recipe
-    done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
-    if done:  # resuming would train one step past the end and overwrite the adapter
-        if trainer.args.process_index == 0:
-            best = recipe.final_adapter_from_best and checkpoints.best_checkpoint(r.resume_from)
-            if best:  # load_best_model_at_end: the best checkpoint's adapter, as a full run
-                r.metadata["final_adapter"] = checkpoints.best_adapter_record(
-                    r.resume_from, best, recipe.metric_for_best_model
-                )
-            copied = checkpoints.finish_from_checkpoint(best or r.resume_from, r.output_dir)
-            if copied:
-                checkpoints.write_run_files(
-                    r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata
-                )
-            print(
-                f"the run is already complete: {r.resume_from.name} reached step {done} of "
-                f"{recipe.max_steps if recipe.max_steps > 0 else done}; nothing to train"
-                + (f" (its adapter copied to {r.output_dir})" if copied else ""),
-                file=sys.stderr,
+    main = trainer.args.process_index == 0
+    if r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps):
+        # resuming would train one step past the end and overwrite the adapter
+        if main:
+            checkpoints.finish_completed_run(
+                r.resume_from, r.output_dir, recipe, r.manifest, r.metadata
             )
         return 0
-    if trainer.args.process_index == 0:
-        if r.resume_from is not None:
-            log.info("resuming from %s", r.resume_from)
-        elif recipe.resume_from_checkpoint == "auto":
-            log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
+    if main and r.resume_from is not None:
+        log.info("resuming from %s", r.resume_from)
+    elif main and recipe.resume_from_checkpoint == "auto":
+        log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
     with checkpoints.full_disk_as_one_line(r.output_dir, trainer), checkpoints.weights_only_loads():
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
-        if trainer.args.process_index == 0:
+        if main:
             print(
                 f"stopped by {r.sigterm.reason} after step {r.sigterm.stopped_at}; checkpoint "
-                "saved. Resume "
-                f"with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
+                f"saved. Resume with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
                 file=sys.stderr,
             )
         return EXIT_PREEMPTED
     best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
     with checkpoints.full_disk_as_one_line(r.output_dir, trainer):
-        save_final_adapter(r, recipe, trainer, best)
+        checkpoints.save_final_adapter(trainer, recipe, r.output_dir, best, r.manifest, r.metadata)
     return 0
-
-
-def save_final_adapter(r: Run, recipe: SFTRecipe, trainer: Any, best: str | None) -> None:
-    """The run folder's adapter (the last one, or the best checkpoint's), tokenizer and run
-    files."""
-    if best is None:
-        trainer.save_model(str(r.output_dir))  # every process: ZeRO-3 gathers the adapter here
-    if trainer.args.process_index == 0:
-        if best is not None:  # load_best_model_at_end: the best checkpoint's adapter
-            checkpoints.copy_adapter(Path(best), r.output_dir)
-            trainer.processing_class.save_pretrained(str(r.output_dir))  # as save_model does
-            r.metadata["final_adapter"] = {
-                "checkpoint": Path(best).name,
-                "metric": trainer.args.metric_for_best_model,
-                "value": trainer.state.best_metric,
-            }
-        checkpoints.write_run_files(r.output_dir, recipe_to_yaml(recipe), r.manifest, r.metadata)
-        where = (
-            f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
-        )
-        print(f"adapter saved to {r.output_dir}{where}", file=sys.stderr)
 
 
 HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"

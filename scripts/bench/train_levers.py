@@ -152,13 +152,11 @@ class Runner:
 
 def load_recipe(s: LeverSettings):
     """The recipe as training builds it, with `--set` applied (no output folder is claimed)."""
-    from fincheck.config import build_config
-    from fincheck.train.recipe import SFTRecipe, read_recipe_values
+    from fincheck.train.recipe import load_recipe as load
 
     if s.recipe is None:
         raise FincheckError("--recipe is required: a training recipe (configs/train/*.yaml)")
-    overrides = [item if item.startswith("--") else f"--{item}" for item in s.set]
-    return build_config(SFTRecipe, read_recipe_values(s.recipe, overrides))
+    return load(s.recipe, [item if item.startswith("--") else f"--{item}" for item in s.set])
 
 
 def sample_packs(recipe, rows: list[dict[str, Any]], s: LeverSettings) -> list[dict[str, Any]]:
