@@ -14,16 +14,18 @@ The model sees `messages[:-1]` (system + user) through the chat template with th
 prompt, exactly as training rendered the prompt part. A task that `reads_p_yes` (QASem) also
 gets p_yes = P(Yes)/(P(Yes)+P(No)) at the first answer position.
 
-A backend says what identifies it before it starts (`requested`: a resume under other values
-is refused before a model loads), what it turned out to be (`loaded`), which `LoadedModel` fits
-its prompts (`fitter`: the model itself, the served model's tokenizer, or None: prompts sent
-whole), and answers fitted prompts (`answer`).
+A backend (`Backend`) says what identifies it before it starts (`requested`: a resume under
+other values is refused before a model loads), what it turned out to be (`loaded`), which
+`LoadedModel` fits its prompts (`fitter`: the model itself, the served model's tokenizer, or
+None: prompts sent whole), answers fitted prompts (`answer`), and which models the answers came
+from when an endpoint says so (`served_models`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +91,14 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
     for task, pairs in task_pairs.items():
         summary[task] = eval_task(backend, task, pairs, budgets[task], opts)
         record_generation(opts.predictions_dir, task, summary[task])
-    if hasattr(backend, "served_models"):
-        record_loaded(opts.predictions_dir, served_models=backend.served_models())
+    if (served := backend.served_models()) is not None:
+        record_loaded(opts.predictions_dir, served_models=served)
     return summary
 
 
-def eval_task(backend, task: str, pairs: list[Pair], budget: int, opts: EvalOptions) -> dict:
+def eval_task(
+    backend: Backend, task: str, pairs: list[Pair], budget: int, opts: EvalOptions
+) -> dict:
     """One task: its prompts fitted, those not predicted yet answered and appended."""
     from tqdm.auto import tqdm
 
@@ -162,7 +166,35 @@ class AnsweredBatch:
 Write = Callable[[AnsweredBatch], None]
 
 
-class LocalBackend:
+class Backend(ABC):
+    """Where the detector runs, as `run_eval` uses it (the module docstring)."""
+
+    fitter: LoadedModel | None
+
+    @abstractmethod
+    def __init__(self, opts: EvalOptions) -> None: ...
+
+    @staticmethod
+    @abstractmethod
+    def requested(opts: EvalOptions) -> dict[str, Any]:
+        """What identifies the backend before it starts (checked against the folder's)."""
+
+    @abstractmethod
+    def loaded(self) -> dict[str, Any]:
+        """What the backend turned out to be (recorded beside the predictions)."""
+
+    @abstractmethod
+    def answer(
+        self, task: str, todo: list[Pair], fits: dict[str, Fit], budget: int, write: Write
+    ) -> list[str]:
+        """Answer `todo`, handing each batch to `write`; returns the failed examples."""
+
+    def served_models(self) -> list[str] | None:
+        """The model names an endpoint's replies carried (None: the model was loaded here)."""
+        return None
+
+
+class LocalBackend(Backend):
     """The model (and its adapter) loaded here; prompts answered with every shared prefix run
     once (`--no-prefix-reuse`: plain left-padded batches)."""
 
@@ -231,7 +263,7 @@ class LocalBackend:
         return []
 
 
-class EndpointBackend:
+class EndpointBackend(Backend):
     """A served detector: fincheck's task prompts sent to the endpoint's --model, `concurrency`
     at a time behind a request cache (`OUT/llm_cache.jsonl`: a rerun asks nothing twice);
     P(Yes) from its logprobs when it returns them. `--tokenizer` fits the prompts as a local
@@ -280,7 +312,7 @@ class EndpointBackend:
         )
 
     def served_models(self) -> list[str]:
-        """The model names the replies carried (a router may serve another than the one asked)."""
+        """A router may serve another model than the one asked."""
         return sorted(self.client.served_models)
 
 
@@ -302,4 +334,4 @@ def tokenizer_identity(fitter: LoadedModel) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
 
 
-BACKENDS = {"local": LocalBackend, "openai": EndpointBackend}
+BACKENDS: dict[str, type[Backend]] = {"local": LocalBackend, "openai": EndpointBackend}

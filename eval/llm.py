@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
 from fincheck import jsonl
 
@@ -40,19 +41,30 @@ class LLMCallError(Exception):
     rerun asks again."""
 
 
-class ChatClient(Protocol):
+class ChatClient(ABC):
     """Answers a chat conversation with text. `identity` names the model and endpoint for the
     cache key. `span`: where the grounding text sits in the last user message, for a client
-    that must trim it to its window (a local model); others ignore it."""
+    that must trim it to its window (a local model); others ignore it. A client that can read
+    P(Yes) at the first answer token says so (`reads_p_yes`) and reads it (`p_yes`)."""
 
     identity: dict[str, str]
+    reads_p_yes: ClassVar[bool] = False
+    trimmed: int = 0  # prompts whose grounding text was cut to fit the window (a local model)
+    served_models: frozenset[str] | set[str] = frozenset()  # model names the replies carried
 
+    @abstractmethod
     def complete(
         self,
         messages: list[dict[str, str]],
         sampling: dict,
         span: Sequence[int] | None = None,
     ) -> str | Completion: ...
+
+    def p_yes(
+        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+    ) -> float | None:
+        """P(Yes)/(P(Yes)+P(No)) at the first answer token (None: not available)."""
+        return None
 
 
 class RequestCache:
@@ -119,6 +131,14 @@ class RequestCache:
                     f.flush()
 
 
+class _ThreadCalls(threading.local):
+    """Per caller thread: the requests of its current example, and whether its last answer
+    hit its token budget (the class values: a thread's start)."""
+
+    n: int = 0
+    cut: bool | None = None
+
+
 class CachedLLM:
     """A client behind the request cache, counting the requests of each caller thread (one
     example at a time per thread), cache hits included: a method's calls per example."""
@@ -127,19 +147,19 @@ class CachedLLM:
         self.client = client
         self.cache = cache
         self.sampling = dict(sampling)
-        self._calls = threading.local()
+        self._calls = _ThreadCalls()
 
     def start_example(self) -> None:
         self._calls.n = 0
 
     @property
     def calls(self) -> int:
-        return getattr(self._calls, "n", 0)
+        return self._calls.n
 
     @property
     def last_cut(self) -> bool | None:
         """Whether this thread's last answer (`ask`) hit its token budget (None: unknown)."""
-        return getattr(self._calls, "cut", None)
+        return self._calls.cut
 
     def ask(
         self,
@@ -164,14 +184,13 @@ class CachedLLM:
         self, messages: list[dict[str, str]], prompt_version: str, span: Sequence[int] | None = None
     ) -> float | None:
         """P(Yes) at the first answer token, cached like an answer ("none" when unavailable)."""
-        reader = getattr(self.client, "p_yes", None)
-        if reader is None:
+        if not self.client.reads_p_yes:
             return None
         key = RequestCache.key(self.client.identity, prompt_version, messages, {"read": "p_yes"})
         self._calls.n = self.calls + 1
         cached = self.cache.get(key)
         if cached is None:
-            value = reader(messages, span)
+            value = self.client.p_yes(messages, span)
             cached = "none" if value is None else repr(float(value))
             self.cache.put(key, cached)
         return None if cached == "none" else float(cached)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fincheck.errors import FincheckError
-from fincheck.eval.llm import Completion, LLMCallError
+from fincheck.eval.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference import PromptDoesNotFit, one_line
 from fincheck.loading import load_model
 from fincheck.secrets import public_url
@@ -69,9 +69,11 @@ def build_client(opts, backend: str, model: str, caller: EndpointCaller, **local
     return TransformersChatClient(model, **local)
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(ChatClient):
     """Chat completions over HTTP. The API key is read from an environment variable and only
     handed to the `openai` client: it is not stored on this object, printed, or cached."""
+
+    reads_p_yes = True  # from the logprobs, when the endpoint returns them
 
     def __init__(
         self,
@@ -425,7 +427,7 @@ def hit_budget(choice, response, max_tokens: int | None) -> bool | None:
     return not stopped_short
 
 
-class TransformersChatClient:
+class TransformersChatClient(ChatClient):
     """A local causal LM through the project's one inference path: chat template, the prompt
     fitted to the model's window by trimming its grounding text (when the caller says where it
     is), explicit greedy decoding (not the model's shipped sampling or repetition penalty).
@@ -433,6 +435,8 @@ class TransformersChatClient:
     Calls arrive from several example threads at once; a worker thread gathers what is waiting
     (up to `batch_size`, same kind of call) and runs it as one batch, so a method written one
     example at a time still feeds the model full batches."""
+
+    reads_p_yes = True
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from fake_judge_server import FakeJudgeServer
 from fincheck.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval.judge import MatchingJudge
-from fincheck.eval.llm import RequestCache
+from fincheck.eval.llm import ChatClient, RequestCache
 from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import read_pairs
 from fincheck.tasks import task_names
@@ -22,7 +22,7 @@ from fincheck.tasks import task_names
 N_PER_TASK = 60
 
 
-class EchoJudge:
+class EchoJudge(ChatClient):
     """An injected ChatClient: a detector description matches the reference description with the
     same text (so a repeated description matches the same reference item twice)."""
 
@@ -31,7 +31,7 @@ class EchoJudge:
     def __init__(self) -> None:
         self.calls = 0
 
-    def complete(self, messages, sampling):
+    def complete(self, messages, sampling, span=None):
         self.calls += 1
         user = messages[-1]["content"]
         gold_part = user.split("Reference descriptions")[1].split("Detector descriptions")[0]

@@ -17,7 +17,7 @@ from fincheck import jsonl
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
-from fincheck.eval.llm import CachedLLM, RequestCache
+from fincheck.eval.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import (
@@ -32,7 +32,7 @@ from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest
 
 
-class NoLLM:
+class NoLLM(ChatClient):
     """The client of a method that asks no model (overlap): any call is a bug."""
 
     def __init__(self) -> None:
@@ -100,11 +100,11 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         pairs = opts.sample(task)
         if method.prepare is not None:
             method.prepare(task)
-        trimmed_before = getattr(client, "trimmed", 0)  # the client counts across tasks
+        trimmed_before = client.trimmed  # the client counts across tasks
         summary[task] = run_task(method, llm, opts, task, pairs)
-        summary[task]["trimmed"] = getattr(client, "trimmed", 0) - trimmed_before
+        summary[task]["trimmed"] = client.trimmed - trimmed_before
         record_generation(opts.predictions_dir, task, summary[task])
-    if getattr(client, "served_models", None):  # what the endpoint says it ran
+    if client.served_models:  # what the endpoint says it ran
         record_loaded(opts.predictions_dir, served_models=sorted(client.served_models))
     return summary
 
