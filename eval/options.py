@@ -8,22 +8,20 @@ An option one mode alone reads says so (`applies`): `--batch-size` with `--backe
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fincheck import jsonl
 from fincheck.config import REQUIRED, config_field
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
-from fincheck.inference import parse_dtype
+from fincheck.loading import model_options, per_task_numbers
 from fincheck.models import KNOWN as FETCHABLE_MODELS
 from fincheck.pairs import Pair, sample
 from fincheck.prepared import prepared_tasks, read_split
-from fincheck.tasks import all_tasks, get_task, task_names
+from fincheck.tasks import get_task, task_names
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}
@@ -37,47 +35,8 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
-def per_task_numbers(text: str) -> int | dict[str, int]:
-    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
-    try:
-        if "=" not in text:
-            numbers: int | dict[str, int] = int(text)
-        else:
-            pairs = [part.split("=") for part in text.split(",")]
-            numbers = {task.strip(): int(n) for task, n in pairs}
-            if not numbers.keys() <= set(task_names()):
-                raise ValueError(text)
-        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
-            raise ValueError(text)
-    except ValueError:
-        raise FincheckError(
-            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
-        ) from None
-    return numbers
-
-
-def per_task_budget(text: str) -> dict[str, int]:
-    """`--max-new-tokens`: N for every task, or the tasks named (the others keep their own)."""
-    numbers = per_task_numbers(text)
-    return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
-
-
-def json_object(text: str) -> dict:
-    try:
-        parsed = jsonl.loads(text)
-    except json.JSONDecodeError as e:
-        raise FincheckError(f"not JSON: {e}") from None
-    if not isinstance(parsed, dict):
-        raise FincheckError("expected a JSON object")
-    return parsed
-
-
 def comma_list(text: str) -> tuple[str, ...]:
     return tuple(text.split(","))
-
-
-def _task_budgets() -> str:
-    return ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
 
 
 @dataclass(kw_only=True)
@@ -164,7 +123,7 @@ Endpoint = endpoint_options("", "the endpoint", ENDPOINT)
 
 
 @dataclass(kw_only=True)
-class EvalOptions(Endpoint, EvalRun):
+class EvalOptions(model_options(LOCAL), Endpoint, EvalRun):
     """`fincheck eval`: a detector's predictions, run here (a model and its adapter) or served."""
 
     backend: Literal["local", "openai"] = config_field(
@@ -181,54 +140,11 @@ class EvalOptions(Endpoint, EvalRun):
     adapter: str | None = config_field(
         None, "LoRA adapter directory (from `fincheck train`)", applies=LOCAL
     )
-    batch_size: int = config_field(8, "prompts per generate call", applies=LOCAL, at_least=1)
-    max_new_tokens: dict[str, int] = config_field(
-        {},
-        f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most a "
-        "quarter of the window)",
-        parse=per_task_budget,
-    )
-    max_input_tokens: int | None = config_field(
-        None,
-        "prompt tokens at most: longer prompts have their grounding text trimmed (default: the "
-        "window -- an adapter's training max_length, capped by the model's positions -- minus "
-        "the task's --max-new-tokens; the rule detect uses too)",
-        at_least=1,
-    )
-    window: int | None = config_field(
-        None,
-        "tokens the model may see, prompt and answer (default: an adapter's training "
-        "max_length, capped by the model's positions): gives an untuned base the same prompts "
-        "as its adapter",
-        at_least=1,
-    )
-    template_kwargs: dict | None = config_field(
-        None,
-        "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for Qwen3 "
-        "(default: those the adapter was trained with, else none)",
-        flag="chat_template_kwargs",
-        parse=json_object,
-        applies=LOCAL,
-    )
-    device: str | None = config_field(
-        None, "cpu, cuda, cuda:1 ... (default: cuda when available)", applies=LOCAL
-    )
-    dtype: str = config_field(
-        "auto",
-        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
-        parse=parse_dtype,
-        applies=LOCAL,
-    )
     prefix_reuse: bool = config_field(
         True,
         "the plain generate path, every prompt whole (for comparison and debugging): by default "
         "each prefix that prompts share (the task's instructions, a document, a response "
         "sentence) runs once into a KV cache, and QASem's P(Yes) needs no generation",
-        applies=LOCAL,
-    )
-    trust_remote_code: bool = config_field(
-        False,
-        "allow the base model's own Python code from its repository (off by default)",
         applies=LOCAL,
     )
     tokenizer: str | None = config_field(

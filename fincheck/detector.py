@@ -88,6 +88,8 @@ class Detector:
         device: str | None = None,
         dtype: str | None = None,
         trust_remote_code: bool = False,
+        window: int | None = None,
+        template_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Detector:
         """Load `base` (default: the adapter's own base) plus the LoRA `adapter`.
@@ -99,8 +101,9 @@ class Detector:
         if adapter is None and base is None:
             raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
         loaded = load_model(
-            base, adapter, dtype=dtype or "auto", device=device, trust_remote_code=trust_remote_code
-        )
+            base, adapter, dtype=dtype or "auto", device=device,
+            trust_remote_code=trust_remote_code, window=window, template_kwargs=template_kwargs,
+        )  # fmt: skip
         return cls(loaded, **kwargs)
 
     # -- the three tasks ---------------------------------------------------------------------

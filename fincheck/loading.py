@@ -13,15 +13,20 @@ is converted here once, when fetched (`convert_gguf`, passed to `fincheck.wheels
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fincheck import jsonl
+from fincheck.config import config_field
 from fincheck.errors import FincheckError, wrapped_os_error
-from fincheck.inference import LoadedModel, default_device, one_line, torch_dtype
+from fincheck.inference import LoadedModel, default_device, one_line, parse_dtype, torch_dtype
 from fincheck.models import KNOWN
 from fincheck.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
+from fincheck.tasks import all_tasks, task_names
 from fincheck.wheels import fetch
 
 log = logging.getLogger(__name__)
@@ -351,3 +356,88 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
         if os_error is None or os_error is e:
             raise
         raise os_error from e
+
+
+# ------------------------------------------------------------------- the options of a loaded model
+
+
+def per_task_numbers(text: str) -> int | dict[str, int]:
+    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
+    try:
+        if "=" not in text:
+            numbers: int | dict[str, int] = int(text)
+        else:
+            pairs = [part.split("=") for part in text.split(",")]
+            numbers = {task.strip(): int(n) for task, n in pairs}
+            if not numbers.keys() <= set(task_names()):
+                raise ValueError(text)
+        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
+            raise ValueError(text)
+    except ValueError:
+        raise FincheckError(
+            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
+        ) from None
+    return numbers
+
+
+def per_task_budget(text: str) -> dict[str, int]:
+    """`--max-new-tokens`: N for every task, or the tasks named (the others keep their own)."""
+    numbers = per_task_numbers(text)
+    return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
+
+
+def json_object(text: str) -> dict:
+    try:
+        parsed = jsonl.loads(text)
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise FincheckError("expected a JSON object")
+    return parsed
+
+
+def _task_budgets() -> str:
+    return ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
+
+
+def model_options(applies: dict[str, tuple[Any, ...]] | None = None) -> type:
+    """The one options block of a model loaded here (`fincheck eval`, `fincheck detect`): each
+    flag means the same in every command. `applies`: the setting that reads them (eval's
+    `--backend local`; detect always loads its model)."""
+    given = {"applies": applies} if applies else {}
+    fields = [
+        ("batch_size", int, config_field(8, "prompts per generate call", at_least=1, **given)),
+        ("max_new_tokens", dict[str, int], config_field(
+            {},
+            f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most "
+            "a quarter of the window)",
+            parse=per_task_budget)),
+        ("max_input_tokens", int | None, config_field(
+            None,
+            "prompt tokens at most: longer prompts have their grounding text trimmed (default: "
+            "the window -- an adapter's training max_length, capped by the model's positions -- "
+            "minus the task's --max-new-tokens)",
+            at_least=1)),
+        ("window", int | None, config_field(
+            None,
+            "tokens the model may see, prompt and answer (default: an adapter's training "
+            "max_length, capped by the model's positions): gives an untuned base the same "
+            "prompts as its adapter",
+            at_least=1)),
+        ("template_kwargs", dict | None, config_field(
+            None,
+            "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for "
+            "Qwen3 (default: those the adapter was trained with, else none)",
+            flag="chat_template_kwargs", parse=json_object, **given)),
+        ("device", str | None, config_field(
+            None, "cpu, cuda, cuda:1 ... (default: cuda when available)", **given)),
+        ("dtype", str, config_field(
+            "auto",
+            "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
+            parse=parse_dtype, **given)),
+        ("trust_remote_code", bool, config_field(
+            False,
+            "allow the base model's own Python code from its repository (off by default)",
+            **given)),
+    ]  # fmt: skip
+    return dataclasses.make_dataclass("LoadedModelOptions", fields, kw_only=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.inference import parse_dtype
+from fincheck.loading import model_options
 
 DETECT_EXAMPLES = """\
 examples:
@@ -51,8 +52,8 @@ publishes.
 """
 
 
-@dataclass
-class DetectOptions:
+@dataclass(kw_only=True)
+class DetectOptions(model_options()):
     adapter: str = config_field(REQUIRED, "run folder or adapter folder (or hub id)")
     model: str | None = config_field(
         None, "base model (default: the adapter's own base, as recorded)"
@@ -61,29 +62,6 @@ class DetectOptions:
     summary: str | None = config_field(None, "file with the summary / generated output")
     input: str | None = config_field(None, "JSONL input file (see below)")
     out: Path | None = config_field(None, "JSONL output file (default: stdout)")
-    batch_size: int = config_field(4, "inputs per forward pass", at_least=1)
-    max_new_tokens: int | None = config_field(
-        None,
-        "tokens generated for the free-text answers (descriptions, judgement) (default: each "
-        "task's own, as in `fincheck eval`)",
-        at_least=1,
-    )
-    max_input_tokens: int | None = config_field(
-        None,
-        "prompt tokens at most: longer documents are trimmed (default: the adapter's training "
-        "max_length, capped by the model's positions, minus the answer's budget; the rule "
-        "`fincheck eval` uses)",
-        at_least=1,
-    )
-    device: str | None = config_field(None, "cpu, cuda, cuda:1 (default: cuda if available)")
-    dtype: str = config_field(
-        "auto",
-        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
-        parse=parse_dtype,
-    )
-    trust_remote_code: bool = config_field(
-        False, "allow the base model's own Python code to run (off by default)"
-    )
 
 
 @dataclass

@@ -131,13 +131,11 @@ def _detect_and_write(args, records: list[dict], single: bool, partial: Path | N
         device=args.device,
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
+        window=args.window,
+        template_kwargs=args.template_kwargs,
         batch_size=args.batch_size,
         max_input_tokens=args.max_input_tokens,
-        max_new_tokens={
-            name: args.max_new_tokens for name, task in all_tasks().items() if not task.reads_p_yes
-        }
-        if args.max_new_tokens
-        else None,
+        max_new_tokens=args.max_new_tokens or None,
     )
     results = detect_records(detector, records)
     if single:

@@ -120,3 +120,30 @@ def test_a_baseline_s_counts_are_range_checked(flag, value, tmp_path, capsys):
             str(tmp_path / "out"), flag, value]  # fmt: skip
     assert main(argv) == 2
     assert f"{flag}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_loaded_models_flags_mean_the_same_in_eval_and_detect():
+    """One options block for a model loaded here: `--max-new-tokens final=64` is read alike by
+    `fincheck eval` and `fincheck detect`, and every shared flag has one help and one default."""
+    import dataclasses
+
+    from fincheck.eval.options import EvalOptions
+    from fincheck.loading import model_options
+    from fincheck.serve.commands import DetectOptions
+
+    shared = {f.name for f in dataclasses.fields(model_options())}
+    assert shared >= {"batch_size", "max_new_tokens", "max_input_tokens", "window", "dtype"}
+    for name in shared:
+        ours = {f.name: f for f in dataclasses.fields(EvalOptions)}[name]
+        theirs = {f.name: f for f in dataclasses.fields(DetectOptions)}[name]
+        assert ours.metadata["help"] == theirs.metadata["help"], name
+        assert ours.metadata["parse"] is theirs.metadata["parse"], name
+    parsers = {}
+    for command, cls in (("eval", EvalOptions), ("detect", DetectOptions)):
+        parsers[command] = argparse.ArgumentParser(prog=command)
+        add_options(parsers[command], cls)
+    ev = read_options(EvalOptions, parsers["eval"].parse_args(
+        ["--data", "d", "--out", "o", "--max-new-tokens", "final=64,fhsumbench=32"]))  # fmt: skip
+    de = read_options(DetectOptions, parsers["detect"].parse_args(
+        ["--adapter", "a", "--max-new-tokens", "final=64,fhsumbench=32"]))  # fmt: skip
+    assert ev.max_new_tokens == de.max_new_tokens == {"final": 64, "fhsumbench": 32}
