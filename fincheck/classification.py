@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Hashable, Sequence
+
+_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """A binary answer read from its first word: 'Yes'/'yes.'/'**No**, because...' ->
+    True/False; anything else ('Yesterday', 'Maybe') -> None. The one Yes/No reader."""
+    match = _YES_NO.match(text or "")
+    return None if match is None else match.group(1).lower() == "yes"
 
 
 def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float:

@@ -28,6 +28,7 @@ from fincheck.eval.compare import ScoredRun, compare_runs, load_scored_run
 from fincheck.jsonl import strict_json
 from fincheck.sources import default_data_dir
 from fincheck.tasks import all_tasks, task_names
+from fincheck.train.checkpoints import newest_trainer_state
 from fincheck.train.recipe import read_recipe_values
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,12 +104,9 @@ def resolve_data_dir(given: Path | None) -> Path | None:
 
 def training_speed(run_dir: Path) -> dict[str, float]:
     """Steps, tokens and tokens/s of the finished run, from its last checkpoint's log."""
-    states = sorted(
-        run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime
-    )
-    if not states:
+    state = newest_trainer_state(run_dir)
+    if state is None:
         return {}
-    state = json.loads(states[-1].read_text())
     steps = [e for e in state["log_history"] if "loss" in e]  # logged every logging_steps
     speeds = [e["tokens_per_second"] for e in steps if "tokens_per_second" in e]
     losses = [e["loss"] for e in steps]

@@ -43,6 +43,7 @@ from pathlib import Path
 from bench.options import options_parser, settings_from_args
 from bench.workload import device_name, save_random_model, utc_now
 from fincheck.config import config_field
+from fincheck.train.checkpoints import newest_trainer_state
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("exact", "layouts-0.5b", "layouts-1.5b", "train", "deepspeed")
@@ -151,10 +152,10 @@ def run(stage: Stage, logs: Path) -> dict:
 
 def training_figures(run: Path) -> dict:
     """Steady-state rates and the step-time profile from a run's last checkpoint."""
-    states = sorted(run.glob("checkpoint-*/trainer_state.json"))
-    if not states:
+    state = newest_trainer_state(run)
+    if state is None:
         return {}
-    history = [e for e in json.loads(states[-1].read_text())["log_history"] if "loss" in e]
+    history = [e for e in state["log_history"] if "loss" in e]
     later = [e for e in history if e["step"] > WARM_STEPS and "seconds_per_step" in e]
     first = sum(e.get("seconds_per_step", 0) for e in history if e["step"] <= WARM_STEPS)
     figures = {"steps": len(history), "first_steps_s": round(first, 1),

@@ -18,19 +18,17 @@ import sys
 from pathlib import Path
 
 from fincheck.errors import FincheckError
+from fincheck.train.checkpoints import newest_trainer_state
 
 FIGURES = ("eval_qasem_auc", "eval_qasem_bacc", "eval_fhsumbench_f", "eval_final_binary_bacc")
 
 
 def newest_state(run: Path) -> dict:
     """trainer_state.json of the run's highest checkpoint (or the run folder's own)."""
-    checkpoints = sorted(
-        run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
-    )
-    path = checkpoints[-1] if checkpoints else run / "trainer_state.json"
-    if not path.is_file():
+    state = newest_trainer_state(run)
+    if state is None:
         raise FincheckError(f"{run}: no checkpoint-*/trainer_state.json (is it a training run?)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return state
 
 
 def curves(state: dict) -> dict[str, list[tuple[int, float]]]:

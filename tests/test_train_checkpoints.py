@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import json
 from pathlib import Path
 
 import numpy as np
@@ -246,3 +247,18 @@ def test_resume_loads_are_weights_only_with_the_exact_globals(tmp_path):
             torch.load(bad, weights_only=False)
     assert not marker.exists()
     assert torch.load.__name__ == "load"  # restored
+
+
+def test_the_newest_trainer_state_is_the_highest_step_not_the_last_name(tmp_path):
+    """checkpoint-1000 is newer than checkpoint-999 (a sort by name says the opposite): what the
+    demo, the GPU check and the training plot read."""
+    from fincheck.train.checkpoints import newest_trainer_state
+
+    assert newest_trainer_state(tmp_path) is None
+    for step in (999, 1000, 20):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(
+            json.dumps({"global_step": step})
+        )
+    (tmp_path / "checkpoint-1001").mkdir()  # a save cut before its state was written
+    assert newest_trainer_state(tmp_path)["global_step"] == 1000

@@ -38,6 +38,14 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
+def newest_trainer_state(run: str | Path) -> dict[str, Any] | None:
+    """trainer_state.json of the run's highest checkpoint that has one (by step number, not by
+    name: checkpoint-1000 is newer than checkpoint-999), else the run folder's own, else None."""
+    found = [c / "trainer_state.json" for c in checkpoint_dirs(run)]
+    path = next((f for f in found if f.is_file()), Path(run) / "trainer_state.json")
+    return read_json_object(path) if path.is_file() else None
+
+
 def is_complete(checkpoint: Path) -> bool:
     return (checkpoint / COMPLETE_MARKER).is_file()
 

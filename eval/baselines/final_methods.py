@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fincheck.classification import parse_yes_no
 from fincheck.detector import Detector
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import (
@@ -45,7 +46,6 @@ from fincheck.tasks.final.metrics import parse_descriptions
 # ---------------------------------------------------------------------- pure parts
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(.*\S)\s*$")
-_YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 
 
 def bullets(text: str) -> list[str]:
@@ -57,8 +57,8 @@ def parse_fact_check(answer: str) -> tuple[bool | None, list[str]]:
     """(consistent?, descriptions) from a per-fact answer: "yes" / "no" on the first line that
     has one, then the "- " bullets. An answer with neither yes nor no reads as None (unknown):
     its bullets, if any, still count as descriptions."""
-    found = next(filter(None, (_YES_NO.match(line.strip()) for line in answer.splitlines())), None)
-    verdict = None if found is None else found.group(1).lower() == "yes"
+    read = (parse_yes_no(line) for line in answer.splitlines())
+    verdict = next((v for v in read if v is not None), None)
     found_bullets = bullets(answer)
     if verdict is None and found_bullets:
         verdict = False

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from bench import workload as wl
 from fincheck.checksums import sha256_file
+from fincheck.classification import parse_yes_no
 from fincheck.config import config_field
 from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
 from fincheck.prepared import files_fingerprint, read_manifest, read_split
@@ -153,8 +153,8 @@ def answer_of(task: str, output: str) -> str:
     answer's first token where the plain path writes on, `No.` vs `No, because ...`); the
     whole text for the generating tasks."""
     if get_task(task).reads_p_yes:
-        word = re.match(r"\W*(yes|no)\b", output, re.IGNORECASE)
-        return word.group(1).lower() if word else output
+        word = parse_yes_no(output)
+        return output if word is None else ("yes" if word else "no")
     return output
 
 

@@ -16,23 +16,14 @@ a model that answers in prose is scored on a token it did not choose.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fincheck.bootstrap import bootstrap_cis, ci95_lists
-from fincheck.classification import balanced_accuracy, roc_auc
+from fincheck.classification import balanced_accuracy, parse_yes_no, roc_auc
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
 THRESHOLD = 0.5
-
-_ANSWER = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
-
-
-def parse_yes_no(text: str) -> bool | None:
-    """'Yes'/'yes.'/'**No**, because...' -> True/False; anything else -> None."""
-    match = _ANSWER.match(text or "")
-    return None if match is None else match.group(1).lower() == "yes"
 
 
 @dataclass(frozen=True)
