@@ -20,7 +20,9 @@ from fincheck.eval.score import ScoreOptions, run_score
 from fincheck.pairs import Pair, read_pairs
 from fincheck.raw_records import RawRecord, iter_records, require
 from fincheck.sources import Source
-from fincheck.tasks import BUILTIN, get_task, load_prompt, task_names, temporary_tasks
+from fincheck.tasks import get_task, load_prompt, task_names, temporary_tasks
+
+BUILTIN = ("final", "qasem", "fhsumbench")  # the packages of fincheck/tasks/, as listed
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,19 +292,15 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     "configs/data/qasem-fhsumbench.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
     # per-task caps
     "configs/data/tiny.yaml": ["fhsumbench", "final", "qasem"],
-    # its tasks; each task's own settings (qasem_dev_fraction, fhsumbench_*)
+    # each task's own settings (qasem_dev_fraction, fhsumbench_*); no task list: every task
     "configs/prepare/default.yaml": [
         "fhsumbench",
         "fhsumbench",
         "fhsumbench",
         "fhsumbench",
-        "fhsumbench",
-        "final",
-        "qasem",
         "qasem",
     ],
-    # its tasks; each task's own settings
-    "configs/prepare/paper-eval.yaml": ["fhsumbench", "fhsumbench", "final", "qasem", "qasem"],
+    "configs/prepare/paper-eval.yaml": ["fhsumbench", "qasem"],
     # the dev figures of two tasks; the best checkpoint by qasem_auc
     "configs/train/smollm2-135m-learn-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
     "configs/train/qwen2.5-0.5b-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
@@ -473,8 +471,8 @@ def test_a_task_name_swapped_in_an_allowed_file_or_an_untracked_one_fails(tmp_pa
 
 def test_the_docs_list_the_files_a_new_benchmark_needs(toy):
     """docs/architecture.md's list is the one the built-in tasks follow: a package holding the
-    task, its prompt and its converter, and its name in BUILTIN (the toy task above shows that
-    no stage needs an edit)."""
+    task, its prompt and its converter (the toy task above shows that no stage needs an edit,
+    and the test below that the registry finds a new package by itself)."""
     text = (REPO / "docs" / "architecture.md").read_text()
     section = text.split("## How to add a benchmark", 1)[1].split("\n## ", 1)[0]
     files = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
@@ -482,10 +480,31 @@ def test_the_docs_list_the_files_a_new_benchmark_needs(toy):
         "fincheck/tasks/<name>/__init__.py",
         "fincheck/tasks/<name>/prompt.txt",
         "fincheck/tasks/<name>/convert.py",
-        "fincheck/tasks/__init__.py",
     ]
     for builtin in BUILTIN:  # and the built-in tasks follow it
         package = REPO / "fincheck" / "tasks" / builtin
         assert get_task(builtin).prompt_path == package / "prompt.txt"
         converters = {"final": "defacto.py"}  # FINAL's training data is DeFacto's
         assert (package / converters.get(builtin, "convert.py")).is_file()
+
+
+def test_a_new_task_package_is_found_without_a_line_elsewhere(tmp_path, monkeypatch):
+    """A folder with `__init__.py` defining TASK, put beside the built-in task packages, is a
+    registered task: listed after them (no `listed`), by no edit of the registry."""
+    import fincheck.tasks as registry
+
+    package = tmp_path / "zzz_claims"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from fincheck.tasks.base import Task\n\n\n"
+        "class ClaimsTask(Task):\n"
+        "    name = 'claims'\n    title = 'Claims'\n    max_new_tokens = 8\n\n\n"
+        "for _abstract in sorted(ClaimsTask.__abstractmethods__):\n"
+        "    setattr(ClaimsTask, _abstract, lambda *a, **k: None)\n"
+        "ClaimsTask.__abstractmethods__ = frozenset()\n"
+        "TASK = ClaimsTask()\n"
+    )
+    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_registry", {})
+    assert task_names() == (*BUILTIN, "claims")
+    assert get_task("claims").title == "Claims"

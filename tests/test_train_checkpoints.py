@@ -3,9 +3,9 @@ complete checkpoint, a full disk is named, and pickled state that would run code
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
-import json
 from pathlib import Path
 
 import numpy as np

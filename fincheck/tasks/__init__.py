@@ -5,13 +5,15 @@ card) loops over it instead of naming tasks.
     task_names()                 # ('final', 'qasem', 'fhsumbench')
     get_task("qasem").score(...)  # an unknown name is an error that lists the known ones
 
-The built-in tasks are the modules named in `BUILTIN`, imported on first use. A test (or a
-plugin) adds a task for a while with `temporary_tasks(MyTask())`.
+A task is a package of this folder whose `__init__.py` defines `TASK`: found and imported on
+first use, so a new task is a new folder and nothing else. A test (or a plugin) adds a task for
+a while with `temporary_tasks(MyTask())`.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,17 +21,16 @@ from fincheck.errors import FincheckError
 from fincheck.prompting import Prompt
 from fincheck.tasks.base import Task
 
-# Module names under fincheck.tasks, in the order reports and tables list them.
-BUILTIN: tuple[str, ...] = ("final", "qasem", "fhsumbench")
-
 _registry: dict[str, Task] = {}
 
 
 def _load_builtins() -> None:
+    """Every task package of this folder, in the order reports list them (`Task.listed`)."""
     if _registry:
         return
-    for name in BUILTIN:
-        task = importlib.import_module(f"fincheck.tasks.{name}").TASK
+    packages = [m.name for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    found = [importlib.import_module(f"{__name__}.{name}").TASK for name in packages]
+    for task in sorted(found, key=lambda t: (t.listed, t.name)):
         _registry[task.name] = task
 
 

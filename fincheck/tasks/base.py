@@ -133,6 +133,7 @@ class Task(ABC):
 
     name: str  # the id in file names, --tasks, pairs and predictions
     title: str  # how a reader knows it: "FINAL", "QASemConsistency", "FHSumBench"
+    listed: int = 100  # where reports and tables list it (then by name): a new task goes last
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
     reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
     # --limit N draws whole documents (`fincheck.pairs.sample_documents`) rather than N pairs:

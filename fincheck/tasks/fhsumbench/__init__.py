@@ -89,6 +89,7 @@ class FhsumbenchPrepareOptions(PrepareSettings):
 class FhsumbenchTask(Task):
     prepare_options = FhsumbenchPrepareOptions
     name = "fhsumbench"
+    listed = 3
     title = "FHSumBench"
     max_new_tokens = 96
     paper_numbers = (

@@ -82,6 +82,7 @@ class FinalPrepareOptions(PrepareSettings):
 class FinalTask(Task):
     prepare_options = FinalPrepareOptions
     name = "final"
+    listed = 1
     title = "FINAL"
     max_new_tokens = 384
     paper_numbers = (

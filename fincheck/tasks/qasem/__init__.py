@@ -95,6 +95,7 @@ class QasemPrepareOptions(PrepareSettings):
 class QasemTask(Task):
     prepare_options = QasemPrepareOptions
     name = "qasem"
+    listed = 2
     title = "QASemConsistency"
     max_new_tokens = 8
     reads_p_yes = True
