@@ -21,10 +21,9 @@ from fincheck.pairs import Pair, read_pairs
 from fincheck.raw_records import RawRecord, iter_records, require
 from fincheck.sources import Source
 from fincheck.tasks import get_task, load_prompt, task_names, temporary_tasks
-
-BUILTIN = ("final", "qasem", "fhsumbench")  # the packages of fincheck/tasks/, as listed
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore
 
+BUILTIN = ("final", "qasem", "fhsumbench")  # the packages of fincheck/tasks/, as listed
 REPO = Path(__file__).resolve().parents[1]
 
 TOY_PROMPT = """\
