@@ -12,7 +12,7 @@ from fincheck.errors import FincheckError, UsageError
 from fincheck.eval.baselines.registry import ASKS_NO_LLM
 from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
 from fincheck.out_lock import hold_out_dir
-from fincheck.tasks import get_task
+from fincheck.tasks import all_tasks, get_task
 
 EVAL_EXAMPLES = """examples:
   # zero-shot baseline of an untuned model, 50 examples per task
@@ -164,9 +164,9 @@ def next_step(opts: EvalOptions | BaselineOptions) -> str:
 
 
 def build_judge(args: ScoreOptions):
-    """The judge the --judge* options name (None: FINAL's matching is not scored)."""
-    from fincheck.eval.judge import JudgePrompt, MatchingJudge
-    from fincheck.eval.llm import RequestCache
+    """The judge the --judge* options name, built by the task whose figures need one (None:
+    those figures are not scored)."""
+    from fincheck.llm import RequestCache
 
     if args.judge_kind == "none":
         return None
@@ -180,8 +180,8 @@ def build_judge(args: ScoreOptions):
     )
     cache_path = args.judge_cache or args.out_dir / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
-    prompt = JudgePrompt.named(args.judge_prompt)
-    return MatchingJudge(client, RequestCache(cache_path), prompt=prompt, sampling=sampling)
+    (task,) = [t for t in all_tasks().values() if t.judge_prompts]
+    return task.build_judge(client, RequestCache(cache_path), args.judge_prompt, sampling)
 
 
 def score_command(args: argparse.Namespace) -> int:

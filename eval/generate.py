@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.checksums import folder_sha256
-from fincheck.eval.llm import CachedLLM, RequestCache, run_concurrently
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import (
@@ -49,6 +48,7 @@ from fincheck.inference import (
     generate_batch,
     template_fingerprint,
 )
+from fincheck.llm import CachedLLM, RequestCache, run_concurrently
 from fincheck.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.pairs import Pair, Prediction
 from fincheck.prepared import read_manifest

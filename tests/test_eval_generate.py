@@ -264,9 +264,9 @@ def test_missing_adapter_is_a_clear_error(tmp_path):
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
-    from fincheck.eval.judge import MatchingJudge
-    from fincheck.eval.llm import RequestCache
     from fincheck.eval.llm_backends import TransformersChatClient
+    from fincheck.llm import RequestCache
+    from fincheck.tasks.final.judge import MatchingJudge
 
     client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
     judge = MatchingJudge(client, RequestCache(tmp_path / "cache.jsonl"))

@@ -13,11 +13,11 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.cli import main
 from fincheck.errors import FincheckError
-from fincheck.eval.judge import MatchingJudge
-from fincheck.eval.llm import ChatClient, RequestCache
 from fincheck.eval.score import ScoreOptions, run_score
+from fincheck.llm import ChatClient, RequestCache
 from fincheck.pairs import read_pairs
 from fincheck.tasks import task_names
+from fincheck.tasks.final.judge import MatchingJudge
 
 N_PER_TASK = 60
 

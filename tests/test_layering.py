@@ -49,6 +49,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     # settings, named things on disk, how a figure and a prompt are written
     (
         "fincheck.config",
+        "fincheck.llm",
         "fincheck.models",
         "fincheck.sources",
         "fincheck.figures",

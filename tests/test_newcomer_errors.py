@@ -611,10 +611,10 @@ def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     import json
 
     from fincheck.errors import FincheckError
-    from fincheck.eval.judge import MatchingParseError, parse_matching
-    from fincheck.eval.llm import RequestCache
     from fincheck.jsonl import iter_json_objects, loads, read_json_object
+    from fincheck.llm import RequestCache
     from fincheck.tasks.fhsumbench.metrics import lenient_judgement
+    from fincheck.tasks.final.judge import MatchingParseError, parse_matching
     from fincheck.tasks.final.metrics import read_descriptions
 
     with pytest.raises(json.JSONDecodeError):

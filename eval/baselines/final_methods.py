@@ -38,7 +38,7 @@ from fincheck.eval.baselines.methods import (
     e2e_prompt,
     last_yes_no,
 )
-from fincheck.eval.llm import CachedLLM
+from fincheck.llm import CachedLLM
 from fincheck.sentences import split_sentences
 from fincheck.tasks.final.lettering import final_target, lettered
 from fincheck.tasks.final.metrics import parse_descriptions

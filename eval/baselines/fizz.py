@@ -34,9 +34,9 @@ from fincheck.classification import balanced_accuracy
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
-from fincheck.eval.llm import CachedLLM
 from fincheck.eval.predictions import record_loaded
 from fincheck.inference import default_device
+from fincheck.llm import CachedLLM
 from fincheck.sentences import split_sentences
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import Task

@@ -17,7 +17,6 @@ from fincheck import jsonl
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
-from fincheck.eval.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import (
@@ -28,6 +27,7 @@ from fincheck.eval.predictions import (
     record_loaded,
 )
 from fincheck.jsonl import drop_torn_last_line
+from fincheck.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.pairs import Prediction
 from fincheck.prepared import read_manifest
 

@@ -95,7 +95,7 @@ class Collected:
 class ScoreSettings:
     """What scoring needs beyond the predictions: the judge (FINAL), CI settings."""
 
-    judge: Any = None  # fincheck.eval.judge.MatchingJudge or None
+    judge: Any = None  # the judge a task builds (`Task.build_judge`), or None
     judge_concurrency: int = 8
     judge_sanity: bool = True  # also measure the judge on description pairs of known answer
     bootstrap_resamples: int = 1000
@@ -134,6 +134,9 @@ class Task(ABC):
     name: str  # the id in file names, --tasks, pairs and predictions
     title: str  # how a reader knows it: "FINAL", "QASemConsistency", "FHSumBench"
     listed: int = 100  # where reports and tables list it (then by name): a new task goes last
+    # the names of its LLM judge's prompts (`fincheck score --judge-prompt`), the first the
+    # default; none: its figures need no judge
+    judge_prompts: tuple[str, ...] = ()
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
     reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
     # --limit N draws whole documents (`fincheck.pairs.sample_documents`) rather than N pairs:
@@ -146,6 +149,11 @@ class Task(ABC):
     paper_numbers: tuple[PaperNumber, ...] = ()
     comparability: str = ""  # when our figure can stand next to the papers', in one paragraph
     card: CardInfo
+
+    def build_judge(self, client: Any, cache: Any, prompt: str, sampling: dict) -> Any:
+        """The judge its figures need (`judge_prompts`): `client` (a `fincheck.llm.ChatClient`)
+        asking with the prompt named `prompt`, every answer kept in `cache`."""
+        raise NotImplementedError(f"{self.name} needs no judge")
 
     @property
     def prompt_path(self) -> Path:

@@ -83,6 +83,7 @@ class FinalTask(Task):
     prepare_options = FinalPrepareOptions
     name = "final"
     listed = 1
+    judge_prompts = ("paper", "strict")
     title = "FINAL"
     max_new_tokens = 384
     paper_numbers = (
@@ -108,6 +109,11 @@ class FinalTask(Task):
     )
 
     # --- prepare ---------------------------------------------------------------------------
+
+    def build_judge(self, client: Any, cache: Any, prompt: str, sampling: dict) -> Any:
+        from fincheck.tasks.final.judge import JudgePrompt, MatchingJudge
+
+        return MatchingJudge(client, cache, prompt=JudgePrompt.named(prompt), sampling=sampling)
 
     def sources(self, config) -> list:
         if not config.final_file:

@@ -25,7 +25,7 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
 
 
 def judge_agreement(judge: Any, concurrency: int = 8) -> dict[str, Any]:
-    """`judge.match_many` (a `fincheck.eval.judge.MatchingJudge`) on every item, `concurrency`
+    """`judge.match_many` (a `fincheck.tasks.final.judge.MatchingJudge`) on every item, `concurrency`
     calls in flight (a local judge batches them): {n, agreed, agreement, failed,
     matches_expected, matches_found}."""
     items = read_sanity_set()

@@ -1,6 +1,6 @@
 """The FINAL matching judge: prompt, strict answer parsing, caching, and the run over a corpus.
 
-The judge is an injected `ChatClient` (`fincheck.eval.llm`: an OpenAI-compatible endpoint, a
+The judge is an injected `ChatClient` (`fincheck.llm`: an OpenAI-compatible endpoint, a
 local transformers model, or a test fake): this module only builds requests and reads answers.
 Every answer is cached on disk under a key of the full request, so a rerun after a crash repeats
 no call.
@@ -25,14 +25,14 @@ from pathlib import Path
 
 from fincheck import jsonl
 from fincheck.errors import FincheckError
-from fincheck.eval.llm import ChatClient, LLMCallError, RequestCache, as_completion
+from fincheck.llm import ChatClient, LLMCallError, RequestCache, as_completion
 from fincheck.prompting import Prompt, parse_prompt_file
 from fincheck.tasks.final.lettering import lettered, letters
 
-PROMPTS = Path(__file__).parent / "prompts"
+HERE = Path(__file__).parent
 # The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
 # variant (omissions and multi-fact descriptions match nothing), named in every report.
-JUDGE_PROMPTS = {"paper": PROMPTS / "final_judge.txt", "strict": PROMPTS / "final_judge_strict.txt"}
+JUDGE_PROMPTS = {"paper": HERE / "judge.txt", "strict": HERE / "judge_strict.txt"}
 DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
 
 
