@@ -88,6 +88,8 @@ def load_training_recipe(config: str | Path, overrides: list[str]) -> SFTRecipe:
 
 
 def build_trainer(recipe: SFTRecipe) -> Run:
+    """The trainer of a recipe from `load_training_recipe` (its output folder claimed, its base
+    fetched or built), with what the end of the run writes."""
     from datasets import Dataset
 
     from fincheck.train import (
