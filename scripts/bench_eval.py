@@ -3,12 +3,12 @@
 hub id; a random-init architecture saved as a folder measures a GPU shape), naive vs batched vs
 prefix-reuse on the same examples, with the largest p_yes difference between them
 (bench.eval_paths):
-  # QASem: every QA over 8 sampled reference documents, in every mode (the first is the reference)
+  # QASem: whole reference documents, about 100 QAs, in every mode (the first is the reference)
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-docs 8
+      --tasks qasem --limit 100
   # the whole QASem split, the plain path beside prefix reuse (about an hour on 2 CPU cores)
   python scripts/bench_eval.py --model smollm2-135m-instruct --prepared-dir prepared \\
-      --tasks qasem --qasem-docs 0 --modes batched,prefix-reuse --progress
+      --tasks qasem --limit 0 --modes batched,prefix-reuse --progress
   # FINAL and FHSumBench with an adapter, whole splits, the fast path only
   python scripts/bench_eval.py --model smollm2-135m-instruct --adapter checkpoints/smollm2-135m-cpu \\
       --prepared-dir prepared --tasks final,fhsumbench --limit 0 --modes prefix-reuse

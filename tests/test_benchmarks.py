@@ -28,7 +28,7 @@ def load_script(name: str):
 
 
 @pytest.mark.parametrize(("name", "shows"), [("bench_train", "--recipe configs/train/"),
-                                            ("bench_eval", "--qasem-docs 8")])  # fmt: skip
+                                            ("bench_eval", "--limit 100")])  # fmt: skip
 def test_help_teaches_the_benchmark(name, shows, capsys):
     bench = load_script(name)
     with pytest.raises(SystemExit) as exit_info:
@@ -45,7 +45,7 @@ def test_bench_eval_paths_times_the_eval_path_in_every_mode(small_prepared, tmp_
     bench = load_script("bench_eval")
     out = tmp_path / "paths.json"
     argv = ["--model", str(base), "--prepared-dir", str(small_prepared), "--tasks", "qasem,final",
-            "--qasem-docs", "2", "--limit", "2", "--window", "512", "--batch-size", "4",
+            "--limit", "qasem=4,final=2", "--window", "512", "--batch-size", "4",
             "--scratch", str(tmp_path / "scratch"), "--json-out", str(out)]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads(out.read_text())["results"]

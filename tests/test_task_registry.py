@@ -313,8 +313,8 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     # the documented Python API: describe / support / classify
     "fincheck/detector.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
     # benchmarks and the demo: per-task sample sizes and workloads
-    # its default task and its qasem_docs setting
-    "scripts/bench/eval_paths.py": ["qasem", "qasem", "qasem"],
+    # its default task and its default sample size per task
+    "scripts/bench/eval_paths.py": ["fhsumbench", "final", "qasem", "qasem"],
     "scripts/bench/train_layouts.py": ["fhsumbench", "qasem"],
     "scripts/crosscheck_scores.py": [
         "fhsum",

@@ -16,29 +16,26 @@ prefix reuse); against the first mode listed (naive by default; `--modes batched
 skips the slowest on a full split): the speed-up, the largest |p_yes| difference on QASem, and
 the share of identical answers (QASem's Yes/No word, the generating tasks' whole text).
 
-QASem is sampled by whole reference documents (`qasem_docs`), every QA asked over them, as the
-full split holds them (97 documents, 1,556 QAs): a random sample of single QAs would share
-nothing and hide what prefix reuse saves. `qasem_docs: 0` takes the whole split. FINAL and
-FHSumBench are sampled by example (`limit`), which hides the documents FHSumBench's summaries
-share (227 documents for 667 summaries): their full splits show it.
+The examples are `fincheck eval`'s own sample (`--limit`, `--sample-seed`): QASem by whole
+reference documents, about N QAs, every QA asked over them as the full split holds them (97
+documents, 1,556 QAs; a sample of single QAs would share nothing and hide what prefix reuse
+saves); FINAL and FHSumBench by example, which hides the documents FHSumBench's summaries share
+(227 documents for 667 summaries): their full splits show it. `--limit 0`: every example.
 """
 
 from __future__ import annotations
 
-import json
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench import workload as wl
-from fincheck.checksums import sha256_file
 from fincheck.classification import parse_yes_no
 from fincheck.config import config_field
-from fincheck.pairs import Pair, read_pairs, sample_pairs, write_pairs
-from fincheck.prepared import files_fingerprint, read_manifest, read_split
-from fincheck.tasks import all_tasks, get_task, task_names
+from fincheck.eval.options import EvalRun
+from fincheck.loading import per_task_numbers
+from fincheck.tasks import all_tasks, get_task
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 
@@ -50,8 +47,12 @@ class EvalPathSettings:
     prepared_dir: Path = config_field(Path("prepared"), "a `fincheck prepare` output")
     tasks: list[str] = config_field(["qasem"], "comma list of tasks")
     modes: list[str] = config_field(list(PATH_MODES), "comma list of naive, batched, prefix-reuse")
-    qasem_docs: int = config_field(8, "QASem reference documents sampled (all their QAs); 0: all")
-    limit: int = config_field(32, "FINAL / FHSumBench examples sampled; 0: all")
+    limit: int | dict[str, int] = config_field(
+        {"qasem": 100, "final": 32, "fhsumbench": 32},
+        "examples per task as `fincheck eval --limit` samples them: N, or task=N,... (QASem: "
+        "whole documents, about N QAs); 0: all",
+        parse=lambda text: 0 if text.strip() == "0" else per_task_numbers(text),
+    )
     batch_size: int = config_field(8, "prompts per call in batched and prefix-reuse modes")
     window: int | None = config_field(1024, "tokens the model may see, as `fincheck eval --window`")
     dtype: str = config_field(
@@ -89,45 +90,7 @@ class EvalPathReport:
         return {"command": command, **asdict(self)}
 
 
-def sample_documents(pairs: list[Pair], documents: int, seed: int) -> list[Pair]:
-    """Every pair over `documents` seeded reference documents, in file order."""
-    keys = sorted({p.grounding for p in pairs})
-    if documents and documents < len(keys):
-        keys = random.Random(seed).sample(keys, documents)
-    chosen = set(keys)
-    return [p for p in pairs if p.grounding in chosen]
-
-
-def write_subset(s: EvalPathSettings) -> Path:
-    """A prepared folder holding only the sampled test pairs, with the source's manifest made
-    the subset's own: its files and fingerprint are the subset's (every read checks them), the
-    source's fingerprint kept as `subset_of`."""
-    data = s.scratch / "data"
-    if s.scratch.exists():
-        shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
-    for task in s.tasks:
-        pairs = read_split(s.prepared_dir, task, "test")
-        if get_task(task).limit_by_document:  # QASem: whole references, each with its QAs
-            pairs = sample_documents(pairs, s.qasem_docs, s.seed)
-        else:
-            pairs = sample_pairs(pairs, s.limit or None, s.seed)
-        write_pairs(data / task / "test.jsonl", pairs)
-    manifest = read_manifest(s.prepared_dir)
-    if manifest:
-        files = {
-            f"{task}/test.jsonl": {
-                "pairs": sum(1 for _ in read_pairs(data / task / "test.jsonl", task_names())),
-                "sha256": sha256_file(data / task / "test.jsonl"),
-            }
-            for task in s.tasks
-        }
-        subset = {**manifest, "files": files, "fingerprint": files_fingerprint(files)}
-        subset["subset_of"] = manifest.get("fingerprint")
-        (data / "manifest.json").write_text(json.dumps(subset, indent=2) + "\n")
-    return data
-
-
-def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]:
+def prompt_tokens(s: EvalPathSettings, sample: EvalRun) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
     from fincheck.inference import answer_budgets
@@ -139,7 +102,7 @@ def prompt_tokens(s: EvalPathSettings, data: Path) -> dict[str, tuple[int, int]]
     totals = {}
     for task in s.tasks:
         ids = []
-        for pair in read_split(data, task, "test"):
+        for pair in sample.sample(task):
             fit = loaded.fit_for_answer(
                 pair.prompt_messages, pair.meta.get("grounding_span"), budgets[task]
             )
@@ -165,8 +128,11 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
 
     if bad := [m for m in s.modes if m not in PATH_MODES]:
         raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
-    data = write_subset(s)
-    tokens = prompt_tokens(s, data)
+    if s.scratch.exists():
+        shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
+    limit = s.limit or None  # 0: every example
+    sample = EvalRun(data_dir=s.prepared_dir, out_dir=s.scratch, limit=limit, sample_seed=s.seed)
+    tokens = prompt_tokens(s, sample)
     report = EvalPathReport(
         device=wl.device_name(),
         settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
@@ -178,9 +144,11 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
             opts = EvalOptions(
                 model=s.model,
                 adapter=s.adapter,
-                data_dir=data,
+                data_dir=s.prepared_dir,
                 out_dir=out,
                 tasks=(task,),
+                limit=limit,
+                sample_seed=s.seed,
                 batch_size=1 if mode == "naive" else s.batch_size,
                 window=s.window,
                 dtype=s.dtype,
