@@ -27,6 +27,17 @@ def loads(text: str, **kwargs: Any) -> Any:
         raise json.JSONDecodeError(" ".join(str(e).split())[:120], str(text)[:200], 0) from None
 
 
+def loads_object(text: str) -> dict[str, Any]:
+    """A JSON object given as text (a command-line option), or a one-line error."""
+    try:
+        parsed = loads(text)
+    except json.JSONDecodeError as e:
+        raise FincheckError(f"not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise FincheckError("expected a JSON object")
+    return parsed
+
+
 def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, Any]:
     """One JSONL line as an object, or `InvalidRecordError` at `file:line`."""
     try:

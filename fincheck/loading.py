@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -386,16 +385,6 @@ def per_task_budget(text: str) -> dict[str, int]:
     return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
 
 
-def json_object(text: str) -> dict:
-    try:
-        parsed = jsonl.loads(text)
-    except json.JSONDecodeError as e:
-        raise FincheckError(f"not JSON: {e}") from None
-    if not isinstance(parsed, dict):
-        raise FincheckError("expected a JSON object")
-    return parsed
-
-
 def _task_budgets() -> str:
     return ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
 
@@ -428,7 +417,7 @@ def model_options(applies: dict[str, tuple[Any, ...]] | None = None) -> type:
             None,
             "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for "
             "Qwen3 (default: those the adapter was trained with, else none)",
-            flag="chat_template_kwargs", parse=json_object, **given)),
+            flag="chat_template_kwargs", parse=jsonl.loads_object, **given)),
         ("device", str | None, config_field(
             None, "cpu, cuda, cuda:1 ... (default: cuda when available)", **given)),
         ("dtype", str, config_field(

@@ -440,14 +440,14 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
 
 
 def finish_completed_run(
-    checkpoint: Path, output_dir: Path, recipe: Any, manifest: dict[str, Any], metadata: dict
+    checkpoint: Path, done: int, output_dir: Path, recipe: Any, manifest: dict, metadata: dict
 ) -> None:
     """A resume of a run that reached its last step trains nothing: the run folder gets the
     adapter the full run would have written (the best checkpoint's with
-    load_best_model_at_end) when the final save did not happen, and says so."""
+    load_best_model_at_end) when the final save did not happen, and says so. `done`: the
+    checkpoint's step (`finished_at`)."""
     from fincheck.train.recipe import recipe_to_yaml
 
-    done = finished_at(checkpoint, recipe.max_steps)
     best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
     if best:
         metadata["final_adapter"] = best_adapter_record(

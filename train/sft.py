@@ -196,11 +196,11 @@ def train_and_save(r: Run) -> int:
 def _train_and_save(r: Run) -> int:
     trainer, recipe = r.trainer, r.recipe
     main = trainer.args.process_index == 0
-    if r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps):
-        # resuming would train one step past the end and overwrite the adapter
+    done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
+    if done:  # resuming would train one step past the end and overwrite the adapter
         if main:
             checkpoints.finish_completed_run(
-                r.resume_from, r.output_dir, recipe, r.manifest, r.metadata
+                r.resume_from, done, r.output_dir, recipe, r.manifest, r.metadata
             )
         return 0
     if main and r.resume_from is not None:
