@@ -5,19 +5,17 @@ On one H100, from an installed checkout, with no download, in about 6-8 minutes:
   exact          the `gpu` tests: FlexAttention gives every answer token of a tree pack the loss
                  of its pair alone, and a training step the LoRA gradients of the pairs alone
                  (fp32, within 1e-5; tests/test_tree_packing_gpu.py)
-  layouts-0.5b   scripts/bench_train.py on random-init Qwen2.5-0.5B weights: the same QASem and
-  layouts-1.5b   FHSumBench pairs unpacked, unpacked with logits kept at the answers, tree-packed
-                 with chunked SDPA, with FlexAttention, and several packs per micro-batch (bf16);
-                 a JSON each
   train          30 steps of `fincheck train` with configs/train/qwen2.5-0.5b-instruct.yaml as
                  shipped (tree packing, FlexAttention, one pack of 8,192 tokens per step), without
                  its DeepSpeed key, on the QASem + FHSumBench mixture, random-init weights
-  deepspeed      the same under `deepspeed --num_gpus 1 train/sft.py`, the recipe's ZeRO-2, with
-                 a checkpoint at the last step
-Optional (--stages): train-1.5b (the 1.5B recipe, 20 steps) and train-b2 (the 0.5B recipe with
-two packs per micro-batch). It prints one table (pairs/s in steady state, the first steps'
-seconds, the slowest later step against the median, peak GPU memory) and writes
-OUT/gpu-check.json beside the benchmarks' JSON files; each stage's log is in OUT/logs/.
+  train-b2       the same with two packs per micro-batch (--per_device_train_batch_size=2)
+  train-unpacked the same pairs unpacked (--tree_packing=false, SDPA, 4 pairs per micro-batch):
+                 what tree packing and FlexAttention buy, through the trainer itself
+  deepspeed      the same as train under `deepspeed --num_gpus 1 train/sft.py`, the recipe's
+                 ZeRO-2, with a checkpoint at the last step
+Optional (--stages): train-1.5b (the 1.5B recipe, 20 steps). It prints one table (pairs/s in
+steady state, the first steps' seconds, the slowest later step against the median, peak GPU
+memory) and writes OUT/gpu-check.json; each stage's log is in OUT/logs/.
 
     fincheck prepare --data-dir ../shared/data --out prepared     # once, on any machine
     fincheck models fetch qwen2.5-coder-0.5b-instruct              # once: its Qwen2.5 tokenizer
@@ -46,8 +44,8 @@ from fincheck.config import config_field
 from fincheck.train.checkpoints import newest_trainer_state
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("exact", "layouts-0.5b", "layouts-1.5b", "train", "deepspeed")
-OPTIONAL = ("train-1.5b", "train-b2")
+STAGES = ("exact", "train", "train-b2", "train-unpacked", "deepspeed")
+OPTIONAL = ("train-1.5b",)
 WARM_STEPS = 5  # steps whose time holds compilation; the steady state is measured after them
 
 
@@ -62,7 +60,6 @@ class GpuCheckSettings:
     out: Path = config_field(Path("docs/bench/gpu-check"), "where the JSON files and logs go")
     stages: list[str] = config_field(list(STAGES), f"comma list of {', '.join(STAGES + OPTIONAL)}")
     steps: int = config_field(30, "optimizer steps of each training stage")
-    pairs: int = config_field(120, "pairs per task in the layouts benchmark (whole documents)")
     smoke: bool = config_field(False, "toy sizes, the tiny model: a check of this script itself")
 
 
@@ -71,7 +68,7 @@ class Stage:
     name: str
     command: list[str]
     limit: int  # seconds
-    reads: Path | None = None  # the JSON or run folder it writes
+    reads: Path | None = None  # the run folder it writes
 
 
 def default_tokenizer() -> Path:
@@ -94,23 +91,10 @@ def train_stage(name: str, s: GpuCheckSettings, launcher: list[str], recipe: str
     return Stage(name, [*launcher, "--config", recipe, *args], 300, run)
 
 
-def build_stages(s: GpuCheckSettings, model: Path, big: Path, tokenizer: Path) -> list[Stage]:
+def build_stages(s: GpuCheckSettings, model: Path, big: Path) -> list[Stage]:
     py = sys.executable
     pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"]
     stages = [Stage("exact", [*pytest, "tests/test_tree_packing_gpu.py"], 240)]
-    pairs, length = (4, 512) if s.smoke else (s.pairs, 2048)
-    # 1.5B: 8 unpacked pairs of 2,048 tokens do not fit 80 GB (TRL's loss), 4 do
-    for name, arch, batch in (
-        ("layouts-0.5b", "qwen2.5-0.5b", 8),
-        ("layouts-1.5b", "qwen2.5-1.5b", 4),
-    ):
-        out = s.out / f"{name}.json"
-        bench = [py, "scripts/bench_train.py", "--model", "tiny" if s.smoke else arch,
-                 "--layouts", "auto", "--tokenizer", str(tokenizer), "--prepared-dir",
-                 str(s.prepared), "--pairs", str(pairs), "--max-length", str(length),
-                 "--tree-max-tokens", str(4 * length), "--batch-size", str(batch),
-                 "--json-out", str(out)]  # fmt: skip
-        stages.append(Stage(name, bench, 240, out))
     fincheck = [py, "-c", "from fincheck.cli import console; console()", "train"]
     installed = Path(py).parent / "deepspeed"  # the launcher beside this Python
     port = str(29500 + os.getpid() % 1000)
@@ -119,11 +103,14 @@ def build_stages(s: GpuCheckSettings, model: Path, big: Path, tokenizer: Path) -
     small = "configs/train/qwen2.5-0.5b-instruct.yaml"
     large = "configs/train/qwen2.5-1.5b-instruct.yaml"
     no_ds, two = "--deepspeed=", "--per_device_train_batch_size=2"
+    unpacked = ("--tree_packing=false", "--attn_implementation=sdpa",
+                "--per_device_train_batch_size=4")  # fmt: skip
     stages += [
         train_stage("train", s, fincheck, small, model, s.steps, no_ds),
+        train_stage("train-b2", s, fincheck, small, model, s.steps, no_ds, two),
+        train_stage("train-unpacked", s, fincheck, small, model, s.steps, no_ds, *unpacked),
         train_stage("deepspeed", s, deepspeed, small, model, s.steps),
         train_stage("train-1.5b", s, fincheck, large, big, max(3, s.steps * 2 // 3), no_ds),
-        train_stage("train-b2", s, fincheck, small, model, s.steps, no_ds, two),
     ]
     return [stage for stage in stages if stage.name in s.stages]
 
@@ -172,14 +159,6 @@ def training_figures(run: Path) -> dict:
     return figures
 
 
-def layout_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    keep = ("task", "layout", "pairs_per_s", "tokens_per_s", "peak_rss_gib", "compile_s",
-            "max_step_ratio", "mfu", "mean_loss", "status")  # fmt: skip
-    return [{k: r.get(k) for k in keep} for r in json.loads(path.read_text())["results"]]
-
-
 def table(record: dict) -> str:
     lines = [f"device: {record['device']}; {record['date']}", "",
              "| stage | rc | seconds | figures |", "| --- | --- | --- | --- |"]  # fmt: skip
@@ -188,10 +167,6 @@ def table(record: dict) -> str:
         shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                           for k, v in figures.items())  # fmt: skip
         lines.append(f"| {r['stage']} | {r['rc']} | {r['seconds']} | {shown or r['last_line']} |")
-        for row in r.get("layouts", []):
-            lines.append(f"|  | {row['task']} {row['layout']} | | pairs/s {row['pairs_per_s']:.1f}, "
-                         f"peak {row['peak_rss_gib']:.1f} GiB, compile {row['compile_s']:.1f} s, "
-                         f"slowest/median {row['max_step_ratio']}, MFU {row['mfu']}, {row['status']} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -231,12 +206,10 @@ def check(s: GpuCheckSettings, tokenizer: Path, scratch: Path) -> dict:
     big_model = save_random_model(big, tokenizer, scratch / f"{big}-big") if needs_big else model
     settings = {k: str(v) for k, v in vars(s).items()}
     record = {"device": device_name(), "date": utc_now(), "settings": settings, "stages": []}
-    for stage in build_stages(s, model, big_model, tokenizer):
+    for stage in build_stages(s, model, big_model):
         print(f"[{stage.name}] {' '.join(stage.command)}", flush=True)
         result = run(stage, s.out / "logs")
-        if stage.reads and stage.reads.suffix == ".json":
-            result["layouts"] = layout_rows(stage.reads)
-        elif stage.reads:
+        if stage.reads:
             result["figures"] = training_figures(stage.reads)
         record["stages"].append(result)
         print(f"[{stage.name}] rc={result['rc']} in {result['seconds']} s", flush=True)

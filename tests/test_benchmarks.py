@@ -1,6 +1,6 @@
 """The speed benchmarks run end to end on the CPU with the tiny model (so they cannot rot), and
 each is checked for what it promises: the modes of the eval path give the same answers and the
-speed-up they report; the layouts and the levers train the same thing (their losses agree), and
+speed-up they report; the levers train the same thing (their losses agree), and
 their rates are what their own counts over their own seconds say. The scripts are thin command
 lines over the library."""
 
@@ -66,73 +66,27 @@ def test_bench_eval_paths_times_the_eval_path_in_every_mode(small_prepared, tmp_
     assert "| qasem | prefix-reuse | 4 |" in capsys.readouterr().out
 
 
-def test_bench_train_layouts_on_the_same_pairs_agree_and_tree_runs_fewer_tokens(
-    small_prepared, tmp_path, capsys
-):
-    """`--model tiny-random` (a real model folder path): every layout trains the same pairs;
-    with lr=0 their mean loss agrees (they train the same thing); tree packing runs fewer
-    tokens where pairs share a document."""
-    bench = load_script("bench_train")
-    out = tmp_path / "layouts.json"
-    argv = ["--model", "tiny-random", "--prepared-dir", str(small_prepared), "--pairs", "6",
-            "--max-length", "1024", "--json-out", str(out)]  # fmt: skip
-    assert bench.main(argv) == 0
-    record = json.loads(out.read_text())
-    rows = {(r["task"], r["layout"]): r for r in record["results"]}
-    assert set(rows) == {(t, lay) for t in ("qasem", "fhsumbench") for lay in ("unpacked", "padding-free", "tree")}  # fmt: skip
-    for task in ("qasem", "fhsumbench"):
-        losses = [rows[task, lay]["mean_loss"] for lay in ("unpacked", "padding-free", "tree")]
-        assert max(losses) - min(losses) < 1e-4
-        assert len({rows[task, lay]["pairs"] for lay in ("unpacked", "tree")}) == 1
-        assert rows[task, "tree"]["real_tokens"] < rows[task, "unpacked"]["real_tokens"]
-        assert rows[task, "unpacked"]["speedup"] == 1.0
-    assert "| qasem | tree |" in capsys.readouterr().out
-
-
-def test_bench_train_layouts_of_an_architecture_on_real_pairs(small_prepared, tmp_path, capsys):
-    """`--model <architecture> --layouts ...`: random-init weights of configs/models/<name>.json
-    trained on the prepared pairs tokenized by --tokenizer; logits kept at the answers only give
-    the unpacked loss; the GPU-only layouts are refused on a CPU in one line."""
-    from fincheck.train.tiny_model import save_tiny_base
-
-    tokenizer = save_tiny_base(tmp_path / "base")
-    bench = load_script("bench_train")
-    out = tmp_path / "layouts.json"
-    argv = ["--model", "tiny", "--tokenizer", str(tokenizer), "--prepared-dir", str(small_prepared),
-            "--tasks", "qasem", "--pairs", "6", "--max-length", "1024", "--layouts",
-            "unpacked,unpacked-keep,tree", "--json-out", str(out)]  # fmt: skip
-    assert bench.main(argv) == 0
-    record = json.loads(out.read_text())
-    rows = {r["layout"]: r for r in record["results"]}
-    assert record["script"] == "bench_train_layouts" and record["dtype"] == "fp32"
-    assert abs(rows["unpacked-keep"]["mean_loss"] - rows["unpacked"]["mean_loss"]) < 1e-5
-    assert abs(rows["tree"]["mean_loss"] - rows["unpacked"]["mean_loss"]) < 1e-4
-    assert rows["tree"]["answer_tokens"] == rows["unpacked"]["answer_tokens"] > 0
-    assert rows["tree"]["attention"] == "fincheck_tree_sdpa" and rows["tree"]["max_step_ratio"] >= 1
-    assert "flop_convention" in record and rows["tree"]["mfu"] is None  # no peak on a CPU
-    capsys.readouterr()
-    with pytest.raises(SystemExit, match="tree-flex layouts need a GPU"):
-        bench.main([*argv[:-4], "--layouts", "tree-flex"])
-
-
 def test_the_gpu_check_runs_its_stages_and_reads_their_figures(small_prepared, tmp_path):
     """scripts/gpu_check.py at toy sizes (`--smoke`: the tiny model, on a CPU the chunked SDPA):
-    every stage runs, and the table's figures come from what the stages wrote (the layouts'
-    JSON, the training run's per-step log), so the command a lent GPU runs cannot rot."""
+    every stage runs, and the table's figures come from the training runs' per-step logs, tree
+    packed and unpacked alike, so the command a lent GPU runs cannot rot."""
     check = load_script("gpu_check")
     out = tmp_path / "check"
     argv = ["--prepared", str(small_prepared), "--out", str(out), "--smoke", "--steps", "3",
-            "--stages", "exact,layouts-0.5b,train"]  # fmt: skip
+            "--stages", "exact,train,train-unpacked"]  # fmt: skip
     assert check.main(argv) == 0
     record = json.loads((out / "gpu-check.json").read_text())
     stages = {r["stage"]: r for r in record["stages"]}
-    assert list(stages) == ["exact", "layouts-0.5b", "train"]
+    assert list(stages) == ["exact", "train", "train-unpacked"]
     assert all(r["rc"] == 0 for r in stages.values())
-    layouts = {(r["task"], r["layout"]) for r in stages["layouts-0.5b"]["layouts"]}
-    assert ("qasem", "tree") in layouts and ("fhsumbench", "unpacked") in layouts
-    figures = stages["train"]["figures"]
-    assert figures["steps"] == 3 and figures["first_steps_s"] > 0 and "last_loss" in figures
-    assert (out / "logs" / "train.log").is_file()
+    for name in ("train", "train-unpacked"):
+        figures = stages[name]["figures"]
+        assert figures["steps"] == 3 and figures["first_steps_s"] > 0 and "last_loss" in figures
+        assert (out / "logs" / f"{name}.log").is_file()
+    logs = {
+        name: (out / "logs" / f"{name}.log").read_text() for name in ("train", "train-unpacked")
+    }
+    assert '"tree_packing": {' in logs["train"] and '"tree_packing"' not in logs["train-unpacked"]
     with pytest.raises(SystemExit):
         check.main(["--prepared", str(small_prepared), "--stages", "nonsense"])
 

@@ -315,7 +315,6 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     # benchmarks and the demo: per-task sample sizes and workloads
     # its default task and its default sample size per task
     "scripts/bench/eval_paths.py": ["fhsumbench", "final", "qasem", "qasem"],
-    "scripts/bench/train_layouts.py": ["fhsumbench", "qasem"],
     "scripts/crosscheck_scores.py": [
         "fhsum",
         "fhsum",

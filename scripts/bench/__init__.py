@@ -2,10 +2,8 @@
 read (`scripts/bench_*.py` are thin command lines over these).
 
     train_levers     a recipe's CPU levers on its own packs, interleaved (what CPU recipes use)
-    train_layouts    the same pairs unpacked, padding-free and tree-packed (GPU: FlexAttention)
     eval_paths       `fincheck eval` naive, batched and with prefix reuse, on the same examples
     workload         random-init models of real architectures, prepared lengths, device, date
-    flops            the FLOP and MFU arithmetic
     options          command-line options generated from a settings dataclass
 
 Benchmarks whose decision is made are archived: their commands and figures stay in

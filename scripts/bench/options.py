@@ -69,26 +69,3 @@ class Bench:
             args.json_out.write_text(report_json + "\n")
             print(f"wrote {args.json_out}")
         return 0 if ok else 1
-
-
-@dataclass(frozen=True)
-class RecipeOrModel:
-    """Two benchmarks behind one script: a training recipe's levers (--recipe), else the ways
-    to lay a model's pairs out (--model: a real model, or an architecture of configs/models/
-    whose random-init weights train on real pairs). Each has its own options."""
-
-    script: str
-    doc: str
-    recipe: Bench
-    model: Bench
-
-    def bench_for(self, argv: list[str] | None) -> Bench:
-        probe = argparse.ArgumentParser(add_help=False)
-        probe.add_argument("--recipe")
-        return self.recipe if probe.parse_known_args(argv)[0].recipe else self.model
-
-    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
-        return self.bench_for(argv).parser(self.doc).parse_args(argv)
-
-    def main(self, argv: list[str] | None = None) -> int:
-        return self.bench_for(argv).main(self.script, self.doc, argv)

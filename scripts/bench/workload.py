@@ -30,7 +30,6 @@ CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 5
 GENERATION_PROMPT_TOKENS = 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Help texts of the options every benchmark shares.
 
 
 def model_config_path(name_or_path: str) -> Path:
@@ -46,15 +45,6 @@ def model_config_path(name_or_path: str) -> Path:
     raise FincheckError(
         f"model config {name_or_path!r} not found; known: {', '.join(known)} (or a path to a config.json)"
     )
-
-
-def is_architecture(name: str) -> bool:
-    """Whether `name` is an architecture of configs/models/ (or a config.json path)."""
-    try:
-        model_config_path(name)
-    except FincheckError:
-        return False
-    return True
 
 
 def load_model_config(name_or_path: str, attn_implementation: str | None = None):
