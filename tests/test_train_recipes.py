@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.train import recipe as recipe_module
+from fincheck.train import machine
+from fincheck.train.checkpoints import recipe_differences
 from fincheck.train.data import load_mixture_config
 from fincheck.train.recipe import (
     SFTRecipe,
     load_recipe,
     read_recipe_values,
-    recipe_differences,
     recipe_to_yaml,
 )
 
@@ -135,17 +135,17 @@ def test_cpu_training_arguments(monkeypatch):
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU adaptation")
-    monkeypatch.setattr(recipe_module, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(machine, "cpu_has_bf16", lambda: False)
     recipe = SFTRecipe()
     assert recipe.use_cpu and not recipe.bf16 and not recipe.fp16  # auto: fp32 without bf16 units
     assert recipe.completion_only_loss is True and recipe.activation_checkpointing is True
     assert recipe.activation_checkpointing_kwargs == {"use_reentrant": False}
     with pytest.raises(FincheckError, match="precision=fp16 needs a GPU"):
         SFTRecipe(precision="fp16")
-    monkeypatch.setattr(recipe_module, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(machine, "cpu_has_bf16", lambda: False)
     with pytest.raises(FincheckError, match="precision=bf16 needs a GPU or a CPU with bf16"):
         SFTRecipe(precision="bf16")
-    monkeypatch.setattr(recipe_module, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(machine, "cpu_has_bf16", lambda: True)
     assert SFTRecipe(precision="bf16").bf16 is True
     assert SFTRecipe().bf16 is True  # auto: bf16 where the CPU has the units
 
@@ -165,7 +165,7 @@ def test_resume_guard_ignores_run_length_but_not_the_model():
 
 
 def test_a_recipe_launched_from_another_directory_finds_the_project_files(tmp_path, monkeypatch):
-    from fincheck.train.recipe import _must_match
+    from fincheck.train.checkpoints import _must_match
 
     monkeypatch.chdir(tmp_path)  # not the repository: configs/... do not exist from here
     values = read_recipe_values(REPO / "configs" / "train" / "tiny-cpu.yaml")

@@ -599,7 +599,7 @@ def test_the_cpu_recipe_trains_a_step_in_its_precision_with_lora_in_the_last_lay
     import torch
     from safetensors import safe_open
 
-    from fincheck.train.recipe import cpu_has_bf16
+    from fincheck.train.machine import cpu_has_bf16
 
     if not cpu_has_bf16():
         pytest.skip("the recipe trains in bf16: this CPU has no bf16 units")

@@ -25,6 +25,7 @@ from fincheck.jsonl import read_json_object
 from fincheck.out_lock import LOCK_FILE
 from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
 from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
+from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults, recipe_to_yaml
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -421,8 +422,6 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
     `resume_from_checkpoint` (auto: the last complete checkpoint) the checkpoint must have been
     trained with the same recipe keys, base, processes and prepared data, and its state files
     must load without running code. Returns the checkpoint to resume from, or None."""
-    from fincheck.train.recipe import recipe_differences
-
     guard_output_dir(
         output_dir,
         recipe.resume_from_checkpoint,
@@ -446,8 +445,6 @@ def finish_completed_run(
     adapter the full run would have written (the best checkpoint's with
     load_best_model_at_end) when the final save did not happen, and says so. `done`: the
     checkpoint's step (`finished_at`)."""
-    from fincheck.train.recipe import recipe_to_yaml
-
     best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
     if best:
         metadata["final_adapter"] = best_adapter_record(
@@ -469,8 +466,6 @@ def save_final_adapter(
 ) -> None:
     """The run folder's adapter (the last one, or with load_best_model_at_end the best
     checkpoint's), tokenizer and run files."""
-    from fincheck.train.recipe import recipe_to_yaml
-
     if best is None:
         trainer.save_model(str(output_dir))  # every process: ZeRO-3 gathers the adapter here
     if trainer.args.process_index != 0:
@@ -486,3 +481,75 @@ def save_final_adapter(
     write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
     where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
     print(f"adapter saved to {output_dir}{where}", file=sys.stderr)
+
+
+# Keys that may change when a run is resumed: where it writes, how often it logs/saves, how
+# long it runs (a longer run also stretches the lr schedule from the resume point on), the
+# machine-derived ones. Anything else (base model, LoRA shape, data, optimiser, layout) must
+# match.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "max_steps",
+        "num_train_epochs",
+        "output_dir",
+        "run_name",
+        "resume_from_checkpoint",
+        "report_to",
+        "dataloader_num_workers",
+        "per_device_eval_batch_size",
+        "eval_max_examples",
+        "dev_figures",
+        "dev_figures_limit",
+        "dataset_dir",
+        "disable_tqdm",
+        "overwrite_output_dir",
+        "use_cpu",
+        "ddp_backend",
+        "local_rank",
+        "release_host_memory",
+    }
+)
+RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")
+
+
+def _must_match(values: dict[str, Any]) -> dict[str, Any]:
+    """The keys a resume must keep, project files named by where they are (a launch from the
+    repository and one from elsewhere spell the same file differently)."""
+    return {
+        k: _same_file(v) if k in PROJECT_PATH_KEYS else v
+        for k, v in values.items()
+        if k not in RESUMABLE_CHANGES and not k.startswith(RESUMABLE_PREFIXES)
+    }
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the repository (editable install)
+
+
+def _same_file(value: Any) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    for candidate in (Path(value), PROJECT_ROOT / value):
+        if candidate.exists():
+            found = candidate.resolve()
+            inside = found.is_relative_to(PROJECT_ROOT)
+            return found.relative_to(PROJECT_ROOT).as_posix() if inside else str(found)
+    return value
+
+
+def recipe_fingerprint(recipe: SFTRecipe) -> str:
+    """sha256 over the keys a resume must keep (see RESUMABLE_CHANGES)."""
+    kept = _must_match(recipe.declared)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def recipe_differences(old: dict[str, Any], new: SFTRecipe) -> list[str]:
+    """`key: old -> new` for the keys that must not change across a resume. `old` is a saved
+    recipe.yaml (keys it does not list had their default)."""
+    defaults = recipe_defaults()
+    current = _must_match(new.declared)
+    before = _must_match({key: old.get(key, defaults.get(key)) for key in current})
+    return [
+        f"{key}: {before[key]!r} -> {value!r}"
+        for key, value in current.items()
+        if before[key] != value
+    ]

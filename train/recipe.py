@@ -8,19 +8,15 @@ mixture, a precision switch) and sets its own defaults for a few TRL keys. Keys 
 against the dataclass: an unknown key or a wrong type stops with the file, the key and a
 did-you-mean (`fincheck train --list-keys` lists all of them with their help).
 
-The recipe adapts itself to the machine when it is built (`__post_init__`): on a machine without
-a GPU it trains on the CPU (`use_cpu`; DeepSpeed and DDP over gloo), `precision: auto` is bf16
-where the hardware has it (a GPU that supports it, a CPU with bf16 units) and fp32 elsewhere, and tree
-packing trains with FlexAttention on a GPU and the chunked SDPA tree attention on the CPU.
+The recipe adapts itself to the machine when it is built (`fincheck.train.machine`), is checked
+beyond its types by `fincheck.train.recipe_checks`, and what a resume may change is decided next
+to the checkpoints (`fincheck.train.checkpoints`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,11 +32,8 @@ from fincheck.config import (
     parse_overrides,
     plain_value,
 )
-from fincheck.errors import FincheckError
-from fincheck.inference import parse_dtype
-from fincheck.secrets import secret_places
-from fincheck.tasks import check_task_names, get_task
-from fincheck.train.tree_attention import tree_attention_for
+from fincheck.train.machine import adapt_to_machine
+from fincheck.train.recipe_checks import validate_recipe
 
 TINY_RANDOM = "tiny-random"  # model_name_or_path that builds the project's tiny test model
 
@@ -256,43 +249,8 @@ class SFTRecipe(SFTConfig):
             )
         if self.activation_checkpointing_kwargs is None:
             self.activation_checkpointing_kwargs = {"use_reentrant": False}
-        self._adapt_to_machine()
+        adapt_to_machine(self)
         super().__post_init__()
-
-    def _adapt_to_machine(self) -> None:
-        """Precision, tree packing's attention kernel and the process-group backend for this
-        machine (see the module docstring)."""
-        import torch
-
-        gpu = torch.cuda.is_available() and not self.use_cpu  # use_cpu: a CPU run on a GPU box
-        precision = self.precision
-        explicit = [n for n, on in (("bf16", self.bf16 is True), ("fp16", bool(self.fp16))) if on]
-        if precision == "auto":  # TRL's own bf16/fp16 keys, else what the machine does best
-            # bf16 where the hardware has it: on a CPU with bf16 units it trained 1.5x (SmolLM2-
-            # 135M) and 2.3x (Qwen2.5-0.5B) the tokens/s of fp32 (docs/performance.md)
-            has_bf16 = torch.cuda.is_bf16_supported() if gpu else cpu_has_bf16()
-            precision = explicit[0] if explicit else ("bf16" if has_bf16 else "fp32")
-        elif any(name != precision for name in explicit):
-            raise FincheckError(f"precision={precision} but {explicit} is set: use only precision")
-        if not gpu and precision == "fp16":
-            raise FincheckError("precision=fp16 needs a GPU; use --precision=fp32 on the CPU")
-        if not gpu and precision == "bf16" and not cpu_has_bf16():
-            raise FincheckError(
-                "precision=bf16 needs a GPU or a CPU with bf16 units (AMX / avx512_bf16); "
-                "use --precision=fp32"
-            )
-        self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
-        self.attention_note = None  # said once in the log when the kernel is not the one named
-        if self.tree_packing:
-            self.attn_implementation, self.attention_note = tree_attention_for(
-                self.attn_implementation, gpu
-            )
-        if not gpu:
-            # accelerate then counts the processes torch.distributed already has (without it
-            # TRL's metric gathers fail with `expected length 2, got 1`).
-            self.use_cpu = True
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1 or self.deepspeed:
-                self.ddp_backend = "gloo"  # DeepSpeed always runs in a process group
 
     @property
     def declared(self) -> dict[str, Any]:
@@ -303,44 +261,6 @@ class SFTRecipe(SFTConfig):
     def tree_budget(self) -> int:
         """Tokens per tree-packed sequence."""
         return self.tree_packing_max_tokens or 2 * self.max_length
-
-
-def cpu_has_bf16() -> bool:
-    """AMX or avx512_bf16 on this CPU (Linux /proc/cpuinfo flags)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-# Keys that may change when a run is resumed: where it writes, how often it logs/saves, how
-# long it runs (a longer run also stretches the lr schedule from the resume point on), the
-# machine-derived ones. Anything else (base model, LoRA shape, data, optimiser, layout) must
-# match.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "max_steps",
-        "num_train_epochs",
-        "output_dir",
-        "run_name",
-        "resume_from_checkpoint",
-        "report_to",
-        "dataloader_num_workers",
-        "per_device_eval_batch_size",
-        "eval_max_examples",
-        "dev_figures",
-        "dev_figures_limit",
-        "dataset_dir",
-        "disable_tqdm",
-        "overwrite_output_dir",
-        "use_cpu",
-        "ddp_backend",
-        "local_rank",
-        "release_host_memory",
-    }
-)
-RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")
 
 
 def recipe_defaults() -> dict[str, Any]:
@@ -390,112 +310,6 @@ def read_recipe_values(
     return values
 
 
-def validate_recipe(values: dict[str, Any]) -> None:
-    """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
-    parse_dtype(values["torch_dtype"])
-    if places := secret_places(values):
-        raise FincheckError(
-            f"{', '.join(places)}: a token in a recipe would be written to recipe.yaml, every "
-            "checkpoint's training_args.bin, the wandb config and a published model card; log in "
-            "with `huggingface-cli login` or set HF_TOKEN in the environment instead"
-        )
-    if values["max_length"] is None or values["max_length"] < 64:
-        raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
-    if values["lora_r"] <= 0:
-        raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
-    if isinstance(values["deepspeed"], str) and not Path(values["deepspeed"]).is_file():
-        raise FincheckError(f"deepspeed config not found: {values['deepspeed']}")
-    if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
-        raise FincheckError(f"chat template not found: {values['chat_template_path']}")
-    check_evaluation_keys(values)
-    for task, limit in (values.get("dev_figures_limit") or {}).items():
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise FincheckError(
-                f"dev_figures_limit: {task}={limit!r}: a dev sample needs at least 1 pair (to "
-                "compute no dev figures for a task, leave it out of dev_figures)"
-            )
-    if values["tree_packing"]:
-        if values["packing"] or values["padding_free"]:
-            raise FincheckError(
-                "tree_packing and packing/padding_free are two ways of packing: choose one"
-            )
-        budget = values["tree_packing_max_tokens"]
-        if budget is not None and budget < values["max_length"]:
-            raise FincheckError(
-                f"tree_packing_max_tokens={budget} < max_length={values['max_length']}: a pair "
-                "of max_length tokens would not fit in a packed sequence"
-            )
-        # options whose loss or batches tree packing would silently not honour
-        unsupported = {
-            "loss_type": ("nll", values["loss_type"]),
-            "label_smoothing_factor": (0.0, values["label_smoothing_factor"]),
-            "use_liger_kernel": (False, values["use_liger_kernel"]),
-            "assistant_only_loss": (False, values["assistant_only_loss"]),
-        }
-        changed = [f"{k}={v!r}" for k, (default, v) in unsupported.items() if v != default]
-        if changed:
-            raise FincheckError(
-                f"tree_packing computes the loss itself (per-target NLL, logits at the target "
-                f"positions only): it does not honour {', '.join(changed)}; drop them or set "
-                "tree_packing: false"
-            )
-        if values["attn_implementation"] not in (None, "sdpa", "eager", "flex_attention"):
-            raise FincheckError(
-                f"tree_packing needs an attention kernel that takes a custom mask (sdpa, eager, "
-                f"flex_attention), not attn_implementation={values['attn_implementation']}"
-            )
-
-
-def check_evaluation_keys(values: dict[str, Any]) -> None:
-    """Dev figures and the best checkpoint need evaluations, at checkpoint steps."""
-    if values["dev_figures"]:
-        check_task_names(values["dev_figures"], "dev_figures")
-    unlisted = [t for t in values["dev_figures_limit"] if t not in values["dev_figures"]]
-    if unlisted:
-        raise FincheckError(f"dev_figures_limit names {unlisted}, which dev_figures does not")
-    if values["dev_figures"] and not values["eval_steps"]:
-        raise FincheckError("dev_figures are computed at evaluations: set eval_steps")
-    if values["eval_steps"] and values["eval_max_examples"] <= 0:
-        raise FincheckError(
-            "eval_steps needs dev pairs for the eval loss: set eval_max_examples >= 1"
-        )
-    metric = values["metric_for_best_model"]
-    if metric:
-        known = evaluation_metric_names(values["dev_figures"])
-        if metric.removeprefix("eval_") not in known:
-            raise FincheckError(
-                f"metric_for_best_model={metric!r} is not computed by this recipe: name "
-                f"one of {known} (a task's figures need that task in dev_figures)"
-            )
-    if values["load_best_model_at_end"]:
-        if not metric:
-            raise FincheckError(
-                "load_best_model_at_end needs metric_for_best_model (e.g. qasem_auc with "
-                "dev_figures: [qasem], or loss)"
-            )
-        allowed = {"eval_strategy": ("steps", "no"), "save_strategy": ("steps",)}  # no: eval_steps
-        for key, ok in allowed.items():
-            value = getattr(values[key], "value", values[key])  # an enum from TRL's types
-            if value not in ok:
-                raise FincheckError(
-                    f"load_best_model_at_end: {key}={value!r}; fincheck evaluates and "
-                    "saves by steps (eval_steps a multiple of save_steps), set it to 'steps'"
-                )
-        save, every = values["save_steps"], values["eval_steps"]
-        if not every or every % save:
-            raise FincheckError(
-                f"load_best_model_at_end: eval_steps={every} must be a multiple of save_steps="
-                f"{save}, so that every evaluation, the best one too, has a checkpoint"
-            )
-
-
-def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
-    """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
-    task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
-    figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
-    return ["loss", *figures]
-
-
 def recipe_to_yaml(recipe: SFTRecipe) -> str:
     """The resolved recipe as a user would write it: fincheck's keys, then every TRL key whose
     declared value differs from its default. Reloads to the same recipe."""
@@ -507,46 +321,3 @@ def recipe_to_yaml(recipe: SFTRecipe) -> str:
         k for k in declared if k not in own and k not in derived and declared[k] != defaults.get(k)
     ]
     return yaml.safe_dump({k: declared[k] for k in keys}, sort_keys=False, allow_unicode=True)
-
-
-def _must_match(values: dict[str, Any]) -> dict[str, Any]:
-    """The keys a resume must keep, project files named by where they are (a launch from the
-    repository and one from elsewhere spell the same file differently)."""
-    return {
-        k: _same_file(v) if k in PROJECT_PATH_KEYS else v
-        for k, v in values.items()
-        if k not in RESUMABLE_CHANGES and not k.startswith(RESUMABLE_PREFIXES)
-    }
-
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the repository (editable install)
-
-
-def _same_file(value: Any) -> Any:
-    if not isinstance(value, str) or not value:
-        return value
-    for candidate in (Path(value), PROJECT_ROOT / value):
-        if candidate.exists():
-            found = candidate.resolve()
-            inside = found.is_relative_to(PROJECT_ROOT)
-            return found.relative_to(PROJECT_ROOT).as_posix() if inside else str(found)
-    return value
-
-
-def recipe_fingerprint(recipe: SFTRecipe) -> str:
-    """sha256 over the keys a resume must keep (see RESUMABLE_CHANGES)."""
-    kept = _must_match(recipe.declared)
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def recipe_differences(old: dict[str, Any], new: SFTRecipe) -> list[str]:
-    """`key: old -> new` for the keys that must not change across a resume. `old` is a saved
-    recipe.yaml (keys it does not list had their default)."""
-    defaults = recipe_defaults()
-    current = _must_match(new.declared)
-    before = _must_match({key: old.get(key, defaults.get(key)) for key in current})
-    return [
-        f"{key}: {before[key]!r} -> {value!r}"
-        for key, value in current.items()
-        if before[key] != value
-    ]

@@ -1,0 +1,119 @@
+"""A recipe's checks beyond the types of its keys: what the keys mean together (tree packing and
+the options it cannot honour, dev figures and the best checkpoint, files that must exist), run
+on the values before the recipe is built, so a CPU machine can check a GPU recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.inference import parse_dtype
+from fincheck.secrets import secret_places
+from fincheck.tasks import check_task_names, get_task
+
+
+def validate_recipe(values: dict[str, Any]) -> None:
+    """Checks beyond the types, on the recipe's values (see `read_recipe_values`)."""
+    parse_dtype(values["torch_dtype"])
+    if places := secret_places(values):
+        raise FincheckError(
+            f"{', '.join(places)}: a token in a recipe would be written to recipe.yaml, every "
+            "checkpoint's training_args.bin, the wandb config and a published model card; log in "
+            "with `huggingface-cli login` or set HF_TOKEN in the environment instead"
+        )
+    if values["max_length"] is None or values["max_length"] < 64:
+        raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
+    if values["lora_r"] <= 0:
+        raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
+    if isinstance(values["deepspeed"], str) and not Path(values["deepspeed"]).is_file():
+        raise FincheckError(f"deepspeed config not found: {values['deepspeed']}")
+    if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
+        raise FincheckError(f"chat template not found: {values['chat_template_path']}")
+    check_evaluation_keys(values)
+    for task, limit in (values.get("dev_figures_limit") or {}).items():
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise FincheckError(
+                f"dev_figures_limit: {task}={limit!r}: a dev sample needs at least 1 pair (to "
+                "compute no dev figures for a task, leave it out of dev_figures)"
+            )
+    if values["tree_packing"]:
+        if values["packing"] or values["padding_free"]:
+            raise FincheckError(
+                "tree_packing and packing/padding_free are two ways of packing: choose one"
+            )
+        budget = values["tree_packing_max_tokens"]
+        if budget is not None and budget < values["max_length"]:
+            raise FincheckError(
+                f"tree_packing_max_tokens={budget} < max_length={values['max_length']}: a pair "
+                "of max_length tokens would not fit in a packed sequence"
+            )
+        # options whose loss or batches tree packing would silently not honour
+        unsupported = {
+            "loss_type": ("nll", values["loss_type"]),
+            "label_smoothing_factor": (0.0, values["label_smoothing_factor"]),
+            "use_liger_kernel": (False, values["use_liger_kernel"]),
+            "assistant_only_loss": (False, values["assistant_only_loss"]),
+        }
+        changed = [f"{k}={v!r}" for k, (default, v) in unsupported.items() if v != default]
+        if changed:
+            raise FincheckError(
+                f"tree_packing computes the loss itself (per-target NLL, logits at the target "
+                f"positions only): it does not honour {', '.join(changed)}; drop them or set "
+                "tree_packing: false"
+            )
+        if values["attn_implementation"] not in (None, "sdpa", "eager", "flex_attention"):
+            raise FincheckError(
+                f"tree_packing needs an attention kernel that takes a custom mask (sdpa, eager, "
+                f"flex_attention), not attn_implementation={values['attn_implementation']}"
+            )
+
+
+def check_evaluation_keys(values: dict[str, Any]) -> None:
+    """Dev figures and the best checkpoint need evaluations, at checkpoint steps."""
+    if values["dev_figures"]:
+        check_task_names(values["dev_figures"], "dev_figures")
+    unlisted = [t for t in values["dev_figures_limit"] if t not in values["dev_figures"]]
+    if unlisted:
+        raise FincheckError(f"dev_figures_limit names {unlisted}, which dev_figures does not")
+    if values["dev_figures"] and not values["eval_steps"]:
+        raise FincheckError("dev_figures are computed at evaluations: set eval_steps")
+    if values["eval_steps"] and values["eval_max_examples"] <= 0:
+        raise FincheckError(
+            "eval_steps needs dev pairs for the eval loss: set eval_max_examples >= 1"
+        )
+    metric = values["metric_for_best_model"]
+    if metric:
+        known = evaluation_metric_names(values["dev_figures"])
+        if metric.removeprefix("eval_") not in known:
+            raise FincheckError(
+                f"metric_for_best_model={metric!r} is not computed by this recipe: name "
+                f"one of {known} (a task's figures need that task in dev_figures)"
+            )
+    if values["load_best_model_at_end"]:
+        if not metric:
+            raise FincheckError(
+                "load_best_model_at_end needs metric_for_best_model (e.g. qasem_auc with "
+                "dev_figures: [qasem], or loss)"
+            )
+        allowed = {"eval_strategy": ("steps", "no"), "save_strategy": ("steps",)}  # no: eval_steps
+        for key, ok in allowed.items():
+            value = getattr(values[key], "value", values[key])  # an enum from TRL's types
+            if value not in ok:
+                raise FincheckError(
+                    f"load_best_model_at_end: {key}={value!r}; fincheck evaluates and "
+                    "saves by steps (eval_steps a multiple of save_steps), set it to 'steps'"
+                )
+        save, every = values["save_steps"], values["eval_steps"]
+        if not every or every % save:
+            raise FincheckError(
+                f"load_best_model_at_end: eval_steps={every} must be a multiple of save_steps="
+                f"{save}, so that every evaluation, the best one too, has a checkpoint"
+            )
+
+
+def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
+    """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
+    task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
+    figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
+    return ["loss", *figures]
