@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.config import REQUIRED, add_options, config_field, describe_config, read_options
+from fincheck.io.config import REQUIRED, add_options, config_field, describe_config, read_options
 
 EXAMPLES = """\
 examples:
@@ -58,9 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fincheck.config import load_config, parse_overrides
     from fincheck.data_prep.prepare import PrepareConfig, run_prepare
-    from fincheck.sources import default_data_dir
+    from fincheck.io.config import load_config, parse_overrides
+    from fincheck.io.sources import default_data_dir
 
     command = read_options(PrepareCommand, args)
     overrides = parse_overrides(args.overrides)

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 
 from tqdm import tqdm
 
-from fincheck.pairs import Pair
+from fincheck.data.pairs import Pair
 
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 

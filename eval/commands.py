@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError, UsageError
 from fincheck.eval.baselines.registry import ASKS_NO_LLM
 from fincheck.eval.options import BaselineOptions, EvalOptions, ScoreOptions
-from fincheck.out_lock import hold_out_dir
+from fincheck.io.config import add_options, read_options
+from fincheck.io.out_lock import hold_out_dir
 from fincheck.tasks import all_tasks, get_task
 
 EVAL_EXAMPLES = """examples:
@@ -166,7 +166,7 @@ def next_step(opts: EvalOptions | BaselineOptions) -> str:
 def build_judge(args: ScoreOptions):
     """The judge the --judge* options name, built by the task whose figures need one (None:
     those figures are not scored)."""
-    from fincheck.llm import RequestCache
+    from fincheck.inference.llm import RequestCache
 
     if args.judge_kind == "none":
         return None

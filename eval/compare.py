@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fincheck.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci
-from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.errors import FincheckError
-from fincheck.figures import fmt
-from fincheck.jsonl import iter_json_objects, read_json_object, strict_json
+from fincheck.io.config import REQUIRED, add_options, config_field, read_options
+from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
+from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci
+from fincheck.metrics.figures import fmt
 from fincheck.tasks import all_tasks, get_task
 
 

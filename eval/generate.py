@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.checksums import folder_sha256
+from fincheck.data.pairs import Pair, Prediction
+from fincheck.data.prepared import read_manifest
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import (
@@ -41,20 +42,19 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.inference import (
+from fincheck.inference.generation import (
     Fit,
     LoadedModel,
     answer_budgets,
     generate_batch,
     template_fingerprint,
 )
-from fincheck.llm import CachedLLM, RequestCache, run_concurrently
-from fincheck.loading import load_model, load_prompt_fitter, resolve_model
-from fincheck.pairs import Pair, Prediction
-from fincheck.prepared import read_manifest
-from fincheck.runs import ADAPTER_WEIGHTS, adapter_sha256
-from fincheck.secrets import public_url
-from fincheck.shared_prefix import answer_prompts, leaf_batches, walk_order
+from fincheck.inference.llm import CachedLLM, RequestCache, run_concurrently
+from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_order
+from fincheck.io.checksums import folder_sha256
+from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256
+from fincheck.io.secrets import public_url
+from fincheck.models.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
 

@@ -1,7 +1,7 @@
 """LLM backends for the judge and the baselines: an OpenAI-compatible chat-completions endpoint,
 and a local transformers model.
 
-Both satisfy `fincheck.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP backend leans on the
+Both satisfy `fincheck.inference.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP backend leans on the
 `openai` client for the hard parts: per-request timeout, retries with exponential backoff and
 jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
 `Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from fincheck.errors import FincheckError
-from fincheck.inference import PromptDoesNotFit, one_line
-from fincheck.llm import ChatClient, Completion, LLMCallError
-from fincheck.loading import load_model
-from fincheck.secrets import public_url
-from fincheck.shared_prefix import answer_in_order
+from fincheck.inference.generation import PromptDoesNotFit, one_line
+from fincheck.inference.llm import ChatClient, Completion, LLMCallError
+from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.io.secrets import public_url
+from fincheck.models.loading import load_model
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 LOCAL_REMEDY = "a model with a longer window, or a smaller answer budget"

@@ -1,5 +1,5 @@
 """The options of `fincheck eval`, `fincheck baseline` and `fincheck score`: each command's flags
-are these fields (`fincheck.config.add_options`), declared once with their help and default.
+are these fields (`fincheck.io.config.add_options`), declared once with their help and default.
 
 An option one mode alone reads says so (`applies`): `--batch-size` with `--backend openai`, or
 `--step1` with `--method e2e`, is an error naming the flag, never silently ignored.
@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fincheck.config import REQUIRED, config_field
+from fincheck.data.pairs import Pair, sample
+from fincheck.data.prepared import prepared_tasks, read_split
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
-from fincheck.loading import model_options, per_task_numbers
-from fincheck.models import KNOWN as FETCHABLE_MODELS
-from fincheck.pairs import Pair, sample
-from fincheck.prepared import prepared_tasks, read_split
+from fincheck.io.config import REQUIRED, config_field
+from fincheck.models.known import KNOWN as FETCHABLE_MODELS
+from fincheck.models.loading import model_options, per_task_numbers
 from fincheck.tasks import get_task, task_names
 
 LOCAL = {"backend": ("local",)}

@@ -18,12 +18,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fincheck import jsonl
-from fincheck.checksums import folder_sha256
+from fincheck.data.pairs import CUT_KINDS, Pair, Prediction
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.jsonl import iter_json_objects, read_json_object
-from fincheck.pairs import CUT_KINDS, Pair, Prediction
-from fincheck.secrets import redact
+from fincheck.io import jsonl
+from fincheck.io.checksums import folder_sha256
+from fincheck.io.jsonl import iter_json_objects, read_json_object
+from fincheck.io.secrets import redact
 from fincheck.tasks import task_names
 
 EVAL_CONFIG = "eval_config.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fincheck.bootstrap import MIN_ITEMS_FOR_CI
+from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI
 from fincheck.tasks import all_tasks
 from fincheck.tasks.base import Task
 

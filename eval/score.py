@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+from fincheck.data.prepared import read_manifest, read_split, split_path
 from fincheck.errors import FincheckError
 from fincheck.eval.options import ScoreOptions
 from fincheck.eval.predictions import (
@@ -20,9 +21,8 @@ from fincheck.eval.predictions import (
     read_predictions,
 )
 from fincheck.eval.report import render_report
-from fincheck.jsonl import strict_json
-from fincheck.prepared import read_manifest, read_split, split_path
-from fincheck.secrets import redact
+from fincheck.io.jsonl import strict_json
+from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
 

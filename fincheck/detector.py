@@ -8,9 +8,9 @@
     detector.detect("qasem", [{"text": ..., "sentence": ..., "question": ..., "answer": ...}])
 
 Every input goes through the path training and evaluation use, so the model sees what it was
-trained on: the task's prompt file (`fincheck.prompting`) -> messages + grounding span ->
-`fincheck.inference.fit_messages` (a document too long for the window is cut at the end of its
-grounding text, with a warning) -> `fincheck.shared_prefix.answer_in_order` (greedy, every
+trained on: the task's prompt file (`fincheck.data.prompting`) -> messages + grounding span ->
+`fincheck.inference.generation.fit_messages` (a document too long for the window is cut at the end of its
+grounding text, with a warning) -> `fincheck.inference.shared_prefix.answer_in_order` (greedy, every
 prefix the inputs share run once, p(Yes) at the first answer position) -> the task's own reading
 of the output (`Task.detect_output`).
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import LoadedModel, answer_budgets
-from fincheck.loading import load_model
-from fincheck.shared_prefix import answer_in_order
+from fincheck.inference.generation import LoadedModel, answer_budgets
+from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.models.loading import load_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Detector:
 
     @property
     def run(self):
-        """The adapter's run folder (`fincheck.runs.RunArtifacts`), None for a bare base."""
+        """The adapter's run folder (`fincheck.io.runs.RunArtifacts`), None for a bare base."""
         return self.loaded.run
 
     @classmethod

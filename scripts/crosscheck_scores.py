@@ -26,7 +26,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from fincheck.jsonl import iter_json_objects
+from fincheck.io.jsonl import iter_json_objects
 from fincheck.tasks.fhsumbench.reference import reference_judgement
 
 

@@ -25,8 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 from fincheck.eval.compare import ScoredRun, compare_runs, load_scored_run
-from fincheck.jsonl import strict_json
-from fincheck.sources import default_data_dir
+from fincheck.io.jsonl import strict_json
+from fincheck.io.sources import default_data_dir
 from fincheck.tasks import all_tasks, task_names
 from fincheck.train.checkpoints import newest_trainer_state
 from fincheck.train.recipe import read_recipe_values

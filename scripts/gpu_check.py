@@ -40,7 +40,7 @@ from pathlib import Path
 
 from bench.options import options_parser, settings_from_args
 from bench.workload import device_name, save_random_model, utc_now
-from fincheck.config import config_field
+from fincheck.io.config import config_field
 from fincheck.train.checkpoints import newest_trainer_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ class Stage:
 
 
 def default_tokenizer() -> Path:
-    from fincheck.models import model_dir
+    from fincheck.models.known import model_dir
 
     return model_dir("qwen2.5-coder-0.5b-instruct")  # fetched before, never downloaded here
 
@@ -95,7 +95,7 @@ def build_stages(s: GpuCheckSettings, model: Path, big: Path) -> list[Stage]:
     py = sys.executable
     pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"]
     stages = [Stage("exact", [*pytest, "tests/test_tree_packing_gpu.py"], 240)]
-    fincheck = [py, "-c", "from fincheck.cli import console; console()", "train"]
+    fincheck = [py, "-c", "from fincheck.commands.cli import console; console()", "train"]
     installed = Path(py).parent / "deepspeed"  # the launcher beside this Python
     port = str(29500 + os.getpid() % 1000)
     deepspeed = [str(installed) if installed.exists() else "deepspeed", "--num_gpus", "1",

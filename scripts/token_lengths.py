@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bench.workload import percentiles, prepared_lengths
-from fincheck.pairs import SPLITS
+from fincheck.data.pairs import SPLITS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
-    from fincheck.loading import resolve_model
+    from fincheck.models.loading import resolve_model
 
     args = build_parser().parse_args(argv)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer))

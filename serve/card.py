@@ -20,8 +20,8 @@ import jinja2
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.jsonl import read_json_object
-from fincheck.runs import RunArtifacts
+from fincheck.io.jsonl import read_json_object
+from fincheck.io.runs import RunArtifacts
 from fincheck.tasks import all_tasks, get_task, task_names
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"

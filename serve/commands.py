@@ -13,9 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.config import REQUIRED, add_options, config_field, read_options
-from fincheck.inference import parse_dtype
-from fincheck.loading import model_options
+from fincheck.inference.generation import parse_dtype
+from fincheck.io.config import REQUIRED, add_options, config_field, read_options
+from fincheck.models.loading import model_options
 
 DETECT_EXAMPLES = """\
 examples:

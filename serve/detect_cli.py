@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError, UsageError
-from fincheck.jsonl import iter_json_objects, read_utf8_text
+from fincheck.io.jsonl import iter_json_objects, read_utf8_text
 from fincheck.tasks import all_tasks, load_prompt
 
 SUPPORT_KEYS = ("question", "answer")

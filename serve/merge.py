@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import parse_dtype, torch_dtype
-from fincheck.loading import load_adapter_model
-from fincheck.runs import load_run
+from fincheck.inference.generation import parse_dtype, torch_dtype
+from fincheck.io.runs import load_run
+from fincheck.models.loading import load_adapter_model
 
 log = logging.getLogger(__name__)
 

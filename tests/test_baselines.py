@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from fake_judge_server import FakeJudgeServer
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
+from fincheck.data.pairs import read_pairs
+from fincheck.data.sentences import split_sentences
 from fincheck.eval.baselines.final_methods import (
     Merge,
     bullets,
@@ -20,8 +22,6 @@ from fincheck.eval.baselines.final_methods import (
 )
 from fincheck.eval.baselines.fizz import choose_threshold, label_indices, windows
 from fincheck.eval.baselines.methods import Example, last_yes_no
-from fincheck.pairs import read_pairs
-from fincheck.sentences import split_sentences
 from fincheck.tasks import task_names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -525,8 +525,8 @@ def test_word_overlap_is_the_share_of_the_answers_words_in_the_reference():
 
 
 def test_overlap_runs_without_a_model_and_scores_like_p_yes(tmp_path, capsys):
+    from fincheck.data.pairs import read_pairs
     from fincheck.eval.baselines.methods import Example, word_overlap
-    from fincheck.pairs import read_pairs
 
     out = tmp_path / "overlap"
     args = [
@@ -635,7 +635,7 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
     exit, and the client's breaker stops after a run of refusals instead of sending them all."""
     from fincheck.errors import FincheckError
     from fincheck.eval.llm_backends import OpenAIChatClient
-    from fincheck.llm import LLMCallError
+    from fincheck.inference.llm import LLMCallError
 
     with FakeJudgeServer() as server:
         server.script = {"": [("status", 400, {})]}
@@ -700,7 +700,7 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
     """--tokenizer, --window and --max-input-tokens: the prompts sent are those a local eval
     with the same options builds (grounding text cut to fit), and the answers are asked with the
     budget fitted to the window (a quarter of it)."""
-    from fincheck.loading import load_prompt_fitter
+    from fincheck.models.loading import load_prompt_fitter
 
     out = tmp_path / "served"
     with FakeJudgeServer() as server:

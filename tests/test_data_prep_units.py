@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.errors import FincheckError
-from fincheck.pairs import Pair
-from fincheck.prompting import parse_prompt_file
-from fincheck.splits import split_by_group
-from fincheck.tasks import load_prompt
-from fincheck.tasks.final.descriptions import explanation_to_descriptions, split_sentences
-from fincheck.tasks.final.lettering import final_target, letters
-from fincheck.tasks.qasem.convert import qasem_target
-from fincheck.tasks.qasem.detokenize import detokenize
-from fincheck.trimming import (
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import parse_prompt_file
+from fincheck.data.splits import split_by_group
+from fincheck.data.trimming import (
     TRIM_MARKER,
     count_whitespace_tokens,
     messages_text,
     trim_pair,
 )
+from fincheck.errors import FincheckError
+from fincheck.tasks import load_prompt
+from fincheck.tasks.final.descriptions import explanation_to_descriptions, split_sentences
+from fincheck.tasks.final.lettering import final_target, letters
+from fincheck.tasks.qasem.convert import qasem_target
+from fincheck.tasks.qasem.detokenize import detokenize
 
 
 def test_detokenize_readable():
@@ -161,7 +161,7 @@ def test_render_keeps_literal_braces_and_reports_span():
 
 
 def test_pair_roundtrip_and_schema_errors(tmp_path: Path):
-    from fincheck.pairs import read_pairs, write_pairs
+    from fincheck.data.pairs import read_pairs, write_pairs
     from fincheck.tasks import task_names
 
     pair = make_pair(0, "g")
@@ -178,7 +178,7 @@ def test_the_sentence_splitter_looks_back_a_bounded_window(monkeypatch):
     """An answer of 12,000 "A." initials (36 KB) is one sentence, found in one pass: each
     boundary checks the few characters before it for an abbreviation, never the whole sentence
     so far (which made this answer cost 26 s)."""
-    from fincheck import sentences
+    from fincheck.data import sentences
 
     windows = []
     pattern = sentences._ABBREVIATION

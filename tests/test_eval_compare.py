@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
 from fincheck.eval.compare import compare_runs, load_scored_run, paired_difference
 from fincheck.tasks import get_task
@@ -104,7 +104,7 @@ def test_one_run_or_a_folder_without_results_is_a_clear_error(tmp_path):
 
 def test_undefined_figures_are_null_in_the_json_and_out_names_the_markdown(tmp_path, capsys):
     """`NaN` is not JSON (strict readers refuse it): an undefined difference is written null."""
-    from fincheck.jsonl import strict_json
+    from fincheck.io.jsonl import strict_json
 
     data = {"f1": {"value": float("nan"), "ci95": [float("nan"), 0.5]}, "n": 3}
     text = json.dumps(strict_json(data))

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fincheck import inference, loading
-from fincheck import pairs as pairs_module
-from fincheck.cli import main
+from fincheck.commands.cli import main
+from fincheck.data import pairs as pairs_module
+from fincheck.data.pairs import Pair, Prediction, read_pairs
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
-from fincheck.pairs import Pair, Prediction, read_pairs
+from fincheck.inference import generation as inference
+from fincheck.models import loading
 from fincheck.tasks import task_names
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
@@ -265,7 +266,7 @@ def test_missing_adapter_is_a_clear_error(tmp_path):
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
     from fincheck.eval.llm_backends import TransformersChatClient
-    from fincheck.llm import RequestCache
+    from fincheck.inference.llm import RequestCache
     from fincheck.tasks.final.judge import MatchingJudge
 
     client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
@@ -575,7 +576,7 @@ def test_another_prepared_folder_into_the_same_out_is_refused(tmp_path, capsys):
 def test_two_evals_into_one_out_at_once_the_second_is_refused(tmp_path, capsys):
     """Both would append to the same predictions files and each report its own counts: the
     second stops at once, naming the holder; the lock goes with the process."""
-    from fincheck.out_lock import hold_out_dir
+    from fincheck.io.out_lock import hold_out_dir
 
     small = Path(__file__).parent / "assets" / "prepared"
     out = tmp_path / "run"
@@ -628,8 +629,8 @@ def test_a_prepared_split_edited_after_prepare_is_refused(tmp_path):
     a label flipped by hand would change the figures under the old fingerprint."""
     import shutil
 
+    from fincheck.data.prepared import read_split
     from fincheck.errors import FincheckError
-    from fincheck.prepared import read_split
 
     data = tmp_path / "prepared"
     shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
@@ -643,8 +644,8 @@ def test_a_prepared_split_edited_after_prepare_is_refused(tmp_path):
 
 
 def test_a_pair_id_given_twice_is_refused_naming_both_lines(tmp_path):
+    from fincheck.data.pairs import read_pairs
     from fincheck.errors import InvalidRecordError
-    from fincheck.pairs import read_pairs
 
     source = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
     lines = source.read_text().splitlines(keepends=True)
@@ -667,7 +668,7 @@ def test_a_served_eval_rerun_with_another_tokenizer_is_refused(tmp_path):
 
 def _rewrite_split(data: Path, key: str, edit) -> None:
     """Edit a prepared split and record it in the manifest as `fincheck prepare` would."""
-    from fincheck.checksums import sha256_file
+    from fincheck.io.checksums import sha256_file
 
     path = data / key
     lines = edit(path.read_text().splitlines(keepends=True))
@@ -709,8 +710,8 @@ def test_a_split_file_the_manifest_does_not_list_is_refused(tmp_path):
     """A task folder copied in from another prepare is not what the fingerprint names."""
     import shutil
 
+    from fincheck.data.prepared import read_split
     from fincheck.errors import FincheckError
-    from fincheck.prepared import read_split
 
     data = tmp_path / "prepared"
     shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
@@ -894,7 +895,7 @@ def test_a_tokenizer_only_folder_fits_a_served_evals_prompts(tiny_base, tmp_path
     import json
     import shutil
 
-    from fincheck.loading import load_prompt_fitter
+    from fincheck.models.loading import load_prompt_fitter
 
     folder = tmp_path / "tokenizer-only"
     folder.mkdir()

@@ -11,7 +11,7 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.errors import FincheckError
 from fincheck.eval.llm_backends import OpenAIChatClient
-from fincheck.llm import RequestCache
+from fincheck.inference.llm import RequestCache
 from fincheck.tasks.final.judge import JudgePrompt, MatchingJudge, parse_matching
 from fincheck.tasks.final.metrics import FinalItem, final_figures, true_positives
 
@@ -272,7 +272,7 @@ def test_a_failed_p_yes_call_fails_the_example_and_is_not_cached(tmp_path):
     """Only a reply without logprobs means "no P(Yes)"; a call that failed for good raises, is
     not cached as "none", and a rerun asks again."""
     from fincheck.eval.llm_backends import OpenAIChatClient
-    from fincheck.llm import CachedLLM, LLMCallError
+    from fincheck.inference.llm import CachedLLM, LLMCallError
 
     client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1")
     calls = []
@@ -355,7 +355,7 @@ def test_a_parameter_the_endpoint_refuses_is_adapted_once_and_said_in_one_line(
 
 def test_a_refusal_naming_no_parameter_it_can_adapt_still_fails_the_call():
     from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
-    from fincheck.llm import LLMCallError
+    from fincheck.inference.llm import LLMCallError
 
     with FakeJudgeServer() as server:
         server.script = {"": [("refuse", "messages", {"message": "stop is not supported"}, "x")]}
@@ -388,7 +388,7 @@ def test_ctrl_c_while_calls_are_in_flight_exits_at_once(tmp_path):
     script = tmp_path / "calls.py"
     script.write_text(
         "import time, types\n"
-        "from fincheck.llm import run_concurrently\n"
+        "from fincheck.inference.llm import run_concurrently\n"
         "items = [types.SimpleNamespace(id=str(i)) for i in range(8)]\n"
         "print('started', flush=True)\n"
         "run_concurrently(items, lambda item: time.sleep(600), 4, lambda *a: None, False, 'x')\n"

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from fincheck.bootstrap import bootstrap_ci
-from fincheck.classification import (
+from fincheck.metrics.bootstrap import bootstrap_ci
+from fincheck.metrics.classification import (
     balanced_accuracy,
     harmonic_mean,
     macro_precision_recall,

@@ -11,11 +11,11 @@ from typing import ClassVar
 import pytest
 from fake_judge_server import FakeJudgeServer
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
+from fincheck.data.pairs import read_pairs
 from fincheck.errors import FincheckError
 from fincheck.eval.score import ScoreOptions, run_score
-from fincheck.llm import ChatClient, RequestCache
-from fincheck.pairs import read_pairs
+from fincheck.inference.llm import ChatClient, RequestCache
 from fincheck.tasks import task_names
 from fincheck.tasks.final.judge import MatchingJudge
 
@@ -589,8 +589,8 @@ def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_p
 
 
 def test_plots_name_the_model_and_gold_has_no_invalid_row(monkeypatch, tmp_path):
-    from fincheck import plots
     from fincheck.eval.score import model_label
+    from fincheck.metrics import plots
     from fincheck.tasks import get_task
     from fincheck.tasks.base import TaskScore
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fincheck import models, wheels
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
+from fincheck.models import known as models
+from fincheck.models import wheels
 
 
 def sha256(data: bytes) -> str:
@@ -320,7 +321,7 @@ def test_a_disk_too_small_for_the_fp32_conversion_is_one_line(tmp_path, cache, m
     import transformers.modeling_utils
     from safetensors import SafetensorError
 
-    from fincheck import loading
+    from fincheck.models import loading
     from fincheck.train.tiny_model import build_tiny_model, build_tiny_tokenizer
 
     item = dataclasses.replace(split_model(tmp_path, [b"gguf"]), kind="gguf-model")

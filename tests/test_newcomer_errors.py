@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -21,7 +21,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 def test_no_data_dir_and_no_network(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FINCHECK_DATA_DIR", raising=False)
     monkeypatch.setenv("FINCHECK_CACHE_DIR", str(tmp_path / "cache"))
-    from fincheck import sources
+    from fincheck.io import sources
 
     def offline(*_args, **_kwargs):
         raise sources.urllib.error.URLError("Temporary failure in name resolution")
@@ -89,7 +89,7 @@ def test_out_of_disk_is_one_clear_line(data_dir, tmp_path, capsys, monkeypatch):
 
 def test_a_full_disk_mid_file_leaves_no_tmp_file(tmp_path, monkeypatch):
     """write_pairs writes a .tmp and renames it: a failure mid-write removes the .tmp."""
-    from fincheck.pairs import read_pairs, write_pairs
+    from fincheck.data.pairs import read_pairs, write_pairs
     from fincheck.tasks import task_names
 
     small = Path(__file__).parent / "assets" / "prepared" / "qasem" / "test.jsonl"
@@ -280,7 +280,7 @@ def test_a_base_without_a_chat_template_says_what_to_use_instead():
     from types import SimpleNamespace
 
     from fincheck.errors import FincheckError
-    from fincheck.inference import render_chat
+    from fincheck.inference.generation import render_chat
 
     tokenizer = SimpleNamespace(chat_template=None, name_or_path="gemma-3-270m")
     with pytest.raises(
@@ -292,9 +292,9 @@ def test_a_base_without_a_chat_template_says_what_to_use_instead():
 @pytest.mark.parametrize("name", ["manifest.json", "eval_config.json", "recipe.yaml"])
 def test_bad_bytes_in_a_json_or_yaml_file_name_the_file_and_the_byte(name, tmp_path):
     """A damaged file (a byte that is no UTF-8) is one line naming it, never a traceback."""
-    from fincheck.config import read_yaml_mapping
     from fincheck.errors import FincheckError
-    from fincheck.jsonl import read_json_object
+    from fincheck.io.config import read_yaml_mapping
+    from fincheck.io.jsonl import read_json_object
 
     path = tmp_path / name
     path.write_bytes(
@@ -306,8 +306,8 @@ def test_bad_bytes_in_a_json_or_yaml_file_name_the_file_and_the_byte(name, tmp_p
 
 
 def test_a_key_given_twice_in_a_recipe_is_an_error_naming_both_lines(tmp_path):
-    from fincheck.config import read_yaml_mapping
     from fincheck.errors import FincheckError
+    from fincheck.io.config import read_yaml_mapping
 
     path = tmp_path / "recipe.yaml"
     path.write_text("learning_rate: 1.0e-4\nmax_steps: 3\nlearning_rate: 2.0e-4\n")
@@ -417,7 +417,7 @@ def test_merge_finds_an_unwritable_out_before_loading_the_model(tmp_path, capsys
 def test_a_library_s_decoding_error_is_one_line(error, capsys, monkeypatch):
     """A JSON, YAML or UTF-8 error from a reader that does not name its file (a library's) is
     still one line, not a traceback; --debug shows it whole."""
-    from fincheck import models_command
+    from fincheck.commands import models as models_command
 
     def damaged(*args, **kwargs):
         error()
@@ -469,8 +469,8 @@ def test_one_familiar_name_does_not_make_a_folder_fincheck_s(tmp_path, capsys):
     command writes, or marked by fincheck, is its own. An older run folder (its
     fincheck_run.json) and an older eval folder (only eval's outputs) stay usable."""
     from fincheck.errors import FincheckError
-    from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir
-    from fincheck.runs import RUN_METADATA
+    from fincheck.io.out_lock import EVAL_OUTPUTS, claim_out_dir
+    from fincheck.io.runs import RUN_METADATA
     from fincheck.train.checkpoints import RUN_FOLDER_NAMES
 
     thesis = tmp_path / "thesis"
@@ -529,7 +529,7 @@ def test_a_command_writes_only_into_its_own_kind_of_folder(tmp_path):
     """A folder is marked with the kind of command that wrote it: eval never writes into a
     prepared-data folder or a training run, prepare never into a run."""
     from fincheck.errors import FincheckError
-    from fincheck.out_lock import EVAL_OUTPUTS, claim_out_dir, hold_out_dir
+    from fincheck.io.out_lock import EVAL_OUTPUTS, claim_out_dir, hold_out_dir
 
     prepared = claim_out_dir(tmp_path / "prepared", "--out", "prepare", ("manifest.json",))
     (prepared / "manifest.json").write_text("{}")
@@ -549,7 +549,7 @@ def test_no_write_follows_a_link_planted_in_an_output_folder(tmp_path):
     """report.md -> a file outside: the folder is refused before anything is written, and the
     file outside keeps its contents; the lock file is never opened through a link either."""
     from fincheck.errors import FincheckError
-    from fincheck.out_lock import LOCK_FILE, claim_out_dir, hold_out_dir
+    from fincheck.io.out_lock import LOCK_FILE, claim_out_dir, hold_out_dir
 
     outside = tmp_path / "bashrc"
     outside.write_text("mine")
@@ -579,7 +579,7 @@ def test_one_writer_per_folder_for_every_writing_command(tmp_path):
     """The writer lock every writing command takes (prepare, train, eval, baseline, score): a
     second writer into the folder is refused at once and names the first."""
     from fincheck.errors import FincheckError
-    from fincheck.out_lock import claim_out_dir, hold_out_dir, lock_out_dir
+    from fincheck.io.out_lock import claim_out_dir, hold_out_dir, lock_out_dir
 
     run = claim_out_dir(tmp_path / "run", "output_dir", "train")
     held = lock_out_dir(run, "fincheck train")
@@ -611,8 +611,8 @@ def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     import json
 
     from fincheck.errors import FincheckError
-    from fincheck.jsonl import iter_json_objects, loads, read_json_object
-    from fincheck.llm import RequestCache
+    from fincheck.inference.llm import RequestCache
+    from fincheck.io.jsonl import iter_json_objects, loads, read_json_object
     from fincheck.tasks.fhsumbench.metrics import lenient_judgement
     from fincheck.tasks.final.judge import MatchingParseError, parse_matching
     from fincheck.tasks.final.metrics import read_descriptions

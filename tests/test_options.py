@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.config import REQUIRED, add_options, config_field, load_config, read_options
 from fincheck.errors import UsageError
+from fincheck.io.config import REQUIRED, add_options, config_field, load_config, read_options
 
 
 @dataclass
@@ -67,7 +67,7 @@ def test_an_option_of_another_mode_is_an_error_and_named_in_help(capsys):
 
 
 def test_a_misspelt_command_flag_names_the_closest(capsys):
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     with pytest.raises(SystemExit):
         main(["score", "--data", "d", "--predictions", "p", "--out", "o", "--judge-modle", "m"])
@@ -92,7 +92,7 @@ def test_a_misspelt_command_flag_names_the_closest(capsys):
 def test_a_number_out_of_its_range_is_a_usage_error_naming_the_flag(argv, said, tmp_path, capsys):
     """Values are range-checked where they are declared, for every command alike: a negative
     timeout, a NaN, a batch of 0 stop before anything runs (exit 2, one line)."""
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     small = Path(__file__).parent / "assets" / "prepared"
     assert main([*argv, "--data", str(small), "--out", str(tmp_path / "out")]) == 2
@@ -102,7 +102,7 @@ def test_a_number_out_of_its_range_is_a_usage_error_naming_the_flag(argv, said, 
 
 
 def test_the_range_is_shown_in_help(capsys):
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
@@ -113,7 +113,7 @@ def test_the_range_is_shown_in_help(capsys):
 def test_a_baseline_s_counts_are_range_checked(flag, value, tmp_path, capsys):
     """No examples in flight, or a window of no tokens, is a usage error naming the flag, not
     a run that hangs or trims every prompt away."""
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     small = Path(__file__).parent / "assets" / "prepared"
     argv = ["baseline", "--method", "e2e", "--model", "m", "--data", str(small), "--out",
@@ -128,7 +128,7 @@ def test_a_loaded_models_flags_mean_the_same_in_eval_and_detect():
     import dataclasses
 
     from fincheck.eval.options import EvalOptions
-    from fincheck.loading import model_options
+    from fincheck.models.loading import model_options
     from fincheck.serve.commands import DetectOptions
 
     shared = {f.name for f in dataclasses.fields(model_options())}

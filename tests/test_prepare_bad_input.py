@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.data_prep.prepare import PrepareConfig, RecordStream, run_prepare
 from fincheck.errors import FincheckError
-from fincheck.raw_records import iter_records
-from fincheck.sources import resolve_source
+from fincheck.io.raw_records import iter_records
+from fincheck.io.sources import resolve_source
 from fincheck.tasks import get_task, qasem
 from fincheck.tasks.fhsumbench.convert import convert_fhsumbench
 
@@ -131,7 +131,7 @@ def test_download_path_verifies_and_caches(tmp_path, data_dir, monkeypatch):
     """The real download path, served from a local file URL instead of the network."""
     import dataclasses
 
-    from fincheck import sources
+    from fincheck.io import sources
 
     source = dataclasses.replace(qasem.TEST, url=(data_dir / "qasem" / "test.jsonl").as_uri())
     cached = resolve_source(source, None, cache_dir=tmp_path / "cache")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fincheck.data.pairs import SPLITS, read_pairs
 from fincheck.data_prep.prepare import PrepareConfig, run_prepare
-from fincheck.pairs import SPLITS, read_pairs
 from fincheck.tasks import task_names
 
 
@@ -174,7 +174,7 @@ def test_final_file_items_remove_their_defacto_twins(tmp_path: Path, data_dir: P
 
 @pytest.mark.slow  # runs prepare again on the real files
 def test_eval_all_config_trains_on_no_fhsumbench(tmp_path: Path, data_dir: Path) -> None:
-    from fincheck.config import load_config
+    from fincheck.io.config import load_config
 
     repo = Path(__file__).resolve().parents[1]
     config = load_config(PrepareConfig, repo / "configs" / "prepare" / "paper-eval.yaml")

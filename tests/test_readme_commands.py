@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import build_parser
-from fincheck.config import read_options
+from fincheck.commands.cli import build_parser
+from fincheck.io.config import read_options
 
 REPO = Path(__file__).resolve().parents[1]
 FINCHECK = Path(sys.executable).parent / "fincheck"
@@ -87,7 +87,7 @@ def test_doc_command_parses(command: str, monkeypatch, tmp_path):
 
 
 def check_overrides(command: str, config: Path | None, extra: list[str]) -> None:
-    from fincheck.config import load_config, parse_overrides
+    from fincheck.io.config import load_config, parse_overrides
 
     if command == "prepare":
         from fincheck.data_prep.prepare import PrepareConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 TEXT = (
@@ -20,8 +20,8 @@ SUMMARY = "Eastbridge will open a new library in 2025."
 
 
 def test_the_fetched_model_is_the_real_one(smollm2):
-    from fincheck.inference import generate_batch, render_chat
-    from fincheck.loading import load_model
+    from fincheck.inference.generation import generate_batch, render_chat
+    from fincheck.models.loading import load_model
 
     loaded = load_model(str(smollm2), device="cpu")
     info = json.loads((smollm2 / "fincheck_model.json").read_text())

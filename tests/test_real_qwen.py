@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 
 pytestmark = [pytest.mark.real_server, pytest.mark.real_weights, pytest.mark.slow]
 SMALL = Path(__file__).parent / "assets" / "prepared"

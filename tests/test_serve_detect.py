@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from serve_tiny_run import build_tiny_run
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
 from fincheck.tasks import load_prompt
 
@@ -58,7 +58,7 @@ def test_prompt_is_built_from_the_prompt_file_and_chat_template(detector):
 def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
     import torch
 
-    from fincheck.inference import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+    from fincheck.inference.generation import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
 
     p = detector.support(TEXT, SENTENCE, "What did the council approve?", "5 million euros")
     prompt, _ = detector.render(
@@ -126,7 +126,7 @@ def test_long_document_is_trimmed_on_the_grounding_text_with_a_warning(run_dir: 
     assert len(ids) <= 400  # --max-input-tokens bounds the prompt, as in `fincheck eval`
     # Instructions and summary intact; the document kept from its start, cut at a word boundary
     # and marked with data-prep's trim marker (the cut training used).
-    from fincheck.trimming import TRIM_MARKER
+    from fincheck.data.trimming import TRIM_MARKER
 
     assert SUMMARY in prompt and load_prompt("final").system in prompt
     kept = prompt.split("Text:\n", 1)[1].split("\n\nSummary:", 1)[0]
@@ -288,7 +288,7 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
     assert detector.classify(TEXT, SUMMARY) in LABELS
     # `fincheck eval` takes the same hub id (its base read from the downloaded run)
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     small = Path(__file__).parent / "assets" / "prepared"
     out = tmp_path / "eval"
@@ -312,7 +312,7 @@ def test_an_empty_final_answer_is_no_verdict_not_consistent():
 
 def test_non_utf8_input_and_a_missing_out_folder_are_one_line_before_any_model(tmp_path, capsys):
     """Checked before the model loads (the model here does not even exist): nothing is lost."""
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     latin = tmp_path / "text.txt"
     latin.write_bytes("Caf\xe9 opened in 2020.\n".encode("latin-1"))

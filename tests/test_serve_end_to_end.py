@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

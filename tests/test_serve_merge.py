@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from serve_tiny_run import build_tiny_run
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
-from fincheck.loading import load_adapter_model
+from fincheck.models.loading import load_adapter_model
 from fincheck.serve.merge import merge_adapter
 
 # fp32: same arithmetic up to reassociation of (W + s*B@A) @ x vs W@x + s*B@(A@x)

@@ -11,7 +11,7 @@ import yaml
 from fake_hub import FakeHub
 from serve_tiny_run import build_tiny_run
 
-from fincheck.cli import main
+from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
 from fincheck.serve.card import metrics_from_results, render_card
 from fincheck.serve.publish import is_main_process, publish
@@ -70,7 +70,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def results_file(tmp_path: Path, run_dir: Path) -> Path:
     """RESULTS as `fincheck score` writes them for the adapter of `run_dir` (its sha256)."""
-    from fincheck.runs import adapter_sha256
+    from fincheck.io.runs import adapter_sha256
 
     path = tmp_path / "results.json"
     results = {**RESULTS, "run": {**RESULTS["run"], "adapter_sha256": adapter_sha256(run_dir)}}
@@ -120,7 +120,7 @@ def test_metrics_flatten_results_json_exactly():
 def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     from huggingface_hub import ModelCard
 
-    from fincheck.runs import load_run
+    from fincheck.io.runs import load_run
 
     card = render_card(load_run(run_dir), "me/tiny-detector", RESULTS)
     meta = _front_matter(card)
@@ -151,7 +151,7 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
 
 
 def test_card_uses_hub_base_id_when_the_base_is_on_the_hub(run_dir: Path):
-    from fincheck.runs import load_run
+    from fincheck.io.runs import load_run
 
     run = load_run(run_dir)
     run.local_base = None
@@ -427,7 +427,7 @@ def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
 def test_a_sample_is_labelled_with_its_n_and_kept_out_of_the_model_index(run_dir):
     from huggingface_hub import ModelCard
 
-    from fincheck.runs import load_run
+    from fincheck.io.runs import load_run
 
     sample = {**RESULTS, "counts": {"final": {"n_gold": 1075, "n_scored": 12}}}
     card = render_card(load_run(run_dir), "me/tiny", sample)
@@ -438,7 +438,7 @@ def test_a_sample_is_labelled_with_its_n_and_kept_out_of_the_model_index(run_dir
 
 
 def test_the_card_names_no_local_path_and_no_github_repo_as_a_dataset(run_dir, tmp_path):
-    from fincheck.runs import load_run
+    from fincheck.io.runs import load_run
 
     run = load_run(run_dir)
     run.recipe = {**run.recipe, "output_dir": "/home/me/runs/x", "dataset_dir": "/data/prepared"}
@@ -492,7 +492,7 @@ def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path,
     import subprocess
     import sys
 
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
     from fincheck.serve.publish import publish
 
     repo = tmp_path / "repo"
@@ -625,7 +625,7 @@ def test_a_run_whose_recorded_recipe_holds_a_secret_is_not_published(run_dir, tm
 def test_card_values_are_data_never_markup_or_code(run_dir: Path):
     """Whatever a run folder or a flag holds reaches the card checked against its grammar (a hub
     id) or escaped for where it lands: a fenced block it cannot close, a code span, prose."""
-    from fincheck.runs import load_run
+    from fincheck.io.runs import load_run
     from fincheck.serve.card import published_base
 
     injected = "Qwen/Qwen2.5-0.5B\nimport os; os.system('touch /tmp/x')\n#"
@@ -669,7 +669,7 @@ def test_a_token_anywhere_in_an_uploaded_file_is_refused_unechoed(run_dir: Path,
 
 def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, capsys):
     from fincheck.eval.predictions import _write_json
-    from fincheck.secrets import has_secret, public_url, redact
+    from fincheck.io.secrets import has_secret, public_url, redact
 
     url = "http://user:p4ss@127.0.0.1:9/v1?api_key=k3y&model=x"
     assert public_url(url) == "http://<redacted>@127.0.0.1:9/v1?api_key=<redacted>&model=x"

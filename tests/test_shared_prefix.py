@@ -1,12 +1,12 @@
-"""The shared-prefix path (`fincheck.shared_prefix`): the prefix tree by hand, and its answers
+"""The shared-prefix path (`fincheck.inference.shared_prefix`): the prefix tree by hand, and its answers
 against the plain `generate` path on the tiny model: the same greedy texts, the same P(Yes)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fincheck.prefix_tree import PrefixNode, build_prefix_tree, count_prefill_tokens
-from fincheck.shared_prefix import leaf_batches, walk_order
+from fincheck.inference.prefix_tree import PrefixNode, build_prefix_tree, count_prefill_tokens
+from fincheck.inference.shared_prefix import leaf_batches, walk_order
 
 
 def _shape(node: PrefixNode) -> tuple:
@@ -74,10 +74,10 @@ def test_every_prompt_is_answered_once_with_a_suffix_of_its_own(ids):
 
 import torch  # noqa: E402
 
-from fincheck import inference  # noqa: E402
-from fincheck.loading import load_model  # noqa: E402
-from fincheck.pairs import read_pairs  # noqa: E402
-from fincheck.shared_prefix import answer_prompts  # noqa: E402
+from fincheck.data.pairs import read_pairs  # noqa: E402
+from fincheck.inference import generation as inference  # noqa: E402
+from fincheck.inference.shared_prefix import answer_prompts  # noqa: E402
+from fincheck.models.loading import load_model  # noqa: E402
 from fincheck.tasks import task_names  # noqa: E402
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fincheck.data.pairs import Pair, read_pairs
 from fincheck.errors import FincheckError
-from fincheck.inference import count_tokens, render_chat
-from fincheck.pairs import Pair, read_pairs
+from fincheck.inference.generation import count_tokens, render_chat
 from fincheck.tasks import task_names
 from fincheck.train.data import DataMixture, fit_pair, mix_pairs
 

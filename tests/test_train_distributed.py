@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.loading import load_adapter_model
+from fincheck.models.loading import load_adapter_model
 from fincheck.train.checkpoints import COMPLETE_MARKER
 
 REPO = Path(__file__).resolve().parents[1]

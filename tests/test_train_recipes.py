@@ -326,7 +326,7 @@ def test_transformers_own_keys_are_range_checked_like_fincheck_s(yaml_text, said
     path.write_text(yaml_text)
     with pytest.raises(FincheckError, match=re.escape(f"{path}: {said}")):
         load_recipe(path)
-    from fincheck.cli import main
+    from fincheck.commands.cli import main
 
     assert main(["train", "--config", str(path)]) == 2  # a usage error, as for a flag
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fincheck.errors import FincheckError
-from fincheck.loading import load_adapter_model
+from fincheck.models.loading import load_adapter_model
 from fincheck.train.checkpoints import (
     COMPLETE_MARKER,
     last_complete_checkpoint,

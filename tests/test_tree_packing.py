@@ -310,8 +310,8 @@ def test_per_pair_loss_in_a_pack_equals_the_pair_alone_smollm2(smollm2, prepared
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fincheck.pairs import sample_documents
-    from fincheck.prepared import read_split
+    from fincheck.data.pairs import sample_documents
+    from fincheck.data.prepared import read_split
     from fincheck.train.data import training_row
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2)

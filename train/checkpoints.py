@@ -1,5 +1,5 @@
 """Writing run folders: complete checkpoints, resume checks, the run files at the end.
-(`fincheck.runs` reads them; its docstring lists what a run folder holds.)
+(`fincheck.io.runs` reads them; its docstring lists what a run folder holds.)
 
 Resumable checkpoints are `checkpoint-<step>/` folders; `fincheck_complete.json` is written
 last, after every process has finished writing, so a checkpoint cut short by a crash or a kill
@@ -19,12 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError, free_on_disk
-from fincheck.jsonl import read_json_object
-from fincheck.out_lock import LOCK_FILE
-from fincheck.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST_FILE, RECIPE_FILE, RUN_METADATA
-from fincheck.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
+from fincheck.io.config import read_yaml_mapping
+from fincheck.io.jsonl import read_json_object
+from fincheck.io.out_lock import LOCK_FILE
+from fincheck.io.runs import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    MANIFEST_FILE,
+    RECIPE_FILE,
+    RUN_METADATA,
+)
+from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults, recipe_to_yaml
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import dataclass
 
-from fincheck.config import REQUIRED, add_options, config_field, describe_config, read_options
+from fincheck.io.config import REQUIRED, add_options, config_field, describe_config, read_options
 
 EPILOG = """\
 examples:

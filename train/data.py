@@ -2,13 +2,13 @@
 
 Stages, each a small function:
   1. `load_mixture_config`: which tasks, their weights, caps (configs/data/*.yaml).
-  2. `fincheck.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
+  2. `fincheck.data.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
   3. `fit_pair`: a pair longer than `max_length` tokens is trimmed on its grounding text
-     (`meta["grounding_span"]`, by `fincheck.inference.fit_messages`), never on the
+     (`meta["grounding_span"]`, by `fincheck.inference.generation.fit_messages`), never on the
      instructions or the target; a pair that cannot fit is dropped. Both are counted per task.
   4. `mix_pairs`: weights (fractions of each task; > 1 repeats) and caps, shuffled with the seed.
   5. `tokenize_pair`: token ids and labels, rendered with the chat template the way evaluation
-     renders (`fincheck.inference.render_chat`); the loss covers the target and the token that
+     renders (`fincheck.inference.generation.render_chat`); the loss covers the target and the token that
      ends its turn, nothing else (TRL takes the pre-tokenized rows as they are).
 """
 
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fincheck.config import config_field, load_config
+from fincheck.data.pairs import Pair
+from fincheck.data.prepared import prepared_tasks, read_manifest, read_split, split_path
 from fincheck.errors import FincheckError
-from fincheck.inference import fit_messages, render_chat
-from fincheck.pairs import Pair
-from fincheck.prepared import prepared_tasks, read_manifest, read_split, split_path
+from fincheck.inference.generation import fit_messages, render_chat
+from fincheck.io.config import config_field, load_config
 from fincheck.tasks import check_task_names, get_task, prompt_hashes, task_names
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def fit_pair(
 ) -> tuple[Pair | None, str]:
     """Make `pair` fit `max_length` tokens of the chat template by cutting its grounding text.
 
-    Returns (pair, "kept" | "trimmed") or (None, "dropped"): `fincheck.inference.fit_messages`
+    Returns (pair, "kept" | "trimmed") or (None, "dropped"): `fincheck.inference.generation.fit_messages`
     on the whole conversation (the cut evaluation and detection use), and a pair that would
     keep less than `min_grounding_kept` of its document is dropped too.
     """

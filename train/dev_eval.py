@@ -5,7 +5,7 @@ The eval loss says how well the model imitates the targets; it says little about
 ranks QAs or separates the three FHSumBench classes, which is what a detector is chosen on. So
 each evaluation also answers a sample of the dev split the way `fincheck eval` does: the same
 prompt fitting (the window is the recipe's max_length, the answer budget the task's default
-fitted to it), the same prefix-tree path (`fincheck.shared_prefix`), greedy answers and QASem's
+fitted to it), the same prefix-tree path (`fincheck.inference.shared_prefix`), greedy answers and QASem's
 P(Yes) from the first answer token, scored by the task's own scorer. The figures are logged
 as `eval_<task>_<figure>` (console, wandb, trainer_state.json), and `metric_for_best_model`
 can name one of them (`qasem_auc`, `fhsumbench_f`, ...).
@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fincheck.inference import LoadedModel, answer_budgets
-from fincheck.pairs import Pair, Prediction, sample
-from fincheck.prepared import read_split
-from fincheck.shared_prefix import answer_in_order
+from fincheck.data.pairs import Pair, Prediction, sample
+from fincheck.data.prepared import read_split
+from fincheck.inference.generation import LoadedModel, answer_budgets
+from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import ScoreSettings, Task
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import parse_dtype, torch_dtype
-from fincheck.loading import remote_code_explained, resolve_model
-from fincheck.models import read_model_info
-from fincheck.runs import looks_like_hub_id
+from fincheck.inference.generation import parse_dtype, torch_dtype
+from fincheck.io.runs import looks_like_hub_id
+from fincheck.models.known import read_model_info
+from fincheck.models.loading import remote_code_explained, resolve_model
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base
 
@@ -228,10 +228,10 @@ def run_metadata(
     """fincheck_run.json: what the run trained (base, recipe, data, prompts, chat template),
     read back by eval, detect, merge, publish and a resume."""
     from fincheck import __version__
-    from fincheck.inference import template_fingerprint
-    from fincheck.runs import relative_base
+    from fincheck.inference.generation import template_fingerprint
+    from fincheck.io.runs import relative_base
     from fincheck.tasks import prompt_hashes
-    from fincheck.train.recipe import recipe_fingerprint
+    from fincheck.train.checkpoints import recipe_fingerprint
 
     return {
         "fincheck_version": __version__,

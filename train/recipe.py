@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from trl import SFTConfig
 
-from fincheck.config import (
+from fincheck.io.config import (
     build_config,
     config_defaults,
     config_field,

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference import parse_dtype
-from fincheck.secrets import secret_places
+from fincheck.inference.generation import parse_dtype
+from fincheck.io.secrets import secret_places
 from fincheck.tasks import check_task_names, get_task
 
 

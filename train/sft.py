@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.config import build_config, describe_config
+from fincheck.data.prepared import read_manifest, require_prepared_dir
 from fincheck.errors import FincheckError
-from fincheck.loading import resolve_model
-from fincheck.out_lock import claim_out_dir, lock_out_dir
-from fincheck.prepared import read_manifest, require_prepared_dir
-from fincheck.runs import RUN_METADATA
-from fincheck.secrets import redact
+from fincheck.io.config import build_config, describe_config
+from fincheck.io.out_lock import claim_out_dir, lock_out_dir
+from fincheck.io.runs import RUN_METADATA
+from fincheck.io.secrets import redact
+from fincheck.models.loading import resolve_model
 from fincheck.train import checkpoints, launch, model
 from fincheck.train.recipe import (
     TINY_RANDOM,

@@ -4,7 +4,7 @@ every shared prefix once.
 Each QASem pair repeats its whole reference document: the 1,146 train QAs ask about 83
 documents, so the plain rows hold 1.25M tokens (SmolLM2 tokenizer, no trimming) for 0.14M
 distinct ones; FHSumBench's 493 summaries share 183 documents (0.39M tokens for 0.14M). Put the
-prompts in the prefix tree that evaluation uses (`fincheck.prefix_tree`) and lay each tree out
+prompts in the prefix tree that evaluation uses (`fincheck.inference.prefix_tree`) and lay each tree out
 as one sequence, depth first:
 
     [instructions][document A][sentence 1][QA 1 + answer][QA 2 + answer][sentence 2][QA 3 + answer]
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
+from fincheck.inference.prefix_tree import MIN_SHARED, PrefixNode, build_prefix_tree
 
 IGNORE = -100
 PAD_END = -1  # tree_end of a padding token: no query sees it (it sees itself only)

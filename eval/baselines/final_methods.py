@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.classification import parse_yes_no
+from fincheck.data.sentences import split_sentences
 from fincheck.detector import Detector
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import (
@@ -38,8 +38,8 @@ from fincheck.eval.baselines.methods import (
     e2e_prompt,
     last_yes_no,
 )
-from fincheck.llm import CachedLLM
-from fincheck.sentences import split_sentences
+from fincheck.inference.llm import CachedLLM
+from fincheck.metrics.classification import parse_yes_no
 from fincheck.tasks.final.lettering import final_target, lettered
 from fincheck.tasks.final.metrics import parse_descriptions
 

@@ -2,7 +2,7 @@
 
     facts    atomic facts of each summary sentence (sentences of more than 10 characters), one
              LLM call per sentence (`atomic_facts.txt`); facts of 10 characters or fewer drop.
-             Sentences split as NLTK's punkt would in the common cases (`fincheck.sentences`:
+             Sentences split as NLTK's punkt would in the common cases (`fincheck.data.sentences`:
              no break after "Mr.", "U.S.", initials or before a lowercase word)
     filter   keep a fact when, for some summary sentence as premise, entailment is the argmax of
              the NLI labels; none kept -> the summary sentences themselves are the facts
@@ -30,14 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fincheck.classification import balanced_accuracy
+from fincheck.data.sentences import split_sentences
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
 from fincheck.eval.predictions import record_loaded
-from fincheck.inference import default_device
-from fincheck.llm import CachedLLM
-from fincheck.sentences import split_sentences
+from fincheck.inference.generation import default_device
+from fincheck.inference.llm import CachedLLM
+from fincheck.metrics.classification import balanced_accuracy
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import Task
 

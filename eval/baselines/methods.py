@@ -1,7 +1,7 @@
 """The papers' systems as methods: what one evaluation example costs and returns.
 
 A method turns one prepared pair into the text a task's scorer reads (and QASem's P(Yes)),
-asking an injected LLM (`fincheck.llm.CachedLLM`: an endpoint or a local model). Methods:
+asking an injected LLM (`fincheck.inference.llm.CachedLLM`: an endpoint or a local model). Methods:
 
     e2e, e2e-fewshot, e2e-cot   every task with the prompt: the papers' end-to-end prompts
                                 (FINAL §4.1/B.1; FHSumBench vanilla, +ICL, +CoT; QASem §5.1),
@@ -29,10 +29,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
-from fincheck.llm import CachedLLM, run_concurrently
-from fincheck.pairs import Pair
-from fincheck.prompting import Prompt, parse_prompt_file
+from fincheck.inference.llm import CachedLLM, run_concurrently
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"

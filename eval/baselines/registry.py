@@ -10,7 +10,7 @@ from typing import Any
 from fincheck.eval.baselines.final_methods import PIPELINE, build_two_step
 from fincheck.eval.baselines.fizz import build_fizz
 from fincheck.eval.baselines.methods import Method, e2e_method, overlap_method
-from fincheck.llm import CachedLLM
+from fincheck.inference.llm import CachedLLM
 
 Build = Callable[[Any, CachedLLM], Method]
 

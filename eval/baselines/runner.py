@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fincheck import jsonl
+from fincheck.data.pairs import Prediction
+from fincheck.data.prepared import read_manifest
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
@@ -26,10 +27,9 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
 )
-from fincheck.jsonl import drop_torn_last_line
-from fincheck.llm import CachedLLM, ChatClient, RequestCache
-from fincheck.pairs import Prediction
-from fincheck.prepared import read_manifest
+from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
+from fincheck.io import jsonl
+from fincheck.io.jsonl import drop_torn_last_line
 
 
 class NoLLM(ChatClient):

@@ -17,8 +17,8 @@ import pkgutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from fincheck.data.prompting import Prompt
 from fincheck.errors import FincheckError
-from fincheck.prompting import Prompt
 from fincheck.tasks.base import Task
 
 _registry: dict[str, Task] = {}

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fincheck.config import config_field
+from fincheck.data.prompting import Prompt, load_prompt_file
 from fincheck.errors import FincheckError
-from fincheck.figures import fmt
-from fincheck.prompting import Prompt, load_prompt_file
+from fincheck.io.config import config_field
+from fincheck.metrics.figures import fmt
 
 if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
-    from fincheck.pairs import Pair, Prediction
-    from fincheck.raw_records import RecordStream
-    from fincheck.sources import Source
+    from fincheck.data.pairs import Pair, Prediction
+    from fincheck.io.raw_records import RecordStream
+    from fincheck.io.sources import Source
 
 
 @dataclass
@@ -139,7 +139,7 @@ class Task(ABC):
     judge_prompts: tuple[str, ...] = ()
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
     reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
-    # --limit N draws whole documents (`fincheck.pairs.sample_documents`) rather than N pairs:
+    # --limit N draws whole documents (`fincheck.data.pairs.sample_documents`) rather than N pairs:
     # for a task whose pairs share documents, so a sample keeps the prefix tree's speed
     limit_by_document: bool = False
     # its own `fincheck prepare` settings: a PrepareSettings subclass whose keys start with the
@@ -151,7 +151,7 @@ class Task(ABC):
     card: CardInfo
 
     def build_judge(self, client: Any, cache: Any, prompt: str, sampling: dict) -> Any:
-        """The judge its figures need (`judge_prompts`): `client` (a `fincheck.llm.ChatClient`)
+        """The judge its figures need (`judge_prompts`): `client` (a `fincheck.inference.llm.ChatClient`)
         asking with the prompt named `prompt`, every answer kept in `cache`."""
         raise NotImplementedError(f"{self.name} needs no judge")
 

@@ -6,7 +6,7 @@ same examples, into a scratch folder, and reports per task:
 
   naive         batch 1, the plain path: every prompt on its own
   batched       `batch_size` prompts per call, longest first, left padding
-  prefix-reuse  the default of `fincheck eval` (`fincheck.shared_prefix`): every prefix that
+  prefix-reuse  the default of `fincheck eval` (`fincheck.inference.shared_prefix`): every prefix that
                 prompts share (the task's instructions, a document, a response sentence) runs
                 once into a KV cache, each prompt only its own suffix from a copy, batched
 
@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench import workload as wl
-from fincheck.classification import parse_yes_no
-from fincheck.config import config_field
 from fincheck.eval.options import EvalRun
-from fincheck.loading import per_task_numbers
+from fincheck.io.config import config_field
+from fincheck.metrics.classification import parse_yes_no
+from fincheck.models.loading import per_task_numbers
 from fincheck.tasks import all_tasks, get_task
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
@@ -93,9 +93,9 @@ class EvalPathReport:
 def prompt_tokens(s: EvalPathSettings, sample: EvalRun) -> dict[str, tuple[int, int]]:
     """Per task: tokens of the prompts as the eval path fits them (the same in every mode), and
     those the prefix-reuse path runs through the model (each shared prefix once)."""
-    from fincheck.inference import answer_budgets
-    from fincheck.loading import load_model
-    from fincheck.prefix_tree import build_prefix_tree, count_prefill_tokens
+    from fincheck.inference.generation import answer_budgets
+    from fincheck.inference.prefix_tree import build_prefix_tree, count_prefill_tokens
+    from fincheck.models.loading import load_model
 
     loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
     budgets = answer_budgets(all_tasks(), loaded.window)

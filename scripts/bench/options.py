@@ -1,4 +1,4 @@
-"""A benchmark's command line: the flags of its settings dataclass (`fincheck.config`'s one
+"""A benchmark's command line: the flags of its settings dataclass (`fincheck.io.config`'s one
 options mechanism, as every `fincheck` command), plus `--json-out`.
 
     parser = options_parser(TrainBenchSettings, __doc__)
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.config import add_options, read_options
 from fincheck.errors import FincheckError
+from fincheck.io.config import add_options, read_options
 
 
 def settings_from_args(cls: type, args: argparse.Namespace) -> Any:

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
-from fincheck.config import config_field
 from fincheck.errors import FincheckError
+from fincheck.io.config import config_field
 
 PRECISIONS = {"fp32": ("fp32", False), "bf16-autocast": ("fp32", True), "bf16": ("bf16", True)}
 DEFAULT_VARIANTS = ["fp32", "bf16-autocast", "bf16", "bf16+last12", "bf16+threads1"]
@@ -299,7 +299,7 @@ def summarize(runner: Runner, reference: Runner) -> LeverResult:
 def run_train_levers(s: LeverSettings) -> LeverReport:
     import torch
 
-    from fincheck.loading import resolve_model
+    from fincheck.models.loading import resolve_model
     from fincheck.train import data
     from fincheck.train import model as train_model
     from fincheck.train.recipe import TINY_RANDOM

@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fincheck.data.prepared import read_split
 from fincheck.errors import FincheckError
-from fincheck.prepared import read_split
 from fincheck.tasks import task_names
 
 CHARS_PER_TOKEN = 4.0
@@ -75,7 +75,7 @@ def count_tokens(
     template_kwargs: dict[str, Any] | None = None,
 ) -> int:
     """Exact token count through the tokenizer's chat template (the render the model reads)."""
-    from fincheck import inference
+    from fincheck.inference import generation as inference
 
     text = inference.render_chat(tokenizer, messages, add_generation_prompt, template_kwargs)
     return inference.count_tokens(tokenizer, text)

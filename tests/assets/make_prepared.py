@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from fincheck.data_prep.prepare import PrepareConfig, prepare_from_files
-from fincheck.sources import sha256_file
+from fincheck.io.sources import sha256_file
 from fincheck.tasks import get_task
 
 HERE = Path(__file__).resolve().parent

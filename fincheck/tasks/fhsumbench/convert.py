@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import Prompt
 from fincheck.errors import InvalidRecordError
-from fincheck.pairs import Pair
-from fincheck.prompting import Prompt
-from fincheck.raw_records import RawRecord, require
+from fincheck.io.raw_records import RawRecord, require
 from fincheck.tasks.fhsumbench.metrics import JUDGEMENTS, LABELS
 
 

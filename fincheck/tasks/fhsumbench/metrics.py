@@ -18,9 +18,9 @@ import json
 import re
 from collections.abc import Sequence
 
-from fincheck import jsonl
-from fincheck.bootstrap import bootstrap_cis, ci95_lists
-from fincheck.classification import (
+from fincheck.io import jsonl
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.classification import (
     balanced_accuracy,
     confusion_matrix,
     harmonic_mean,

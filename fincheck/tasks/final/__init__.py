@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.config import config_field
-from fincheck.figures import fmt, fmt_ci
-from fincheck.pairs import Pair
-from fincheck.raw_records import iter_records
-from fincheck.sources import Source
+from fincheck.data.pairs import Pair
+from fincheck.io.config import config_field
+from fincheck.io.raw_records import iter_records
+from fincheck.io.sources import Source
+from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
@@ -360,7 +360,7 @@ class FinalTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck import plots
+        from fincheck.metrics import plots
 
         confusion = score.figures["binary_confusion"]
         return [

@@ -7,10 +7,10 @@ FINAL file and DeFacto can be matched item by item.
 
 from __future__ import annotations
 
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import Prompt
 from fincheck.errors import InvalidRecordError
-from fincheck.pairs import Pair
-from fincheck.prompting import Prompt
-from fincheck.raw_records import RawRecord, require
+from fincheck.io.raw_records import RawRecord, require
 from fincheck.tasks.final.descriptions import explanation_to_descriptions
 from fincheck.tasks.final.lettering import final_target
 

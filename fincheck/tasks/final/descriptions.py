@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from fincheck.sentences import split_sentences as split_into_sentences
+from fincheck.data.sentences import split_sentences as split_into_sentences
 
 _CONNECTIVE = re.compile(
     r"^(?:also|additionally|in addition|furthermore|moreover|plus|and|first|firstly|second|secondly|third|thirdly|finally|lastly|"

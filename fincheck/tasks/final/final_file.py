@@ -9,10 +9,10 @@ inconsistencies). An empty list means the summary is consistent. Items marked `"
 
 from __future__ import annotations
 
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import Prompt
 from fincheck.errors import InvalidRecordError
-from fincheck.pairs import Pair
-from fincheck.prompting import Prompt
-from fincheck.raw_records import RawRecord
+from fincheck.io.raw_records import RawRecord
 from fincheck.tasks.final.defacto import final_pair
 
 TEXT_FIELDS = ("text", "document", "source", "article")

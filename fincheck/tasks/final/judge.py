@@ -1,6 +1,6 @@
 """The FINAL matching judge: prompt, strict answer parsing, caching, and the run over a corpus.
 
-The judge is an injected `ChatClient` (`fincheck.llm`: an OpenAI-compatible endpoint, a
+The judge is an injected `ChatClient` (`fincheck.inference.llm`: an OpenAI-compatible endpoint, a
 local transformers model, or a test fake): this module only builds requests and reads answers.
 Every answer is cached on disk under a key of the full request, so a rerun after a crash repeats
 no call.
@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from fincheck import jsonl
+from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
-from fincheck.llm import ChatClient, LLMCallError, RequestCache, as_completion
-from fincheck.prompting import Prompt, parse_prompt_file
+from fincheck.inference.llm import ChatClient, LLMCallError, RequestCache, as_completion
+from fincheck.io import jsonl
 from fincheck.tasks.final.lettering import lettered, letters
 
 HERE = Path(__file__).parent

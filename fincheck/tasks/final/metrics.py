@@ -20,15 +20,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fincheck import jsonl
-from fincheck.bootstrap import bootstrap_cis, ci95_lists
-from fincheck.classification import (
+from fincheck.data.sentences import split_sentences as _split_sentences
+from fincheck.io import jsonl
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.classification import (
     balanced_accuracy,
     confusion_matrix,
     harmonic_mean,
     precision_recall,
 )
-from fincheck.sentences import split_sentences as _split_sentences
 
 # How an answer is read (`read_descriptions`). FINAL's judge prompt (the paper's appendix E.4)
 # gives an answer that is not a list of descriptions no prediction. The reader reads more

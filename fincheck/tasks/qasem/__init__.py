@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.classification import confusion_matrix, roc_curve
-from fincheck.config import config_field
-from fincheck.figures import fmt, fmt_ci
-from fincheck.pairs import Pair
-from fincheck.raw_records import iter_records
-from fincheck.sources import Source
-from fincheck.splits import split_by_group
+from fincheck.data.pairs import Pair
+from fincheck.data.splits import split_by_group
+from fincheck.io.config import config_field
+from fincheck.io.raw_records import iter_records
+from fincheck.io.sources import Source
+from fincheck.metrics.classification import confusion_matrix, roc_curve
+from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
@@ -256,7 +256,7 @@ class QasemTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck import plots
+        from fincheck.metrics import plots
 
         made = []
         groups: dict[str, list[dict]] = {}

@@ -11,10 +11,10 @@ sentence the QA is about (`sent_id`), the question and the answer. Target: `Yes`
 
 from __future__ import annotations
 
+from fincheck.data.pairs import Pair
+from fincheck.data.prompting import Prompt
 from fincheck.errors import InvalidRecordError
-from fincheck.pairs import Pair
-from fincheck.prompting import Prompt
-from fincheck.raw_records import RawRecord, require
+from fincheck.io.raw_records import RawRecord, require
 from fincheck.tasks.qasem.detokenize import detokenize
 from fincheck.tasks.qasem.metrics import SUBSETS
 

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fincheck.bootstrap import bootstrap_cis, ci95_lists
-from fincheck.classification import balanced_accuracy, parse_yes_no, roc_auc
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.classification import balanced_accuracy, parse_yes_no, roc_auc
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
 THRESHOLD = 0.5

@@ -6,7 +6,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 
-from fincheck.pairs import Pair
+from fincheck.data.pairs import Pair
 
 
 def split_by_group(

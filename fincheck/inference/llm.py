@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from fincheck import jsonl
+from fincheck.io import jsonl
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.checksums import sha256_file
-from fincheck.config import read_yaml_mapping
 from fincheck.errors import FincheckError
-from fincheck.jsonl import read_json_object
+from fincheck.io.checksums import sha256_file
+from fincheck.io.config import read_yaml_mapping
+from fincheck.io.jsonl import read_json_object
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"

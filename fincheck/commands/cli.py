@@ -18,9 +18,9 @@ import sys
 import yaml
 
 from fincheck import __version__
-from fincheck.config import close_flags
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
-from fincheck.secrets import redact
+from fincheck.io.config import close_flags
+from fincheck.io.secrets import redact
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -29,7 +29,7 @@ COMMAND_MODULES = (
     "fincheck.eval.commands",
     "fincheck.eval.compare",
     "fincheck.serve.commands",
-    "fincheck.models_command",
+    "fincheck.commands.models",
 )
 
 

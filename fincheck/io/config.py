@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError, UsageError
-from fincheck.jsonl import read_utf8_text
+from fincheck.io.jsonl import read_utf8_text
 
 T = TypeVar("T")
 

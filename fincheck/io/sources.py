@@ -16,9 +16,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError
-from fincheck.models import cache_root
+from fincheck.io.checksums import sha256_file
+from fincheck.models.known import cache_root
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fincheck import jsonl
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.jsonl import decode_object_line
+from fincheck.io import jsonl
+from fincheck.io.jsonl import decode_object_line
 
 if TYPE_CHECKING:
-    from fincheck.pairs import Pair
+    from fincheck.data.pairs import Pair
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ generate through these functions, so a model sees the same prompt everywhere.
                        add_generation_prompt=True)
     texts, p_yes = generate_batch(loaded.model, loaded.tokenizer, [fit.text], 8, want_p_yes=True)
 
-Loading: `fincheck.loading` (a base, an adapter on its base, a GGUF file, a known name).
+Loading: `fincheck.models.loading` (a base, an adapter on its base, a GGUF file, a known name).
 Fitting: a prompt longer than the budget is cut at the end of its grounding text (the span in
 the user message), at a word boundary, with a " [...]" marker; never the instructions, the
 summary, the question or the target.
@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fincheck.data.trimming import messages_text, trim_grounding
 from fincheck.errors import FincheckError
-from fincheck.runs import RunArtifacts
-from fincheck.trimming import messages_text, trim_grounding
+from fincheck.io.runs import RunArtifacts
 
 log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

@@ -8,7 +8,7 @@ cover 227 documents. Fitted to a 1,024-token window (SmolLM2 tokens), the plain 
 1.40M QASem prompt tokens where 0.15M are distinct, 0.45M FHSumBench tokens for 0.14M, and 0.60M
 FINAL tokens for 0.45M (the instructions alone).
 
-So the token ids of the prompts are put in a prefix tree (`fincheck.prefix_tree`, the one
+So the token ids of the prompts are put in a prefix tree (`fincheck.inference.prefix_tree`, the one
 training packs with too): a node is a prefix shared by all prompts below it. The tree is walked depth first: a node's prefix runs
 once into a KV cache (the parent's cache, extended by the node's own tokens); the prompts that
 end below the node without sharing more (its leaves) run only their own suffix from a copy of
@@ -29,14 +29,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fincheck.inference import (
+from fincheck.inference.generation import (
     NO_SPELLINGS,
     YES_SPELLINGS,
     answer_spellings,
     stop_tokens,
     yes_share,
 )
-from fincheck.prefix_tree import PrefixNode, build_prefix_tree
+from fincheck.inference.prefix_tree import PrefixNode, build_prefix_tree
 
 
 def cache_argument() -> str:

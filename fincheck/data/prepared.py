@@ -1,6 +1,6 @@
 """A prepared-data folder (what `fincheck prepare --out` writes), read in one place.
 
-    OUT/<task>/<split>.jsonl   pairs (`fincheck.pairs`)
+    OUT/<task>/<split>.jsonl   pairs (`fincheck.data.pairs`)
     OUT/manifest.json          input checksums, config, prompt hashes, counts, `fingerprint`
 Training, evaluation, scoring and the benchmarks read it through these functions.
 """
@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fincheck.checksums import sha256_file
+from fincheck.data.pairs import Pair, read_pairs
 from fincheck.errors import FincheckError
-from fincheck.jsonl import read_json_object
-from fincheck.pairs import Pair, read_pairs
+from fincheck.io.checksums import sha256_file
+from fincheck.io.jsonl import read_json_object
 from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"

@@ -2,9 +2,9 @@
 package index, pinned by URL and sha256), where fetched ones are kept (the cache folders), and
 the origin record of a fetched folder (`fincheck_model.json`).
 
-Fetching is `fincheck.wheels` (download and check) with `fincheck.loading` (GGUF conversion,
+Fetching is `fincheck.models.wheels` (download and check) with `fincheck.models.loading` (GGUF conversion,
 and `resolve_model`: a known name wherever a model path goes); the command is `fincheck models`
-(`fincheck.models_command`).
+(`fincheck.commands.models`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from fincheck.bootstrap import MIN_ITEMS_FOR_CI
+from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI
 
 
 def fmt(value, scale: float = 1.0, digits: int = 3) -> str:

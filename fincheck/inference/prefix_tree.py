@@ -10,7 +10,7 @@ tree and each shared prefix is a node that the prompts below it share:
                          │              └─ sentence 2 ── QA 3
                          └─ document B ── ...
 
-Evaluation (`fincheck.shared_prefix`) runs each node once into a KV cache and each leaf from a
+Evaluation (`fincheck.inference.shared_prefix`) runs each node once into a KV cache and each leaf from a
 copy of it; training (`fincheck.train.tree_layout`) lays a tree out as one sequence, each node
 once, with an attention mask that lets every token see only its ancestors. Both build the tree
 here, with `build_prefix_tree`.

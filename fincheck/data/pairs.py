@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.jsonl import iter_json_objects
+from fincheck.io.jsonl import iter_json_objects
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 ROLES: tuple[str, ...] = ("system", "user", "assistant")

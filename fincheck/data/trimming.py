@@ -4,7 +4,7 @@ The grounding text is the only part that can be long (a news article, a Wikipedi
 sources); the instructions, the summary or QA, and the target must stay whole. Its place is the
 [start, end) span inside the user message (`meta["grounding_span"]` of a pair). A conversation
 that does not fit even with an empty document cannot be fitted; callers count both outcomes.
-`fincheck.inference.fit_messages` applies this cut with a model's real chat template.
+`fincheck.inference.generation.fit_messages` applies this cut with a model's real chat template.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
-from fincheck.pairs import Pair
+from fincheck.data.pairs import Pair
 
 TokenCounter = Callable[[str], int]
 TRIM_MARKER = " [...]"  # tells the model (and a reader) that the document was cut here

