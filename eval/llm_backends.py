@@ -18,7 +18,6 @@ import concurrent.futures
 import math
 import os
 import queue
-import random
 import sys
 import threading
 import time
@@ -208,19 +207,21 @@ class OpenAIChatClient(ChatClient):
         """One call and its reply checked (`reply_problem`). The openai client retries what
         fails over HTTP; a 200 whose reply is malformed is asked again the same way (its backoff,
         up to max_retries times), then the call fails: a malformed reply is never returned."""
-        for retry in range(self.max_retries + 1):
-            if retry:  # the openai client's backoff: 0.5 s doubling up to 8 s, less 0-25%
-                time.sleep(min(0.5 * 2 ** (retry - 1), 8.0) * (1 - 0.25 * random.random()))
-            response = self._call(messages, sampling)
-            problem = (
-                response.problem
-                if isinstance(response, _NotJSON)
-                else reply_problem(response, asked_logprobs="logprobs" in sampling)
-            )
-            if problem is None:
-                break
-        else:
-            self._malformed(problem)
+        from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
+
+        def checked() -> tuple[Any, str | None]:
+            response = self._call(messages, sampling)  # its failures are not retried here
+            if isinstance(response, _NotJSON):
+                return response, response.problem
+            return response, reply_problem(response, asked_logprobs="logprobs" in sampling)
+
+        retrying = Retrying(  # the openai client's backoff: 0.5 s doubling up to 8 s
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=0.5, max=8.0),
+            retry=retry_if_result(lambda checked: checked[1] is not None),
+            retry_error_callback=lambda state: self._malformed(state.outcome.result()[1]),
+        )
+        response, _ = retrying(checked)
         with self._lock:
             self._in_a_row.clear()
             if isinstance(getattr(response, "model", None), str):

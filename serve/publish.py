@@ -298,34 +298,48 @@ def resolve_token() -> str:
 
 
 def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 2.0) -> T:
-    """Run `call`, retrying transient hub failures; auth failures become a clear FincheckError."""
+    """Run `call`, retrying transient hub failures (5xx, 408/429, the network) with tenacity's
+    exponential backoff (base_delay, doubling); an auth failure, or the last attempt's failure,
+    is one clear FincheckError."""
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except HfHubHTTPError as e:
-            status = e.response.status_code if e.response is not None else None
-            if status in (401, 403):
-                raise FincheckError(_auth_message(status, what)) from None
-            if status not in TRANSIENT_STATUS or attempt == attempts:
-                raise FincheckError(f"{what} failed: HTTP {status}: {_first_line(e)}") from None
-            reason = f"HTTP {status}"
-        except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
-            raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
-        except (OSError, httpx2.TransportError) as e:
-            if attempt == attempts:
-                raise FincheckError(
-                    f"{what} failed after {attempts} attempts: {type(e).__name__}"
-                ) from None
-            reason = type(e).__name__
-        delay = base_delay * 2 ** (attempt - 1)
-        log.warning(
-            "%s: %s, retrying in %.1fs (attempt %d/%d)", what, reason, delay, attempt, attempts
-        )
-        _sleep(delay)
-    raise AssertionError("unreachable")
+    def status(e: BaseException) -> int | None:
+        response = getattr(e, "response", None)  # an HfHubHTTPError may come without one
+        return response.status_code if response is not None else None
+
+    def transient(e: BaseException) -> bool:
+        if isinstance(e, HfHubHTTPError):
+            return status(e) in TRANSIENT_STATUS
+        return isinstance(e, (OSError, httpx2.TransportError))
+
+    def say(state: Any) -> None:
+        e = state.outcome.exception()
+        reason = f"HTTP {status(e)}" if isinstance(e, HfHubHTTPError) else type(e).__name__
+        log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, reason,
+                    state.upcoming_sleep, state.attempt_number, attempts)  # fmt: skip
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=base_delay),
+        retry=retry_if_exception(transient),
+        before_sleep=say,
+        sleep=lambda seconds: _sleep(seconds),  # tests replace _sleep
+        reraise=True,
+    )
+    try:
+        return retrying(call)
+    except HfHubHTTPError as e:
+        if status(e) in (401, 403):
+            raise FincheckError(_auth_message(status(e), what)) from None
+        raise FincheckError(f"{what} failed: HTTP {status(e)}: {_first_line(e)}") from None
+    except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
+        raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
+    except (OSError, httpx2.TransportError) as e:
+        raise FincheckError(
+            f"{what} failed after {attempts} attempts: {type(e).__name__}"
+        ) from None
 
 
 def _auth_message(status: int, what: str) -> str:
