@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fincheck.data.pairs import Pair
-from fincheck.data.prepared import prepared_tasks, read_manifest, read_split, split_path
+from fincheck.data.prepared import PreparedFolder
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import fit_messages, render_chat
 from fincheck.io.config import config_field, load_config
@@ -81,12 +81,12 @@ class DataMixture:
         return self.weights.get(task, get_task(task).train_weight)
 
 
-def load_mixture_config(path: str | Path, dataset_dir: str | Path | None = None) -> DataMixture:
+def load_mixture_config(path: str | Path, prepared: PreparedFolder | None = None) -> DataMixture:
     """The mixture file; with `dataset_dir`, its default task list resolved to every
     registered task that folder holds (the tasks its manifest counts)."""
     mixture = load_config(DataMixture, path)
-    if mixture.tasks is None and dataset_dir is not None:
-        mixture = dataclasses.replace(mixture, tasks=prepared_tasks(dataset_dir))
+    if mixture.tasks is None and prepared is not None:
+        mixture = dataclasses.replace(mixture, tasks=prepared.tasks())
     return mixture
 
 
@@ -271,10 +271,11 @@ class PreparedData:
     manifest: dict[str, Any]
 
 
-def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any) -> PreparedData:
+def build_training_data(
+    recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any, prepared: PreparedFolder
+) -> PreparedData:
     """Read, fit, mix, tokenize: the rows for SFTTrainer (dev rows for the eval loss when the
     recipe evaluates) plus counts for the log and the run metadata."""
-    dataset_dir = Path(recipe.dataset_dir)  # checked by build_trainer before the slow setup
     eval_max_examples = recipe.eval_max_examples if recipe.eval_steps else 0
     row_of = functools.partial(
         training_row,
@@ -286,7 +287,7 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
 
     # Select first (weights, caps), then fit only what was selected: fitting measures every
     # pair with the chat template, which is the slow part for a large prepared set.
-    by_task = {t: read_split(dataset_dir, t, mixture.train_split) for t in mixture.tasks}
+    by_task = {t: prepared.split(t, mixture.train_split) for t in mixture.tasks}
     fit: Counter = Counter()  # (task, "kept" | "trimmed" | "dropped") -> pairs
     train_rows: list[dict[str, Any]] = []
     for pair in mix_pairs(by_task, mixture, recipe.seed):
@@ -305,8 +306,8 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
         candidates = [
             pair
             for task in mixture.tasks
-            if split_path(dataset_dir, task, mixture.eval_split).is_file()
-            for pair in read_split(dataset_dir, task, mixture.eval_split)
+            if prepared.has(task, mixture.eval_split)
+            for pair in prepared.split(task, mixture.eval_split)
         ]
         random.Random(recipe.seed).shuffle(candidates)
         for pair in candidates:
@@ -328,7 +329,7 @@ def build_training_data(recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any)
         train_rows=train_rows,
         eval_rows=eval_rows,
         stats=stats,
-        manifest=read_manifest(dataset_dir),
+        manifest=prepared.manifest,
     )
 
 

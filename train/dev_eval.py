@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fincheck.data.pairs import Pair, Prediction, sample
-from fincheck.data.prepared import read_split
+from fincheck.data.prepared import PreparedFolder
 from fincheck.inference.generation import LoadedModel, answer_budgets
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
@@ -52,7 +52,9 @@ class DevTask:
 class DevFigures:
     """The dev sample of each task, its prompts fitted once; `compute(model)` answers them."""
 
-    def __init__(self, recipe: SFTRecipe, split: str, tokenizer: Any) -> None:
+    def __init__(
+        self, recipe: SFTRecipe, split: str, tokenizer: Any, prepared: PreparedFolder
+    ) -> None:
         """The recipe's dev_figures tasks on `split`, sampled by dev_figures_limit, fitted to
         max_length (the window) and answered per_device_eval_batch_size at a time."""
         self.tokenizer, self.batch_size = tokenizer, recipe.per_device_eval_batch_size
@@ -63,7 +65,7 @@ class DevFigures:
         self.tasks: list[DevTask] = []
         for name in recipe.dev_figures:
             task = get_task(name)
-            pairs = read_split(recipe.dataset_dir, name, split)
+            pairs = prepared.split(name, split)
             limit = recipe.dev_figures_limit.get(name)
             pairs = sample(pairs, limit, recipe.seed, task.limit_by_document)
             prompts = [

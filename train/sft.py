@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.data.prepared import read_manifest, require_prepared_dir
+from fincheck.data.prepared import PreparedFolder
 from fincheck.errors import FincheckError
 from fincheck.io.config import build_config, describe_config
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
@@ -106,12 +106,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     launch.share_cpu_threads()
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
-    require_prepared_dir(recipe.dataset_dir)
+    folder = PreparedFolder.open(recipe.dataset_dir)  # the one entry to the prepared data
     output_dir = Path(recipe.output_dir)  # claimed by load_training_recipe
     # one writer per run folder: the first process holds its lock until it ends (another
     # `fincheck train` into it stops here, before anything is loaded)
     lock = lock_out_dir(output_dir, "fincheck train") if recipe.process_index == 0 else None
-    mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
+    mixture = data.load_mixture_config(recipe.data_config, folder)
     base_path = model.resolve_base_path(recipe, output_dir)  # fetched or built already
     if recipe.deepspeed and recipe.use_cpu:
         # On the CPU accelerate starts torch.distributed (gloo) but not DeepSpeed's comm layer,
@@ -124,7 +124,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         atexit.register(host_memory.remove_shared_allreduce_buffer)
 
     base_fp = checkpoints.base_fingerprint(base_path)
-    data_fp = read_manifest(recipe.dataset_dir).get("fingerprint")
+    data_fp = folder.fingerprint
     launch.check_one_run_on_every_rank(
         {"recipe": launch.recipe_identity(recipe), "prepared data": str(data_fp), "base": base_fp}
     )
@@ -133,7 +133,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         callbacks.continue_wandb_run(output_dir)
 
     tokenizer = model.load_tokenizer(recipe, base_path)
-    prepared = data.build_training_data(recipe, mixture, tokenizer)
+    prepared = data.build_training_data(recipe, mixture, tokenizer, folder)
     train_rows, eval_rows, collator = prepared.train_rows, prepared.eval_rows, None
     if recipe.tree_packing:
         train_rows, eval_rows, prepared.stats["tree_packing"] = tree_layout.pack_splits(
@@ -154,7 +154,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         attention = base.config._attn_implementation
         collator = tree_batches.tree_collator(recipe, tokenizer.pad_token_id, attention)
     dev_figures = (
-        dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer) if recipe.dev_figures else None
+        dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer, folder)
+        if recipe.dev_figures
+        else None
     )
     if dev_figures is not None:
         prepared.stats["dev_figures"] = dev_figures.sizes()

@@ -2,7 +2,8 @@
 
     OUT/<task>/<split>.jsonl   pairs (`fincheck.data.pairs`)
     OUT/manifest.json          input checksums, config, prompt hashes, counts, `fingerprint`
-Training, evaluation, scoring and the benchmarks read it through these functions.
+Evaluation and scoring read it through these functions; training opens it once as a
+`PreparedFolder` (the manifest read and checked once, each split read once).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +36,24 @@ def split_path(dataset_dir: str | Path, task: str, split: str) -> Path:
     return Path(dataset_dir) / task / f"{split}.jsonl"
 
 
-def read_split(dataset_dir: str | Path, task: str, split: str) -> list[Pair]:
-    """One task's pairs of one split; a missing file says how to make it."""
+def read_split(
+    dataset_dir: str | Path, task: str, split: str, manifest: dict[str, Any] | None = None
+) -> list[Pair]:
+    """One task's pairs of one split (checked against `manifest`, read here when not given); a
+    missing file says how to make it."""
     path = split_path(dataset_dir, task, split)
     if not path.is_file():
         raise FincheckError(
             f"no {split} pairs for task {task!r}: {path} is missing. Run `fincheck prepare` "
             f"(with {task!r} among its tasks) first."
         )
-    check_recorded_sha256(dataset_dir, path)
+    check_recorded_sha256(dataset_dir, path, manifest)
     return list(read_pairs(path, task_names()))
 
 
-def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
+def check_recorded_sha256(
+    dataset_dir: str | Path, path: Path, manifest: dict[str, Any] | None = None
+) -> None:
     """A split file as `fincheck prepare` wrote it: its sha256 is the one the manifest records
     (and the data fingerprint is made of), so results and runs that name the fingerprint name
     these very pairs. A file edited by hand, or a folder re-prepared under a kept manifest,
@@ -55,7 +62,7 @@ def check_recorded_sha256(dataset_dir: str | Path, path: Path) -> None:
     if not manifest_path.is_file():
         return
     key = path.relative_to(dataset_dir).as_posix()
-    manifest = read_manifest(dataset_dir)
+    manifest = read_manifest(dataset_dir) if manifest is None else manifest
     files = manifest.get("files")
     if isinstance(files, dict) and key not in files:
         raise FincheckError(
@@ -99,9 +106,14 @@ def prepared_tasks(dataset_dir: str | Path) -> list[str]:
     holds (the tasks its manifest counts; all registered ones for a folder without a
     manifest), so a new task's package is trained on and evaluated without naming it."""
     path = Path(dataset_dir) / MANIFEST
-    if not path.is_file():
+    return tasks_held(dataset_dir, read_json_object(path) if path.is_file() else None)
+
+
+def tasks_held(dataset_dir: str | Path, manifest: dict[str, Any] | None) -> list[str]:
+    """`prepared_tasks` from a manifest already read (None: the folder has none)."""
+    if manifest is None:
         return list(task_names())
-    held = read_json_object(path).get("counts") or {}
+    held = manifest.get("counts") or {}
     tasks = [t for t in task_names() if t in held]
     if not tasks:
         raise FincheckError(
@@ -109,3 +121,35 @@ def prepared_tasks(dataset_dir: str | Path) -> list[str]:
             f"({', '.join(task_names())}): run `fincheck prepare` into it"
         )
     return tasks
+
+
+@dataclass
+class PreparedFolder:
+    """A prepared folder opened once: training's one entry to its data. The manifest is read
+    and checked once; each split is read, and checked against it, once."""
+
+    path: Path
+    manifest: dict[str, Any]
+    has_manifest: bool
+    _splits: dict[tuple[str, str], list[Pair]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> PreparedFolder:
+        require_prepared_dir(path)
+        return cls(Path(path), read_manifest(path), (Path(path) / MANIFEST).is_file())
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint")
+
+    def tasks(self) -> list[str]:
+        """Every registered task the folder holds (`prepared_tasks`)."""
+        return tasks_held(self.path, self.manifest if self.has_manifest else None)
+
+    def has(self, task: str, split: str) -> bool:
+        return split_path(self.path, task, split).is_file()
+
+    def split(self, task: str, split: str) -> list[Pair]:
+        if (task, split) not in self._splits:
+            self._splits[task, split] = read_split(self.path, task, split, self.manifest)
+        return self._splits[task, split]

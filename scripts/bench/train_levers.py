@@ -299,6 +299,7 @@ def summarize(runner: Runner, reference: Runner) -> LeverResult:
 def run_train_levers(s: LeverSettings) -> LeverReport:
     import torch
 
+    from fincheck.data.prepared import PreparedFolder
     from fincheck.models.loading import resolve_model
     from fincheck.train import data
     from fincheck.train import model as train_model
@@ -318,8 +319,9 @@ def run_train_levers(s: LeverSettings) -> LeverReport:
     if not recipe.tree_packing:
         raise FincheckError("the levers are measured on tree packs: the recipe needs tree_packing")
     tokenizer = train_model.load_tokenizer(recipe, base_path)
-    mixture = data.load_mixture_config(recipe.data_config, recipe.dataset_dir)
-    rows = data.build_training_data(recipe, mixture, tokenizer).train_rows
+    folder = PreparedFolder.open(recipe.dataset_dir)
+    mixture = data.load_mixture_config(recipe.data_config, folder)
+    rows = data.build_training_data(recipe, mixture, tokenizer, folder).train_rows
     packs = sample_packs(recipe, rows, s)
     runners, init = [], {}
     for v in variants:
