@@ -32,16 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair, Prediction
-from fincheck.data.prepared import read_manifest
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import EvalOptions
-from fincheck.eval.predictions import (
-    PredictionWriter,
-    check_eval_config,
-    path_identity,
-    record_generation,
-    record_loaded,
-)
+from fincheck.eval.predictions import PredictionWriter, path_identity
+from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.generation import (
     Fit,
     LoadedModel,
@@ -61,81 +55,67 @@ from fincheck.tasks import all_tasks, get_task, load_prompt
 def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
     """Predictions for every task; returns per-task counts (total, resumed, generated,
     trimmed, failed)."""
-    opts.resolve_tasks()
+    tasks = list(opts.resolve_tasks())
     backend_class = BACKENDS[opts.backend]
-    check_eval_config(
-        opts.predictions_dir,
-        {
-            "backend": opts.backend,
-            "model": opts.model,
-            "split": opts.split,
-            "limit": opts.limit,
-            "sample_seed": opts.sample_seed,
-            "max_input_tokens": opts.max_input_tokens,
-            "requested_window": opts.window,  # the one the model turns out to have: "window"
-            "tasks": list(opts.tasks),
-            "sample_by": opts.sample_by(opts.tasks),
-            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
-            "requested_max_new_tokens": dict(opts.max_new_tokens),
-            **backend_class.requested(opts),
-        },
-    )
-    task_pairs = {task: opts.sample(task) for task in opts.tasks}
-    backend = backend_class(opts)
-    fitter = backend.fitter
-    window = fitter and fitter.window
-    budgets = answer_budgets(all_tasks(), window, opts.max_new_tokens)
-    budgets = {task: budgets[task] for task in opts.tasks}
-    record_loaded(opts.predictions_dir, max_new_tokens=budgets, window=window, **backend.loaded())
-    summary: dict[str, dict[str, Any]] = {}
-    for task, pairs in task_pairs.items():
-        summary[task] = eval_task(backend, task, pairs, budgets[task], opts)
-        record_generation(opts.predictions_dir, task, summary[task])
-    if (served := backend.served_models()) is not None:
-        record_loaded(opts.predictions_dir, served_models=served)
-    return summary
-
-
-def eval_task(
-    backend: Backend, task: str, pairs: list[Pair], budget: int, opts: EvalOptions
-) -> dict:
-    """One task: its prompts fitted, those not predicted yet answered and appended."""
-    from tqdm.auto import tqdm
-
-    writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
-    todo = [p for p in pairs if p.id not in writer.done]
-    # all of them: a resumed run counts the trimmed prompts it skips
-    fits = {p.id: fit_pair(backend.fitter, p, budget, opts.max_input_tokens) for p in pairs}
-    bar = tqdm(
-        total=len(pairs),
-        initial=len(pairs) - len(todo),
-        desc=f"eval {task}",
-        unit="ex",
-        disable=not opts.progress,
-        smoothing=0.0,  # batches come in a seeded random order: the mean rate gives the ETA
-    )
-
-    def write(batch: AnsweredBatch) -> None:
-        n = len(batch.pairs)
-        p_yes, cut = batch.p_yes or [None] * n, batch.cut or [None] * n
-        rows = zip(batch.pairs, batch.texts, p_yes, cut, strict=True)
-        writer.write_batch(
-            [Prediction(p.id, task, t, y, cut="answer" if c else None) for p, t, y, c in rows]
-        )
-        bar.update(n)
-
-    try:
-        failed = backend.answer(task, todo, fits, budget, write)
-    finally:
-        bar.close()
-        writer.close()
-    return {
-        "total": len(pairs),
-        "resumed": len(pairs) - len(todo),
-        "generated": len(todo) - len(failed),
-        "trimmed": sum(fit.trimmed for fit in fits.values()),
-        "failed": failed,
+    identity = {
+        "model": opts.model,
+        "max_input_tokens": opts.max_input_tokens,
+        "requested_max_new_tokens": dict(opts.max_new_tokens),
+        **backend_class.requested(opts),
     }
+    return answer_tasks(opts, identity, tasks, lambda: DetectorPrompt(backend_class(opts), opts))
+
+
+class DetectorPrompt(Answerer):
+    """fincheck's own task prompt on a backend: each task's answer budget fixed once
+    (`answer_budgets`: --max-new-tokens, else the task's default fitted to the window), each
+    prompt fitted to the window less it, the rest answered batch by batch."""
+
+    def __init__(self, backend: Backend, opts: EvalOptions) -> None:
+        self.backend, self.opts = backend, opts
+        self.window = backend.fitter and backend.fitter.window
+        self.budgets = answer_budgets(all_tasks(), self.window, opts.max_new_tokens)
+
+    def loaded(self) -> dict[str, Any]:
+        budgets = {task: self.budgets[task] for task in self.opts.tasks}
+        return {"max_new_tokens": budgets, "window": self.window, **self.backend.loaded()}
+
+    def served_models(self) -> list[str] | None:
+        return self.backend.served_models()
+
+    def answer_task(
+        self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
+    ) -> dict[str, Any]:
+        from tqdm.auto import tqdm
+
+        budget, opts = self.budgets[task], self.opts
+        # all of them: a resumed run counts the trimmed prompts it skips
+        fits = {
+            p.id: fit_pair(self.backend.fitter, p, budget, opts.max_input_tokens) for p in pairs
+        }
+        bar = tqdm(
+            total=len(pairs),
+            initial=len(pairs) - len(todo),
+            desc=f"eval {task}",
+            unit="ex",
+            disable=not opts.progress,
+            smoothing=0.0,  # batches come in a seeded random order: the mean rate gives the ETA
+        )
+
+        def write(batch: AnsweredBatch) -> None:
+            n = len(batch.pairs)
+            p_yes, cut = batch.p_yes or [None] * n, batch.cut or [None] * n
+            rows = zip(batch.pairs, batch.texts, p_yes, cut, strict=True)
+            writer.write_batch(
+                [Prediction(p.id, task, t, y, cut="answer" if c else None) for p, t, y, c in rows]
+            )
+            bar.update(n)
+
+        try:
+            failed = self.backend.answer(task, todo, fits, budget, write)
+        finally:
+            bar.close()
+        return {"trimmed": sum(fit.trimmed for fit in fits.values()), "failed": failed}
 
 
 def fit_pair(fitter: LoadedModel | None, pair: Pair, budget: int, max_input: int | None) -> Fit:

@@ -13,20 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fincheck.data.pairs import Prediction
-from fincheck.data.prepared import read_manifest
+from fincheck.data.pairs import Pair, Prediction
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import METHOD, build_client
 from fincheck.eval.options import BaselineOptions
-from fincheck.eval.predictions import (
-    PredictionWriter,
-    check_eval_config,
-    path_identity,
-    record_generation,
-    record_loaded,
-)
+from fincheck.eval.predictions import PredictionWriter, path_identity
+from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.io import jsonl
 from fincheck.io.jsonl import drop_torn_last_line
@@ -71,95 +65,82 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
     llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})
     method = METHODS[opts.method](opts, llm)
+    identity = {
+        "model": "/".join(str(v) for v in client.identity.values()),
+        "adapter": None,
+        "method": method.name,
+        "method_source": method.source,
+        "max_tokens": opts.max_tokens,
+        "nli_model": opts.nli_model,
+        "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
+        "step1": path_identity(opts.step1) if opts.method == "two-step" else None,
+        "step2": opts.step2 if opts.method == "two-step" else None,
+    }
     tasks = covered_tasks(method, opts, named)
-    check_eval_config(
-        opts.predictions_dir,
-        {
-            "model": "/".join(str(v) for v in client.identity.values()),
-            "adapter": None,
-            "split": opts.split,
-            "method": method.name,
-            "method_source": method.source,
-            "backend": opts.backend,
-            "limit": opts.limit,
-            "sample_seed": opts.sample_seed,
-            "tasks": tasks,
-            "sample_by": opts.sample_by(tasks),
-            "max_tokens": opts.max_tokens,
-            "nli_model": opts.nli_model,
-            "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
-            "step1": path_identity(opts.step1) if opts.method == "two-step" else None,
-            "step2": opts.step2 if opts.method == "two-step" else None,
-            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
-            "requested_window": opts.window,
-        },
-    )
-    record_loaded(opts.predictions_dir, client=client.identity)
-    summary: dict[str, dict[str, Any]] = {}
-    for task in tasks:
-        pairs = opts.sample(task)
+    return answer_tasks(opts, identity, tasks, lambda: PaperMethod(method, client, llm, opts))
+
+
+class PaperMethod(Answerer):
+    """A paper's system (or a plain score) over an LLM client: examples run `concurrency` at a
+    time, each prediction written as soon as it is done, with a trace line of its intermediate
+    answers and calls."""
+
+    def __init__(
+        self, method: Method, client: ChatClient, llm: CachedLLM, opts: BaselineOptions
+    ) -> None:
+        self.method, self.client, self.llm, self.opts = method, client, llm, opts
+
+    def loaded(self) -> dict[str, Any]:
+        return {"client": self.client.identity}
+
+    def served_models(self) -> list[str] | None:
+        """What the endpoint says it ran (nothing recorded when it says nothing)."""
+        return sorted(self.client.served_models) or None
+
+    def answer_task(
+        self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
+    ) -> dict[str, Any]:
+        """The task's predictions (those not written yet) and a trace line per example."""
+        method, opts = self.method, self.opts
         if method.prepare is not None:
             method.prepare(task)
-        trimmed_before = client.trimmed  # the client counts across tasks
-        summary[task] = run_task(method, llm, opts, task, pairs)
-        summary[task]["trimmed"] = client.trimmed - trimmed_before
-        record_generation(opts.predictions_dir, task, summary[task])
-    if client.served_models:  # what the endpoint says it ran
-        record_loaded(opts.predictions_dir, served_models=sorted(client.served_models))
-    return summary
+        trimmed_before = self.client.trimmed  # the client counts across tasks
+        trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
+        drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
 
+        def done(pair: Pair, output: MethodOutput, n_calls: int) -> None:
+            writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes,
+                                           cut=output.cut, reasoning=output.reasoning)])  # fmt: skip
+            record = {"id": pair.id, "calls": n_calls, **output.trace}
+            with trace_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
-def run_task(
-    method: Method, llm: CachedLLM, opts: BaselineOptions, task: str, pairs: list
-) -> dict[str, Any]:
-    """One task's predictions (those not written yet) and a trace line per example."""
-    writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
-    todo = [p for p in pairs if p.id not in writer.done]
-    trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
-    drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
-
-    def done(pair, output: MethodOutput, n_calls: int) -> None:
-        writer.write_batch(
-            [
-                Prediction(
-                    pair.id,
-                    task,
-                    output.output,
-                    output.p_yes,
-                    cut=output.cut,
-                    reasoning=output.reasoning,
-                )
-            ]
-        )
-        record = {"id": pair.id, "calls": n_calls, **output.trace}
-        with trace_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-
-    try:
         failures = run_examples(
-            method.run, llm, todo, opts.concurrency, done, opts.progress, f"{method.name} {task}"
+            method.run,
+            self.llm,
+            todo,
+            opts.concurrency,
+            done,
+            opts.progress,
+            f"{method.name} {task}",
         )
-    finally:
-        writer.close()
-    # calls per example over every example written, this run's and earlier ones' (the trace)
-    # and the method's own counts (the pipeline's merge fallbacks, ...) summed the same way
-    wanted = {p.id for p in pairs}
-    per_id, counts_per_id = {}, {}
-    if trace_path.is_file():
-        for line in trace_path.read_text(encoding="utf-8").splitlines():
-            record = jsonl.loads(line)
-            if record.get("id") in wanted:
-                per_id[record["id"]] = record["calls"]
-                counts_per_id[record["id"]] = record.get("counts") or {}
-    counts: dict[str, int] = {}
-    for example_counts in counts_per_id.values():
-        for key, n in example_counts.items():
-            counts[key] = counts.get(key, 0) + n
-    return {
-        "total": len(pairs),
-        "resumed": len(pairs) - len(todo),
-        "generated": len(todo) - len(failures),
-        "failed": failures,
-        "calls_per_example": sum(per_id.values()) / len(per_id) if per_id else 0.0,
-        **({"method_counts": counts} if counts else {}),
-    }
+        # calls per example over every example written, this run's and earlier ones' (the
+        # trace) and the method's own counts (the pipeline's merge fallbacks, ...) summed alike
+        wanted = {p.id for p in pairs}
+        per_id, counts_per_id = {}, {}
+        if trace_path.is_file():
+            for line in trace_path.read_text(encoding="utf-8").splitlines():
+                record = jsonl.loads(line)
+                if record.get("id") in wanted:
+                    per_id[record["id"]] = record["calls"]
+                    counts_per_id[record["id"]] = record.get("counts") or {}
+        counts: dict[str, int] = {}
+        for example_counts in counts_per_id.values():
+            for key, n in example_counts.items():
+                counts[key] = counts.get(key, 0) + n
+        return {
+            "failed": failures,
+            "calls_per_example": sum(per_id.values()) / len(per_id) if per_id else 0.0,
+            **({"method_counts": counts} if counts else {}),
+            "trimmed": self.client.trimmed - trimmed_before,
+        }

@@ -1,0 +1,87 @@
+"""The one loop of `fincheck eval` and `fincheck baseline`: something answers the prepared pairs
+of each task into resumable predictions files. What answers is an `Answerer`: the detector's own
+prompt on a backend (`eval/generate.py:DetectorPrompt`) or a paper's method
+(`eval/baselines/runner.py:PaperMethod`).
+
+    the run's identity checked against the folder's (a resume under other settings stops
+    before anything loads) -> each task's sample -> the answerer started -> what it loaded
+    recorded -> per task: the ids already predicted skipped, the rest answered and appended,
+    the counts recorded -> the models an endpoint says it ran, recorded.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from fincheck.data.pairs import Pair
+from fincheck.data.prepared import read_manifest
+from fincheck.eval.options import BaselineOptions, EvalOptions
+from fincheck.eval.predictions import (
+    PredictionWriter,
+    check_eval_config,
+    record_generation,
+    record_loaded,
+)
+
+
+class Answerer(ABC):
+    """What answers a task's pairs in `answer_tasks`."""
+
+    @abstractmethod
+    def loaded(self) -> dict[str, Any]:
+        """What it turned out to be (recorded beside the predictions)."""
+
+    @abstractmethod
+    def answer_task(
+        self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
+    ) -> dict[str, Any]:
+        """Answer `todo` (of the task's sample `pairs`) into `writer`; returns the task's
+        counts: `failed` (the examples that failed, "id: reason") and any of its own."""
+
+    def served_models(self) -> list[str] | None:
+        """The model names an endpoint's replies carried (None: nothing to record)."""
+        return None
+
+
+def answer_tasks(
+    opts: EvalOptions | BaselineOptions,
+    identity: dict[str, Any],
+    tasks: list[str],
+    start: Callable[[], Answerer],
+) -> dict[str, dict[str, Any]]:
+    """Predictions for every task of `tasks`; returns per-task counts (total, resumed,
+    generated, failed and the answerer's own). `identity`: what else identifies the run."""
+    check_eval_config(
+        opts.predictions_dir,
+        {
+            "backend": opts.backend,
+            "split": opts.split,
+            "limit": opts.limit,
+            "sample_seed": opts.sample_seed,
+            "tasks": list(tasks),
+            "sample_by": opts.sample_by(tasks),
+            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
+            "requested_window": opts.window,
+            **identity,
+        },
+    )
+    task_pairs = {task: opts.sample(task) for task in tasks}
+    answerer = start()
+    record_loaded(opts.predictions_dir, **answerer.loaded())
+    summary: dict[str, dict[str, Any]] = {}
+    for task, pairs in task_pairs.items():
+        writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
+        todo = [p for p in pairs if p.id not in writer.done]
+        try:
+            counts = answerer.answer_task(task, pairs, todo, writer)
+        finally:
+            writer.close()
+        generated = len(todo) - len(counts["failed"])
+        summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo),
+                         "generated": generated, **counts}  # fmt: skip
+        record_generation(opts.predictions_dir, task, summary[task])
+    if (served := answerer.served_models()) is not None:
+        record_loaded(opts.predictions_dir, served_models=served)
+    return summary
