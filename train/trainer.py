@@ -93,13 +93,15 @@ class FincheckSFTTrainer(SFTTrainer):
         self.keep_checkpoints = self.args.save_total_limit
         self.args.save_total_limit = None
         self.pairs_trained = 0  # pairs trained on, all processes (for pairs/s)
+        # where the next logged rates start: (time, tokens, pairs, step), set by `mark_rates`
+        self.rates_from: tuple[float, float, float, int] | None = None
         self.step_rank_tokens: Any = 0.0  # each process's real tokens in this optimizer step
         # TRL's figures of the tree batches, per mode, averaged into the next log (`log`)
         self.tree_figures: dict[str, defaultdict[str, list[float]]] = {
             "train": defaultdict(list),
             "eval": defaultdict(list),
         }
-        if getattr(self.args, "tree_packing", False):
+        if self.args.tree_packing:
             self.add_callback(PackEpochCallback(self))
 
     def create_scheduler(self, num_training_steps, optimizer=None):
@@ -143,7 +145,7 @@ class FincheckSFTTrainer(SFTTrainer):
         """Tree packs: `tree_batches.PackBatchSampler` (length-grouped, dealt to the ranks by
         tokens, each pack once per epoch, its epoch set by `PackEpochCallback`); TRL's sampler
         otherwise."""
-        if not getattr(self.args, "tree_packing", False):
+        if not self.args.tree_packing:
             return super()._get_train_sampler(train_dataset)
         from fincheck.train.tree_batches import PackBatchSampler
 
@@ -250,7 +252,7 @@ class FincheckSFTTrainer(SFTTrainer):
         import torch
 
         now = time.perf_counter()
-        last = getattr(self, "rates_from", None)
+        last = self.rates_from
         tokens = float(self.tokens_trained)
         pairs = float(self.pairs_trained)
         if "loss" in logs and last is not None and now > last[0]:
