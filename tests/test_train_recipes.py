@@ -329,6 +329,12 @@ def test_transformers_own_keys_are_range_checked_like_fincheck_s(yaml_text, said
     from fincheck.commands.cli import main
 
     assert main(["train", "--config", str(path)]) == 2  # a usage error, as for a flag
+    # the ranges are fincheck's: TRL's own SFTConfig declares its fields as before
+    import dataclasses
+
+    from trl import SFTConfig
+
+    assert all("bounds" not in f.metadata for f in dataclasses.fields(SFTConfig))
 
 
 def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):

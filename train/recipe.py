@@ -15,8 +15,10 @@ to the checkpoints (`fincheck.train.checkpoints`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -194,32 +196,6 @@ class SFTRecipe(SFTConfig):
     completion_only_loss: bool | None = config_field(
         True, "loss on the completion (the target) only: prompt tokens get no loss"
     )
-    # --- transformers' own keys, declared again for their ranges (same defaults) -------------
-    warmup_steps: float = config_field(
-        0, "linear warmup: steps, or a fraction of all steps when below 1", at_least=0
-    )
-    weight_decay: float = config_field(0.0, "AdamW weight decay", at_least=0)
-    adam_beta1: float = config_field(0.9, "AdamW beta1", at_least=0, below=1)
-    adam_beta2: float = config_field(0.999, "AdamW beta2", at_least=0, below=1)
-    adam_epsilon: float = config_field(1e-8, "AdamW epsilon", above=0)
-    max_grad_norm: float = config_field(1.0, "gradient clipping norm (0: none)", at_least=0)
-    label_smoothing_factor: float = config_field(0.0, "label smoothing", at_least=0, below=1)
-    logging_steps: float = config_field(
-        10, "log every N steps (a fraction of all steps when below 1)", above=0
-    )
-    eval_steps: float | None = config_field(
-        None, "dev loss every N steps (0 or unset: none)", at_least=0
-    )
-    per_device_eval_batch_size: int = config_field(8, "dev batch per process", at_least=1)
-    eval_accumulation_steps: int | None = config_field(
-        None, "dev steps gathered before moving to the CPU", at_least=1
-    )
-    seed: int = config_field(42, "seed of the run (torch, numpy, random)", at_least=0)
-    data_seed: int | None = config_field(None, "seed of the data order (default: seed)", at_least=0)
-    dataloader_num_workers: int = config_field(0, "data loading worker processes", at_least=0)
-    ddp_timeout: int = config_field(
-        1800, "seconds torch.distributed waits for the other processes", above=0
-    )
 
     def __post_init__(self) -> None:
         # What the recipe declares (defaults and the user's values), before TRL and
@@ -261,6 +237,25 @@ class SFTRecipe(SFTConfig):
     def tree_budget(self) -> int:
         """Tokens per tree-packed sequence."""
         return self.tree_packing_max_tokens or 2 * self.max_length
+
+
+# transformers' own keys keep their declaration (type, default, help); fincheck gives each of
+# these only its range, checked wherever the value comes from and shown in --list-keys. The
+# fields are copied into SFTRecipe, so TRL's and transformers' own classes stay as they are.
+AT_LEAST_0, ABOVE_0, AT_LEAST_1 = {"at_least": 0}, {"above": 0}, {"at_least": 1}
+FRACTION = {"at_least": 0, "below": 1}
+INHERITED_RANGES: dict[str, dict[str, float]] = {
+    "warmup_steps": AT_LEAST_0, "weight_decay": AT_LEAST_0, "max_grad_norm": AT_LEAST_0,
+    "eval_steps": AT_LEAST_0, "seed": AT_LEAST_0, "data_seed": AT_LEAST_0,
+    "dataloader_num_workers": AT_LEAST_0, "adam_beta1": FRACTION, "adam_beta2": FRACTION,
+    "label_smoothing_factor": FRACTION, "adam_epsilon": ABOVE_0, "logging_steps": ABOVE_0,
+    "ddp_timeout": ABOVE_0, "per_device_eval_batch_size": AT_LEAST_1,
+    "eval_accumulation_steps": AT_LEAST_1,
+}  # fmt: skip
+for _name, _bounds in INHERITED_RANGES.items():
+    _field = copy.copy(SFTRecipe.__dataclass_fields__[_name])
+    _field.metadata = types.MappingProxyType({**_field.metadata, "bounds": _bounds})
+    SFTRecipe.__dataclass_fields__[_name] = _field
 
 
 def recipe_defaults() -> dict[str, Any]:
