@@ -153,12 +153,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         # config._attn_implementation: transformers has a public setter, no getter, of the kernel
         attention = base.config._attn_implementation
         collator = tree_batches.tree_collator(recipe, tokenizer.pad_token_id, attention)
-    dev_figures = (
-        dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer, folder)
-        if recipe.dev_figures
-        else None
-    )
-    if dev_figures is not None:
+    dev_figures = None
+    if recipe.dev_figures:
+        dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer, folder)
         prepared.stats["dev_figures"] = dev_figures.sizes()
     trainer = FincheckSFTTrainer(
         model=base,
