@@ -88,9 +88,7 @@ def paired_difference(
     figures = get_task(task).example_figures
 
     def delta(rows: Sequence[tuple[dict, dict]]) -> float:
-        a = figures([r[0] for r in rows])[metric]
-        b = figures([r[1] for r in rows])[metric]
-        return b - a
+        return figures([r[1] for r in rows])[metric] - figures([r[0] for r in rows])[metric]
 
     if not shared:
         return Difference(metric, math.nan, None, 0)
@@ -164,15 +162,16 @@ def compare_runs(
         for run in scored:
             figures = run.results["tasks"][name]
             n_bad, n, _ = task.unreadable_outputs(figures)
-            cells = []
-            for key, _ in metrics:
-                value, ci = task.compare_figure(figures, key)
-                cells.append(fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""))
+            values = {key: task.compare_figure(figures, key) for key, _ in metrics}
+            cells = [
+                fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
+                for value, ci in values.values()
+            ]
             lines.append(f"| {run.name} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
             data["tasks"][name]["runs"][run.name] = {
                 "n": n,
                 "unreadable": n_bad,
-                **{key: task.compare_figure(figures, key)[0] for key, _ in metrics},
+                **{key: v for key, (v, _) in values.items()},
             }
         missing = [run.name for run in runs if run not in scored]
         if missing:

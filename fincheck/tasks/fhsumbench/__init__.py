@@ -19,7 +19,6 @@ from typing import Any
 from fincheck.data.pairs import Pair
 from fincheck.data.splits import split_by_group
 from fincheck.io.config import config_field
-from fincheck.io.raw_records import iter_records
 from fincheck.io.sources import Source
 from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
@@ -126,14 +125,10 @@ class FhsumbenchTask(Task):
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
         prompt = self.prompt()
-        samples = list(
-            stream.convert(
-                DATA.name,
-                iter_records(files[DATA.name]),
-                lambda r: str(r["id"]),
-                lambda raw: convert_fhsumbench(raw, "test", prompt),
-            )
-        )
+        samples = self.convert(
+            stream, files, DATA.name, lambda r: str(r["id"]),
+            lambda raw: convert_fhsumbench(raw, "test", prompt),
+        )  # fmt: skip
         if not config.fhsumbench_eval_all:
             split_by_group(
                 samples,
@@ -188,18 +183,6 @@ class FhsumbenchTask(Task):
         }
         return TaskScore(figures, examples)
 
-    def report_cot_note(self, figures: dict) -> list[str]:
-        n = figures.get("n_chain_of_thought") or 0
-        if not n:
-            return []
-        return [
-            f"Chain of thought ({n} answers): the judgement read is the answer's last JSON "
-            "object, the reasoning before it left out. The paper's CoT runs scored a judgement "
-            "stored apart from the reasoning; its released code does not say how the two were "
-            "split, so CoT figures follow that protocol, not its exact code.",
-            "",
-        ]
-
     compare_metrics = (
         ("f", "F"),
         ("precision", "macro P"),
@@ -218,17 +201,12 @@ class FhsumbenchTask(Task):
         return figures["n_parse_failed"], figures["n"], "outputs the reference parser cannot read"
 
     def headline(self, figures: dict) -> list[tuple[str, float | None]]:
-        return [
-            ("P", figures["precision"]),
-            ("R", figures["recall"]),
-            ("F", figures["f"]),
-        ]
+        return [("P", figures["precision"]), ("R", figures["recall"]), ("F", figures["f"])]
 
     def headline_text(self, figures: dict) -> str:
         return f"{super().headline_text(figures)} parse failures {figures['n_parse_failed']}"
 
     def report_section(self, figures: dict) -> list[str]:
-
         f = figures
         out = [
             "| system | n | macro P | macro R | F | FH-Acc | NFH-Acc | NoH-Acc |",
@@ -236,8 +214,7 @@ class FhsumbenchTask(Task):
             f"| **this run** | {f['n']} | {fmt_ci(f, 'precision')} | {fmt_ci(f, 'recall')} | "
             f"{fmt_ci(f, 'f')} | {fmt(f['fh_acc'])} | {fmt(f['nfh_acc'])} | {fmt(f['noh_acc'])} |",
         ]
-        lenient = f.get("lenient_parse")
-        if lenient:
+        if lenient := f.get("lenient_parse"):
             out.append(
                 f"| this run, lenient parse | {f['n']} | {fmt(lenient['precision'])} | "
                 f"{fmt(lenient['recall'])} | {fmt(lenient['f'])} | {fmt(lenient['fh_acc'])} | "
@@ -260,23 +237,25 @@ class FhsumbenchTask(Task):
             f"{fmt_ci(f, 'factuality_bacc')}. fincheck figures, not in the paper: the first is "
             "the binary question a faithfulness metric such as FIZZ answers.",
             "",
-            *self.report_cot_note(f),
         ]
+        if n := f.get("n_chain_of_thought"):
+            out += [
+                f"Chain of thought ({n} answers): the judgement read is the answer's last JSON "
+                "object, the reasoning before it left out. The paper's CoT runs scored a judgement "
+                "stored apart from the reasoning; its released code does not say how the two were "
+                "split, so CoT figures follow that protocol, not its exact code.",
+                "",
+            ]
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck.metrics import plots
-
         confusion = score.figures["confusion"]
-        return [
-            plots.plot_confusion(
-                confusion["counts"],
-                confusion["labels"],
-                f"FHSumBench: {model}" if model else "FHSumBench",
-                plot_dir / "fhsumbench_confusion.png",
-                gold_labels=[label for label in confusion["labels"] if label != INVALID],
-            )
-        ]
+        return self.confusion_plot(
+            confusion,
+            f"FHSumBench: {model}" if model else "FHSumBench",
+            plot_dir / "fhsumbench_confusion.png",
+            gold_labels=[label for label in confusion["labels"] if label != INVALID],
+        )
 
     def gold_consistent(self, pair: Pair) -> bool:
         return pair.meta_value("label", str) == "no_hallu"

@@ -20,7 +20,6 @@ from typing import Any
 
 from fincheck.data.pairs import Pair
 from fincheck.io.config import config_field
-from fincheck.io.raw_records import iter_records
 from fincheck.io.sources import Source
 from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
@@ -40,8 +39,8 @@ from fincheck.tasks.final.final_file import convert_final_item
 from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import (
+    NOTHING,
     FinalItem,
-    ParsedDescriptions,
     final_figures,
     has_final_output,
     read_descriptions,
@@ -66,9 +65,6 @@ DEFACTO_SPLITS = {"train": "train", "val": "dev", "test": "test"}  # DeFacto spl
 FINAL_FILE = "final_file"
 
 _TABLE = "FINAL paper, Table 4 (F1, test, 1,265)"
-
-
-NO_ANSWER = ParsedDescriptions([], True)  # nothing to read: no description
 
 
 @dataclass
@@ -133,14 +129,10 @@ class FinalTask(Task):
             name = DEFACTO[source_split].name
             if name not in files:
                 continue
-            converted = list(
-                stream.convert(
-                    name,
-                    iter_records(files[name]),
-                    lambda r: r["doc_id"],
-                    lambda raw, s=source_split, t=split: convert_defacto(raw, s, t, prompt),
-                )
-            )
+            converted = self.convert(
+                stream, files, name, lambda r: r["doc_id"],
+                lambda raw, s=source_split, t=split: convert_defacto(raw, s, t, prompt),
+            )  # fmt: skip
             inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
             explanation_stats[source_split] = {
                 "inconsistent": len(inconsistent),
@@ -149,12 +141,10 @@ class FinalTask(Task):
             }
             pairs += converted
         if FINAL_FILE in files:
-            pairs += stream.convert(
-                FINAL_FILE,
-                iter_records(files[FINAL_FILE]),
-                lambda r: r.get("id"),
+            pairs += self.convert(
+                stream, files, FINAL_FILE, lambda r: r.get("id"),
                 lambda raw: convert_final_item(raw, prompt),
-            )
+            )  # fmt: skip
         return Collected(pairs, {"defacto_explanations": explanation_stats})
 
     # --- score -----------------------------------------------------------------------------
@@ -167,7 +157,7 @@ class FinalTask(Task):
         # it, has no list: its numbered steps are not descriptions (read as nothing flagged, and
         # counted apart).
         read = [
-            NO_ANSWER if pred.cut == "reasoning" else read_descriptions(pred.output, pred.reasoning)
+            NOTHING if pred.cut == "reasoning" else read_descriptions(pred.output, pred.reasoning)
             for _, pred in joined
         ]
         parsed = [
@@ -277,7 +267,6 @@ class FinalTask(Task):
         ]
 
     def report_section(self, figures: dict) -> list[str]:
-
         f = figures
         out = [
             "| system | n | precision | recall | F1 | binarized P | binarized R | binarized F1 "
@@ -360,17 +349,11 @@ class FinalTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        from fincheck.metrics import plots
-
-        confusion = score.figures["binary_confusion"]
-        return [
-            plots.plot_confusion(
-                confusion["counts"],
-                confusion["labels"],
-                f"FINAL (binarized): {model}" if model else "FINAL (binarized)",
-                plot_dir / "final_binary_confusion.png",
-            )
-        ]
+        return self.confusion_plot(
+            score.figures["binary_confusion"],
+            f"FINAL (binarized): {model}" if model else "FINAL (binarized)",
+            plot_dir / "final_binary_confusion.png",
+        )
 
     compare_metrics = (
         ("f1", "F1"),

@@ -277,8 +277,7 @@ def _table_rows(text: str) -> list[str] | None:
 
 def _row_affirms(row: str) -> bool:
     """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ..."""
-    cells = [c.strip(" *").lower() for c in row.strip("|").split("|")]
-    verdict = cells[-1] if cells else ""
+    verdict = row.strip("|").split("|")[-1].strip(" *").lower()
     return bool(
         re.fullmatch(r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", verdict)
     )
@@ -386,12 +385,10 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     if labels:
         text = text[labels[-1].end() :].strip()
     elif reasoning:
-        return ParsedDescriptions([], False)
+        return APART
     text = _ANSWER_LABEL.sub("", _BOXED.sub(r"\1", text), count=1).strip()
-    if not text.strip(_DECORATION):
-        return APART  # an empty answer says nothing either way
-    if not _english(text):
-        return APART  # another script: these rules cannot read it with confidence
+    if not text.strip(_DECORATION) or not _english(text):
+        return APART  # empty: says nothing; another script: not read with confidence
     table = _table_rows(text)
     if table is not None:  # nothing to report only when every row affirms its claim
         return NOTHING if table and all(map(_row_affirms, table)) else APART

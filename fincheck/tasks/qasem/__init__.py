@@ -19,7 +19,6 @@ from typing import Any
 from fincheck.data.pairs import Pair
 from fincheck.data.splits import split_by_group
 from fincheck.io.config import config_field
-from fincheck.io.raw_records import iter_records
 from fincheck.io.sources import Source
 from fincheck.metrics.classification import confusion_matrix, roc_curve
 from fincheck.metrics.figures import fmt, fmt_ci
@@ -87,10 +86,6 @@ class QasemPrepareOptions(PrepareSettings):
         below=1,
     )
 
-    def check(self) -> None:
-        if not 0 <= self.qasem_dev_fraction < 1:
-            raise ValueError("qasem_dev_fraction must be in [0, 1)")
-
 
 class QasemTask(Task):
     prepare_options = QasemPrepareOptions
@@ -130,26 +125,20 @@ class QasemTask(Task):
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
         prompt = self.prompt()
-        dev = list(
-            stream.convert(
-                DEV.name,
-                iter_records(files[DEV.name]),
-                qasem_response_id,
-                lambda raw: convert_qasem_response(raw, "dev", "train", prompt),
-            )
-        )
+        dev = self.convert(
+            stream, files, DEV.name, qasem_response_id,
+            lambda raw: convert_qasem_response(raw, "dev", "train", prompt),
+        )  # fmt: skip
         split_by_group(
             dev,
             {"train": 1 - config.qasem_dev_fraction, "dev": config.qasem_dev_fraction},
             config.seed,
         )
-        test = stream.convert(
-            TEST.name,
-            iter_records(files[TEST.name]),
-            qasem_response_id,
+        test = self.convert(
+            stream, files, TEST.name, qasem_response_id,
             lambda raw: convert_qasem_response(raw, "test", "test", prompt),
-        )
-        return Collected(dev + list(test))
+        )  # fmt: skip
+        return Collected(dev + test)
 
     # --- score -----------------------------------------------------------------------------
 
@@ -214,7 +203,6 @@ class QasemTask(Task):
         ]
 
     def report_section(self, figures: dict) -> list[str]:
-
         subsets = [s for s in SUBSETS if s in figures]
         header = (
             "| system | "
