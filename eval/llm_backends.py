@@ -424,8 +424,7 @@ def hit_budget(choice, response, max_tokens: int | None) -> bool | None:
     if reason != "length":
         return False
     used = getattr(getattr(response, "usage", None), "completion_tokens", None)
-    stopped_short = isinstance(used, int) and isinstance(max_tokens, int) and used < max_tokens
-    return not stopped_short
+    return not (isinstance(used, int) and isinstance(max_tokens, int) and used < max_tokens)
 
 
 class TransformersChatClient(ChatClient):

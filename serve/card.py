@@ -307,10 +307,7 @@ def data_origin(task: str) -> str:
 def vllm_lora_rank(rank: Any) -> int:
     """vLLM's --max-lora-rank for an adapter of rank `rank`: the smallest value vLLM accepts
     (8, 16, 32, ...) at or above it."""
-    allowed = 8
-    while isinstance(rank, int) and allowed < rank:
-        allowed *= 2
-    return allowed
+    return 1 << (rank - 1).bit_length() if isinstance(rank, int) and rank > 8 else 8
 
 
 def _targets(modules: Any) -> str:
@@ -335,17 +332,11 @@ def _result_row(row: MetricRow) -> dict[str, str]:
         "metric": row.metric,
         "value": f"{row.value:.3f}"
         + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
-        "n": _n_text(row),
+        "n": "-"
+        if row.n is None
+        else f"{row.n:,}" + (f" of {row.of:,} (sample)" if row.is_sample else ""),
         "anchors": _anchor_text(row.task, row.subset, row.metric),
     }
-
-
-def _n_text(row: MetricRow) -> str:
-    if row.n is None:
-        return "-"
-    if row.is_sample:
-        return f"{row.n:,} of {row.of:,} (sample)"
-    return f"{row.n:,}"
 
 
 def _anchor_only_rows() -> list[dict[str, str]]:

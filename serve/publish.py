@@ -16,6 +16,7 @@ Only global rank 0 publishes when called inside a distributed job (RANK / LOCAL_
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -59,15 +60,9 @@ T = TypeVar("T")
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 _sleep = time.sleep  # tests replace this to retry without waiting
-MANAGED_FILES = {
-    "README.md",
-    ADAPTER_WEIGHTS,
-    ADAPTER_CONFIG,
-    RECIPE_FILE,
-    MANIFEST_FILE,
-    RUN_METADATA,
-    "results.json",
-}
+# The paths `build_upload_folder` writes (besides base/): a re-publish may replace or remove them.
+MANAGED_FILES = {"README.md", "results.json", ADAPTER_WEIGHTS, ADAPTER_CONFIG, RECIPE_FILE,
+                 MANIFEST_FILE, RUN_METADATA, *TOKENIZER_FILES}  # fmt: skip
 
 
 @dataclass
@@ -128,7 +123,7 @@ def _write_upload_files(
     license: str,
     base: PublishedBase,
 ) -> list[str]:
-    check_safetensors(run.path / ADAPTER_WEIGHTS)
+    check_weights_file(run.path / ADAPTER_WEIGHTS, "the adapter's weights")  # no pickle goes up
     copy_regular_file(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS, run.root)
     adapter_config = dict(run.adapter_config)
     metadata = dict(run.metadata)
@@ -175,7 +170,7 @@ def check_upload_holds_no_secret(out_dir: Path, files: list[Path]) -> None:
     file, never echoed."""
     for path in files:
         if path.suffix == ".safetensors":
-            continue  # weights (their header is checked by check_safetensors)
+            continue  # weights (their header is checked by check_weights_file)
         text = path.read_bytes().decode("utf-8", errors="replace")
         if has_secret(text):
             raise FincheckError(
@@ -224,7 +219,7 @@ def copy_base_files(source: Path, target: Path) -> None:
             left_out.append(path.name)
             continue
         if path.name.endswith(".safetensors"):
-            check_safetensors(path)
+            check_weights_file(path, "the adapter's weights")
         shutil.copyfile(path, target / path.name)
     if left_out:
         log.warning(
@@ -232,14 +227,6 @@ def copy_base_files(source: Path, target: Path) -> None:
             "files, each a regular file without hard links, are shipped): %s",
             source, ", ".join(left_out),
         )  # fmt: skip
-
-
-def check_safetensors(path: Path) -> None:
-    """Only safetensors weights go up (a pickle renamed would run code when loaded): its
-    header is read by the safetensors library itself."""
-    if not path.is_file():
-        raise FincheckError(f"{path}: not found; a run folder holds its adapter's weights there")
-    check_weights_file(path, "the adapter's weights")
 
 
 def check_no_secrets(run: RunArtifacts) -> None:
@@ -272,16 +259,6 @@ def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None
             f"one being published ({run.path / ADAPTER_WEIGHTS}: {actual[:12]}...): evaluate this "
             "checkpoint and publish its own results"
         )
-
-
-def check_repo_id(repo_id: str) -> None:
-    """ORG/NAME as the hub accepts it, checked before anything is built or uploaded."""
-    hub_repo_id(repo_id, "--repo-id")
-
-
-def is_managed_path(path: str) -> bool:
-    """A path `build_upload_folder` writes (so a re-publish may replace or remove it)."""
-    return path in MANAGED_FILES or path in TOKENIZER_FILES or path.startswith("base/")
 
 
 def resolve_token() -> str:
@@ -331,31 +308,24 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay
     try:
         return retrying(call)
     except HfHubHTTPError as e:
-        if status(e) in (401, 403):
-            raise FincheckError(_auth_message(status(e), what)) from None
-        raise FincheckError(f"{what} failed: HTTP {status(e)}: {_first_line(e)}") from None
+        if status(e) == 401:
+            raise FincheckError(
+                f"{what}: the hub rejected the token (401 Unauthorized). Set HF_TOKEN to a valid "
+                "token or run `hf auth login`."
+            ) from None
+        if status(e) == 403:
+            raise FincheckError(
+                f"{what}: the token has no write access to this repo (403 Forbidden). Use a token "
+                "with 'write' scope for this user/organization."
+            ) from None
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise FincheckError(f"{what} failed: HTTP {status(e)}: {first}") from None
     except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
         raise FincheckError(f"{what}: {' '.join(str(e).split())}") from None
     except (OSError, httpx2.TransportError) as e:
         raise FincheckError(
             f"{what} failed after {attempts} attempts: {type(e).__name__}"
         ) from None
-
-
-def _auth_message(status: int, what: str) -> str:
-    if status == 401:
-        return (
-            f"{what}: the hub rejected the token (401 Unauthorized). Set HF_TOKEN to a valid token "
-            "or run `hf auth login`."
-        )
-    return (
-        f"{what}: the token has no write access to this repo (403 Forbidden). Use a token with "
-        "'write' scope for this user/organization."
-    )
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def push_folder(
@@ -372,27 +342,19 @@ def push_folder(
 
     # HF_ENDPOINT read now: huggingface_hub reads it once, when it is first imported
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    retry = {"attempts": attempts, "base_delay": base_delay}
-    with_retries(
-        lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo", **retry
-    )
+    hub = functools.partial(with_retries, attempts=attempts, base_delay=base_delay)
+    hub(lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo")
     if revision:
-        with_retries(
-            lambda: api.create_branch(repo_id, branch=revision, exist_ok=True),
-            "create branch",
-            **retry,
-        )
-    before = with_retries(
-        lambda: api.repo_info(repo_id, revision=revision).sha, "read repo", **retry
-    )
+        hub(lambda: api.create_branch(repo_id, branch=revision, exist_ok=True), "create branch")
+    before = hub(lambda: api.repo_info(repo_id, revision=revision).sha, "read repo")
     # repo path -> local file, in path order
     files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
-    remote = with_retries(
-        lambda: api.list_repo_files(repo_id, revision=revision), "list repo files", **retry
-    )
+    remote = hub(lambda: api.list_repo_files(repo_id, revision=revision), "list repo files")
     # A file fincheck wrote last time but not this time (results.json, a base/ folder) would
     # contradict the new card: delete it. Files the user added by hand are left alone.
-    stale = sorted(p for p in remote if p not in files and is_managed_path(p))
+    stale = sorted(
+        p for p in remote if p not in files and (p in MANAGED_FILES or p.startswith("base/"))
+    )
 
     def commit() -> Any:
         # Fresh operations each attempt: an operation object cannot be committed twice.
@@ -402,7 +364,7 @@ def push_folder(
             repo_id, ops, commit_message="Publish fincheck adapter", revision=revision
         )
 
-    info = with_retries(commit, "upload", **retry)
+    info = hub(commit, "upload")
     return info.commit_url, info.oid != before
 
 
@@ -422,7 +384,7 @@ def publish(
     if not is_main_process():
         log.info("not rank 0: skipping publish")
         return None
-    check_repo_id(repo_id)
+    hub_repo_id(repo_id, "--repo-id")  # before anything is built or uploaded
     run = load_run(checkpoint)
     results = read_results(results_path) if results_path else None
     rev = revision or "main"

@@ -282,6 +282,7 @@ def check_state_files(checkpoint: Path) -> None:
     from torch.serialization import get_unsafe_globals_in_checkpoint
 
     check_checkpoint_layout(checkpoint)
+    allowed = {name for _, name in safe_pickle_globals()}
     for path in sorted(checkpoint.rglob("*")):
         if not path.is_file() or path.suffix not in STATE_SUFFIXES:
             continue
@@ -295,7 +296,6 @@ def check_state_files(checkpoint: Path) -> None:
                 f"checkpoint file that can be checked ({type(error).__name__}); it was not "
                 "written by this trainer. Resume from another checkpoint or start a new run."
             ) from error
-        allowed = {name for _, name in safe_pickle_globals()}
         unsafe = sorted(g for g in needed if g not in allowed)
         if unsafe:
             raise FincheckError(
@@ -340,12 +340,6 @@ def best_checkpoint(checkpoint: Path) -> Path | None:
             "adapter (removed by hand?): copy the adapter you want into the run folder"
         )
     return found
-
-
-def best_adapter_record(checkpoint: Path, best: Path, metric: str | None) -> dict[str, Any]:
-    """What run metadata says of a final adapter taken from the best checkpoint."""
-    state = read_json_object(checkpoint / "trainer_state.json")
-    return {"checkpoint": best.name, "metric": metric, "value": state.get("best_metric")}
 
 
 def finish_from_checkpoint(checkpoint: Path, output_dir: Path) -> bool:
@@ -394,11 +388,6 @@ def check_resume_compatible(
         )
 
 
-def read_checkpoint_recipe(checkpoint: Path) -> dict[str, Any]:
-    path = checkpoint / RECIPE_FILE
-    return read_yaml_mapping(path) if path.is_file() else {}
-
-
 def write_run_files(
     output_dir: Path, recipe_yaml: str, manifest: dict[str, Any], metadata: dict[str, Any]
 ) -> None:
@@ -419,8 +408,7 @@ def full_disk_as_one_line(output_dir: Path, trainer: Any) -> Iterator[None]:
     except Exception as e:
         if not is_out_of_space(e):
             raise
-        step = trainer.state.global_step
-        raise FincheckError(out_of_space_message(output_dir, step)) from e
+        raise FincheckError(out_of_space_message(output_dir, trainer.state.global_step)) from e
 
 
 def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | None) -> Path | None:
@@ -436,7 +424,8 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
     )
     resume_from = resolve_resume(recipe.resume_from_checkpoint, output_dir)
     if resume_from is not None:
-        old = read_checkpoint_recipe(resume_from)
+        saved = resume_from / RECIPE_FILE
+        old = read_yaml_mapping(saved) if saved.is_file() else {}
         check_resume_compatible(
             resume_from, recipe_differences(old, recipe), base_fp, recipe.world_size, data_fp
         )
@@ -453,9 +442,12 @@ def finish_completed_run(
     checkpoint's step (`finished_at`)."""
     best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
     if best:
-        metadata["final_adapter"] = best_adapter_record(
-            checkpoint, best, recipe.metric_for_best_model
-        )
+        state = read_json_object(checkpoint / "trainer_state.json")
+        metadata["final_adapter"] = {
+            "checkpoint": best.name,
+            "metric": recipe.metric_for_best_model,
+            "value": state.get("best_metric"),
+        }
     copied = finish_from_checkpoint(best or checkpoint, output_dir)
     if copied:
         write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
@@ -493,28 +485,12 @@ def save_final_adapter(
 # long it runs (a longer run also stretches the lr schedule from the resume point on), the
 # machine-derived ones. Anything else (base model, LoRA shape, data, optimiser, layout) must
 # match.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "max_steps",
-        "num_train_epochs",
-        "output_dir",
-        "run_name",
-        "resume_from_checkpoint",
-        "report_to",
-        "dataloader_num_workers",
-        "per_device_eval_batch_size",
-        "eval_max_examples",
-        "dev_figures",
-        "dev_figures_limit",
-        "dataset_dir",
-        "disable_tqdm",
-        "overwrite_output_dir",
-        "use_cpu",
-        "ddp_backend",
-        "local_rank",
-        "release_host_memory",
-    }
-)
+RESUMABLE_CHANGES = frozenset((
+    "max_steps", "num_train_epochs", "output_dir", "run_name", "resume_from_checkpoint",
+    "report_to", "dataloader_num_workers", "per_device_eval_batch_size", "eval_max_examples",
+    "dev_figures", "dev_figures_limit", "dataset_dir", "disable_tqdm", "overwrite_output_dir",
+    "use_cpu", "ddp_backend", "local_rank", "release_host_memory",
+))  # fmt: skip
 RESUMABLE_PREFIXES = ("logging_", "save_", "eval_", "hub_", "push_to_hub", "dataloader_")
 
 

@@ -36,15 +36,8 @@ from fincheck.tasks import all_tasks, task_names
 
 log = logging.getLogger(__name__)
 # Files fetched when an adapter is a hub repo (weights only as safetensors).
-HUB_ADAPTER_PATTERNS = [
-    "*.json",
-    "*.safetensors",
-    "*.jinja",
-    "*.txt",
-    "*.model",
-    "*.yaml",
-    "base/*",
-]
+HUB_ADAPTER_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.yaml",
+                        "base/*"]  # fmt: skip
 
 
 VERY_LONG = int(1e30)  # transformers' own "no limit" value for model_max_length
@@ -155,11 +148,8 @@ def load_adapter_model(
     model, base_tokenizer = load_base(
         run.resolve_base(base), dtype or torch.float32, trust_remote_code
     )
-    tokenizer = (
-        load_tokenizer(str(run.path), trust_remote_code)
-        if has_own_tokenizer(run)
-        else base_tokenizer
-    )
+    own = has_own_tokenizer(run)
+    tokenizer = load_tokenizer(str(run.path), trust_remote_code) if own else base_tokenizer
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     if device:
@@ -391,20 +381,17 @@ def per_task_budget(text: str) -> dict[str, int]:
     return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
 
 
-def _task_budgets() -> str:
-    return ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
-
-
 def model_options(applies: dict[str, tuple[Any, ...]] | None = None) -> type:
     """The one options block of a model loaded here (`fincheck eval`, `fincheck detect`): each
     flag means the same in every command. `applies`: the setting that reads them (eval's
     `--backend local`; detect always loads its model)."""
     given = {"applies": applies} if applies else {}
+    budgets = ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
     fields = [
         ("batch_size", int, config_field(8, "prompts per generate call", at_least=1, **given)),
         ("max_new_tokens", dict[str, int], config_field(
             {},
-            f"answer tokens at most: N, or task=N,... (default: {_task_budgets()}, each at most "
+            f"answer tokens at most: N, or task=N,... (default: {budgets}, each at most "
             "a quarter of the window)",
             parse=per_task_budget)),
         ("max_input_tokens", int | None, config_field(
