@@ -160,8 +160,7 @@ class Detector:
         """The chat-formatted prompt for one input, trimmed on its grounding text to fit the
         window minus the answer budget; like evaluation, an input is trimmed, never dropped."""
         fields = load_prompt(task).fields
-        missing = [f for f in fields if not isinstance(record.get(f), str)]
-        if missing:
+        if missing := [f for f in fields if not isinstance(record.get(f), str)]:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
         messages, span = load_prompt(task).messages(**{f: record[f] for f in fields})
         fit = self.loaded.fit_for_answer(

@@ -60,8 +60,7 @@ def trim_grounding(
     user_index = next(i for i, m in enumerate(messages) if m["role"] == "user")
     user = messages[user_index]["content"]
     document = user[start:end]
-    fixed = total - count(document) + count(TRIM_MARKER)
-    allowed = max_tokens - fixed
+    allowed = max_tokens - (total - count(document) + count(TRIM_MARKER))
     if allowed <= 0:
         return None
     word_ends = [m.end() for m in _WORD_END.finditer(document)]

@@ -21,6 +21,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
+from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,19 +75,13 @@ def config_field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-_BOUND_WORDS = {"at_least": "at least", "above": "above", "at_most": "at most", "below": "below"}
-_BOUND_HOLDS = {
-    "at_least": lambda v, b: v >= b,
-    "above": lambda v, b: v > b,
-    "at_most": lambda v, b: v <= b,
-    "below": lambda v, b: v < b,
-}
+_BOUND_HOLDS = {"at_least": ge, "above": gt, "at_most": le, "below": lt}
 
 
 def describe_bounds(f: dataclasses.Field) -> str:
     """ "at least 1", "above 0 and below 1": a field's range in words ("" when it has none)."""
     bounds = f.metadata.get("bounds") or {}
-    return " and ".join(f"{_BOUND_WORDS[k]} {v:g}" for k, v in bounds.items())
+    return " and ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in bounds.items())
 
 
 def check_bounds(value: Any, f: dataclasses.Field, key: str) -> Any:
@@ -491,7 +486,6 @@ def read_options(cls: type[T], args: argparse.Namespace) -> T:
     the flag (a `UsageError`: exit 2, as argparse's own)."""
     types_ = field_types(cls)
     values: dict[str, Any] = {}
-    given: list[dataclasses.Field] = []
     for f in dataclasses.fields(cls):
         if f.name not in vars(args) or not f.metadata.get("cli", True):
             continue
@@ -505,9 +499,8 @@ def read_options(cls: type[T], args: argparse.Namespace) -> T:
         except (ValueError, FincheckError) as e:
             message = str(e) if str(e).startswith(key) else f"{key}: {e}"
             raise UsageError(message) from None
-        given.append(f)
     options = build_config(cls, values)
-    for f in given:
+    for f in map(cls.__dataclass_fields__.get, values):  # the options given
         conditions = _conditions(f)
         if conditions and not any(
             all(getattr(options, key) in allowed for key, allowed in condition.items())

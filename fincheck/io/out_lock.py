@@ -109,7 +109,6 @@ def lock_out_dir(out: Path, command: str) -> IO[str]:
         raise FincheckError(
             f"{out} is in use by {holder}: wait for it to finish, or write elsewhere"
         ) from None
-    f.seek(0)
     f.truncate()
     f.write(f"{command} (pid {os.getpid()})")
     f.flush()

@@ -136,7 +136,7 @@ def load_run(path: str | Path) -> RunArtifacts:
             f"(checkpoints/<run>/) or one of its checkpoint-<step>/ folders"
         )
     if not (path / ADAPTER_WEIGHTS).is_file():
-        pickled = [p.name for p in path.glob("adapter_model.bin")]
+        pickled = (path / "adapter_model.bin").is_file()
         hint = " (found adapter_model.bin: pickle files are not loaded)" if pickled else ""
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
     run = RunArtifacts(path=path, adapter_config=read_json_object(config_path))
@@ -151,7 +151,10 @@ def load_run(path: str | Path) -> RunArtifacts:
     elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
         run.metadata = read_json_object(path / CHECKPOINT_METADATA)
         run.root = path.parent
-    run.local_base = _local_base(run.root, run.base_name)
+    base = run.root / run.base_name  # a base saved inside the run (random-init); an absolute
+    inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
+    if run.base_name and inside and (base / "config.json").is_file():
+        run.local_base = base
     return run
 
 
@@ -159,16 +162,6 @@ def adapter_sha256(adapter_dir: str | Path) -> str:
     """The adapter weights' sha256: what evaluation results record, so that a publish can check
     that the results it uploads were computed with the adapter it uploads."""
     return sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS)
-
-
-def _local_base(root: Path, base_name: str) -> Path | None:
-    """The base folder when it lives inside the run (a random-init base), else None."""
-    if not base_name:
-        return None
-    base = root / base_name  # an absolute base_name stays as it is
-    if (base / "config.json").is_file() and base.resolve().is_relative_to(root.resolve()):
-        return base
-    return None
 
 
 def relative_base(base_path: str, output_dir: Path) -> str:

@@ -43,11 +43,7 @@ def secret_places(value: Any, where: str = "") -> list[str]:
         for key, inner in value.items():
             place = f"{where}.{key}" if where else str(key)
             named = SECRET_KEY.search(str(key)) and str(key) not in NOT_SECRET_KEYS
-            if (
-                named
-                and inner not in (None, "", False, [], {})
-                and not isinstance(inner, (int, float))
-            ):
+            if named and inner not in (None, "", [], {}) and not isinstance(inner, (int, float)):
                 found.append(place)
             else:
                 found += secret_places(inner, place)

@@ -72,8 +72,7 @@ def resolve_source(
             )
         return _verify(source, path, f"replace it with the file from {source.url}.")
 
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    path = cache / source.name
+    path = (Path(cache_dir) if cache_dir else default_cache_dir()) / source.name
     if path.is_file():
         return _verify(source, path, f"delete it to download it again from {source.url}.")
     path.parent.mkdir(parents=True, exist_ok=True)
