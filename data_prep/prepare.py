@@ -237,11 +237,10 @@ def prepare_from_files(
                 continue
             write_pairs(path, members)
             written[f"{task}/{split}.jsonl"] = {"pairs": len(members), "sha256": sha256_file(path)}
-    fingerprint = files_fingerprint(written)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "fincheck_version": __version__,
-        "fingerprint": fingerprint,
+        "fingerprint": files_fingerprint(written),
         "inputs": inputs,
         "config": config_to_dict(config),
         "prompt_hashes": prompt_hashes(config.tasks),
@@ -273,12 +272,8 @@ def format_summary(manifest: dict, timings: dict[str, float], out_dir: Path) -> 
         row = "".join(f"{splits[s]['pairs']:>8}" for s in SPLITS)
         labels = ", ".join(f"{k}={v}" for k, v in splits["test"]["labels"].items())
         lines.append(f"{task:<11}{row}   {labels}")
-    dropped = manifest["contamination"]["dropped"]
-    lines.append("")
-    lines.append(
-        "contamination guard dropped: "
-        + (", ".join(f"{k} {v}" for k, v in dropped.items()) or "nothing")
-    )
+    dropped = ", ".join(f"{k} {v}" for k, v in manifest["contamination"]["dropped"].items())
+    lines += ["", f"contamination guard dropped: {dropped or 'nothing'}"]
     if manifest["trimming"]:
         lines.append(f"trimming: {manifest['trimming']}")
     if manifest["skipped_invalid"]:
@@ -288,9 +283,6 @@ def format_summary(manifest: dict, timings: dict[str, float], out_dir: Path) -> 
         split = sum(v["split_into_several"] for v in notes.values())
         total = sum(v["inconsistent"] for v in notes.values())
         lines.append(f"DeFacto explanations split into several descriptions: {split} of {total}")
-    lines.append(
-        "time: "
-        + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
-        + f" (total {sum(timings.values()):.1f}s)"
-    )
+    spent = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+    lines.append(f"time: {spent} (total {sum(timings.values()):.1f}s)")
     return "\n".join(lines)

@@ -200,15 +200,14 @@ class LocalBackend(Backend):
         }
 
     def loaded(self) -> dict[str, Any]:
-        loaded = self.fitter
         return {
-            "base": loaded.base,
-            "chat_template_hash": loaded.check_template(),
-            "chat_template_kwargs": loaded.template_kwargs,
+            "base": self.fitter.base,
+            "chat_template_hash": self.fitter.check_template(),
+            "chat_template_kwargs": self.fitter.template_kwargs,
             "adapter_sha256": self._adapter_sha256(),
-            "adapter_content": folder_sha256(loaded.run.path) if loaded.run else None,
-            "base_content": folder_sha256(resolve_model(loaded.base, log=lambda _: None)),
-            "adapter_merged": loaded.adapter_merged,
+            "adapter_content": folder_sha256(self.fitter.run.path) if self.fitter.run else None,
+            "base_content": folder_sha256(resolve_model(self.fitter.base, log=lambda _: None)),
+            "adapter_merged": self.fitter.adapter_merged,
         }
 
     def _adapter_sha256(self) -> str | None:
@@ -263,10 +262,9 @@ class EndpointBackend(Backend):
         return {"base_url": public_url(opts.base_url), "tokenizer": path_identity(opts.tokenizer)}
 
     def loaded(self) -> dict[str, Any]:
-        fitter = self.fitter
         return {
             "client": self.client.identity,
-            "tokenizer_fingerprint": fitter and tokenizer_identity(fitter),
+            "tokenizer_fingerprint": self.fitter and tokenizer_identity(self.fitter),
         }
 
     def answer(self, task: str, todo: list[Pair], fits: dict[str, Fit], budget: int, write: Write):

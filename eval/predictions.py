@@ -285,10 +285,9 @@ def record_loaded(predictions_dir: Path, **fields: Any) -> None:
             f"differ: { ({k: record[k] for k in changed}) } before, "
             f"{ ({k: now[k] for k in changed}) } now); use another --out"
         )
-    if isinstance(record.get("max_new_tokens"), dict) and isinstance(
-        now.get("max_new_tokens"), dict
-    ):
-        fields = {**fields, "max_new_tokens": {**record["max_new_tokens"], **now["max_new_tokens"]}}
+    before, after = record.get("max_new_tokens"), now.get("max_new_tokens")
+    if isinstance(before, dict) and isinstance(after, dict):  # a rerun may add a task's budget
+        fields = {**fields, "max_new_tokens": {**before, **after}}
     record.update(fields)
     _write_json(Path(predictions_dir) / EVAL_CONFIG, record)
 

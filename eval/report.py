@@ -18,8 +18,7 @@ def render_report(
     results: dict, plots: dict[str, list[str]], examples: dict[str, list[dict]]
 ) -> str:
     run = results["run"]
-    lines = ["# fincheck evaluation report", ""]
-    lines += ["## What was run", ""]
+    lines = ["# fincheck evaluation report", "", "## What was run", ""]
     for key in (
         "model",
         "base",
@@ -51,16 +50,14 @@ def render_report(
     lines.append("")
     scored = [task for name, task in all_tasks().items() if name in results["tasks"]]
     for task in scored:
-        figures = results["tasks"][task.name]
         counts = results["counts"][task.name]
         lines += [f"## {task.name}", ""]
-        lines.append(
-            f"{counts['n_scored']} examples scored of {counts['n_gold']} in the gold split"
-            + (f" ({counts['n_missing']} without a prediction)" if counts["n_missing"] else "")
-            + "."
-        )
-        lines.append("")
-        lines += task.report_section(figures)
+        missing = f" ({counts['n_missing']} without a prediction)" if counts["n_missing"] else ""
+        lines += [
+            f"{counts['n_scored']} examples scored of {counts['n_gold']} in the gold split{missing}.",
+            "",
+        ]
+        lines += task.report_section(results["tasks"][task.name])
         for plot in plots.get(task.name, []):
             lines += [f"![{Path(plot).stem}]({plot})", ""]
         lines += _examples(task, examples.get(task.name, []))

@@ -219,8 +219,7 @@ class FincheckSFTTrainer(SFTTrainer):
             gathered_counts = self.accelerator.gather(counts[None]).float()  # [ranks, 2]
             per_rank = gathered_counts[:, 0]
             self.tokens_trained += int(per_rank.sum().item())
-            pairs = int(gathered_counts[:, 1].sum().item())
-            self.pairs_trained += pairs
+            self.pairs_trained += int(gathered_counts[:, 1].sum().item())
             self.step_rank_tokens = per_rank + self.step_rank_tokens
             if self.accelerator.sync_gradients:  # the optimizer step's last micro-batch
                 tokens, self.step_rank_tokens = self.step_rank_tokens, 0.0

@@ -118,8 +118,7 @@ def plan_steps(
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     chunks = [order[k : k + per_step] for k in range(0, len(order), per_step)]
     steps = [_deal(chunk, lengths, rows, world) for chunk in chunks]
-    last = steps[-1:]  # the shortest packs and the remainder
-    steps = steps[:-1]
+    steps, last = steps[:-1], steps[-1:]  # last: the shortest packs and the remainder
     random.Random(seed * 1_000_003 + epoch).shuffle(steps)
     return steps + last
 
@@ -169,13 +168,10 @@ class PackBatchSampler(BatchRebalanceSampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def plan(self) -> list[list[list[list[int]]]]:
-        return plan_steps(
-            self.lengths, self.rows, self.world, self.accumulation, self.seed, self.epoch
-        )
-
     def __iter__(self) -> Iterator[list[int]]:
-        for step in self.plan():
+        for step in plan_steps(
+            self.lengths, self.rows, self.world, self.accumulation, self.seed, self.epoch
+        ):
             for micro in step:
                 yield micro[self.rank]
 

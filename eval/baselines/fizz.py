@@ -240,10 +240,8 @@ def run_fizz(
 
 def has_verdict(task: Task) -> bool:
     """A task FIZZ covers: a text and a summary to check, and an answer for a binary verdict."""
-    fields = task.prompt().fields
-    return {"text", "summary"} <= set(fields) and type(
-        task
-    ).verdict_answer is not Task.verdict_answer
+    overrides = type(task).verdict_answer is not Task.verdict_answer
+    return {"text", "summary"} <= set(task.prompt().fields) and overrides
 
 
 def build_fizz(opts: Any, llm: CachedLLM) -> Method:

@@ -92,7 +92,6 @@ def ask(llm: CachedLLM, prompt: str | Prompt, max_tokens: int | None = None, **v
 
 # ---------------------------------------------------------------------- end to end
 
-E2E = ("e2e", "e2e-fewshot", "e2e-cot")
 # "Final answer: No", "**Final Answer:** yes", "Final answer - No."
 FINAL_ANSWER = re.compile(r"final\s+answer\W{0,6}(yes|no)\b", re.IGNORECASE)
 # A last line that is only the answer: "No.", "**Yes**"
@@ -179,8 +178,7 @@ def run_examples(
 
     def one(pair) -> tuple[MethodOutput, int]:
         llm.start_example()
-        output = run(Example.of(pair), llm)
-        return output, llm.calls
+        return run(Example.of(pair), llm), llm.calls  # the calls counted after the run
 
     return run_concurrently(
         pairs, one, concurrency, lambda pair, done: on_done(pair, *done), progress, desc
