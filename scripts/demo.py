@@ -26,9 +26,9 @@ from pathlib import Path
 
 from fincheck.eval.compare import ScoredRun, compare_runs, load_scored_run
 from fincheck.io.jsonl import strict_json
+from fincheck.io.runs import newest_trainer_state
 from fincheck.io.sources import default_data_dir
 from fincheck.tasks import all_tasks, task_names
-from fincheck.train.checkpoints import newest_trainer_state
 from fincheck.train.recipe import read_recipe_values
 
 REPO = Path(__file__).resolve().parents[1]

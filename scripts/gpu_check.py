@@ -41,7 +41,7 @@ from pathlib import Path
 from bench.options import options_parser, settings_from_args
 from bench.workload import device_name, save_random_model, utc_now
 from fincheck.io.config import config_field
-from fincheck.train.checkpoints import newest_trainer_state
+from fincheck.io.runs import newest_trainer_state
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("exact", "train", "train-b2", "train-unpacked", "deepspeed")

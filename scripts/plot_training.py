@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.train.checkpoints import newest_trainer_state
+from fincheck.io.runs import newest_trainer_state
 
 FIGURES = ("eval_qasem_auc", "eval_qasem_bacc", "eval_fhsumbench_f", "eval_final_binary_bacc")
 

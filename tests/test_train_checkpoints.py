@@ -252,7 +252,7 @@ def test_resume_loads_are_weights_only_with_the_exact_globals(tmp_path):
 def test_the_newest_trainer_state_is_the_highest_step_not_the_last_name(tmp_path):
     """checkpoint-1000 is newer than checkpoint-999 (a sort by name says the opposite): what the
     demo, the GPU check and the training plot read."""
-    from fincheck.train.checkpoints import newest_trainer_state
+    from fincheck.io.runs import newest_trainer_state
 
     assert newest_trainer_state(tmp_path) is None
     for step in (999, 1000, 20):

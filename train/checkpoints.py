@@ -29,28 +29,10 @@ from fincheck.io.runs import (
     MANIFEST_FILE,
     RECIPE_FILE,
     RUN_METADATA,
+    checkpoint_dirs,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults, recipe_to_yaml
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
-    """`checkpoint-<step>` folders, highest step first."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _CHECKPOINT.match(p.name))]
-    return [p for _, p in sorted(found, reverse=True)]
-
-
-def newest_trainer_state(run: str | Path) -> dict[str, Any] | None:
-    """trainer_state.json of the run's highest checkpoint that has one (by step number, not by
-    name: checkpoint-1000 is newer than checkpoint-999), else the run folder's own, else None."""
-    found = [c / "trainer_state.json" for c in checkpoint_dirs(run)]
-    path = next((f for f in found if f.is_file()), Path(run) / "trainer_state.json")
-    return read_json_object(path) if path.is_file() else None
 
 
 def is_complete(checkpoint: Path) -> bool:
@@ -334,7 +316,7 @@ def best_checkpoint(checkpoint: Path) -> Path | None:
     if not best:
         return None
     found = checkpoint.parent / Path(best).name
-    if not (found / "adapter_model.safetensors").is_file():
+    if not (found / ADAPTER_WEIGHTS).is_file():
         raise FincheckError(
             f"{state_file} names {Path(best).name} the best checkpoint, but {found} holds no "
             "adapter (removed by hand?): copy the adapter you want into the run folder"
@@ -433,6 +415,11 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
     return resume_from
 
 
+def final_adapter_record(best: str | Path, metric: str | None, value: Any) -> dict[str, Any]:
+    """What fincheck_run.json says of a final adapter taken from the best checkpoint."""
+    return {"checkpoint": Path(best).name, "metric": metric, "value": value}
+
+
 def finish_completed_run(
     checkpoint: Path, done: int, output_dir: Path, recipe: Any, manifest: dict, metadata: dict
 ) -> None:
@@ -442,12 +429,8 @@ def finish_completed_run(
     checkpoint's step (`finished_at`)."""
     best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
     if best:
-        state = read_json_object(checkpoint / "trainer_state.json")
-        metadata["final_adapter"] = {
-            "checkpoint": best.name,
-            "metric": recipe.metric_for_best_model,
-            "value": state.get("best_metric"),
-        }
+        value = read_json_object(checkpoint / "trainer_state.json").get("best_metric")
+        metadata["final_adapter"] = final_adapter_record(best, recipe.metric_for_best_model, value)
     copied = finish_from_checkpoint(best or checkpoint, output_dir)
     if copied:
         write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
@@ -471,11 +454,8 @@ def save_final_adapter(
     if best is not None:
         copy_adapter(Path(best), output_dir)
         trainer.processing_class.save_pretrained(str(output_dir))  # as save_model does
-        metadata["final_adapter"] = {
-            "checkpoint": Path(best).name,
-            "metric": recipe.metric_for_best_model,
-            "value": trainer.state.best_metric,
-        }
+        metric, value = recipe.metric_for_best_model, trainer.state.best_metric
+        metadata["final_adapter"] = final_adapter_record(best, metric, value)
     write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
     where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
     print(f"adapter saved to {output_dir}{where}", file=sys.stderr)

@@ -268,7 +268,6 @@ class PreparedData:
     train_rows: list[dict[str, Any]]
     eval_rows: list[dict[str, Any]]
     stats: dict[str, Any]
-    manifest: dict[str, Any]
 
 
 def build_training_data(
@@ -325,7 +324,7 @@ def build_training_data(
         "train_examples": dict(Counter(row["task"] for row in train_rows)),
         "eval_examples": len(eval_rows),
     }
-    return PreparedData(train_rows, eval_rows, stats, prepared.manifest)
+    return PreparedData(train_rows, eval_rows, stats)
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:

@@ -223,7 +223,7 @@ def build_lora_config(recipe: SFTRecipe, base: Any):
 
 def run_metadata(
     recipe: SFTRecipe, base_path: str, base_fp: str, output_dir: Path, base: Any, tokenizer: Any,
-    prepared: Any, tasks: list[str],
+    manifest: dict[str, Any], stats: dict[str, Any], tasks: list[str],
 ) -> dict[str, Any]:  # fmt: skip
     """fincheck_run.json: what the run trained (base, recipe, data, prompts, chat template),
     read back by eval, detect, merge, publish and a resume."""
@@ -239,11 +239,11 @@ def run_metadata(
         **base_identity(recipe, base_path, base),
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
-        "data_fingerprint": prepared.manifest.get("fingerprint"),
-        "prompt_hashes": prepared.manifest.get("prompt_hashes") or prompt_hashes(tasks),
+        "data_fingerprint": manifest.get("fingerprint"),
+        "prompt_hashes": manifest.get("prompt_hashes") or prompt_hashes(tasks),
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
-        "data": prepared.stats,
+        "data": stats,
         # config._attn_implementation: transformers has a public setter, no getter, of the kernel
         "attn_implementation": base.config._attn_implementation,
         "world_size": recipe.world_size,

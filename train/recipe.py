@@ -15,10 +15,8 @@ to the checkpoints (`fincheck.train.checkpoints`).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +29,7 @@ from fincheck.io.config import (
     config_defaults,
     config_field,
     config_values,
+    declare_bounds,
     parse_overrides,
     plain_value,
 )
@@ -240,8 +239,7 @@ class SFTRecipe(SFTConfig):
 
 
 # transformers' own keys keep their declaration (type, default, help); fincheck gives each of
-# these only its range, checked wherever the value comes from and shown in --list-keys. The
-# fields are copied into SFTRecipe, so TRL's and transformers' own classes stay as they are.
+# these only its range, checked wherever the value comes from and shown in --list-keys.
 AT_LEAST_0, ABOVE_0, AT_LEAST_1 = {"at_least": 0}, {"above": 0}, {"at_least": 1}
 FRACTION = {"at_least": 0, "below": 1}
 INHERITED_RANGES: dict[str, dict[str, float]] = {
@@ -252,10 +250,7 @@ INHERITED_RANGES: dict[str, dict[str, float]] = {
     "ddp_timeout": ABOVE_0, "per_device_eval_batch_size": AT_LEAST_1,
     "eval_accumulation_steps": AT_LEAST_1,
 }  # fmt: skip
-for _name, _bounds in INHERITED_RANGES.items():
-    _field = copy.copy(SFTRecipe.__dataclass_fields__[_name])
-    _field.metadata = types.MappingProxyType({**_field.metadata, "bounds": _bounds})
-    SFTRecipe.__dataclass_fields__[_name] = _field
+declare_bounds(SFTRecipe, INHERITED_RANGES)
 
 
 def recipe_defaults() -> dict[str, Any]:

@@ -173,11 +173,12 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         },
     )
 
-    manifest = prepared.manifest
+    manifest = folder.manifest
     data.check_prompt_hashes(manifest, mixture.tasks)
     metadata = model.run_metadata(
-        recipe, base_path, base_fp, output_dir, base, tokenizer, prepared, mixture.tasks
-    )
+        recipe, base_path, base_fp, output_dir, base, tokenizer, manifest, prepared.stats,
+        mixture.tasks,
+    )  # fmt: skip
     sigterm = callbacks.install(trainer, recipe, metadata, recipe_to_yaml(recipe))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 

@@ -129,14 +129,13 @@ class PreparedFolder:
     and checked once; each split is read, and checked against it, once."""
 
     path: Path
-    manifest: dict[str, Any]
-    has_manifest: bool
+    manifest: dict[str, Any]  # {} for a folder without one (`read_manifest`)
     _splits: dict[tuple[str, str], list[Pair]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> PreparedFolder:
         require_prepared_dir(path)
-        return cls(Path(path), read_manifest(path), (Path(path) / MANIFEST).is_file())
+        return cls(Path(path), read_manifest(path))
 
     @property
     def fingerprint(self) -> str | None:
@@ -144,7 +143,8 @@ class PreparedFolder:
 
     def tasks(self) -> list[str]:
         """Every registered task the folder holds (`prepared_tasks`)."""
-        return tasks_held(self.path, self.manifest if self.has_manifest else None)
+        has_one = (self.path / MANIFEST).is_file()
+        return tasks_held(self.path, self.manifest if has_one else None)
 
     def has(self, task: str, split: str) -> bool:
         return split_path(self.path, task, split).is_file()

@@ -75,6 +75,15 @@ def config_field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def declare_bounds(cls: type, bounds: dict[str, dict[str, float]]) -> None:
+    """Give fields `cls` inherits a range, as `config_field`'s at_least/above/at_most/below
+    do, on `cls`'s own copies of them: the base classes' fields stay as they are."""
+    for name, limits in bounds.items():
+        f = copy.copy(cls.__dataclass_fields__[name])
+        f.metadata = types.MappingProxyType({**f.metadata, "bounds": limits})
+        cls.__dataclass_fields__[name] = f
+
+
 _BOUND_HOLDS = {"at_least": ge, "above": gt, "at_most": le, "below": lt}
 
 

@@ -44,6 +44,26 @@ TOKENIZER_FILES = (
     "merges.txt",
     "added_tokens.json",
 )
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")  # a resumable checkpoint: checkpoint-<step>
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """`checkpoint-<step>` folders, highest step first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_NAME.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def newest_trainer_state(run: str | Path) -> dict[str, Any] | None:
+    """trainer_state.json of the run's highest checkpoint that has one (by step number, not by
+    name: checkpoint-1000 is newer than checkpoint-999), else the run folder's own, else None."""
+    found = [c / "trainer_state.json" for c in checkpoint_dirs(run)]
+    path = next((f for f in found if f.is_file()), Path(run) / "trainer_state.json")
+    return read_json_object(path) if path.is_file() else None
+
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

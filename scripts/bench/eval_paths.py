@@ -25,6 +25,7 @@ saves); FINAL and FHSumBench by example, which hides the documents FHSumBench's 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -130,9 +131,13 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
         raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
     if s.scratch.exists():
         shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
-    limit = s.limit or None  # 0: every example
-    sample = EvalRun(data_dir=s.prepared_dir, out_dir=s.scratch, limit=limit, sample_seed=s.seed)
-    tokens = prompt_tokens(s, sample)
+    base = EvalOptions(
+        model=s.model, adapter=s.adapter, data_dir=s.prepared_dir, out_dir=s.scratch,
+        limit=s.limit or None,  # 0: every example
+        sample_seed=s.seed, batch_size=s.batch_size, window=s.window, dtype=s.dtype,
+        progress=s.progress,
+    )  # fmt: skip
+    tokens = prompt_tokens(s, base)
     report = EvalPathReport(
         device=wl.device_name(),
         settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
@@ -141,20 +146,10 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
     for task in s.tasks:
         for mode in s.modes:
             out = s.scratch / f"{task}-{mode}"
-            opts = EvalOptions(
-                model=s.model,
-                adapter=s.adapter,
-                data_dir=s.prepared_dir,
-                out_dir=out,
-                tasks=(task,),
-                limit=limit,
-                sample_seed=s.seed,
+            opts = dataclasses.replace(
+                base, out_dir=out, tasks=(task,), prefix_reuse=mode == "prefix-reuse",
                 batch_size=1 if mode == "naive" else s.batch_size,
-                window=s.window,
-                dtype=s.dtype,
-                prefix_reuse=mode == "prefix-reuse",
-                progress=s.progress,
-            )
+            )  # fmt: skip
             log(f"[{task} / {mode}] ...")
             start = time.perf_counter()
             run_eval(opts)

@@ -47,7 +47,7 @@ def model_config_path(name_or_path: str) -> Path:
     )
 
 
-def load_model_config(name_or_path: str, attn_implementation: str | None = None):
+def load_model_config(name_or_path: str):
     """A transformers config from a written-out config.json (its `model_type` picks the class)."""
     from transformers import AutoConfig
 
@@ -56,9 +56,7 @@ def load_model_config(name_or_path: str, attn_implementation: str | None = None)
     if model_type is None:
         raise FincheckError(f"{name_or_path}: config.json has no model_type")
     values.pop("torch_dtype", None)  # the benchmark picks the dtype
-    return AutoConfig.for_model(
-        model_type, attn_implementation=attn_implementation or None, **values
-    )
+    return AutoConfig.for_model(model_type, **values)
 
 
 def estimate_tokens(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> int:
