@@ -18,6 +18,7 @@ import concurrent.futures
 import math
 import os
 import queue
+import random
 import sys
 import threading
 import time
@@ -207,7 +208,7 @@ class OpenAIChatClient(ChatClient):
         """One call and its reply checked (`reply_problem`). The openai client retries what
         fails over HTTP; a 200 whose reply is malformed is asked again the same way (its backoff,
         up to max_retries times), then the call fails: a malformed reply is never returned."""
-        from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
+        from tenacity import Retrying, retry_if_result, stop_after_attempt
 
         def checked() -> tuple[Any, str | None]:
             response = self._call(messages, sampling)  # its failures are not retried here
@@ -215,9 +216,12 @@ class OpenAIChatClient(ChatClient):
                 return response, response.problem
             return response, reply_problem(response, asked_logprobs="logprobs" in sampling)
 
-        retrying = Retrying(  # the openai client's backoff: 0.5 s doubling up to 8 s
+        def openai_backoff(state: Any) -> float:  # 0.5 s doubling up to 8 s, less 0-25% jitter
+            return min(0.5 * 2 ** (state.attempt_number - 1), 8.0) * (1 - 0.25 * random.random())
+
+        retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential(multiplier=0.5, max=8.0),
+            wait=openai_backoff,
             retry=retry_if_result(lambda checked: checked[1] is not None),
             retry_error_callback=lambda state: self._malformed(state.outcome.result()[1]),
         )
@@ -450,7 +454,6 @@ class TransformersChatClient(ChatClient):
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.identity = {"backend": "transformers", "model": str(model_path)}
-        self.trimmed = 0  # prompts whose grounding text was cut to fit the window
         # A fast tokenizer's padding state is shared: the worker's padded batches and the
         # callers' token counts must not interleave.
         self._tokenizer_lock = threading.Lock()

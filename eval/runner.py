@@ -40,9 +40,9 @@ class Answerer(ABC):
         """Answer `todo` (of the task's sample `pairs`) into `writer`; returns the task's
         counts: `failed` (the examples that failed, "id: reason") and any of its own."""
 
+    @abstractmethod
     def served_models(self) -> list[str] | None:
         """The model names an endpoint's replies carried (None: nothing to record)."""
-        return None
 
 
 def answer_tasks(

@@ -11,6 +11,7 @@ and calls beside the predictions. `fincheck score` then scores them like any mod
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from fincheck.data.pairs import Pair, Prediction
@@ -77,7 +78,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         "step2": opts.step2 if opts.method == "two-step" else None,
     }
     tasks = covered_tasks(method, opts, named)
-    return answer_tasks(opts, identity, tasks, lambda: PaperMethod(method, client, llm, opts))
+    return answer_tasks(opts, identity, tasks, lambda: PaperMethod(method, llm, opts))
 
 
 class PaperMethod(Answerer):
@@ -85,10 +86,9 @@ class PaperMethod(Answerer):
     time, each prediction written as soon as it is done, with a trace line of its intermediate
     answers and calls."""
 
-    def __init__(
-        self, method: Method, client: ChatClient, llm: CachedLLM, opts: BaselineOptions
-    ) -> None:
-        self.method, self.client, self.llm, self.opts = method, client, llm, opts
+    def __init__(self, method: Method, llm: CachedLLM, opts: BaselineOptions) -> None:
+        self.method, self.llm, self.opts = method, llm, opts
+        self.client = llm.client
 
     def loaded(self) -> dict[str, Any]:
         return {"client": self.client.identity}
@@ -134,13 +134,12 @@ class PaperMethod(Answerer):
                 if record.get("id") in wanted:
                     per_id[record["id"]] = record["calls"]
                     counts_per_id[record["id"]] = record.get("counts") or {}
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         for example_counts in counts_per_id.values():
-            for key, n in example_counts.items():
-                counts[key] = counts.get(key, 0) + n
+            counts.update(example_counts)  # not `+`: it would drop counts of zero
         return {
             "failed": failures,
             "calls_per_example": sum(per_id.values()) / len(per_id) if per_id else 0.0,
-            **({"method_counts": counts} if counts else {}),
+            **({"method_counts": dict(counts)} if counts else {}),
             "trimmed": self.client.trimmed - trimmed_before,
         }

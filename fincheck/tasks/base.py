@@ -131,8 +131,8 @@ class Task(ABC):
     name: str  # the id in file names, --tasks, pairs and predictions
     title: str  # how a reader knows it: "FINAL", "QASemConsistency", "FHSumBench"
     listed: int = 100  # where reports and tables list it (then by name): a new task goes last
-    # the names of its LLM judge's prompts (`fincheck score --judge-prompt`), the first the
-    # default; none: its figures need no judge
+    # the names of its LLM judge's prompts (`build_judge` takes one); none: its figures need
+    # no judge
     judge_prompts: tuple[str, ...] = ()
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
     reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token

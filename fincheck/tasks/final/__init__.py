@@ -36,6 +36,7 @@ from fincheck.tasks.base import (
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
+from fincheck.tasks.final.judge import JUDGE_PROMPTS
 from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import (
@@ -79,7 +80,7 @@ class FinalTask(Task):
     prepare_options = FinalPrepareOptions
     name = "final"
     listed = 1
-    judge_prompts = ("paper", "strict")
+    judge_prompts = tuple(JUDGE_PROMPTS)
     title = "FINAL"
     max_new_tokens = 384
     paper_numbers = (
