@@ -20,8 +20,8 @@ from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.io.config import REQUIRED, config_field
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
-from fincheck.models.loading import model_options, per_task_numbers
-from fincheck.tasks import get_task, task_names
+from fincheck.models.loading import model_options
+from fincheck.tasks import get_task, per_task_numbers, task_names
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}

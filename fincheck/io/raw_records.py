@@ -164,3 +164,10 @@ class RecordStream:
                 self.first_error.setdefault(label, str(e))
                 continue
             yield from (converted if isinstance(converted, list) else [converted])
+
+    def convert_file(
+        self, label: str, path: Path, key: Callable[[dict], Any],
+        convert: Callable[[RawRecord], Pair | list[Pair]],
+    ) -> list[Pair]:  # fmt: skip
+        """`convert` over every record of the file at `path` (`iter_records`)."""
+        return list(self.convert(label, iter_records(path), key, convert))

@@ -41,6 +41,11 @@ def plot_confusion(
     return _save(plt, fig, path)
 
 
+def plot_confusion_figure(confusion: dict, title: str, path: Path, **kw) -> Path:
+    """`plot_confusion` of a task's `{"counts", "labels"}` confusion figure."""
+    return plot_confusion(confusion["counts"], confusion["labels"], title, path, **kw)
+
+
 def plot_roc(
     curves: dict[str, tuple[list[float], list[float], float]], title: str, path: Path
 ) -> Path:

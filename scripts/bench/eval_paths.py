@@ -35,8 +35,7 @@ from bench import workload as wl
 from fincheck.eval.options import EvalRun
 from fincheck.io.config import config_field
 from fincheck.metrics.classification import parse_yes_no
-from fincheck.models.loading import per_task_numbers
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, per_task_numbers
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
 

@@ -125,8 +125,8 @@ class FhsumbenchTask(Task):
 
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
         prompt = self.prompt()
-        samples = self.convert(
-            stream, files, DATA.name, lambda r: str(r["id"]),
+        samples = stream.convert_file(
+            DATA.name, files[DATA.name], lambda r: str(r["id"]),
             lambda raw: convert_fhsumbench(raw, "test", prompt),
         )  # fmt: skip
         if not config.fhsumbench_eval_all:
@@ -249,13 +249,17 @@ class FhsumbenchTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
+        from fincheck.metrics import plots
+
         confusion = score.figures["confusion"]
-        return self.confusion_plot(
-            confusion,
-            f"FHSumBench: {model}" if model else "FHSumBench",
-            plot_dir / "fhsumbench_confusion.png",
-            gold_labels=[label for label in confusion["labels"] if label != INVALID],
-        )
+        return [
+            plots.plot_confusion_figure(
+                confusion,
+                f"FHSumBench: {model}" if model else "FHSumBench",
+                plot_dir / "fhsumbench_confusion.png",
+                gold_labels=[label for label in confusion["labels"] if label != INVALID],
+            )
+        ]
 
     def gold_consistent(self, pair: Pair) -> bool:
         return pair.meta_value("label", str) == "no_hallu"

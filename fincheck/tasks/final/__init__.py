@@ -130,8 +130,8 @@ class FinalTask(Task):
             name = DEFACTO[source_split].name
             if name not in files:
                 continue
-            converted = self.convert(
-                stream, files, name, lambda r: r["doc_id"],
+            converted = stream.convert_file(
+                name, files[name], lambda r: r["doc_id"],
                 lambda raw, s=source_split, t=split: convert_defacto(raw, s, t, prompt),
             )  # fmt: skip
             inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
@@ -142,8 +142,8 @@ class FinalTask(Task):
             }
             pairs += converted
         if FINAL_FILE in files:
-            pairs += self.convert(
-                stream, files, FINAL_FILE, lambda r: r.get("id"),
+            pairs += stream.convert_file(
+                FINAL_FILE, files[FINAL_FILE], lambda r: r.get("id"),
                 lambda raw: convert_final_item(raw, prompt),
             )  # fmt: skip
         return Collected(pairs, {"defacto_explanations": explanation_stats})
@@ -350,11 +350,15 @@ class FinalTask(Task):
         return out
 
     def plots(self, score: TaskScore, plot_dir: Path, model: str | None) -> list[Path]:
-        return self.confusion_plot(
-            score.figures["binary_confusion"],
-            f"FINAL (binarized): {model}" if model else "FINAL (binarized)",
-            plot_dir / "final_binary_confusion.png",
-        )
+        from fincheck.metrics import plots
+
+        return [
+            plots.plot_confusion_figure(
+                score.figures["binary_confusion"],
+                f"FINAL (binarized): {model}" if model else "FINAL (binarized)",
+                plot_dir / "final_binary_confusion.png",
+            )
+        ]
 
     compare_metrics = (
         ("f1", "F1"),
