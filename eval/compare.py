@@ -3,9 +3,15 @@
 Each run is a `fincheck score` output folder (results.json + scored/<task>.jsonl). For every
 task the runs share, the table shows each run's figures with their 95% CIs and n, how many of
 its outputs were in no readable form, and, for every run after the first, its difference from
-the first run with a **paired** bootstrap CI: the same resampled example ids for both runs, so
+the first run with a **paired** bootstrap CI: the same resampled examples for both runs, so
 the interval is that of the difference itself (two overlapping marginal CIs can still hide a
 clear difference). A run "beats" the first only when that interval lies above 0.
+
+The bootstrap resamples whole units, not single examples: each task names the units its
+examples are drawn in (`Task.resample_units`: QASem's sources or responses, FHSumBench's source
+documents, FINAL's documents) and `fincheck score` records each example's (`units`). QASem's
+1,556 test QAs ask about 49 sources; resampling QAs one by one treats them as 1,556 independent
+draws and gives intervals too narrow. The report names the unit and how many there are.
 
 Figures are comparable with each other when the runs were scored on the same examples (the
 table says how many ids they share) and with the papers' rows when the task's comparability
@@ -26,7 +32,7 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
-from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci
+from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci, bootstrap_cis
 from fincheck.metrics.figures import fmt
 from fincheck.tasks import all_tasks, get_task
 
@@ -60,6 +66,8 @@ class Difference:
     delta: float  # other - first, on the shared ids
     ci95: Interval | None
     n: int  # shared ids
+    unit: str = "example"  # what the bootstrap resampled whole
+    n_units: int = 0  # how many of them the shared ids fall in
 
     @property
     def verdict(self) -> str:
@@ -72,6 +80,19 @@ class Difference:
         return "no clear difference"
 
 
+def unit_groups(examples: Sequence[dict], unit: str) -> tuple[str, list[list[int]] | None]:
+    """(the unit resampled, the example indices of each of its values): `unit` when every
+    scored record names its value (`units`, written by `fincheck score`), else "example" and
+    None (records scored before units were recorded, or written by hand)."""
+    keys = [(ex.get("units") or {}).get(unit) for ex in examples]
+    if not examples or any(k is None for k in keys):
+        return "example", None
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(str(key), []).append(i)
+    return unit, list(groups.values())
+
+
 def paired_difference(
     task: str,
     first: Sequence[dict],
@@ -79,10 +100,11 @@ def paired_difference(
     metric: str,
     n_resamples: int = 1000,
     seed: int = 0,
+    unit: str | None = None,
 ) -> Difference:
     """metric(other) - metric(first) over the examples both runs scored, with a paired
-    percentile bootstrap CI (ids resampled together; resamples where either figure is
-    undefined are skipped)."""
+    percentile bootstrap CI: whole `unit`s (default: the task's coarsest) resampled, the same
+    ones for both runs; resamples where either figure is undefined are skipped."""
     by_id = {ex["id"]: ex for ex in first}
     shared = [(by_id[ex["id"]], ex) for ex in other if ex["id"] in by_id]
     figures = get_task(task).example_figures
@@ -92,10 +114,29 @@ def paired_difference(
 
     if not shared:
         return Difference(metric, math.nan, None, 0)
+    resampled, groups = unit_groups([r[0] for r in shared], unit or default_unit(task))
     ci = bootstrap_ci(
-        lambda idx: delta([shared[i] for i in idx]), len(shared), n_resamples, seed=seed
+        lambda idx: delta([shared[i] for i in idx]), len(shared), n_resamples, seed, groups
     )
-    return Difference(metric, delta(shared), ci, len(shared))
+    n_units = len(groups) if groups is not None else len(shared)
+    return Difference(metric, delta(shared), ci, len(shared), resampled, n_units)
+
+
+def default_unit(task: str) -> str:
+    return get_task(task).resample_units[0]
+
+
+def unit_intervals(
+    task: str, examples: Sequence[dict], metrics: Sequence[str], unit: str, n: int, seed: int
+) -> tuple[str, int, dict[str, Interval | None]]:
+    """(unit, how many, each metric's 95% interval) of one run's scored examples, whole units
+    resampled as the paired differences resample them."""
+    resampled, groups = unit_groups(examples, unit)
+    figures = get_task(task).example_figures
+    cis = bootstrap_cis(
+        lambda idx: figures([examples[i] for i in idx]), len(examples), metrics, n, seed, groups
+    )
+    return resampled, len(groups) if groups is not None else len(examples), cis
 
 
 def shuffle_floor(
@@ -125,11 +166,15 @@ def shuffle_floor(
 
 
 def compare_runs(
-    runs: Sequence[ScoredRun], n_resamples: int = 1000, seed: int = 0
+    runs: Sequence[ScoredRun],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    units: dict[str, str] | None = None,
 ) -> tuple[str, dict]:
     """(markdown, data): one section per task that two runs or more scored, with those runs
     (a baseline that covers one task, like the word-overlap floor of QASem, stands beside the
-    detector in that task's section alone); differences against the first of them."""
+    detector in that task's section alone); differences against the first of them. Intervals
+    resample the task's `units` (default: its coarsest, `Task.resample_units[0]`)."""
     if len(runs) < 2:
         raise FincheckError("compare needs at least two scored runs")
     scoring = {t: [run for run in runs if t in run.results.get("tasks", {})] for t in all_tasks()}
@@ -141,8 +186,8 @@ def compare_runs(
     lines += [
         "",
         f"Differences are against the first run listed in each task's table, on the example ids "
-        f"both runs scored, with a paired 95% bootstrap CI ({n_resamples} resamples); 'better' "
-        "or 'worse' only when the interval excludes 0.",
+        f"both runs scored, with a paired 95% bootstrap CI ({n_resamples} resamples of whole "
+        "units, named in each section); 'better' or 'worse' only when the interval excludes 0.",
         "",
     ]
     data: dict = {"runs": [run.name for run in runs], "tasks": {}}
@@ -155,14 +200,27 @@ def compare_runs(
             if any(task.compare_figure(run.results["tasks"][name], key)[0] is not None
                    for run in scored)
         ]  # fmt: skip
+        unit = (units or {}).get(name) or task.resample_units[0]
         lines += [f"## {task.title}", ""]
         header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
         lines += [header, "|" + " --- |" * (len(metrics) + 3)]
         data["tasks"][name] = {"runs": {}, "differences": {}}
+        resampled: dict[str, tuple[str, int]] = {}  # run -> (unit its intervals drew, how many)
         for run in scored:
             figures = run.results["tasks"][name]
             n_bad, n, _ = task.unreadable_outputs(figures)
             values = {key: task.compare_figure(figures, key) for key, _ in metrics}
+            if run.examples.get(name):  # figures and intervals by unit, from the examples
+                examples = run.examples[name]
+                drawn, n_units, cis = unit_intervals(
+                    name, examples, [k for k, _ in metrics], unit, n_resamples, seed
+                )
+                resampled[run.name] = drawn, n_units
+                recomputed = task.example_figures(examples)
+                values = {
+                    k: (recomputed.get(k), [cis[k].low, cis[k].high] if cis[k] else None)
+                    for k in values
+                }
             cells = [
                 fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
                 for value, ci in values.values()
@@ -172,10 +230,17 @@ def compare_runs(
                 "n": n,
                 "unreadable": n_bad,
                 **{key: v for key, (v, _) in values.items()},
+                "ci95": {key: ci for key, (_, ci) in values.items()},
+                "resampled": (
+                    dict(zip(("unit", "n"), resampled[run.name], strict=True))
+                    if run.name in resampled
+                    else None  # no scored examples: results.json's intervals
+                ),
             }
         missing = [run.name for run in runs if run not in scored]
         if missing:
             lines += ["", f"Not scored on this task: {', '.join(missing)}."]
+        lines += ["", resampling_note(unit, resampled)]
         what = task.unreadable_outputs(scored[0].results["tasks"][name])[2]
         lines += ["", f"Unreadable: {what}.", ""]
         lines += shuffle_floor_lines(name, scored, data["tasks"][name], n_resamples, seed)
@@ -185,10 +250,11 @@ def compare_runs(
                 continue
             diffs = [
                 paired_difference(
-                    name, scored[0].examples[name], run.examples[name], key, n_resamples, seed
+                    name, scored[0].examples[name], run.examples[name], key, n_resamples, seed,
+                    unit,
                 )
                 for key, _ in metrics
-            ]
+            ]  # fmt: skip
             parts = []
             for (_, label), d in zip(metrics, diffs, strict=True):
                 interval = f" [{fmt(d.ci95.low)}, {fmt(d.ci95.high)}]" if d.ci95 else ""
@@ -196,15 +262,15 @@ def compare_runs(
                     parts.append(f"{label}: {d.verdict}")
                 else:
                     parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
-            shared = diffs[0].n if diffs else 0
-            lines.append(
-                f"- **{run.name}** vs {scored[0].name} ({shared} shared): " + "; ".join(parts)
-            )
+            shared = f"{diffs[0].n} shared, {diffs[0].n_units} {diffs[0].unit}s" if diffs else "0"
+            lines.append(f"- **{run.name}** vs {scored[0].name} ({shared}): " + "; ".join(parts))
             data["tasks"][name]["differences"][run.name] = {
                 d.metric: {
                     "delta": d.delta,
                     "ci95": [d.ci95.low, d.ci95.high] if d.ci95 else None,
                     "n": d.n,
+                    "unit": d.unit,
+                    "n_units": d.n_units,
                     "verdict": d.verdict,
                 }
                 for d in diffs
@@ -213,6 +279,19 @@ def compare_runs(
             lines += ["", f"With the papers: {task.comparability}"]
         lines.append("")
     return "\n".join(lines), data
+
+
+def resampling_note(unit: str, resampled: dict[str, tuple[str, int]]) -> str:
+    """One sentence under a task's table: what its intervals resampled whole, and how many."""
+    counts = sorted({n for drawn, n in resampled.values() if drawn == unit})
+    by_example = [run for run, (drawn, _) in resampled.items() if drawn != unit]
+    note = f"95% intervals resample whole {unit}s ({' or '.join(map(str, counts)) or 'none'})"
+    if by_example:
+        note += (
+            f"; {', '.join(by_example)}: examples one by one (the scored records name no "
+            f"{unit}: `fincheck score` records it)"
+        )
+    return note + "."
 
 
 def shuffle_floor_lines(
@@ -248,6 +327,20 @@ def shuffle_floor_lines(
     return lines
 
 
+def per_task_units(text: str) -> dict[str, str]:
+    """`--unit qasem=response`: each named task's unit, one of its `resample_units`."""
+    units: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        task, _, unit = part.partition("=")
+        known = get_task(task.strip()).resample_units  # an unknown task: the registry's error
+        if unit.strip() not in known:
+            raise FincheckError(
+                f"--unit {part}: {task.strip()} resamples one of {', '.join(known)}"
+            )
+        units[task.strip()] = unit.strip()
+    return units
+
+
 @dataclass
 class CompareOptions:
     runs: list[Path] = config_field(REQUIRED, "`fincheck score --out` folders", positional=True)
@@ -256,6 +349,14 @@ class CompareOptions:
     )
     out: Path | None = config_field(None, "write the markdown here (and NAME.json beside it)")
     bootstrap: int = config_field(1000, "resamples of the paired differences", at_least=0)
+    unit: dict[str, str] = config_field(
+        {},
+        "what the intervals resample whole, per task: task=unit,... (default: each task's "
+        "coarsest: "
+        + ", ".join(f"{t.name}={'|'.join(t.resample_units)}" for t in all_tasks().values())
+        + ")",
+        parse=per_task_units,
+    )
     seed: int = config_field(0, "bootstrap seed")
 
 
@@ -283,7 +384,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
     runs = [load_scored_run(path, name) for path, name in zip(args.runs, names, strict=True)]
-    markdown, data = compare_runs(runs, args.bootstrap, args.seed)
+    markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
     print(markdown)
     if args.out:
         data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}

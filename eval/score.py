@@ -63,6 +63,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         if not joined:
             raise FincheckError(f"{name}: {pred_path} holds no predictions")
         score = task.score(joined, settings)
+        units = {pair.id: task.resample_keys(pair) for pair, _ in joined}
+        for example in score.examples:  # what `fincheck compare` resamples whole
+            example["units"] = units[example["id"]]
         for key in ("errors", "parse_failed", "asked"):
             judge[key] += getattr(score, f"judge_{key}")
         judge["first_error"] = judge["first_error"] or score.judge_first_error

@@ -284,13 +284,22 @@ def render_card(
             for k in ("base_fingerprint", "recipe_fingerprint")
             if run.metadata.get(k)
         },
-        "prompt_hashes": {code_span(t): code_span(d) for t, d in run.prompt_hashes.items()},
+        "prompt_hashes": {
+            code_span(t): code_span(d) for t, d in run.prompt_hashes.items() if t in run.tasks
+        },
         "recipe_yaml": recipe_yaml,
         "recipe_fence": code_fence(recipe_yaml),
         "result_rows": [_result_row(row) for row in rows],
         "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
         "data_origins": [data_origin(t) for t in (run.tasks or list(all_tasks()))],
         "anchor_rows": _anchor_only_rows(),
+        # what differs between the card's figures and the anchors beside them (items, training
+        # regime, the same-size rows), for each task the results hold
+        "setting_notes": [
+            f"{get_task(t).title}: {get_task(t).comparability}"
+            for t in dict.fromkeys(row.task for row in rows)
+            if get_task(t).comparability
+        ],
     }
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False

@@ -45,9 +45,50 @@ def test_a_clear_difference_is_called_and_a_tie_is_not():
     assert same.delta == 0 and same.verdict == "no clear difference"
 
 
+def test_paired_differences_resample_whole_sources_and_name_them(tmp_path, capsys):
+    """By hand: 40 sources of 10 QAs (5 Yes, 5 No each). The other run is right on every QA of
+    20 sources and wrong on every QA of the other 20; the first answers 0.5 everywhere (BAcc
+    0.5). The other's BAcc on a resample is the share of right sources drawn, so the paired
+    difference's interval is that of a proportion over 40 sources: 0 +- 1.96 x sqrt(0.25 /
+    40) = +-0.155. Over 400 QAs one by one it would be +-0.049."""
+    gold = ["Yes", "No"] * 200
+    first = qasem_examples([0.5] * 400, gold)
+    right = [0.9 if g == "Yes" else 0.1 for g in gold]
+    other = qasem_examples([r if (i // 10) % 2 else 1 - r for i, r in enumerate(right)], gold)
+    for ex in (*first, *other):
+        source = int(ex["id"][1:]) // 10
+        ex["units"] = {"source": f"s{source}", "response": f"s{source}:r{int(ex['id'][1:]) % 2}"}
+    by_source = paired_difference("qasem", first, other, "bacc", n_resamples=2000)
+    assert (by_source.unit, by_source.n_units, by_source.delta) == ("source", 40, 0.0)
+    assert by_source.ci95.high - by_source.ci95.low == pytest.approx(0.31, abs=0.05)
+
+    def plain(examples):  # records scored before units were recorded
+        return [{k: v for k, v in ex.items() if k != "units"} for ex in examples]
+
+    by_qa = paired_difference("qasem", plain(first), plain(other), "bacc", n_resamples=2000)
+    assert by_qa.unit == "example" and by_qa.ci95.high - by_qa.ci95.low < 0.12
+    by_response = paired_difference("qasem", first, other, "bacc", 2000, unit="response")
+    assert (by_response.unit, by_response.n_units) == ("response", 80)
+    # the CLI: the unit and its count stand in the report; --unit picks another of the task's
+    for name, examples in (("a", first), ("b", other)):
+        _write_run(tmp_path / name, examples, 0.5)
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["compare", *runs, "--bootstrap", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "95% intervals resample whole sources (40)." in text
+    assert "**b** vs a (400 shared, 40 sources): ROC-AUC" in text
+    assert main(["compare", *runs, "--bootstrap", "200", "--unit", "qasem=response"]) == 0
+    assert "(400 shared, 80 responses)" in capsys.readouterr().out
+    assert main(["compare", *runs, "--unit", "qasem=document"]) == 2
+    assert "--unit qasem=document: qasem resamples one of source, response" in (
+        capsys.readouterr().err
+    )
+
+
 def _write_run(path: Path, examples: list[dict], auc: float) -> None:
     (path / "scored").mkdir(parents=True)
-    figures = {"overall": {"auc": auc, "bacc": 0.5, "n": len(examples), "n_text_not_yes_no": 1}}
+    bacc = get_task("qasem").example_figures(examples)["bacc"]
+    figures = {"overall": {"auc": auc, "bacc": bacc, "n": len(examples), "n_text_not_yes_no": 1}}
     (path / "results.json").write_text(json.dumps({"tasks": {"qasem": figures}}))
     (path / "scored" / "qasem.jsonl").write_text("".join(json.dumps(e) + "\n" for e in examples))
 
@@ -63,8 +104,11 @@ def test_cli_writes_the_table_and_the_numbers(tmp_path, capsys):
     args = [str(tmp_path / "base"), str(tmp_path / "tuned"), "--names", "zero-shot,adapter"]
     assert main(["compare", *args, "--out", str(out), "--bootstrap", "100"]) == 0
     text = out.read_text()
-    assert "| adapter | 60 | 1.000 | 0.500 | 1 of 60 |" in text
-    assert "**adapter** vs zero-shot (60 shared): ROC-AUC +" in text and ": better" in text
+    # no scored record names its source: the intervals resample QAs, and say so
+    assert "| adapter | 60 | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | 1 of 60 |" in text
+    assert "examples one by one (the scored records name no source" in text
+    assert "**adapter** vs zero-shot (60 shared, 60 examples): ROC-AUC +" in text
+    assert ": better" in text
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["tasks"]["qasem"]["differences"]["adapter"]["auc"]["verdict"] == "better"
     assert text.strip() in capsys.readouterr().out
@@ -139,8 +183,9 @@ def test_compare_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
 
 
 def test_qasem_subsets_stand_in_the_table_and_are_paired_by_subset(tmp_path):
-    """Each subset's AUC (the paper's columns) is read from results.json and recomputed from
-    the scored examples of that subset alone for the paired difference."""
+    """Each subset's AUC (the paper's columns) has a column when results.json recorded it, and
+    is computed from the scored examples of that subset alone, for the table and the paired
+    difference."""
     gold = ["Yes", "No"] * 20
     first = qasem_examples([0.5] * 40, gold)
     # cliff (first 20) ranked perfectly, factscore (last 20) inverted
@@ -159,8 +204,10 @@ def test_qasem_subsets_stand_in_the_table_and_are_paired_by_subset(tmp_path):
     text, data = compare_runs([load_scored_run(tmp_path / n, n) for n in "ab"], n_resamples=50)
     # a subset no run recorded gets no column
     assert "| run | n | ROC-AUC | BAcc | CLIFF AUC | unreadable |" in text
-    assert "| b | 40 | 0.500 | 0.500 | 0.750 [0.600, 0.900] | 1 of 40 |" in text
-    assert data["tasks"]["qasem"]["runs"]["b"]["auc_cliff"] == 0.75
+    # figures and intervals are recomputed from the scored examples, never results.json's
+    # per-QA intervals; results.json only says which columns were recorded
+    assert "| b | 40 | 0.500 [" in text and "| 1.000 [1.000, 1.000] | 1 of 40 |" in text
+    assert data["tasks"]["qasem"]["runs"]["b"]["auc_cliff"] == 1.0
 
 
 def fhsumbench_examples(predicted: list[str], gold: list[str]) -> list[dict]:

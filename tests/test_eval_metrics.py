@@ -104,6 +104,30 @@ def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
     assert bootstrap_ci(lambda idx: math.nan, 10, 50) is None
 
 
+def test_a_grouped_bootstrap_resamples_whole_groups_and_its_interval_is_that_of_the_groups():
+    """By hand: 30 groups of 10 equal values, 15 groups of ones and 15 of zeros. Resampled by
+    group, the mean is that of 30 draws: sd sqrt(0.25 / 30) = 0.091, a 95% interval about
+    0.5 +- 1.96 x 0.091, width 0.358. Resampled value by value it is that of 300 draws: sd
+    0.029, width 0.113, which would claim a precision the 30 groups do not hold."""
+    values = [1.0 if g < 15 else 0.0 for g in range(30) for _ in range(10)]
+    groups = [list(range(10 * g, 10 * g + 10)) for g in range(30)]
+    drawn: list[list[int]] = []
+
+    def mean(idx):
+        drawn.append(list(idx))
+        return sum(values[i] for i in idx) / len(idx)
+
+    by_group = bootstrap_ci(mean, 300, 2000, seed=0, groups=groups)
+    assert by_group.high - by_group.low == pytest.approx(0.358, abs=0.04)
+    for idx in drawn:  # every resample is 30 whole groups
+        assert len(idx) == 300
+        assert all(idx[k : k + 10] == groups[idx[k] // 10] for k in range(0, 300, 10))
+    by_value = bootstrap_ci(mean, 300, 2000, seed=0)
+    assert by_value.high - by_value.low == pytest.approx(0.113, abs=0.015)
+    # the floor of MIN_ITEMS_FOR_CI counts groups: 29 groups of 10 give no interval
+    assert bootstrap_ci(mean, 290, 100, groups=groups[:29]) is None
+
+
 # ---------------------------------------------------------------- QASem
 
 

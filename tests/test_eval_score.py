@@ -169,7 +169,7 @@ def test_figures_match_an_independent_computation(scored_run):
     assert final["judge_errors"] == 0 and final["n_judge_failed"] == 0
 
 
-def test_outputs_written(scored_run):
+def test_outputs_written(scored_run, prepared_dir):
     results, _, _, run_dir, _ = scored_run
     report = (run_dir / "report.md").read_text()
     assert "MiniCheck-770M (QASem paper, Table 4)" in report
@@ -181,6 +181,20 @@ def test_outputs_written(scored_run):
         assert f"plots/{png}.png" in report
     scored = [json.loads(line) for line in (run_dir / "scored" / "final.jsonl").open()]
     assert len(scored) == N_PER_TASK and {"judge", "true_positives"} <= set(scored[0])
+    # every scored record names the units `fincheck compare` resamples whole, from the gold
+    for task in task_names():
+        gold = {p.id: p for p in read_pairs(prepared_dir / task / "test.jsonl", task_names())}
+        for line in (run_dir / "scored" / f"{task}.jsonl").open():
+            record = json.loads(line)
+            pair = gold[record["id"]]
+            if task == "qasem":  # a response is subset:source id:model
+                response = pair.meta["response_id"]
+                expected = {"source": response.rsplit(":", 1)[0], "response": response}
+            else:  # FINAL's document, FHSumBench's source: the grounding text
+                expected = {"fhsumbench": {"source": pair.document_key}}.get(
+                    task, {"document": pair.document_key}
+                )
+            assert record["units"] == expected
     assert (
         results["counts"]["qasem"]["n_missing"] == results["counts"]["qasem"]["n_gold"] - N_PER_TASK
     )

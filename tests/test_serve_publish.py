@@ -437,6 +437,40 @@ def test_a_sample_is_labelled_with_its_n_and_kept_out_of_the_model_index(run_dir
     assert parsed and all(e.dataset_type != "final" for e in parsed)
 
 
+def test_the_card_names_the_tasks_of_the_training_mixture_not_of_the_prepared_folder(run_dir):
+    """The prepared folder held all three tasks (its manifest hashes every prompt); the run
+    trained on QASem and FHSumBench only. The card's tags, task list, prompt hashes and data
+    origins say what the adapter trained on: no `final` tag, no DeFacto."""
+    from fincheck.io.runs import load_run
+
+    run = load_run(run_dir)
+    assert set(run.prompt_hashes) == {"final", "qasem", "fhsumbench"}  # the manifest's
+    run.metadata = {**run.metadata, "tasks": ["qasem", "fhsumbench"]}  # what train records
+    card = render_card(run, "me/tiny", RESULTS)
+    tags = set(_front_matter(card)["tags"])
+    assert {"qasem", "fhsumbench"} <= tags and "final" not in tags
+    assert "Tasks this adapter was trained on: `qasem`, `fhsumbench`." in card
+    assert "`final`: `" not in card and "DeFacto" not in card.split("## Results")[0]
+    # a run written before train recorded its tasks: the tasks that had training pairs
+    run.metadata = {k: v for k, v in run.metadata.items() if k != "tasks"}
+    run.metadata["data"] = {"train_examples": {"qasem": 976, "fhsumbench": 493, "final": 0}}
+    assert load_run(run_dir).tasks == ["final", "qasem", "fhsumbench"]  # no record: the hashes
+    assert run.tasks == ["qasem", "fhsumbench"]
+
+
+def test_the_cards_anchors_state_how_their_setting_differs(run_dir):
+    """Beside the papers' rows the card says, per task, what differs: the items, the training
+    regime, and the same-size rows it shows."""
+    from fincheck.io.runs import load_run
+
+    card = render_card(load_run(run_dir), "me/tiny", RESULTS)
+    results = card.split("## Results")[1]
+    assert "The anchors are the papers' own runs, in their settings, not this card's:" in results
+    assert "Qwen2.5-0.5B vanilla 0.222" in results  # the same-size FHSumBench row
+    assert "fine-tuned on 40% of the source documents" in results
+    assert "- FINAL: FINAL's rows are prompted LLMs (no training)" in results
+
+
 def test_the_card_names_no_local_path_and_no_github_repo_as_a_dataset(run_dir, tmp_path):
     from fincheck.io.runs import load_run
 

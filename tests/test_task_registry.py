@@ -289,8 +289,23 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     ],
     # its tasks and per-task weights
     "configs/data/qasem-fhsumbench.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
+    "configs/data/three-tasks.yaml": [
+        "fhsumbench",
+        "fhsumbench",
+        "final",
+        "final",
+        "qasem",
+        "qasem",
+    ],
     # per-task caps
     "configs/data/tiny.yaml": ["fhsumbench", "final", "qasem"],
+    "configs/prepare/detector.yaml": [
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "fhsumbench",
+        "qasem",
+    ],
     # each task's own settings (qasem_dev_fraction, fhsumbench_*); no task list: every task
     "configs/prepare/default.yaml": [
         "fhsumbench",
@@ -303,6 +318,8 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     # the dev figures of two tasks; the best checkpoint by qasem_auc
     "configs/train/smollm2-135m-learn-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
     "configs/train/qwen2.5-0.5b-cpu.yaml": ["fhsumbench", "fhsumbench", "qasem", "qasem"],
+    # its dev figures, their per-task limits
+    "configs/train/qwen2.5-0.5b-three-tasks-cpu.yaml": ["fhsumbench", "final", "final", "qasem"],
     # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
     # FINAL's own pipeline and two-step
     "eval/baselines/final_methods.py": ["final", "final", "final"],

@@ -27,6 +27,7 @@ EXPECTED = {
     "smollm2-135m-cpu",
     "smollm2-135m-learn-cpu",
     "qwen2.5-0.5b-cpu",
+    "qwen2.5-0.5b-three-tasks-cpu",
     "smollm2-135m-instruct",
     "qwen3-1.7b",
     "qwen2.5-0.5b-instruct",

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fincheck.errors import FincheckError
+from fincheck.io.runs import load_run
 from fincheck.models.loading import load_adapter_model
 from fincheck.train.checkpoints import (
     COMPLETE_MARKER,
@@ -507,6 +509,9 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
     evals = [e for e in state["log_history"] if "eval_qasem_auc" in e]
     assert [e["step"] for e in evals] == [2, 4, 6]
     assert all({"eval_qasem_bacc", "eval_fhsumbench_f"} <= set(e) for e in evals)
+    for e in evals:  # the one figure several tasks are chosen by: each one's choose_by, averaged
+        mean = (e["eval_qasem_auc"] + e["eval_fhsumbench_f"]) / 2
+        assert e["eval_tasks_mean"] == pytest.approx(mean, abs=1e-4)
     assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [2, 4, 6]
     best_step = max(evals, key=lambda e: (e["eval_qasem_auc"], -e["step"]))["step"]
     best = out / f"checkpoint-{best_step}"
@@ -522,6 +527,9 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
         < meta["data"]["tree_packing"]["train"]["pairs"]
     )
     assert meta["data"]["dev_figures"]["qasem"] >= 20
+    # the mixture's tasks, not the prepared folder's three (the card and eval read them)
+    assert meta["tasks"] == ["qasem", "fhsumbench"] and load_run(out).tasks == meta["tasks"]
+    assert set(meta["prompt_hashes"]) == {"qasem", "fhsumbench"}
     first = next(e for e in state["log_history"] if "loss" in e)
     assert first["step"] == 1 and first["learning_rate"] > 0  # warmup does not start at 0
     later = [e for e in state["log_history"] if "loss" in e and e["step"] > 1]
@@ -538,6 +546,38 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
     assert (out / "adapter_model.safetensors").read_bytes() == final
     meta = json.loads((out / "fincheck_run.json").read_text())
     assert meta["final_adapter"]["checkpoint"] == best.name
+
+
+def test_a_run_at_the_default_window_records_it_and_is_evaluated_at_it(
+    prepared_dir, small_mixture, tmp_path
+):
+    """max_length equal to the recipe's default (2,048) is still written to recipe.yaml and
+    fincheck_run.json, and eval fits prompts to it, not to the model's 4,096 positions."""
+    from fincheck.commands.cli import main
+    from fincheck.io.runs import DEFAULT_TRAINING_WINDOW
+    from fincheck.train.recipe import recipe_defaults
+
+    assert recipe_defaults()["max_length"] == DEFAULT_TRAINING_WINDOW == 2048
+    out = tmp_path / "default-window"
+    recipe = tiny_recipe(
+        prepared_dir, small_mixture, out, "--max_length=2048", "--max_steps=1", "--save_steps=1"
+    )
+    assert train_and_save(build_trainer(recipe)) == 0
+    assert yaml.safe_load((out / "recipe.yaml").read_text())["max_length"] == 2048
+    assert json.loads((out / "fincheck_run.json").read_text())["max_length"] == 2048
+    args = ["eval", "--adapter", str(out), "--data", str(prepared_dir), "--tasks", "fhsumbench"]
+    assert main([*args, "--limit", "1", "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
+    config = json.loads((tmp_path / "ev" / "predictions" / "eval_config.json").read_text())
+    assert config["window"] == 2048  # the model's positions are 4,096
+    # a run folder written before the window was always recorded: its recipe.yaml left the
+    # default out, and the window read back is that default
+    recipe_yaml = yaml.safe_load((out / "recipe.yaml").read_text())
+    del recipe_yaml["max_length"]
+    (out / "recipe.yaml").write_text(yaml.safe_dump(recipe_yaml))
+    meta = json.loads((out / "fincheck_run.json").read_text())
+    del meta["max_length"]
+    (out / "fincheck_run.json").write_text(json.dumps(meta))
+    assert load_run(out).max_length == 2048
 
 
 def test_the_best_checkpoint_is_found_beside_the_last_one(tmp_path):

@@ -30,6 +30,7 @@ from fincheck.inference.generation import LoadedModel, answer_budgets
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import ScoreSettings, Task
+from fincheck.train.recipe_checks import TASKS_MEAN
 
 if TYPE_CHECKING:
     from fincheck.train.recipe import SFTRecipe
@@ -125,6 +126,9 @@ class DevFigures:
                     # sample leaves it undefined (one class only), and NaN never counts as best
                     missing = value is None or math.isnan(value)
                     figures[f"{task.name}_{key}"] = math.nan if missing else round(float(value), 4)
+            if len(self.tasks) > 1:  # one figure that weighs every task alike
+                chosen = [figures[f"{t.name}_{t.task.choose_by}"] for t in self.tasks]
+                figures[TASKS_MEAN] = round(sum(chosen) / len(chosen), 4)  # NaN if any is
         finally:
             model.train(was_training)
         return figures, time.perf_counter() - start

@@ -240,7 +240,14 @@ def run_metadata(
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
         "data_fingerprint": manifest.get("fingerprint"),
-        "prompt_hashes": manifest.get("prompt_hashes") or prompt_hashes(tasks),
+        # the mixture's tasks, not every task of the prepared folder: the card and eval read them
+        "tasks": list(tasks),
+        "max_length": recipe.max_length,  # the window eval fits prompts to
+        "prompt_hashes": {
+            t: h
+            for t, h in (manifest.get("prompt_hashes") or prompt_hashes(tasks)).items()
+            if t in tasks
+        },
         "chat_template_hash": template_fingerprint(tokenizer, recipe.chat_template_kwargs),
         "chat_template_kwargs": recipe.chat_template_kwargs,
         "data": stats,

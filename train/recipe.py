@@ -33,6 +33,7 @@ from fincheck.io.config import (
     parse_overrides,
     plain_value,
 )
+from fincheck.io.runs import DEFAULT_TRAINING_WINDOW
 from fincheck.train.machine import adapt_to_machine
 from fincheck.train.recipe_checks import validate_recipe
 
@@ -152,7 +153,7 @@ class SFTRecipe(SFTConfig):
     )
     # --- TRL / transformers keys with fincheck's defaults -----------------------------------
     max_length: int | None = config_field(
-        2048,
+        DEFAULT_TRAINING_WINDOW,
         "tokens per example; longer pairs are trimmed on the grounding text (never the target) "
         "or dropped, and counted",
         at_least=1,
@@ -305,9 +306,13 @@ def recipe_to_yaml(recipe: SFTRecipe) -> str:
     declared value differs from its default. Reloads to the same recipe."""
     declared, defaults = recipe.declared, recipe_defaults()
     derived = {"use_cpu", "ddp_backend", "bf16", "fp16"}  # decided by the machine and precision
+    # the window eval and detect fit prompts to: written even at its default
+    always = {"max_length"}
     trl = {f.name for f in dataclasses.fields(SFTConfig)}
     own = [k for k in inspect.get_annotations(SFTRecipe) if k not in trl]  # the keys fincheck adds
     keys = own + [
-        k for k in declared if k not in own and k not in derived and declared[k] != defaults.get(k)
+        k
+        for k in declared
+        if k not in own and k not in derived and (k in always or declared[k] != defaults.get(k))
     ]
     return yaml.safe_dump({k: declared[k] for k in keys}, sort_keys=False, allow_unicode=True)

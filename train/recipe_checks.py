@@ -112,8 +112,15 @@ def check_evaluation_keys(values: dict[str, Any]) -> None:
             )
 
 
+# The mean over the dev tasks of each one's `Task.choose_by` figure (QASem AUC, FHSumBench F,
+# FINAL's binarized BAcc), computed by train/dev_eval.py: what a several-task recipe keeps its
+# best adapter by.
+TASKS_MEAN = "tasks_mean"
+
+
 def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
     """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
     task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
     figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
-    return ["loss", *figures]
+    mean = [TASKS_MEAN] if len(dev_figures) > 1 else []
+    return ["loss", *figures, *mean]

@@ -44,6 +44,9 @@ TOKENIZER_FILES = (
     "merges.txt",
     "added_tokens.json",
 )
+# The recipe's default max_length (tokens per training pair), declared here so that a run whose
+# recipe.yaml omitted it still reads back the window it trained at.
+DEFAULT_TRAINING_WINDOW = 2048
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")  # a resumable checkpoint: checkpoint-<step>
 
 
@@ -121,15 +124,25 @@ class RunArtifacts:
 
     @property
     def tasks(self) -> list[str]:
-        """The tasks trained on: those whose prompt hashes training recorded (a recipe has no
-        task list; the mixture file names them)."""
+        """The tasks trained on, from the training mixture: what the run recorded (`tasks`),
+        else, for runs written before it did, the tasks that had training pairs; never the
+        prepared folder's task list, which can hold tasks the mixture left out."""
+        if isinstance(self.metadata.get("tasks"), list):
+            return [str(t) for t in self.metadata["tasks"]]
+        trained = (self.metadata.get("data") or {}).get("train_examples") or {}
+        if trained:
+            return [t for t, n in trained.items() if n]
         return list(self.prompt_hashes)
 
     @property
     def max_length(self) -> int | None:
-        """The training length of the recipe, when it recorded one."""
-        value = self.recipe.get("max_length")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        """The training window: the recipe's max_length, else what the run metadata recorded.
+        A recipe.yaml written before max_length was always recorded left it out when it equalled
+        the recipe default, which was then DEFAULT_TRAINING_WINDOW."""
+        for value in (self.recipe.get("max_length"), self.metadata.get("max_length")):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return DEFAULT_TRAINING_WINDOW if self.recipe else None
 
     def resolve_base(self, override: str | None = None) -> str:
         """The base to load: the user's choice, else the run's own base (saved copy or hub id)."""

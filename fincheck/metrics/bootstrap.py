@@ -2,7 +2,10 @@
 
 Resampling is over examples (a FINAL example, a QASem QA, an FHSumBench summary) with
 replacement, n times, seeded; the metric is recomputed on each resample and the interval is the
-(alpha/2, 1-alpha/2) percentiles. Resamples where the metric is undefined (NaN, e.g. AUC on a
+(alpha/2, 1-alpha/2) percentiles. Given `groups` (lists of example indices: the QAs of one source
+document, the summaries of one article), whole groups are resampled instead, so examples that
+share a unit stay together: 1,556 QASem QAs are not 1,556 independent draws when they ask about
+49 sources, and an interval over single QAs would be too narrow. Resamples where the metric is undefined (NaN, e.g. AUC on a
 one-class resample) are skipped; if more than half are, the interval is reported as undefined.
 Below `MIN_ITEMS_FOR_CI` items no interval is given: resampling 4 items says little about the
 population (an AUC of 1.000 [1.000, 1.000] on 4 QAs is not certainty) and would look precise.
@@ -30,16 +33,20 @@ def bootstrap_cis(
     metrics: Sequence[str],
     n_resamples: int = 1000,
     seed: int = 0,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, Interval | None]:
     """Percentile CI of each of `metrics` in `figures(indices)`, where indices are a resample of
-    range(n_items); every metric is read off the same resamples, drawn once (so each interval is
-    the one `bootstrap_ci` gives that metric alone). None below MIN_ITEMS_FOR_CI items."""
-    if n_items < MIN_ITEMS_FOR_CI or n_resamples <= 0:
+    range(n_items), or, with `groups`, the indices of len(groups) groups drawn with replacement;
+    every metric is read off the same resamples, drawn once (so each interval is the one
+    `bootstrap_ci` gives that metric alone). None below MIN_ITEMS_FOR_CI items (groups)."""
+    units = [[i] for i in range(n_items)] if groups is None else [list(g) for g in groups]
+    if len(units) < MIN_ITEMS_FOR_CI or n_resamples <= 0:
         return dict.fromkeys(metrics)
     rng = random.Random(seed)
     values: dict[str, list[float]] = {m: [] for m in metrics}
     for _ in range(n_resamples):
-        resampled = figures([rng.randrange(n_items) for _ in range(n_items)])
+        drawn = [rng.randrange(len(units)) for _ in units]
+        resampled = figures([i for u in drawn for i in units[u]])
         for m in metrics:
             if not math.isnan(resampled[m]):
                 values[m].append(resampled[m])
@@ -59,9 +66,11 @@ def bootstrap_ci(
     n_items: int,
     n_resamples: int = 1000,
     seed: int = 0,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> Interval | None:
     """`bootstrap_cis` of a single figure."""
-    return bootstrap_cis(lambda idx: {"": metric(idx)}, n_items, [""], n_resamples, seed)[""]
+    cis = bootstrap_cis(lambda idx: {"": metric(idx)}, n_items, [""], n_resamples, seed, groups)
+    return cis[""]
 
 
 def ci95_lists(cis: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:

@@ -212,6 +212,12 @@ class Task(ABC):
     # --- compare ---------------------------------------------------------------------------
 
     compare_metrics: tuple[tuple[str, str], ...] = ()  # (key of example_figures, label)
+    # What `fincheck compare` resamples whole: the units its examples are drawn in, the
+    # coarsest first (the default). A task whose examples share documents names the document.
+    resample_units: tuple[str, ...] = ("document",)
+    # The one judge-free figure (a key of example_figures) that a checkpoint, a threshold or a
+    # mixture is chosen by on dev: training's `tasks_mean` dev figure averages it over tasks.
+    choose_by: str = ""
     # Figures that reward a spread of answers whatever it says (macro averages over classes):
     # `fincheck compare` puts beside each run the same figures with its answers shuffled
     # across its examples, the floor a detector has to clear. Keys of example_figures.
@@ -220,6 +226,11 @@ class Task(ABC):
     def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
         """A `compare_metrics` figure and its CI as `score` recorded them in results.json."""
         return figures.get(metric), (figures.get("ci95") or {}).get(metric)
+
+    def resample_keys(self, pair: Pair) -> dict[str, str]:
+        """The pair's key in each of `resample_units` (recorded in its scored record as
+        `units`); by default the one unit is the grounding text."""
+        return {self.resample_units[0]: pair.document_key}
 
     @abstractmethod
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:

@@ -91,10 +91,13 @@ class FinalTask(Task):
         PaperNumber("FactScore-style pipeline, Gemini-1.5-pro", "f1", 0.42, _TABLE),
     )
     comparability = (
-        "FINAL numbers are on the FINAL test set (1,265) with a GPT-4o judge, while without the "
-        "FINAL release we evaluate on DeFacto-derived silver descriptions. For each model the "
-        "paper used the better of two prompt variants on its dev set; fincheck's baselines run "
-        "one variant of each prompt."
+        "FINAL's rows are prompted LLMs (no training) on the FINAL test set (1,265 items) with "
+        "a GPT-4o judge; without the FINAL release fincheck evaluates on DeFacto's test articles "
+        "with silver descriptions derived from DeFacto's explanations, and its judge is "
+        "whatever `--judge` names: other items, another judge, and for an adapter another "
+        "training regime (fine-tuned on DeFacto's train and validation items). For each model "
+        "the paper used the better of two prompt variants on its dev set. The binarized figures "
+        "(flagged or not) need no judge."
     )
     card = CardInfo(
         task_type="text-generation",
@@ -360,6 +363,8 @@ class FinalTask(Task):
             )
         ]
 
+    # flagged or not, balanced: the judge-free figure (binarized F1 rewards flagging everything)
+    choose_by = "binary_bacc"
     compare_metrics = (
         ("f1", "F1"),
         ("binary_f1", "binarized F1"),

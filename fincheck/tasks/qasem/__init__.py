@@ -106,7 +106,11 @@ class QasemTask(Task):
         "column is called Generative Search. The paper's verifiers see the article and the QA "
         "only (its Table 5); fincheck's detector prompt also shows the response sentence the "
         "QA was taken from (the baselines' prompts do not), so a detector's figures are not "
-        "in the paper's setting."
+        "in the paper's setting. Its rows are LLMs prompted without training and MiniCheck "
+        "(trained on other data, at 0.5 with no threshold tuning); a fincheck adapter is "
+        "fine-tuned on responses of QASem's dev file, a threshold other than 0.5 is chosen on "
+        "the dev split and labelled. No row of the paper is of fincheck's sizes (0.5B-1.5B); "
+        "MiniCheck-770M is the nearest."
     )
     card = CardInfo(
         task_type="text-classification",
@@ -166,11 +170,23 @@ class QasemTask(Task):
         return TaskScore(figures, examples)
 
     # the pooled figures, then each subset's AUC (the paper's columns: "auc_cliff", ...)
+    # the ranking, which no threshold choice changes
+    choose_by = "auc"
     compare_metrics = (
         ("auc", "ROC-AUC"),
         ("bacc", "BAcc"),
         *((f"auc_{s}", f"{SUBSET_TITLES[s]} AUC") for s in SUBSETS),
     )
+
+    # 1,556 test QAs ask about 151 responses over 49 sources: the QAs of one source are not
+    # independent draws, so intervals resample whole sources (or whole responses on request)
+    resample_units = ("source", "response")
+
+    def resample_keys(self, pair: Pair) -> dict[str, str]:
+        """A response is (subset, source id, generating model); its source the first two (one
+        source's responses may quote different passages of it, so not the grounding text)."""
+        response = pair.meta_value("response_id", str)
+        return {"source": response.rsplit(":", 1)[0], "response": response}
 
     def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
         subset = next((s for s in SUBSETS if metric == f"auc_{s}"), None)
