@@ -8,6 +8,7 @@ Same inputs and config give byte-identical outputs (no timestamps, no absolute p
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter, defaultdict
@@ -210,16 +211,19 @@ def prepare_from_files(
     clock.stage("convert + split")
     before = label_counts(pairs, config.tasks)
 
-    evaluation = [p for p in pairs if p.split == "test"]
-    training = [p for p in pairs if p.split != "test"]
-    kept, contamination = drop_contaminated(
-        training,
-        evaluation,
-        config.contamination_threshold,
-        config.contamination_shingle_size,
+    # Train and dev pairs that share a document with a test pair go; then train pairs that
+    # share one with a dev pair (choices made on dev would otherwise favour memorising).
+    guard = functools.partial(
+        drop_contaminated,
+        threshold=config.contamination_threshold,
+        shingle_size=config.contamination_shingle_size,
         progress=progress,
     )
-    kept_ids = {id(p) for p in kept}
+    test = [p for p in pairs if p.split == "test"]
+    not_test, contamination = guard([p for p in pairs if p.split != "test"], test)
+    dev = [p for p in not_test if p.split == "dev"]
+    train, contamination["dev"] = guard([p for p in not_test if p.split != "dev"], dev)
+    kept_ids = {id(p) for p in train + dev}
     pairs = [p for p in pairs if p.split == "test" or id(p) in kept_ids]
     clock.stage("contamination guard")
 
@@ -272,8 +276,12 @@ def format_summary(manifest: dict, timings: dict[str, float], out_dir: Path) -> 
         row = "".join(f"{splits[s]['pairs']:>8}" for s in SPLITS)
         labels = ", ".join(f"{k}={v}" for k, v in splits["test"]["labels"].items())
         lines.append(f"{task:<11}{row}   {labels}")
-    dropped = ", ".join(f"{k} {v}" for k, v in manifest["contamination"]["dropped"].items())
+    guard = manifest["contamination"]
+    dropped = ", ".join(f"{k} {v}" for k, v in guard["dropped"].items())
     lines += ["", f"contamination guard dropped: {dropped or 'nothing'}"]
+    if "dev" in guard:  # train pairs sharing a document with a dev pair
+        dropped = ", ".join(f"{k} {v}" for k, v in guard["dev"]["dropped"].items())
+        lines.append(f"  and train pairs sharing a document with dev: {dropped or 'nothing'}")
     if manifest["trimming"]:
         lines.append(f"trimming: {manifest['trimming']}")
     if manifest["skipped_invalid"]:

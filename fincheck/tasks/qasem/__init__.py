@@ -3,7 +3,8 @@
 Data: the benchmark's dev and test files (one record per response, its QAs inside). Each QA
 becomes one pair: reference text + the response sentence + question + answer -> `Yes` / `No`,
 the majority of three votes where 1 means NOT supported. Our train/dev come from its dev file
-(grouped by response), our test is its test file (1,556 QAs).
+(grouped by source: the responses of several models about one source share its document, so
+they stay on one side), our test is its test file (1,556 QAs).
 Metric (the QASem paper, Table 4): s = P(Yes)/(P(Yes)+P(No)) at the first answer position,
 supported iff s >= 0.5; balanced accuracy and ROC-AUC of s per sub-dataset.
 """
@@ -81,7 +82,8 @@ def _table4(system: str, bacc: tuple[float, ...], auc: tuple[float, ...] | None 
 class QasemPrepareOptions(PrepareSettings):
     qasem_dev_fraction: float = config_field(
         0.15,
-        "share of QASem's dev QAs held out as our dev split (grouped by response); its test split is the evaluation set",
+        "share of QASem's dev QAs held out as our dev split (grouped by source: every response "
+        "about one source on one side); its test split is the evaluation set",
         at_least=0,
         below=1,
     )

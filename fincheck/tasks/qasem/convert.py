@@ -109,7 +109,9 @@ def convert_qasem_response(
                     "qa_id": qa["qa_id"],
                     "predicate": qa["predicate"],
                     "annotations": votes,
-                    "group": response_id,
+                    # the split keeps a source's responses together: the responses of
+                    # several models about one source share its document
+                    "group": response_id.rsplit(":", 1)[0],
                     "grounding_span": list(span),
                 },
             )
