@@ -175,9 +175,8 @@ def build_judge(args: ScoreOptions):
     from fincheck.eval.llm_backends import JUDGE, build_client
 
     # a local judge's concurrent calls are batched by the client's worker thread
-    client = build_client(
-        args, args.judge_kind, args.judge_model, JUDGE, max_new_tokens=args.judge_max_tokens
-    )
+    local = {"max_new_tokens": args.judge_max_tokens, "dtype": args.judge_dtype}
+    client = build_client(args, args.judge_kind, args.judge_model, JUDGE, **local)
     cache_path = args.judge_cache or args.out_dir / "judge_cache.jsonl"
     sampling = {"temperature": 0.0, "max_tokens": args.judge_max_tokens}  # part of the cache key
     (task,) = [t for t in all_tasks().values() if t.judge_prompts]

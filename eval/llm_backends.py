@@ -449,11 +449,14 @@ class TransformersChatClient(ChatClient):
         device: str | None = None,
         batch_size: int = 8,
         window: int | None = None,
+        dtype: str = "auto",
     ):
-        self.loaded = load_model(model_path, None, dtype="auto", device=device, window=window)
+        self.loaded = load_model(model_path, None, dtype=dtype, device=device, window=window)
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.identity = {"backend": "transformers", "model": str(model_path)}
+        if dtype != "auto":  # other weights, other answers: a cache keyed by identity tells them
+            self.identity["dtype"] = dtype
         # A fast tokenizer's padding state is shared: the worker's padded batches and the
         # callers' token counts must not interleave.
         self._tokenizer_lock = threading.Lock()

@@ -8,6 +8,7 @@ An option one mode alone reads says so (`applies`): `--batch-size` with `--backe
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
+from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, config_field
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
 from fincheck.models.loading import model_options
@@ -224,6 +226,13 @@ class BaselineOptions(Endpoint, EvalRun):
         applies=LOCAL_LLM,
         at_least=1,
     )
+    dtype: str = config_field(
+        "auto",
+        "the local model's weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has "
+        "it, else fp32; on a CPU with bf16 units bf16 generates faster, docs/performance.md)",
+        parse=parse_dtype,
+        applies=LOCAL_LLM,
+    )
 
     def __post_init__(self) -> None:
         if self.method == "two-step":
@@ -249,8 +258,25 @@ def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> st
     return judge
 
 
+def per_task_thresholds(text: str) -> dict[str, float]:
+    """`qasem=0.62,...`: a threshold in (0, 1) for each named task that reads P(Yes)."""
+    thresholds: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        task, _, value = (x.strip() for x in part.partition("="))
+        if not get_task(task).reads_p_yes:  # an unknown task: the registry's error
+            raise FincheckError(f"--threshold {part}: {task} has no P(Yes) to threshold")
+        try:
+            thresholds[task] = float(value)
+        except ValueError:
+            thresholds[task] = math.nan
+        if not 0 < thresholds[task] < 1:
+            raise FincheckError(f"--threshold {part}: expected task=T with 0 < T < 1")
+    return thresholds
+
+
 JUDGED = {"judge_kind": ("openai", "local")}
 JUDGE_API = {"judge_kind": ("openai",)}
+JUDGE_LOCAL = {"judge_kind": ("local",)}
 
 
 @dataclass
@@ -291,6 +317,13 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
     judge_cache: Path | None = config_field(
         None, "judge answer cache (default: OUT/judge_cache.jsonl)", applies=JUDGED
     )
+    judge_dtype: str = config_field(
+        "auto",
+        "a local judge's weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has "
+        "it, else fp32)",
+        parse=parse_dtype,
+        applies=JUDGE_LOCAL,
+    )
     judge_sanity: bool = config_field(
         True,
         "skip the judge sanity set (by default the judge also matches 15 descriptions of known "
@@ -308,6 +341,14 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
         1000, "bootstrap resamples for the CIs", flag="bootstrap", at_least=0
     )
     seed: int = config_field(0, "bootstrap seed")
+    thresholds: dict[str, float] = config_field(
+        {},
+        "task=T,...: also score a P(Yes) task at a decision threshold chosen on dev (a dev "
+        "run's report and results.json give the one that maximises its BAcc); the paper's "
+        "figures at 0.5 stay, these come beside them, labelled",
+        flag="threshold",
+        parse=per_task_thresholds,
+    )
     report_to: Literal["none", "wandb"] = config_field(
         "none", "also log results and the report to wandb (WANDB_MODE=offline works)"
     )

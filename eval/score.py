@@ -44,6 +44,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         bootstrap_resamples=opts.bootstrap_resamples,
         seed=opts.seed,
         progress=opts.progress,
+        thresholds=opts.thresholds,
     )
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     examples: dict[str, list[dict]] = {}
@@ -114,6 +115,7 @@ def _run_info(opts: ScoreOptions) -> dict:
         "predictions_dir": str(opts.predictions_dir),
         "split": opts.split,
         "bootstrap_resamples": opts.bootstrap_resamples,
+        **({"thresholds": opts.thresholds} if opts.thresholds else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     manifest = read_manifest(opts.data_dir)

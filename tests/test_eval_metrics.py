@@ -33,7 +33,13 @@ from fincheck.tasks.final.metrics import (
     score_final,
     true_positives,
 )
-from fincheck.tasks.qasem.metrics import QasemItem, parse_yes_no, score_qasem, support_score
+from fincheck.tasks.qasem.metrics import (
+    QasemItem,
+    best_threshold,
+    parse_yes_no,
+    score_qasem,
+    support_score,
+)
 
 # ---------------------------------------------------------------- binary metrics
 
@@ -164,6 +170,24 @@ def test_score_qasem_per_subset_and_threshold():
     assert out["overall"]["auc"] == pytest.approx(5 / 6)
     assert out["mean_of_subsets"]["bacc"] == pytest.approx((0.75 + 1.0) / 2)
     assert "verifiability" not in out
+
+
+def test_a_threshold_chosen_on_dev_is_scored_beside_the_papers():
+    """By hand: gold Yes at 0.9, 0.8, 0.7 and No at 0.6, 0.55, 0.2. At the paper's 0.5 two of
+    the three Nos are called supported: BAcc (3/3 + 1/3) / 2 = 0.667. Every Yes is above every
+    No, so BAcc peaks at 1.0 between 0.6 and 0.7: the midpoint 0.65. Given 0.65 (as a dev run
+    would hand it on), the figures keep BAcc 0.667 and add 1.0 beside it."""
+    items = [QasemItem("cliff", True, s) for s in (0.9, 0.8, 0.7)]
+    items += [QasemItem("cliff", False, s) for s in (0.6, 0.55, 0.2)]
+    assert best_threshold(items) == (pytest.approx(0.65), 1.0)
+    out = score_qasem(items, n_resamples=0, threshold=0.65)["overall"]
+    assert out["bacc"] == pytest.approx(2 / 3) and out["bacc_at_threshold"] == 1.0
+    assert out["threshold"] == 0.65 and out["best_threshold"]["threshold"] == pytest.approx(0.65)
+    # a tie goes to the threshold nearest the paper's 0.5: Yes at 0.9, 0.6, 0.2 and No at 0.8,
+    # 0.4, 0.1 give BAcc 2/3 at the midpoints 0.15, 0.5 and 0.85 (and at most 0.5 elsewhere)
+    tied = [QasemItem("", True, s) for s in (0.9, 0.6, 0.2)]
+    tied += [QasemItem("", False, s) for s in (0.8, 0.4, 0.1)]
+    assert best_threshold(tied) == (pytest.approx(0.5), pytest.approx(2 / 3))
 
 
 # ---------------------------------------------------------------- FHSumBench

@@ -688,3 +688,43 @@ def test_a_predictions_files_line_order_moves_no_figure_and_no_ci(scored_run, pr
         )
     )  # fmt: skip
     assert again["tasks"] == first["tasks"]
+
+
+def test_a_dev_threshold_is_scored_beside_the_papers_and_compared(prepared_dir, tmp_path, capsys):
+    """`fincheck score` on one split names the threshold that maximises its BAcc; handed to
+    another run with --threshold, that run's BAcc at it stands beside the paper's BAcc at 0.5
+    (recomputed by hand here), in results.json, the scored records, the report and compare."""
+    predictions = tmp_path / "run" / "predictions"
+    write_predictions(prepared_dir, predictions)
+    args = ["score", "--data", str(prepared_dir), "--predictions", str(predictions)]
+    assert main([*args, "--tasks", "qasem", "--out", str(tmp_path / "a"), "--bootstrap", "50"]) == 0
+    plain = json.loads((tmp_path / "a" / "results.json").read_text())["tasks"]["qasem"]["overall"]
+    threshold = plain["best_threshold"]["threshold"]
+    assert "bacc_at_threshold" not in plain and 0 < threshold < 1
+    out = tmp_path / "b"
+    chosen = ["--tasks", "qasem", "--threshold", f"qasem={threshold}", "--bootstrap", "50"]
+    assert main([*args, *chosen, "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    overall = results["tasks"]["qasem"]["overall"]
+    assert results["run"]["thresholds"] == {"qasem": threshold}
+    assert overall["bacc"] == plain["bacc"]  # the paper's protocol is untouched
+    scored = [json.loads(line) for line in (out / "scored" / "qasem.jsonl").open()]
+    yes = [r for r in scored if r["gold"] == "Yes"]
+    no = [r for r in scored if r["gold"] == "No"]
+    by_hand = (
+        sum(r["score"] >= threshold for r in yes) / len(yes)
+        + sum(r["score"] < threshold for r in no) / len(no)
+    ) / 2
+    assert overall["bacc_at_threshold"] == pytest.approx(by_hand)
+    assert overall["bacc_at_threshold"] == pytest.approx(plain["best_threshold"]["bacc"])
+    assert all(r["threshold"] == threshold for r in scored)
+    assert (
+        f"BAcc at the threshold {threshold} (`--threshold`, chosen on dev"
+        in (out / "report.md").read_text()
+    )
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(out), "--bootstrap", "50"]) == 0
+    assert "BAcc at the dev threshold" in capsys.readouterr().out
+    for bad, said in (("qasem=1.5", "0 < T < 1"), ("fhsumbench=0.5", "no P(Yes)")):
+        assert main([*args, "--threshold", bad, "--out", str(tmp_path / "c")]) == 2
+        assert said in capsys.readouterr().err

@@ -61,7 +61,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
     else:
         client = build_client(
             opts, opts.backend, opts.model, METHOD, max_new_tokens=opts.max_tokens,
-            device=opts.device, batch_size=opts.concurrency, window=opts.window,
+            device=opts.device, batch_size=opts.concurrency, window=opts.window, dtype=opts.dtype,
         )  # fmt: skip
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
     llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})

@@ -98,6 +98,9 @@ class ScoreSettings:
     bootstrap_resamples: int = 1000
     seed: int = 0
     progress: bool = True
+    # task -> a decision threshold chosen on dev (`fincheck score --threshold qasem=0.62`), for
+    # a task that reads P(Yes): its figures at the paper's threshold stay, these come beside
+    thresholds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -149,6 +149,7 @@ class QasemTask(Task):
     # --- score -----------------------------------------------------------------------------
 
     def score(self, joined: Joined, settings: ScoreSettings) -> TaskScore:
+        threshold = settings.thresholds.get(self.name)
         items, examples = [], []
         for pair, pred in joined:
             gold = pair.meta_value("label", str) == "Yes"
@@ -166,9 +167,12 @@ class QasemTask(Task):
                     "predicted": "Yes" if item.predicted else "No",
                     "parse_failed": failed,
                     "text_not_yes_no": neither,
+                    **({"threshold": threshold} if threshold is not None else {}),
                 }
             )
-        figures = score_qasem(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
+        figures = score_qasem(
+            items, n_resamples=settings.bootstrap_resamples, seed=settings.seed, threshold=threshold
+        )
         return TaskScore(figures, examples)
 
     # the pooled figures, then each subset's AUC (the paper's columns: "auc_cliff", ...)
@@ -177,6 +181,7 @@ class QasemTask(Task):
     compare_metrics = (
         ("auc", "ROC-AUC"),
         ("bacc", "BAcc"),
+        ("bacc_at_threshold", "BAcc at the dev threshold"),
         *((f"auc_{s}", f"{SUBSET_TITLES[s]} AUC") for s in SUBSETS),
     )
 
@@ -201,7 +206,9 @@ class QasemTask(Task):
         def items(group: Sequence[dict]) -> list[QasemItem]:
             return [QasemItem("", ex["gold"] == "Yes", ex["score"]) for ex in group]
 
-        figures = qasem_figures(items(examples))
+        thresholds = {ex.get("threshold") for ex in examples}  # scored with --threshold
+        threshold = thresholds.pop() if len(thresholds) == 1 else None
+        figures = {"bacc_at_threshold": math.nan, **qasem_figures(items(examples), threshold)}
         for subset in SUBSETS:
             group = [ex for ex in examples if ex.get("subset") == subset]
             figures[f"auc_{subset}"] = qasem_figures(items(group))["auc"] if group else math.nan
@@ -253,6 +260,24 @@ class QasemTask(Task):
             "whatever the text says.",
             "",
         ]
+        if "threshold" in overall:
+            out += [
+                f"BAcc at the threshold {overall['threshold']} (`--threshold`, chosen on dev, "
+                f"not the paper's protocol): overall {fmt_ci(overall, 'bacc_at_threshold', 100, 1)}"
+                + "".join(
+                    f", {s} {fmt_ci(figures[s], 'bacc_at_threshold', 100, 1)}" for s in subsets
+                )
+                + ".",
+                "",
+            ]
+        if "best_threshold" in overall:
+            best = overall["best_threshold"]
+            out += [
+                f"On these QAs BAcc would peak at {fmt(best['bacc'], 100, 1)} with the threshold "
+                f"{best['threshold']:.4f} (in-sample: read it off a dev run and pass it to the "
+                f"test run's `fincheck score --threshold {self.name}=...`).",
+                "",
+            ]
         if overall["n_scored_from_text"] == overall["n"]:
             out += [
                 "No prediction carried p_yes: the AUC is that of hard 0/1 scores (it equals the "

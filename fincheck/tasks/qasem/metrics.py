@@ -15,6 +15,7 @@ a model that answers in prose is scored on a token it did not choose.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,19 +53,46 @@ def support_score(output: str, p_yes: float | None, gold: bool) -> tuple[float, 
     return (1.0 if answer else 0.0), False, True
 
 
-def qasem_figures(items: Sequence[QasemItem]) -> dict[str, float]:
-    """BAcc and AUC (as fractions) of a set of QAs."""
+def qasem_figures(items: Sequence[QasemItem], threshold: float | None = None) -> dict[str, float]:
+    """BAcc (at the paper's 0.5) and AUC, as fractions, of a set of QAs; with a `threshold`
+    chosen elsewhere (on dev), also the BAcc at it (`bacc_at_threshold`)."""
     gold = [it.gold for it in items]
-    return {
+    figures = {
         "bacc": balanced_accuracy(gold, [it.predicted for it in items]),
         "auc": roc_auc(gold, [it.score for it in items]),
     }
+    if threshold is not None:
+        figures["bacc_at_threshold"] = balanced_accuracy(
+            gold, [it.score >= threshold for it in items]
+        )
+    return figures
+
+
+def best_threshold(items: Sequence[QasemItem]) -> tuple[float, float]:
+    """(threshold, BAcc): the threshold that maximises BAcc on these QAs, predicting supported
+    iff s >= threshold, placed halfway between two neighbouring scores (ties: the one nearest
+    0.5). In-sample: choose it on dev, then apply it to test."""
+    scores = sorted({it.score for it in items})
+    candidates = [(a + b) / 2 for a, b in itertools.pairwise(scores)] or [THRESHOLD]
+    gold = [it.gold for it in items]
+
+    def bacc(t: float) -> float:
+        return balanced_accuracy(gold, [it.score >= t for it in items])
+
+    chosen = max(candidates, key=lambda t: (round(bacc(t), 12), -abs(t - THRESHOLD)))
+    return chosen, bacc(chosen)
 
 
 def score_qasem(
-    items: Sequence[QasemItem], n_resamples: int = 1000, seed: int = 0
+    items: Sequence[QasemItem],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    threshold: float | None = None,
 ) -> dict[str, dict]:
-    """Per-subset and pooled ('overall') figures with 95% bootstrap CIs and counts.
+    """Per-subset and pooled ('overall') figures with 95% bootstrap CIs and counts; with a
+    `threshold` chosen on dev, each also gets `bacc_at_threshold` (the paper's `bacc` stays at
+    0.5). The pooled figures also say which threshold would maximise BAcc on these very QAs
+    (`best_threshold`, in-sample: what a dev run hands to the test run).
 
     Also 'mean_of_subsets': the unweighted mean of the per-subset BAcc/AUC, the way one averages
     the paper's three columns.
@@ -78,7 +106,7 @@ def score_qasem(
         if not group:
             continue
         out[name] = {
-            **qasem_figures(group),
+            **qasem_figures(group, threshold),
             "n": len(group),
             "n_supported": sum(it.gold for it in group),
             "n_parse_failed": sum(it.parse_failed for it in group),
@@ -86,14 +114,19 @@ def score_qasem(
             "n_text_not_yes_no": sum(it.text_not_yes_no for it in group),
             "ci95": ci95_lists(
                 bootstrap_cis(
-                    lambda idx, g=group: qasem_figures([g[i] for i in idx]),
+                    lambda idx, g=group: qasem_figures([g[i] for i in idx], threshold),
                     len(group),
-                    ("bacc", "auc"),
+                    ("bacc", "auc", *(("bacc_at_threshold",) if threshold is not None else ())),
                     n_resamples,
                     seed=seed,
                 )
             ),
         }
+        if threshold is not None:
+            out[name]["threshold"] = threshold
+    if any(it.gold for it in items) and not all(it.gold for it in items):
+        chosen, bacc = best_threshold(items)
+        out["overall"]["best_threshold"] = {"threshold": round(chosen, 6), "bacc": bacc}
     subset_entries = [out[s] for s in SUBSETS if s in out]
     if subset_entries:
         out["mean_of_subsets"] = {
