@@ -330,6 +330,14 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
         "answer, 12 calls, cached, and its agreement is printed beside FINAL's figures)",
         applies=JUDGED,
     )
+    judge_check: Path | None = config_field(
+        None,
+        "measure the judge on this set instead of the built-in one: FINAL items matched by "
+        "hand, one JSON object a line {summary, predicted, gold, expected: {predicted letter: "
+        "gold letter or null}}; its agreement and match precision/recall are recorded beside "
+        "FINAL's figures",
+        applies=JUDGED,
+    )
     max_judge_failure_rate: float = config_field(
         0.02,
         "exit 3 when a larger share of the FINAL examples needing the judge got no usable answer",

@@ -41,6 +41,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         judge=opts.judge,
         judge_concurrency=opts.judge_concurrency,
         judge_sanity=opts.judge_sanity,
+        judge_check=opts.judge_check,
         bootstrap_resamples=opts.bootstrap_resamples,
         seed=opts.seed,
         progress=opts.progress,

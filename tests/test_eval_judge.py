@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fake_judge_server import FakeJudgeServer
@@ -400,3 +401,33 @@ def test_ctrl_c_while_calls_are_in_flight_exits_at_once(tmp_path):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=30)
     assert time.monotonic() - start < 5 and proc.returncode != 0
+
+
+def test_a_hand_matched_set_measures_the_judge_by_match_precision_and_recall(tmp_path):
+    """By hand: two items matched by hand with 3 pairs between them; a judge that finds two of
+    them and one pair the hand matching does not have has match precision 2/3 and recall 2/3.
+    A set whose expected matching names a letter the lists do not have is one clear line."""
+    from fincheck.tasks.final.judge_sanity import judge_agreement
+
+    hand = tmp_path / "hand.jsonl"
+    items = [
+        {"id": "a", "summary": "s1", "predicted": ["p1", "p2"], "gold": ["g1", "g2"],
+         "expected": {"A": "A", "B": "B"}},
+        {"id": "b", "summary": "s2", "predicted": ["q1", "q2"], "gold": ["h1"],
+         "expected": {"A": "A", "B": None}},
+    ]  # fmt: skip
+    hand.write_text("".join(json.dumps(i) + "\n" for i in items))
+    answers = {"s1": {"A": "A", "B": None}, "s2": {"A": "A", "B": "A"}}
+
+    class Judge:
+        def match_many(self, requests, concurrency=8, progress=True):
+            return [SimpleNamespace(status="ok", matching=answers[r[0]]) for r in requests]
+
+    got = judge_agreement(Judge(), path=hand)
+    assert (got["set"], got["items"], got["n"], got["agreed"]) == ("hand.jsonl", 2, 4, 2)
+    assert got["match_precision"] == pytest.approx(2 / 3)
+    assert got["match_recall"] == pytest.approx(2 / 3)
+    items[1]["expected"] = {"A": "B", "B": None}  # there is no gold B
+    hand.write_text("".join(json.dumps(i) + "\n" for i in items))
+    with pytest.raises(FincheckError, match=r"hand.jsonl:2: expected: .* not \['B'\]"):
+        judge_agreement(Judge(), path=hand)

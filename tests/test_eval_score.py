@@ -476,8 +476,13 @@ def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, c
     # 15 predicted descriptions, the 2 of "two-of-two" answered wrongly
     agreement = results["tasks"]["final"]["judge_sanity"]
     assert (agreement["n"], agreement["agreed"], agreement["failed"]) == (15, 13, 0)
+    # the paper's count against human matching: of the judge's pairs, all are right (precision
+    # 1); of the expected pairs, the two of "two-of-two" were missed
+    expected = agreement["matches_expected"]
+    assert agreement["match_precision"] == 1.0
+    assert agreement["match_recall"] == pytest.approx((expected - 2) / expected)
     assert (
-        "**Judge sanity set**: the expected verdict on 13 of 15"
+        "**Judge checked on built-in sanity set** (12 items): the expected verdict on 13 of 15"
         in (tmp_path / "run" / "report.md").read_text()
     )
 
@@ -488,6 +493,7 @@ def test_a_judge_base_url_alone_means_the_openai_judge(prepared_dir, tmp_path, c
         (["--judge-timeout", "5"], "--judge-timeout: read only with --judge openai, not --judge none"),
         (["--judge-concurrency", "2"], "--judge-concurrency: read only with --judge openai or local"),
         (["--no-judge-sanity"], "--no-judge-sanity: read only with --judge openai or local"),
+        (["--judge-check", "x.jsonl"], "--judge-check: read only with --judge openai or local"),
         (["--judge", "local", "--judge-model", ".", "--judge-api-key-env", "K"],
          "--judge-api-key-env: read only with --judge openai, not --judge local"),
         (["--wandb-project", "p"], "--wandb-project: read only with --report-to wandb"),

@@ -95,6 +95,7 @@ class ScoreSettings:
     judge: Any = None  # the judge a task builds (`Task.build_judge`), or None
     judge_concurrency: int = 8
     judge_sanity: bool = True  # also measure the judge on description pairs of known answer
+    judge_check: Path | None = None  # ... from this set (hand-matched items), not the built-in
     bootstrap_resamples: int = 1000
     seed: int = 0
     progress: bool = True

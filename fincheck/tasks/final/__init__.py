@@ -249,7 +249,7 @@ class FinalTask(Task):
         figures["judged_with"] = judge.identity if judge else None
         # how far to trust it: its verdicts on description pairs of known answer
         figures["judge_sanity"] = (
-            judge_agreement(judge, concurrency=settings.judge_concurrency)
+            judge_agreement(judge, settings.judge_concurrency, settings.judge_check)
             if judge and settings.judge_sanity
             else None
         )
@@ -297,10 +297,13 @@ class FinalTask(Task):
         sanity = f.get("judge_sanity")
         if sanity:
             judge_line += (
-                f". **Judge sanity set**: the expected verdict on {sanity['agreed']} of "
-                f"{sanity['n']} predicted descriptions ({fmt(sanity['agreement'], 100, 0)}%; "
-                f"{sanity['matches_found']} matches found where {sanity['matches_expected']} are "
-                f"right; {sanity['failed']} unanswered): weigh P/R/F1 by it"
+                f". **Judge checked on {sanity.get('set', 'the built-in sanity set')}** "
+                f"({sanity.get('items', '?')} items): the expected verdict on "
+                f"{sanity['agreed']} of {sanity['n']} predicted descriptions "
+                f"({fmt(sanity['agreement'], 100, 0)}%; {sanity['matches_found']} matches found "
+                f"where {sanity['matches_expected']} are right; match precision "
+                f"{fmt(sanity.get('match_precision'))}, recall {fmt(sanity.get('match_recall'))};"
+                f" {sanity['failed']} unanswered): weigh P/R/F1 by it"
             )
         out += [
             "",
