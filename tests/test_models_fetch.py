@@ -367,3 +367,18 @@ def test_a_file_swapped_for_a_link_with_the_same_size_and_mtime_is_fetched_again
     assert not (folder / "model.bin").is_symlink()
     assert (folder / "model.bin").read_bytes() == b"one-two" and edited.read_bytes() == b"one-TWO"
     assert "model.bin changed since it was installed" in said[0]
+
+
+def test_a_base_recorded_as_another_machines_fetch_folder_is_its_known_name(tmp_path):
+    """An adapter trained on a fetched base and copied to another machine (a committed
+    adapter, a fresh clone): the recorded folder is absent there, its name is a known model,
+    so it is fetched there by name. Any other path is left for the loader to report."""
+    from fincheck.models.loading import portable_base
+
+    elsewhere = "/home/someone/.cache/fincheck/models/qwen2.5-coder-0.5b-instruct"
+    assert portable_base(elsewhere) == "qwen2.5-coder-0.5b-instruct"
+    assert portable_base("/home/someone/models/my-own-model") == "/home/someone/models/my-own-model"
+    here = tmp_path / "models" / "qwen2.5-coder-0.5b-instruct"
+    here.mkdir(parents=True)
+    assert portable_base(str(here)) == str(here)  # a folder that exists is used as it is
+    assert portable_base("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"

@@ -230,12 +230,16 @@ def run_metadata(
     from fincheck import __version__
     from fincheck.inference.generation import template_fingerprint
     from fincheck.io.runs import relative_base
+    from fincheck.models.known import KNOWN
     from fincheck.tasks import prompt_hashes
     from fincheck.train.checkpoints import recipe_fingerprint
 
     return {
         "fincheck_version": __version__,
-        "base_model": relative_base(base_path, output_dir),
+        # a known name (fetched wherever the adapter goes) rather than this machine's folder
+        "base_model": recipe.model_name_or_path
+        if recipe.model_name_or_path in KNOWN
+        else relative_base(base_path, output_dir),
         **base_identity(recipe, base_path, base),
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
