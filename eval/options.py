@@ -304,10 +304,12 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
         None,
         "judge model: an endpoint's model name (openai), or a folder or fetchable name (local)",
     )
-    judge_prompt: Literal["paper", "strict"] = config_field(
+    judge_prompt: Literal["paper", "strict", "direct"] = config_field(
         "paper",
         "FINAL matching criteria: paper = the FINAL paper's (prompt E.4); strict = also no match "
-        "for omissions and multi-fact descriptions (a variant, named in the report)",
+        "for omissions and multi-fact descriptions; direct = the paper's criteria answered with "
+        "the JSON object alone, no reasoning (for a small local judge); the variants are named "
+        "in the report",
         applies=JUDGED,
     )
     judge_concurrency: int = config_field(8, "judge calls in flight", applies=JUDGED, at_least=1)

@@ -431,3 +431,25 @@ def test_a_hand_matched_set_measures_the_judge_by_match_precision_and_recall(tmp
     hand.write_text("".join(json.dumps(i) + "\n" for i in items))
     with pytest.raises(FincheckError, match=r"hand.jsonl:2: expected: .* not \['B'\]"):
         judge_agreement(Judge(), path=hand)
+
+
+def test_the_direct_judge_prompt_keeps_the_papers_criteria_and_asks_for_json_alone():
+    """The direct variant differs from the paper-following prompt only in its last paragraph
+    (the JSON object alone, no step-by-step reasoning), and a report scored with it says so."""
+    from fincheck.tasks.final.judge import JUDGE_PROMPTS, JUDGE_VARIANTS
+
+    def criteria(name):
+        text = JUDGE_PROMPTS[name].read_text(encoding="utf-8")
+        body = text[text.index("\n[system]\n") :]  # the comment lines name it too
+        return body[: body.index("How to match:")], body[body.index("How to match:") :]
+
+    (head_paper, rules_paper), (head_direct, rules_direct) = criteria("paper"), criteria("direct")
+    assert head_paper == head_direct
+    paper_rules = rules_paper.split("\n\n")
+    direct_rules = rules_direct.split("\n\n")
+    assert paper_rules[0] == direct_rules[0] and len(paper_rules) == len(direct_rules) == 2
+    assert "step by step" in paper_rules[1] and "step by step" not in direct_rules[1]
+    assert "JSON object only, with no explanation" in direct_rules[1]
+    messages = JudgePrompt.named("direct").messages("S.", ["p"], ["g"])
+    assert "Detector descriptions:\nA. p" in messages[-1]["content"]
+    assert "not the FINAL paper's protocol" in JUDGE_VARIANTS["direct"]

@@ -36,7 +36,7 @@ from fincheck.tasks.base import (
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
-from fincheck.tasks.final.judge import JUDGE_PROMPTS
+from fincheck.tasks.final.judge import JUDGE_PROMPTS, JUDGE_VARIANTS
 from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import (
@@ -335,10 +335,9 @@ class FinalTask(Task):
             "`--max-new-tokens`).",
             "",
         ]
-        if judge and judge.get("prompt") == "strict":
+        if judge and judge.get("prompt") in JUDGE_VARIANTS:
             out += [
-                "Judged with the strict matching variant (omissions and multi-fact descriptions "
-                "match nothing): not the FINAL paper's criteria, so not comparable with its rows.",
+                f"Judged with {JUDGE_VARIANTS[judge['prompt']]}, so not comparable with its rows.",
                 "",
             ]
         if f.get("gold_origin"):

@@ -30,9 +30,19 @@ from fincheck.io import jsonl
 from fincheck.tasks.final.lettering import lettered, letters
 
 HERE = Path(__file__).parent
-# The paper's matching criteria (FINAL, prompt E.4) in the project's words, and a stricter
-# variant (omissions and multi-fact descriptions match nothing), named in every report.
-JUDGE_PROMPTS = {"paper": HERE / "judge.txt", "strict": HERE / "judge_strict.txt"}
+# The paper's matching criteria (FINAL, prompt E.4) in the project's words, and two variants,
+# each named in every report that uses it (JUDGE_VARIANTS says how it departs from the paper).
+JUDGE_PROMPTS = {
+    "paper": HERE / "judge.txt",
+    "strict": HERE / "judge_strict.txt",
+    "direct": HERE / "judge_direct.txt",
+}
+JUDGE_VARIANTS = {
+    "strict": "the strict matching variant (omissions and multi-fact descriptions match "
+    "nothing): not the FINAL paper's criteria",
+    "direct": "the direct variant (the paper's criteria, answered with the JSON object alone, "
+    "without the paper's step-by-step reasoning): not the FINAL paper's protocol",
+}
 DEFAULT_SAMPLING: dict = {"temperature": 0.0, "max_tokens": 1024}
 
 
