@@ -734,3 +734,37 @@ def test_a_dev_threshold_is_scored_beside_the_papers_and_compared(prepared_dir, 
     for bad, said in (("qasem=1.5", "0 < T < 1"), ("fhsumbench=0.5", "no P(Yes)")):
         assert main([*args, "--threshold", bad, "--out", str(tmp_path / "c")]) == 2
         assert said in capsys.readouterr().err
+
+
+def test_a_hand_match_sheet_from_scored_runs_measures_a_judge(scored_run, prepared_dir, tmp_path):
+    """scripts/final_hand_match_sheet.py draws items that need the judge from a scored run, in
+    the shape --judge-check reads; filled by hand (here: the echo judge's own rule, each
+    description matched to the same gold text), a judge that agrees has precision and recall 1."""
+    import importlib.util
+
+    from fincheck.tasks.final.judge_sanity import judge_agreement
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "final_hand_match_sheet.py"
+    spec = importlib.util.spec_from_file_location("sheet", script)
+    sheet_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sheet_module)
+    run_dir, sheet = scored_run[3], tmp_path / "sheet.jsonl"
+    args = ["--data", str(prepared_dir), "--split", "test", "--scored", str(run_dir)]
+    assert sheet_module.main([*args, "--names", "synthetic", "--n", "6", "--out", str(sheet)]) == 0
+    items = [json.loads(line) for line in sheet.read_text().splitlines()]
+    gold = {p.id: p for p in read_pairs(prepared_dir / "final" / "test.jsonl", task_names())}
+    assert len(items) == 6 and len({i["id"] for i in items}) == 6
+    for item in items:
+        assert item["summary"] == gold[item["id"]].meta["summary"] and item["gold"]
+        assert item["expected"] == {letter: None for letter in "ABCDEFGH"[: len(item["predicted"])]}
+        for k, text in enumerate(item["predicted"]):  # by hand: the gold item of the same text
+            found = [i for i, g in enumerate(item["gold"]) if g == text]
+            item["expected"]["ABCDEFGH"[k]] = "ABCDEFGH"[found[0]] if found else None
+    sheet.write_text("".join(json.dumps(i) + "\n" for i in items))
+    judge = MatchingJudge(EchoJudge(), RequestCache(tmp_path / "cache.jsonl"))
+    agreement = judge_agreement(judge, path=sheet)
+    assert agreement["agreement"] == agreement["match_precision"] == agreement["match_recall"] == 1
+    filled = sheet.read_text()
+    with pytest.raises(SystemExit):  # a filled sheet is never overwritten
+        sheet_module.main([*args, "--out", str(sheet)])
+    assert sheet.read_text() == filled
