@@ -114,16 +114,13 @@ def paired_difference(
 
     if not shared:
         return Difference(metric, math.nan, None, 0)
-    resampled, groups = unit_groups([r[0] for r in shared], unit or default_unit(task))
+    unit = unit or get_task(task).resample_units[0]
+    resampled, groups = unit_groups([r[0] for r in shared], unit)
     ci = bootstrap_ci(
         lambda idx: delta([shared[i] for i in idx]), len(shared), n_resamples, seed, groups
     )
     n_units = len(groups) if groups is not None else len(shared)
     return Difference(metric, delta(shared), ci, len(shared), resampled, n_units)
-
-
-def default_unit(task: str) -> str:
-    return get_task(task).resample_units[0]
 
 
 def unit_intervals(
