@@ -366,6 +366,13 @@ def test_first_step_learns_and_the_token_count_continues_after_a_resume(
         e["step"]: e["num_tokens"] for e in history["log_history"] if "num_tokens" in e
     }
     assert tokens_resumed[3] == tokens[3] and tokens_resumed[4] == tokens[4]  # not from 0
+    # the run says how often it was restarted: never, then once from step 2, carried by the
+    # checkpoints (a second resume would append to the list)
+    assert json.loads((out / "fincheck_run.json").read_text())["resumes"] == []
+    resumes = json.loads((resumed / "fincheck_run.json").read_text())["resumes"]
+    assert [r["from_step"] for r in resumes] == [2]
+    marker = json.loads((resumed / "checkpoint-4" / COMPLETE_MARKER).read_text())
+    assert [r["from_step"] for r in marker["resumes"]] == [2]
 
 
 def test_a_fresh_start_on_a_run_folder_stops_and_keeps_the_run(

@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -413,6 +414,17 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
         )
         check_state_files(resume_from)
     return resume_from
+
+
+def resume_history(resume_from: Path | None) -> list[dict[str, Any]]:
+    """fincheck_run.json's `resumes`: every time the run restarted from a checkpoint (its
+    step and when), carried from checkpoint to checkpoint; [] for a run that never stopped."""
+    if resume_from is None:
+        return []
+    earlier = read_json_object(resume_from / COMPLETE_MARKER).get("resumes")
+    step = int(resume_from.name.rsplit("-", 1)[1])
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [*(earlier if isinstance(earlier, list) else []), {"from_step": step, "at": now}]
 
 
 def final_adapter_record(best: str | Path, metric: str | None, value: Any) -> dict[str, Any]:

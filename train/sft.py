@@ -179,6 +179,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         recipe, base_path, base_fp, output_dir, base, tokenizer, manifest, prepared.stats,
         mixture.tasks,
     )  # fmt: skip
+    metadata["resumes"] = checkpoints.resume_history(resume_from)  # how often it was restarted
     sigterm = callbacks.install(trainer, recipe, metadata, recipe_to_yaml(recipe))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 
