@@ -32,9 +32,16 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
-from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, Interval, bootstrap_ci, bootstrap_cis
+from fincheck.metrics.bootstrap import (
+    MIN_ITEMS_FOR_CI,
+    Interval,
+    bootstrap_ci,
+    bootstrap_cis,
+    groups_by,
+)
 from fincheck.metrics.figures import fmt
-from fincheck.tasks import all_tasks, get_task
+from fincheck.tasks import all_tasks, get_task, per_task_values
+from fincheck.tasks.base import Task
 
 
 @dataclass
@@ -71,8 +78,10 @@ class Difference:
 
     @property
     def verdict(self) -> str:
-        if self.ci95 is None:
-            return "too few shared examples to tell" if self.n < MIN_ITEMS_FOR_CI else "undefined"
+        if self.ci95 is None:  # the bootstrap's floor counts the units it resamples
+            if self.n_units < MIN_ITEMS_FOR_CI:
+                return f"too few shared {self.unit}s to tell"
+            return "undefined"
         if self.ci95.low > 0:
             return "better"
         if self.ci95.high < 0:
@@ -87,10 +96,7 @@ def unit_groups(examples: Sequence[dict], unit: str) -> tuple[str, list[list[int
     keys = [(ex.get("units") or {}).get(unit) for ex in examples]
     if not examples or any(k is None for k in keys):
         return "example", None
-    groups: dict[str, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(str(key), []).append(i)
-    return unit, list(groups.values())
+    return unit, groups_by([str(k) for k in keys])
 
 
 def paired_difference(
@@ -324,18 +330,11 @@ def shuffle_floor_lines(
     return lines
 
 
-def per_task_units(text: str) -> dict[str, str]:
-    """`--unit qasem=response`: each named task's unit, one of its `resample_units`."""
-    units: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        task, _, unit = part.partition("=")
-        known = get_task(task.strip()).resample_units  # an unknown task: the registry's error
-        if unit.strip() not in known:
-            raise FincheckError(
-                f"--unit {part}: {task.strip()} resamples one of {', '.join(known)}"
-            )
-        units[task.strip()] = unit.strip()
-    return units
+def unit_of(task: Task, unit: str) -> str:
+    """One of the units the task's examples are drawn in (`--unit qasem=response`)."""
+    if unit not in task.resample_units:
+        raise FincheckError(f"{task.name} resamples one of {', '.join(task.resample_units)}")
+    return unit
 
 
 @dataclass
@@ -352,7 +351,7 @@ class CompareOptions:
         "coarsest: "
         + ", ".join(f"{t.name}={'|'.join(t.resample_units)}" for t in all_tasks().values())
         + ")",
-        parse=per_task_units,
+        parse=lambda text: per_task_values(text, "--unit", unit_of),
     )
     seed: int = config_field(0, "bootstrap seed")
 

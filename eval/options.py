@@ -23,7 +23,8 @@ from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, config_field
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
 from fincheck.models.loading import model_options
-from fincheck.tasks import get_task, per_task_numbers, task_names
+from fincheck.tasks import get_task, per_task_numbers, per_task_values, task_names
+from fincheck.tasks.base import Task
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}
@@ -258,20 +259,17 @@ def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> st
     return judge
 
 
-def per_task_thresholds(text: str) -> dict[str, float]:
-    """`qasem=0.62,...`: a threshold in (0, 1) for each named task that reads P(Yes)."""
-    thresholds: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        task, _, value = (x.strip() for x in part.partition("="))
-        if not get_task(task).reads_p_yes:  # an unknown task: the registry's error
-            raise FincheckError(f"--threshold {part}: {task} has no P(Yes) to threshold")
-        try:
-            thresholds[task] = float(value)
-        except ValueError:
-            thresholds[task] = math.nan
-        if not 0 < thresholds[task] < 1:
-            raise FincheckError(f"--threshold {part}: expected task=T with 0 < T < 1")
-    return thresholds
+def threshold_of(task: Task, value: str) -> float:
+    """A decision threshold in (0, 1) for a task that reads P(Yes)."""
+    if not task.reads_p_yes:
+        raise FincheckError(f"{task.name} has no P(Yes) to threshold")
+    try:
+        threshold = float(value)
+    except ValueError:
+        threshold = math.nan
+    if not 0 < threshold < 1:
+        raise FincheckError("expected task=T with 0 < T < 1")
+    return threshold
 
 
 JUDGED = {"judge_kind": ("openai", "local")}
@@ -357,7 +355,7 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
         "run's report and results.json give the one that maximises its BAcc); the paper's "
         "figures at 0.5 stay, these come beside them, labelled",
         flag="threshold",
-        parse=per_task_thresholds,
+        parse=lambda text: per_task_values(text, "--threshold", threshold_of),
     )
     report_to: Literal["none", "wandb"] = config_field(
         "none", "also log results and the report to wandb (WANDB_MODE=offline works)"
@@ -371,3 +369,8 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
     def __post_init__(self) -> None:
         # resolved here, so that the judge options it leaves unread are refused (`applies`)
         self.judge_kind = judge_kind(self.judge_kind, self.judge_model, self.judge_base_url)
+        if self.judge_check and not self.judge_sanity:
+            raise FincheckError(
+                "--judge-check names the set the judge is measured on, --no-judge-sanity skips "
+                "that measurement: drop one of them"
+            )

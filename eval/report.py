@@ -43,9 +43,12 @@ def render_report(
     if run.get("prompt_hashes"):
         hashes = ", ".join(f"{t} `{h}`" for t, h in run["prompt_hashes"].items())
         lines.append(f"- **prompt hashes**: {hashes}")
+    resampled = run.get("resampled") or {}
+    units = ", ".join(f"{t}: whole {u}s" for t, u in resampled.items()) or "examples one by one"
     lines.append(
-        f"- **confidence intervals**: 95% percentile bootstrap over examples, "
-        f"{run.get('bootstrap_resamples')} resamples; none below {MIN_ITEMS_FOR_CI} examples"
+        f"- **confidence intervals**: 95% percentile bootstrap, resampling {units}; "
+        f"{run.get('bootstrap_resamples')} resamples; none below {MIN_ITEMS_FOR_CI} examples "
+        "or units"
     )
     lines.append("")
     scored = [task for name, task in all_tasks().items() if name in results["tasks"]]

@@ -7,6 +7,7 @@ FINAL judge failures are recorded per example; above --max-judge-failure-rate th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -48,6 +49,8 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         thresholds=opts.thresholds,
     )
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
+    # what the intervals resample whole, per task (its coarsest unit)
+    results["run"]["resampled"] = {name: get_task(name).resample_units[0] for name in tasks}
     examples: dict[str, list[dict]] = {}
     plot_paths: dict[str, list[str]] = {}
     judge = {"errors": 0, "parse_failed": 0, "asked": 0, "first_error": None}  # over the tasks
@@ -64,8 +67,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         )
         if not joined:
             raise FincheckError(f"{name}: {pred_path} holds no predictions")
-        score = task.score(joined, settings)
         units = {pair.id: task.resample_keys(pair) for pair, _ in joined}
+        coarsest = [units[pair.id][task.resample_units[0]] for pair, _ in joined]
+        score = task.score(joined, dataclasses.replace(settings, unit_keys=coarsest))
         for example in score.examples:  # what `fincheck compare` resamples whole
             example["units"] = units[example["id"]]
         for key in ("errors", "parse_failed", "asked"):

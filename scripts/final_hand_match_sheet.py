@@ -3,10 +3,11 @@
 needed (the system listed descriptions and the gold has some), a seeded sample drawn evenly
 from each run, one JSON object a line in the shape `fincheck score --judge-check` reads:
 
-    {"id", "system", "summary", "predicted": [...], "gold": [...], "expected": {"A": null, ...}}
+    {"id", "system", "summary", "predicted": [...], "gold": [...], "expected": {"A": "?", ...}}
 
 Fill `expected` by hand (predicted letter -> the gold letter about the same piece of
-information in the summary, or null), then measure a judge on it:
+information in the summary, or null); a "?" left anywhere makes --judge-check refuse the
+sheet, so an unfinished one is never measured as "no match". Then measure a judge on it:
 
     python scripts/final_hand_match_sheet.py --data prepared --split dev \
         --scored runs/adapter-dev runs/e2e-dev --names adapter,e2e --n 100 --out sheet.jsonl
@@ -27,12 +28,20 @@ from pathlib import Path
 from fincheck.data.prepared import read_split
 from fincheck.errors import FincheckError
 from fincheck.io.jsonl import iter_json_objects
+from fincheck.tasks import all_tasks
+from fincheck.tasks.final.judge_sanity import UNFILLED
 from fincheck.tasks.final.lettering import lettered, letters
 
 
+def judged_task() -> str:
+    """The task whose figures need a matching judge (FINAL), as `fincheck score` finds it."""
+    (task,) = [name for name, t in all_tasks().items() if t.judge_prompts]
+    return task
+
+
 def judged_items(scored: Path) -> list[dict]:
-    """The scored FINAL records of a run where both lists are non-empty."""
-    path = scored / "scored" / "final.jsonl"
+    """The scored records of a run where both lists are non-empty."""
+    path = scored / "scored" / f"{judged_task()}.jsonl"
     if not path.is_file():
         raise FincheckError(f"{path}: not found (run `fincheck score` on the run first)")
     return [r for _, r in iter_json_objects(path) if r["predicted"] and r["gold"]]
@@ -43,7 +52,7 @@ def build_sheet(
 ) -> tuple[list[dict], dict]:
     """About n items, an even share from each run (seeded), in a shuffled order so that a
     matcher cannot tell the systems apart by position; each id once."""
-    pairs = {p.id: p for p in read_split(data, "final", split)}
+    pairs = {p.id: p for p in read_split(data, judged_task(), split)}
     rng = random.Random(seed)
     share = -(-n // len(runs))
     chosen: list[dict] = []
@@ -60,7 +69,7 @@ def build_sheet(
                     "summary": pairs[record["id"]].meta["summary"],
                     "predicted": record["predicted"],
                     "gold": record["gold"],
-                    "expected": dict.fromkeys(letters(len(record["predicted"]))),
+                    "expected": dict.fromkeys(letters(len(record["predicted"])), UNFILLED),
                 }
             )
     rng.shuffle(chosen)

@@ -190,10 +190,10 @@ def test_outputs_written(scored_run, prepared_dir):
             if task == "qasem":  # a response is subset:source id:model
                 response = pair.meta["response_id"]
                 expected = {"source": response.rsplit(":", 1)[0], "response": response}
-            else:  # FINAL's document, FHSumBench's source: the grounding text
-                expected = {"fhsumbench": {"source": pair.document_key}}.get(
-                    task, {"document": pair.document_key}
-                )
+            elif task == "fhsumbench":  # the source document, as the split groups them
+                expected = {"source": pair.meta["group"]}
+            else:  # FINAL's document: its grounding text
+                expected = {"document": pair.document_key}
             assert record["units"] == expected
     assert (
         results["counts"]["qasem"]["n_missing"] == results["counts"]["qasem"]["n_gold"] - N_PER_TASK
@@ -584,7 +584,8 @@ def test_few_judge_failures_below_the_threshold_are_a_warning(capsys):
 
 
 def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_path):
-    """40 CLIFF QAs and 10 FactScore QAs: CLIFF and overall get CIs, FactScore shows its n."""
+    """40 CLIFF QAs and 10 FactScore QAs: with their QAs resampled source by source, neither
+    subset has the 30 sources an interval needs, and each shows its n and its sources instead."""
     predictions = tmp_path / "run" / "predictions"
     write_predictions(prepared_dir, predictions)  # FHSumBench and FINAL: 60 each
     pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
@@ -600,12 +601,14 @@ def test_every_figure_shows_its_n_and_tiny_subsets_get_no_ci(prepared_dir, tmp_p
     )
     qasem = results["tasks"]["qasem"]
     assert qasem["factscore"]["n"] == 10 and qasem["factscore"]["ci95"]["auc"] is None
-    assert qasem["cliff"]["ci95"]["auc"] is not None
+    sources = qasem["cliff"]["n_units"]
+    assert sources == len({p.meta["response_id"].rsplit(":", 1)[0] for p in chosen[:40]}) < 30
+    assert qasem["cliff"]["ci95"]["auc"] is None  # 40 QAs, but fewer than 30 sources
     report = (tmp_path / "run" / "report.md").read_text()
     assert "factscore BAcc (n=10)" in report and "cliff BAcc (n=40)" in report
-    assert "(n=10, too few for a CI)" in report
+    assert f"(n=40 in {sources} resampled units, too few for a CI)" in report
     assert "| **this run** | 60 |" in report  # FHSumBench and FINAL tables carry n
-    assert "none below 30 examples" in report
+    assert "qasem: whole sources" in report and "none below 30 examples" in report
 
 
 def test_plots_name_the_model_and_gold_has_no_invalid_row(monkeypatch, tmp_path):
@@ -756,12 +759,14 @@ def test_a_hand_match_sheet_from_scored_runs_measures_a_judge(scored_run, prepar
     assert len(items) == 6 and len({i["id"] for i in items}) == 6
     for item in items:
         assert item["summary"] == gold[item["id"]].meta["summary"] and item["gold"]
-        assert item["expected"] == {letter: None for letter in "ABCDEFGH"[: len(item["predicted"])]}
+        assert item["expected"] == {letter: "?" for letter in "ABCDEFGH"[: len(item["predicted"])]}
         for k, text in enumerate(item["predicted"]):  # by hand: the gold item of the same text
             found = [i for i, g in enumerate(item["gold"]) if g == text]
             item["expected"]["ABCDEFGH"[k]] = "ABCDEFGH"[found[0]] if found else None
-    sheet.write_text("".join(json.dumps(i) + "\n" for i in items))
     judge = MatchingJudge(EchoJudge(), RequestCache(tmp_path / "cache.jsonl"))
+    with pytest.raises(FincheckError, match=r"sheet.jsonl:1: expected: .* not matched by hand yet"):
+        judge_agreement(judge, path=sheet)  # unfilled: never measured as "no match"
+    sheet.write_text("".join(json.dumps(i) + "\n" for i in items))
     agreement = judge_agreement(judge, path=sheet)
     assert agreement["agreement"] == agreement["match_precision"] == agreement["match_recall"] == 1
     filled = sheet.read_text()

@@ -373,7 +373,7 @@ def test_a_base_recorded_as_another_machines_fetch_folder_is_its_known_name(tmp_
     """An adapter trained on a fetched base and copied to another machine (a committed
     adapter, a fresh clone): the recorded folder is absent there, its name is a known model,
     so it is fetched there by name. Any other path is left for the loader to report."""
-    from fincheck.models.loading import portable_base
+    from fincheck.io.runs import portable_base
 
     elsewhere = "/home/someone/.cache/fincheck/models/qwen2.5-coder-0.5b-instruct"
     assert portable_base(elsewhere) == "qwen2.5-coder-0.5b-instruct"

@@ -212,7 +212,7 @@ def test_the_first_deepspeed_cpu_run_says_it_compiles(tmp_path, monkeypatch, cap
         ),
         (["--metric_for_best_model=qasem_auc", "--eval_steps=10"], "not computed by this recipe"),
         (["--metric_for_best_model=qasem_f1", "--dev_figures=[qasem]", "--eval_steps=10"],
-         r"name one of \['loss', 'qasem_auc', 'qasem_bacc', 'qasem_bacc_at_threshold', "),
+         r"name one of \['loss', 'qasem_auc', 'qasem_bacc', 'qasem_auc_cliff', "),
         (["--load_best_model_at_end=true", "--metric_for_best_model=loss", "--eval_steps=10",
           "--save_steps=10", "--save_strategy=epoch"], "save_strategy='epoch'"),
         (["--tree_packing=true", "--label_smoothing_factor=0.1"], "label_smoothing_factor=0.1"),

@@ -422,9 +422,11 @@ def resume_history(resume_from: Path | None) -> list[dict[str, Any]]:
     if resume_from is None:
         return []
     earlier = read_json_object(resume_from / COMPLETE_MARKER).get("resumes")
-    step = int(resume_from.name.rsplit("-", 1)[1])
+    state = resume_from / "trainer_state.json"  # a checkpoint may be named anything
+    step = read_json_object(state).get("global_step") if state.is_file() else None
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return [*(earlier if isinstance(earlier, list) else []), {"from_step": step, "at": now}]
+    restart = {"from_checkpoint": resume_from.name, "from_step": step, "at": now}
+    return [*(earlier if isinstance(earlier, list) else []), restart]
 
 
 def final_adapter_record(best: str | Path, metric: str | None, value: Any) -> dict[str, Any]:

@@ -120,7 +120,7 @@ class DevFigures:
                     joined, ScoreSettings(bootstrap_resamples=0, progress=False)
                 )
                 values = task.task.example_figures(score.examples)
-                for key, _label in task.task.compare_metrics:  # the headline ones
+                for key in task.task.dev_metrics:  # the headline ones a dev run can compute
                     value = values.get(key)
                     # always logged, so metric_for_best_model finds its key; NaN where the
                     # sample leaves it undefined (one class only), and NaN never counts as best

@@ -121,6 +121,6 @@ TASKS_MEAN = "tasks_mean"
 def evaluation_metric_names(dev_figures: list[str]) -> list[str]:
     """What an evaluation reports, without the eval_ prefix: the loss, and each dev_figures
     task's headline figures (`Task.compare_metrics`, e.g. qasem_auc)."""
-    figures = [f"{t}_{key}" for t in dev_figures for key, _ in get_task(t).compare_metrics]
+    figures = [f"{t}_{key}" for t in dev_figures for key in get_task(t).dev_metrics]
     mean = [TASKS_MEAN] if len(dev_figures) > 1 else []
     return ["loss", *figures, *mean]

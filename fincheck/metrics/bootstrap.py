@@ -73,6 +73,17 @@ def bootstrap_ci(
     return cis[""]
 
 
+def groups_by(keys: Sequence[str] | None) -> list[list[int]] | None:
+    """The indices of each distinct key (first seen, first), for `groups`; None without keys
+    (then items are resampled one by one)."""
+    if keys is None:
+        return None
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
 def ci95_lists(cis: Mapping[str, Interval | None]) -> dict[str, list[float] | None]:
     """results.json's `ci95`: each metric's [low, high], or None."""
     return {m: [ci.low, ci.high] if ci else None for m, ci in cis.items()}

@@ -18,10 +18,13 @@ def fmt(value, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def fmt_ci(entry: dict, metric: str, scale: float = 1.0, digits: int = 3) -> str:
-    """The figure with its 95% CI; with too few items for one, the figure and its n."""
+    """The figure with its 95% CI; with too few items, or too few of the units the bootstrap
+    resamples whole (`n_units`: documents, sources), the figure and its n."""
     ci = (entry.get("ci95") or {}).get(metric)
     value = fmt(entry.get(metric), scale, digits)
-    n = entry.get("n")
+    n, units = entry.get("n"), entry.get("n_units")
+    if not ci and isinstance(units, int) and units < MIN_ITEMS_FOR_CI and value != "–":
+        return f"{value} (n={n} in {units} resampled units, too few for a CI)"
     if not ci and isinstance(n, int) and n < MIN_ITEMS_FOR_CI and value != "–":
         return f"{value} (n={n}, too few for a CI)"
     if not ci:

@@ -123,16 +123,6 @@ def local_adapter_dir(adapter: str | Path) -> Path:
         ) from None
 
 
-def portable_base(base: str) -> str:
-    """A base recorded as another machine's fetch folder (`.../models/<known name>`, absent
-    here) is the known name, fetched here: an adapter trained on a fetched base loads wherever
-    it is copied. Anything else unchanged."""
-    path = Path(base)
-    if path.is_absolute() and not path.exists() and path.parent.name == "models":
-        return path.name if path.name in KNOWN else base
-    return base
-
-
 def has_own_tokenizer(run: RunArtifacts) -> bool:
     """Whether the run saved its tokenizer (training may add a pad token): then it, not the
     base's, is the adapter's."""
@@ -156,7 +146,7 @@ def load_adapter_model(
     run = adapter_dir if isinstance(adapter_dir, RunArtifacts) else load_run(adapter_dir)
     check_weights_file(run.path / "adapter_model.safetensors", "the adapter's weights")
     model, base_tokenizer = load_base(
-        portable_base(run.resolve_base(base)), dtype or torch.float32, trust_remote_code
+        run.resolve_base(base), dtype or torch.float32, trust_remote_code
     )
     own = has_own_tokenizer(run)
     tokenizer = load_tokenizer(str(run.path), trust_remote_code) if own else base_tokenizer

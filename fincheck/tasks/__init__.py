@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from fincheck.data.prompting import Prompt
 from fincheck.errors import FincheckError
 from fincheck.tasks.base import Task
 
 _registry: dict[str, Task] = {}
+T = TypeVar("T")
 
 
 def _load_builtins() -> None:
@@ -90,6 +92,21 @@ def per_task_numbers(text: str) -> int | dict[str, int]:
             f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
         ) from None
     return numbers
+
+
+def per_task_values(text: str, option: str, convert: Callable[[Task, str], T]) -> dict[str, T]:
+    """`task=value,...` (an option's text) -> {task: convert(task, value)}; `convert` raises a
+    FincheckError, worded without the option, for a value the task cannot take."""
+    values: dict[str, T] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = (x.strip() for x in part.partition("="))
+        if not sep:
+            raise FincheckError(f"{option} {part}: expected task=value")
+        try:
+            values[name] = convert(get_task(name), value)  # an unknown task: the registry's error
+        except FincheckError as e:
+            raise FincheckError(f"{option} {part}: {e}") from None
+    return values
 
 
 def per_task_budget(text: str) -> dict[str, int]:

@@ -102,6 +102,9 @@ class ScoreSettings:
     # task -> a decision threshold chosen on dev (`fincheck score --threshold qasem=0.62`), for
     # a task that reads P(Yes): its figures at the paper's threshold stay, these come beside
     thresholds: dict[str, float] = field(default_factory=dict)
+    # each joined example's key in the task's coarsest resample unit (`Task.resample_units`),
+    # set by `fincheck score` per task: the intervals resample whole units
+    unit_keys: Sequence[str] | None = None
 
 
 @dataclass
@@ -219,9 +222,6 @@ class Task(ABC):
     # What `fincheck compare` resamples whole: the units its examples are drawn in, the
     # coarsest first (the default). A task whose examples share documents names the document.
     resample_units: tuple[str, ...] = ("document",)
-    # The one judge-free figure (a key of example_figures) that a checkpoint, a threshold or a
-    # mixture is chosen by on dev: training's `tasks_mean` dev figure averages it over tasks.
-    choose_by: str = ""
     # Figures that reward a spread of answers whatever it says (macro averages over classes):
     # `fincheck compare` puts beside each run the same figures with its answers shuffled
     # across its examples, the floor a detector has to clear. Keys of example_figures.
@@ -230,6 +230,22 @@ class Task(ABC):
     def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
         """A `compare_metrics` figure and its CI as `score` recorded them in results.json."""
         return figures.get(metric), (figures.get("ci95") or {}).get(metric)
+
+    # What a dev evaluation during training cannot compute: figures that need a judge or a
+    # threshold chosen elsewhere (keys of compare_metrics).
+    needs_more_than_dev: tuple[str, ...] = ()
+
+    @property
+    def dev_metrics(self) -> tuple[str, ...]:
+        """The compare_metrics training's dev figures log (`eval_<task>_<key>`) and
+        metric_for_best_model may name."""
+        return tuple(k for k, _ in self.compare_metrics if k not in self.needs_more_than_dev)
+
+    @property
+    def choose_by(self) -> str:
+        """The one figure a checkpoint, a threshold or a mixture is chosen by on dev (training's
+        `tasks_mean` averages it over the tasks); by default the first dev metric."""
+        return self.dev_metrics[0]
 
     def resample_keys(self, pair: Pair) -> dict[str, str]:
         """The pair's key in each of `resample_units` (recorded in its scored record as

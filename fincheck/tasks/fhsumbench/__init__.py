@@ -184,7 +184,7 @@ class FhsumbenchTask(Task):
                 }
             )
         figures = score_fhsumbench(
-            gold, pred, failed, n_resamples=settings.bootstrap_resamples, seed=settings.seed
+            gold, pred, failed, settings.bootstrap_resamples, settings.seed, settings.unit_keys
         )
         figures["read_by"] = dict(sorted(stages.items()))
         figures["n_chain_of_thought"] = reasoned
@@ -204,7 +204,10 @@ class FhsumbenchTask(Task):
         ("factuality_bacc", "non-factual BAcc (not in the paper)"),
     )
     shuffle_floor_metrics = ("f",)
-    resample_units = ("source",)  # the 667 test summaries share 233 source documents
+    resample_units = ("source",)  # the 667 test summaries share 227 source documents
+
+    def resample_keys(self, pair: Pair) -> dict[str, str]:
+        return {"source": pair.meta_value("group", str)}  # the split's key: the source text
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
         return fhsumbench_figures(

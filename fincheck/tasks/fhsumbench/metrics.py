@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 
 from fincheck.io import jsonl
-from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists, groups_by
 from fincheck.metrics.classification import (
     balanced_accuracy,
     confusion_matrix,
@@ -122,8 +122,10 @@ def score_fhsumbench(
     parse_failed: Sequence[bool],
     n_resamples: int = 1000,
     seed: int = 0,
+    units: Sequence[str] | None = None,
 ) -> dict:
-    """The reference figures plus CIs, the confusion matrix and the parse-failure rate."""
+    """The reference figures plus CIs (whole `units`, each summary's source, resampled when
+    given), the confusion matrix and the parse-failure rate."""
     for label in gold:
         if label not in LABELS:
             raise ValueError(f"gold FHSumBench label {label!r} not in {LABELS}")
@@ -131,6 +133,7 @@ def score_fhsumbench(
     return {
         **fhsumbench_figures(gold, pred),
         "n": len(gold),
+        **({"n_units": len(set(units))} if units else {}),
         "n_parse_failed": sum(parse_failed),
         "parse_failure_rate": sum(parse_failed) / len(gold) if gold else float("nan"),
         "n_invalid": sum(p == INVALID for p in pred),
@@ -145,6 +148,7 @@ def score_fhsumbench(
                 ("f", "precision", "recall", "faithfulness_bacc", "factuality_bacc"),
                 n_resamples,
                 seed=seed,
+                groups=groups_by(units),
             )
         ),
     }

@@ -215,7 +215,9 @@ class FinalTask(Task):
             record["true_positives"] = tp
             items.append(FinalItem(len(predicted), len(gold), tp, failed))
             examples.append(record)
-        figures = score_final(items, n_resamples=settings.bootstrap_resamples, seed=settings.seed)
+        figures = score_final(
+            items, settings.bootstrap_resamples, settings.seed, settings.unit_keys
+        )
         if judge is None and needs_judge:
             # P/R over only the examples that need no judge would be 0 by construction
             for metric in ("precision", "recall", "f1"):
@@ -365,6 +367,7 @@ class FinalTask(Task):
             )
         ]
 
+    needs_more_than_dev = ("f1",)  # the matching judge
     # flagged or not, balanced: the judge-free figure (binarized F1 rewards flagging everything)
     choose_by = "binary_bacc"
     compare_metrics = (

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
+from fincheck.io.checksums import sha256_file
 
 SANITY_SET = Path(__file__).with_name("judge_sanity.jsonl")
+UNFILLED = "?"  # a worksheet's verdict not yet given by hand (scripts/final_hand_match_sheet.py)
 
 
 def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
@@ -49,6 +51,12 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
             if not isinstance(item.get(key) if isinstance(item, dict) else None, kind):
                 raise FincheckError(f"{path}:{number}: {key}: expected a {kind.__name__}")
         pred, gold = letters(len(item["predicted"])), letters(len(item["gold"]))
+        unfilled = [k for k, v in item["expected"].items() if v == UNFILLED]
+        if unfilled:
+            raise FincheckError(
+                f"{path}:{number}: expected: {', '.join(unfilled)} not matched by hand yet "
+                f"({UNFILLED!r}): fill in a gold letter or null"
+            )
         bad = sorted(set(item["expected"]) ^ set(pred)) or [
             v for v in item["expected"].values() if v is not None and v not in gold
         ]
@@ -88,6 +96,7 @@ def judge_agreement(judge: Any, concurrency: int = 8, path: Path | None = None) 
             both += verdict is not None and verdict == expected
     return {
         "set": Path(path).name if path else "built-in sanity set",
+        "set_sha256": sha256_file(Path(path)) if path else None,  # the sheet is edited by hand
         "items": len(items),
         # the judge's (predicted, gold) pairs that the expected matching has, and the other way
         "match_precision": both / found if found else None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from fincheck.data.sentences import split_sentences as _split_sentences
 from fincheck.io import jsonl
-from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists, groups_by
 from fincheck.metrics.classification import (
     balanced_accuracy,
     confusion_matrix,
@@ -482,9 +482,15 @@ def final_figures(items: Sequence[FinalItem], judge_failures: str = "miss") -> d
     }
 
 
-def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int = 0) -> dict:
+def score_final(
+    items: Sequence[FinalItem],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    units: Sequence[str] | None = None,
+) -> dict:
     """Headline figures (judge failures counted as misses), the variant that excludes them,
-    counts named for what they count, and bootstrap CIs (resampling examples)."""
+    counts named for what they count, and bootstrap CIs (resampling examples, or whole
+    `units`: each example's document)."""
     figures = final_figures(items)
     excluded = final_figures(items, judge_failures="exclude")
     flagged_gold = [it.n_gold > 0 for it in items]
@@ -494,6 +500,7 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
         **figures,
         "excluding_judge_failures": {k: excluded[k] for k in ("precision", "recall", "f1")},
         "n": len(items),
+        **({"n_units": len(set(units))} if units else {}),
         "n_tp_known": sum(it.tp_known for it in items),  # judged, or needing no judge
         "n_judge_failed": sum(it.judge_failed for it in items),  # counted as misses above
         "n_without_judge": sum(not it.tp_known and not it.judge_failed for it in items),
@@ -511,6 +518,7 @@ def score_final(items: Sequence[FinalItem], n_resamples: int = 1000, seed: int =
                 ("f1", "precision", "recall", *BINARY_METRICS),
                 n_resamples,
                 seed=seed,
+                groups=groups_by(units),
             )
         ),
     }

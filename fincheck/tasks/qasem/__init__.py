@@ -39,6 +39,7 @@ from fincheck.tasks.qasem.convert import (
     SUPPORTED,
     convert_qasem_response,
     qasem_response_id,
+    qasem_source_id,
 )
 from fincheck.tasks.qasem.metrics import (
     SUBSETS,
@@ -171,13 +172,13 @@ class QasemTask(Task):
                 }
             )
         figures = score_qasem(
-            items, n_resamples=settings.bootstrap_resamples, seed=settings.seed, threshold=threshold
+            items, settings.bootstrap_resamples, settings.seed, threshold, settings.unit_keys
         )
         return TaskScore(figures, examples)
 
     # the pooled figures, then each subset's AUC (the paper's columns: "auc_cliff", ...)
-    # the ranking, which no threshold choice changes
-    choose_by = "auc"
+    needs_more_than_dev = ("bacc_at_threshold",)  # a threshold chosen on dev beforehand
+    choose_by = "auc"  # the ranking, which no threshold choice changes
     compare_metrics = (
         ("auc", "ROC-AUC"),
         ("bacc", "BAcc"),
@@ -190,10 +191,8 @@ class QasemTask(Task):
     resample_units = ("source", "response")
 
     def resample_keys(self, pair: Pair) -> dict[str, str]:
-        """A response is (subset, source id, generating model); its source the first two (one
-        source's responses may quote different passages of it, so not the grounding text)."""
         response = pair.meta_value("response_id", str)
-        return {"source": response.rsplit(":", 1)[0], "response": response}
+        return {"source": qasem_source_id(response), "response": response}
 
     def compare_figure(self, figures: dict, metric: str) -> tuple[float | None, list | None]:
         subset = next((s for s in SUBSETS if metric == f"auc_{s}"), None)

@@ -24,6 +24,12 @@ def qasem_response_id(record: dict) -> str:
     return f"{record['dataset']}:{record['source_id']}:{record['model']}"
 
 
+def qasem_source_id(response_id: str) -> str:
+    """A response's source: (sub-dataset, source id). Several models' responses about one
+    source share its document, though one may quote other passages of it than another."""
+    return response_id.rsplit(":", 1)[0]
+
+
 def convert_qasem_response(
     raw: RawRecord, source_split: str, split: str, prompt: Prompt
 ) -> list[Pair]:
@@ -111,7 +117,7 @@ def convert_qasem_response(
                     "annotations": votes,
                     # the split keeps a source's responses together: the responses of
                     # several models about one source share its document
-                    "group": response_id.rsplit(":", 1)[0],
+                    "group": qasem_source_id(response_id),
                     "grounding_span": list(span),
                 },
             )

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists
+from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists, groups_by
 from fincheck.metrics.classification import balanced_accuracy, parse_yes_no, roc_auc
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
@@ -88,23 +88,26 @@ def score_qasem(
     n_resamples: int = 1000,
     seed: int = 0,
     threshold: float | None = None,
+    units: Sequence[str] | None = None,
 ) -> dict[str, dict]:
     """Per-subset and pooled ('overall') figures with 95% bootstrap CIs and counts; with a
     `threshold` chosen on dev, each also gets `bacc_at_threshold` (the paper's `bacc` stays at
     0.5). The pooled figures also say which threshold would maximise BAcc on these very QAs
-    (`best_threshold`, in-sample: what a dev run hands to the test run).
+    (`best_threshold`, in-sample: what a dev run hands to the test run). With `units` (each
+    QA's source or response), the intervals resample whole units.
 
     Also 'mean_of_subsets': the unweighted mean of the per-subset BAcc/AUC, the way one averages
     the paper's three columns.
     """
-    groups: dict[str, list[QasemItem]] = {}
-    for it in items:
-        groups.setdefault(it.subset, []).append(it)
-    order = [s for s in SUBSETS if s in groups] + sorted(set(groups) - set(SUBSETS))
+    by_subset: dict[str, list[int]] = {}
+    for i, it in enumerate(items):
+        by_subset.setdefault(it.subset, []).append(i)
+    order = [s for s in SUBSETS if s in by_subset] + sorted(set(by_subset) - set(SUBSETS))
     out: dict[str, dict] = {}
-    for name, group in [*((s, groups[s]) for s in order), ("overall", list(items))]:
-        if not group:
+    for name, members in [*((s, by_subset[s]) for s in order), ("overall", range(len(items)))]:
+        if not members:
             continue
+        group = [items[i] for i in members]
         out[name] = {
             **qasem_figures(group, threshold),
             "n": len(group),
@@ -112,6 +115,7 @@ def score_qasem(
             "n_parse_failed": sum(it.parse_failed for it in group),
             "n_scored_from_text": sum(it.from_text for it in group),
             "n_text_not_yes_no": sum(it.text_not_yes_no for it in group),
+            **({"n_units": len({units[i] for i in members})} if units else {}),
             "ci95": ci95_lists(
                 bootstrap_cis(
                     lambda idx, g=group: qasem_figures([g[i] for i in idx], threshold),
@@ -119,6 +123,7 @@ def score_qasem(
                     ("bacc", "auc", *(("bacc_at_threshold",) if threshold is not None else ())),
                     n_resamples,
                     seed=seed,
+                    groups=groups_by([units[i] for i in members] if units else None),
                 )
             ),
         }
