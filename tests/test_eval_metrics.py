@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -188,6 +189,21 @@ def test_a_threshold_chosen_on_dev_is_scored_beside_the_papers():
     tied = [QasemItem("", True, s) for s in (0.9, 0.6, 0.2)]
     tied += [QasemItem("", False, s) for s in (0.8, 0.4, 0.1)]
     assert best_threshold(tied) == (pytest.approx(0.5), pytest.approx(2 / 3))
+    # the one sweep finds what trying every midpoint finds, ties and repeated scores included
+    rng = random.Random(3)
+    for _ in range(200):
+        scored = [QasemItem("", rng.random() < 0.6, round(rng.random(), 1)) for _ in range(30)]
+        gold = [it.gold for it in scored]
+        if all(gold) or not any(gold):
+            continue
+        scores = sorted({it.score for it in scored})
+        midpoints = [(a + b) / 2 for a, b in itertools.pairwise(scores)]
+        tried = max(balanced_accuracy(gold, [it.score >= t for it in scored]) for t in midpoints)
+        threshold, bacc = best_threshold(scored)
+        assert bacc == pytest.approx(tried)
+        assert balanced_accuracy(gold, [it.score >= threshold for it in scored]) == pytest.approx(
+            bacc
+        )
 
 
 # ---------------------------------------------------------------- FHSumBench

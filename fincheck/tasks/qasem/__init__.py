@@ -273,7 +273,7 @@ class QasemTask(Task):
             best = overall["best_threshold"]
             out += [
                 f"On these QAs BAcc would peak at {fmt(best['bacc'], 100, 1)} with the threshold "
-                f"{best['threshold']:.4f} (in-sample: read it off a dev run and pass it to the "
+                f"{best['threshold']} (in-sample: read it off a dev run and pass it to the "
                 f"test run's `fincheck score --threshold {self.name}=...`).",
                 "",
             ]

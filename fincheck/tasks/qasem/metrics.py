@@ -69,18 +69,29 @@ def qasem_figures(items: Sequence[QasemItem], threshold: float | None = None) ->
 
 
 def best_threshold(items: Sequence[QasemItem]) -> tuple[float, float]:
-    """(threshold, BAcc): the threshold that maximises BAcc on these QAs, predicting supported
-    iff s >= threshold, placed halfway between two neighbouring scores (ties: the one nearest
-    0.5). In-sample: choose it on dev, then apply it to test."""
-    scores = sorted({it.score for it in items})
-    candidates = [(a + b) / 2 for a, b in itertools.pairwise(scores)] or [THRESHOLD]
-    gold = [it.gold for it in items]
-
-    def bacc(t: float) -> float:
-        return balanced_accuracy(gold, [it.score >= t for it in items])
-
-    chosen = max(candidates, key=lambda t: (round(bacc(t), 12), -abs(t - THRESHOLD)))
-    return chosen, bacc(chosen)
+    """(threshold, BAcc): the threshold that maximises BAcc on these QAs (both classes present),
+    predicting supported iff s >= threshold, placed halfway between two neighbouring scores
+    (ties: the one nearest 0.5). One sweep up the sorted scores: below each candidate lie the
+    QAs called unsupported. In-sample: choose it on dev, then apply it to test."""
+    ranked = sorted((it.score, it.gold) for it in items)
+    positives = sum(gold for _, gold in ranked)
+    negatives = len(ranked) - positives
+    best = (
+        (-1.0, -1.0),
+        THRESHOLD,
+        balanced_accuracy([it.gold for it in items], [it.predicted for it in items]),
+    )
+    yes_below = no_below = 0
+    for (score, gold), (following, _) in itertools.pairwise(ranked):
+        yes_below, no_below = yes_below + gold, no_below + (not gold)
+        if following == score:
+            continue
+        threshold = (score + following) / 2
+        bacc = ((positives - yes_below) / positives + no_below / negatives) / 2
+        key = (round(bacc, 12), -abs(threshold - THRESHOLD))
+        if key > best[0]:
+            best = key, threshold, bacc
+    return best[1], best[2]
 
 
 def score_qasem(
