@@ -131,8 +131,11 @@ class OpenAIChatClient(ChatClient):
     ) -> Completion:
         response = self._create(messages, sampling)
         choice = response.choices[0]  # checked by `reply_problem`: one, with a text message
+        # stripped as the local path strips its decoded answer: the same tokens, the same text
+        # (a served answer cut at the budget may end in the newline a local one loses)
         return Completion(
-            choice.message.content, hit_budget(choice, response, sampling.get("max_tokens"))
+            choice.message.content.strip(),
+            hit_budget(choice, response, sampling.get("max_tokens")),
         )
 
     def p_yes(
