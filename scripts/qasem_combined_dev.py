@@ -4,9 +4,9 @@
 
 Both files are `fincheck score --split dev` outputs (each QA's score, gold and resample units).
 The combined score is s = logit(P(Yes)) + beta * (overlap - 1/2). The script prints dev ROC-AUC
-for each beta, and then the best beta's gain over the overlap alone, with a paired 95%
-interval that resamples whole sources. Reading beta off the same QAs makes that gain
-optimistic: if even that interval holds 0, the combination is not worth building.
+for each beta, and then the best beta's gain over the overlap alone, with fincheck's paired
+95% interval over whole sources (none below its 30-unit minimum). Reading beta off the same QAs
+makes that gain optimistic: if even it is not established, the combination is not worth building.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 
-from sklearn.metrics import roc_auc_score
+from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, bootstrap_ci, groups_by
+from fincheck.metrics.classification import roc_auc
 
 BETAS = [0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 32]
 
@@ -42,29 +42,26 @@ def main() -> None:
     def combined(beta: float) -> list[float]:
         return [x + beta * (w - 0.5) for x, w in zip(logit, words, strict=True)]
 
-    aucs = {b: roc_auc_score(gold, combined(b)) for b in BETAS}
+    aucs = {b: roc_auc(gold, combined(b)) for b in BETAS}
     best = max(aucs, key=aucs.get)
-    print(f"{len(ids)} dev QAs; overlap alone: AUC {roc_auc_score(gold, words):.4f}")
+    print(f"{len(ids)} dev QAs; overlap alone: AUC {roc_auc(gold, words):.4f}")
     print("AUC by beta (beta 0: the adapter alone):", {b: round(a, 4) for b, a in aucs.items()})
 
-    by_source: dict[str, list[int]] = {}
-    for k, i in enumerate(ids):
-        by_source.setdefault(adapter[i]["units"]["source"], []).append(k)
-    groups, rng, scores, diffs = list(by_source.values()), random.Random(0), combined(best), []
-    for _ in range(args.resamples):
-        rows = [k for g in (rng.choice(groups) for _ in groups) for k in g]
+    # the project's grouped bootstrap (whole sources; no interval below MIN_ITEMS_FOR_CI units)
+    scores, sources = combined(best), [adapter[i]["units"]["source"] for i in ids]
+
+    def gain(rows) -> float:
         y = [gold[k] for k in rows]
-        if len(set(y)) == 2:
-            diffs.append(
-                roc_auc_score(y, [scores[k] for k in rows])
-                - roc_auc_score(y, [words[k] for k in rows])
-            )
-    diffs.sort()
-    low, high = diffs[int(0.025 * len(diffs))], diffs[int(0.975 * len(diffs)) - 1]
-    gain = aucs[best] - roc_auc_score(gold, words)
+        return roc_auc(y, [scores[k] for k in rows]) - roc_auc(y, [words[k] for k in rows])
+
+    groups = groups_by(sources)
+    ci = bootstrap_ci(gain, len(ids), args.resamples, groups=groups)
+    interval = (
+        f"[{ci.low:+.4f}, {ci.high:+.4f}]" if ci else f"no interval: {MIN_ITEMS_FOR_CI}+ needed"
+    )
     print(
-        f"beta {best} (read off these QAs) minus overlap: {gain:+.4f} "
-        f"[{low:+.4f}, {high:+.4f}] ({len(groups)} sources resampled)"
+        f"beta {best} (read off these QAs) minus overlap: {gain(range(len(ids))):+.4f} "
+        f"{interval} ({len(groups)} sources)"
     )
 
 
