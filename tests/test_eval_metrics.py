@@ -368,6 +368,28 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ('["The age is wrong.", "The charge is wrong."]',
          ["The age is wrong.", "The charge is wrong."], True),
         ("", [], False),  # an empty answer says nothing either way
+        # an indented list is read item by item, wherever its first item's indentation went
+        ("Inconsistencies:\n  A. The year is wrong.\n  B. The name is invented.",
+         ["The year is wrong.", "The name is invented."], True),
+        ("Answer:\n - The year is wrong.\n - The name is invented.",
+         ["The year is wrong.", "The name is invented."], True),
+        ("Answer: - The year is wrong.\n - The name is invented.",
+         ["The year is wrong.", "The name is invented."], True),
+        ("Inconsistencies: 1. The year is wrong.\n   2. The name is invented.",
+         ["The year is wrong.", "The name is invented."], True),
+        ("\n    A. The year is wrong.\n    B. The name is invented.\n",
+         ["The year is wrong.", "The name is invented."], True),
+        ("A. The year is wrong.\n   1. It says 2025.\n   2. The text, 2027.\nB. A name is invented.",
+         ["The year is wrong. It says 2025. The text, 2027.", "A name is invented."], True),
+        # a double negative says nothing is wrong; with a contrast or a second clause it reports
+        ("A. None of the claims are unsupported.", [], True),
+        ("A. Nothing wrong with the date.", [], True),
+        ("There is nothing wrong with the summary.", [], True),
+        ("1. No detail is made up.\n2. Not a single claim is incorrect.", [], True),
+        ("None of the claims are unsupported, except the date.", [], False),
+        ("A. Nothing wrong with the date; the name is invented.",
+         ["Nothing wrong with the date; the name is invented."], True),
+        ("Nothing in the summary is supported.", [], False),
     ],
 )  # fmt: skip
 def test_cot_and_nothing_to_report_answers(output, items, structured):

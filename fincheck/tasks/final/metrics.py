@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -78,7 +79,7 @@ _FINAL_LABEL = re.compile(
 # teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:", "Output:".
 _ANSWER_LABEL = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer"
-    r"|output)(?:\*\*)?\s*:(?:\*\*)?\s*",
+    r"|output)(?:\*\*)?\s*:(?:\*\*)?[ \t]*",
     re.IGNORECASE,
 )
 _DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
@@ -96,6 +97,12 @@ _PROBLEM = (
     r"(?:inconsistenc\w*|errors?|issues?|problems?|hallucinations?|mistakes?|discrepanc\w*|"
     r"inaccurac\w*|unsupported\s+\w+|contradictions?)"
 )
+# What a double negative denies ("nothing wrong", "none of them unsupported").
+_NEGATED_ERROR = (
+    r"(?:unsupported|wrong|incorrect|inconsistent|inaccurate|false|invented|made\s+up|fabricated"
+    r"|contradicted|contradictory|unverified|unverifiable|erroneous|mistaken|misleading"
+    r"|hallucinated|problematic|amiss|off)"
+)
 _NO_PROBLEM = re.compile(
     rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
     rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)(?:\s*n't|\s+not)?"
@@ -109,7 +116,15 @@ _NO_PROBLEM = re.compile(
     rf"(?:consistent|supported|accurate|faithful|correct|grounded|verified|verifiable)\b.*"
     rf"|(?:all|every|each|everything)\b.*?\b(?:is|are)\s+(?:\w+\s+)?"
     rf"(?:supported|consistent|accurate|correct|verified|verifiable|grounded)\b.*"
-    rf"|nothing\s+(?:in\s+the\s+summary\s+)?(?:is|was)\s+(?:unsupported|inconsistent|wrong)\b.*"
+    # a double negative: "None of the claims are unsupported", "Nothing wrong with the date",
+    # "No detail is made up", "Not a single claim is incorrect"
+    rf"|(?:(?:there\s+(?:is|are|was|were)|(?:i|we)\s+(?:\w+\s+)?(?:see|saw|find|found|notice"
+    rf"|noticed))\s+)?(?:none\s+of\s+(?:the\s+|its\s+|these\s+|this\s+)?\w+(?:\s+\w+)?|nothing"
+    rf"|no\s+(?:\w+\s+)?(?:claims?|details?|facts?|statements?|information|parts?|pieces?)"
+    rf"|not\s+(?:a\s+single|one|any)\s+\w+)"
+    rf"(?:\s+(?:in|of)\s+(?:the\s+)?(?:summary|text|answer))?"
+    rf"\s+(?:(?:is|are|was|were|seems?|appears?|looks?)\s+(?:to\s+be\s+)?)?"
+    rf"(?:(?:at\s+all|really|actually|in\s+any\s+way)\s+)?{_NEGATED_ERROR}\b.*"
     rf"|(?:the\s+)?(?:text|summary)\s+and\s+(?:the\s+)?(?:text|summary)\s+"
     rf"(?:are\s+identical|match|agree|are\s+consistent)\b.*"
     rf"|(?:(?:the\s+)?summary|everything|it|all|this)\s+(?:\w+\s+)?checks?\s+out\b.*"
@@ -141,7 +156,7 @@ _ERROR_WORDS = (
 )
 # Words that turn a clause into a report: a negation, a contrast, an error named.
 _REPORTS = re.compile(
-    r"\bnone\s+of\b|"
+    r"\bnone\s+of\b|\bnothing\b|"
     r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
     rf"though|whereas|yet|unclear|unstated|unmentioned|absent|missing|{_ERROR_WORDS})\b|n't\b",
     re.IGNORECASE,
@@ -320,29 +335,70 @@ def _clean(item: str) -> str:
     return " ".join(item.replace("**", "").split())
 
 
-def _marked_items(lines: list[str]) -> list[str] | None:
+def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[str] | None:
     """The items of a lettered, numbered or bulleted answer (None when no line is marked): a line
     without a marker continues the item before it until a blank line; after a blank line it is
-    a closing remark; before the first marker, a preamble."""
+    a closing remark; before the first marker, a preamble. A marker deeper than the list's own
+    opens a sub-item, which continues its item, unless it is the list's next marker ("B." after
+    "A.", "2." after "1.", the same bullet where the first item's indentation is unknown)."""
     items: list[str] = []
     open_item = False
     top = None  # the indentation of the list's own markers; deeper ones are sub-items
+    last = None  # the marker of the list's last own item
     for line in _split_inline_items(lines):
         if not line.strip():
             open_item = False
             continue
         indent = len(line) - len(line.lstrip())
         match = _ITEM.match(line)
-        if match and items and open_item and top is not None and indent > top:
-            items[-1] = f"{items[-1]} {_item_text(match)}"  # a sub-item continues its item
-        elif match:
+        marker = _marker(line) if match else None
+        if match and items and top is not None and indent > top:
+            if _follows(last, marker, first_indent_unknown):
+                top, last = indent, marker  # the list's next item, indented
+                items.append(_item_text(match))
+                open_item = True
+                continue
+            if open_item:
+                items[-1] = f"{items[-1]} {_item_text(match)}"  # a sub-item continues its item
+                continue
+        if match:
             top = indent if top is None else top
+            last = marker
             items.append(_item_text(match))
             open_item = True
         elif items and (open_item or not items[-1].strip()):
             items[-1] = f"{items[-1]} {line.strip()}"
             open_item = True
     return [_clean(item) for item in items] if items else None
+
+
+_MARKER = re.compile(r"\s*(?:#{1,6}\s*)?(?:(?P<bullet>[-*•])\s*)?(?:\*\*)?\(?(?P<mark>[A-Z]{1,2}|\d{1,3})?")
+
+
+def _marker(line: str) -> tuple[str, int | str]:
+    """A marked line's marker as (kind, value): ("letter", 1) for "A." (or "- A."), ("number", 2)
+    for "2)", ("bullet", "-") for "- text", ("other", 0) for "Issue 3:" and check marks."""
+    found = _MARKER.match(line)
+    mark = found.group("mark") if found else None
+    rest = line[found.end() :] if found else ""
+    if mark and rest[:1] in ".):":
+        if mark.isdigit():
+            return ("number", int(mark))
+        if len(mark) == 1:
+            return ("letter", ord(mark.upper()) - ord("A") + 1)
+    if found and found.group("bullet"):
+        return ("bullet", found.group("bullet"))
+    return ("other", 0)
+
+
+def _follows(last: tuple | None, marker: tuple | None, same_bullet: bool) -> bool:
+    """Whether `marker` is the list's next one after `last`: the next letter or number, or the
+    same bullet when `same_bullet` (the first item's own indentation was lost on a label's line)."""
+    if last is None or marker is None or last[0] != marker[0]:
+        return False
+    if marker[0] in ("letter", "number"):
+        return marker[1] == last[1] + 1
+    return marker[0] == "bullet" and same_bullet and marker[1] == last[1]
 
 
 def _item_text(match: re.Match) -> str:
@@ -375,18 +431,34 @@ def _split_inline_items(lines: list[str]) -> list[str]:
     return out
 
 
+def _dedented(text: str) -> str:
+    """The answer without the blank lines around it and without its lines' common indentation,
+    each line's indentation relative to the others kept: stripping the text would take the
+    first item's indentation alone, and make the next item its sub-item."""
+    lines = text.splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return textwrap.dedent("\n".join(lines)).rstrip()
+
+
 def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     """A model's answer -> its descriptions ([] when it reports nothing), and whether it was in
     a format the prompts ask for (the rules are listed above `_ITEM`). `reasoning`: the answer
     is a chain of thought whose prompt asked for a "Final Output:"; without that label there
     is no final answer to read (no description, counted apart)."""
-    text = (text or "").strip()
+    text = _dedented(text or "")
     labels = list(_FINAL_LABEL.finditer(text))
     if labels:
-        text = text[labels[-1].end() :].strip()
+        text = _dedented(text[labels[-1].end() :])
     elif reasoning:
         return APART
-    text = _ANSWER_LABEL.sub("", _BOXED.sub(r"\1", text), count=1).strip()
+    text = _BOXED.sub(r"\1", text)
+    label = _ANSWER_LABEL.match(text)
+    # "Answer: - x\n - y": the first item shares the label's line, its own indentation unknown
+    inline_first = bool(label and text[label.end() :].split("\n", 1)[0].strip())
+    text = _dedented(text[label.end() :] if label else text)
     if not text.strip(_DECORATION) or not _english(text):
         return APART  # empty: says nothing; another script: not read with confidence
     table = _table_rows(text)
@@ -394,7 +466,7 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
         return NOTHING if table and all(map(_row_affirms, table)) else APART
     listed = _json_items(text)
     if listed is None:
-        listed = _marked_items(text.splitlines())
+        listed = _marked_items(text.splitlines(), inline_first)
     if listed is not None:
         if listed and not any(item.strip(_DECORATION + ".") for item in listed):
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
