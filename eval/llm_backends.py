@@ -31,6 +31,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import PromptDoesNotFit, one_line
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.secrets import public_url
 from fincheck.models.loading import load_model
 
@@ -134,7 +135,7 @@ class OpenAIChatClient(ChatClient):
         # stripped as the local path strips its decoded answer: the same tokens, the same text
         # (a served answer cut at the budget may end in the newline a local one loses)
         return Completion(
-            choice.message.content.strip(),
+            without_lone_surrogates(choice.message.content).strip(),
             hit_budget(choice, response, sampling.get("max_tokens")),
         )
 

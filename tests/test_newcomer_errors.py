@@ -600,12 +600,13 @@ def test_one_writer_per_folder_for_every_writing_command(tmp_path):
 
 DEEP = "[" * 200_000  # past Python's recursion limit
 HUGE = '{"n": ' + "1" * 5_000 + "}"  # past its integer digit limit
+LONE = '{"id": "b", "output": "x\\udc80y"}'  # a lone surrogate: JSON allows it, no character
 
 
-@pytest.mark.parametrize("text", [DEEP, HUGE], ids=["deep", "huge-int"])
+@pytest.mark.parametrize("text", [DEEP, HUGE, LONE], ids=["deep", "huge-int", "lone-surrogate"])
 def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
-    """One JSON reader for text fincheck did not write: nesting 200,000 deep or a 5,000-digit
-    integer is an unreadable answer or a one-line error naming the file, never a traceback --
+    """One JSON reader for text fincheck did not write: nesting 200,000 deep, a 5,000-digit
+    integer or a lone surrogate escape is an unreadable answer or a one-line error naming the file, never a traceback --
     a model's reply (judge, FINAL, FHSumBench), a prepared or detect input line, a
     predictions file, a request cache, a JSON file."""
     import json

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,48 @@ def loads(text: str, **kwargs: Any) -> Any:
     """`json.loads` for text fincheck did not write (a model's reply, a user's file, a cache
     line): whatever makes it unreadable is a `json.JSONDecodeError`, the one error callers
     handle, never a crash. Beyond syntax that is nesting past Python's recursion limit
-    (`[[[[...` 200,000 deep) and integers past its digit limit (4,301 digits)."""
+    (`[[[[...` 200,000 deep), integers past its digit limit (4,301 digits), and a lone
+    surrogate escape (`"\\ud800"`): JSON allows it, but it is no character, and it would crash
+    the first write or tokenizer it reached."""
     try:
-        return json.loads(text, **kwargs)
+        value = json.loads(text, **kwargs)
     except json.JSONDecodeError:
         raise
     except RecursionError:
         raise json.JSONDecodeError("nested deeper than can be read", str(text)[:200], 0) from None
     except ValueError as e:  # an integer past sys.get_int_max_str_digits()
         raise json.JSONDecodeError(" ".join(str(e).split())[:120], str(text)[:200], 0) from None
+    if isinstance(text, str) and _SURROGATE_ESCAPE.search(text) and _holds_surrogate(value):
+        lone = _LONE_ESCAPE.search(text)
+        at = lone.start() if lone else 0
+        escape = text[at : at + 6] if lone else "\\ud800"
+        raise json.JSONDecodeError(f"a lone surrogate escape ({escape}), no character", text, at)
+    return value
+
+
+# Only text holding a surrogate escape is walked: a valid pair ("\\ud83d\\ude00") decodes to
+# one character, so a surrogate left in the parsed value is a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<![0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _holds_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_SURROGATE.search(value))
+    if isinstance(value, dict):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(map(_holds_surrogate, value))
+    return False
+
+
+def without_lone_surrogates(text: str) -> str:
+    """A text from a library or a server (a reply parsed by someone else's JSON reader) with
+    each lone surrogate replaced by U+FFFD, so that it can be written, tokenized and printed."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def loads_object(text: str) -> dict[str, Any]:
@@ -43,7 +77,8 @@ def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, A
     try:
         record = loads(line)
     except json.JSONDecodeError as e:
-        problem = f"not valid JSON ({e.msg} at column {e.colno}; truncated line?)"
+        cut = "" if e.msg.startswith("a lone surrogate") else "; truncated line?"
+        problem = f"not valid JSON ({e.msg} at column {e.colno}{cut})"
         raise InvalidRecordError(str(path), line_no, "<json>", problem) from None
     if not isinstance(record, dict):
         problem = f"expected a JSON object, got {type(record).__name__}"
