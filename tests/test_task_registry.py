@@ -523,3 +523,34 @@ def test_a_new_task_package_is_found_without_a_line_elsewhere(tmp_path, monkeypa
     monkeypatch.setattr(registry, "_registry", {})
     assert task_names() == (*BUILTIN, "claims")
     assert get_task("claims").title == "Claims"
+
+
+def test_a_task_folder_that_does_not_load_is_one_warning_and_the_rest_go_on(
+    tmp_path, monkeypatch, caplog, capsys
+):
+    """A stray folder beside the task packages (an import error, no TASK, a TASK of another
+    kind, a syntax error) is one warning naming the folder; the built-in tasks load and every
+    command, `--help` included, runs."""
+    import fincheck.tasks as registry
+
+    bodies = {
+        "zz_import": "import a_module_that_is_not_there\n",
+        "zz_none": "X = 1\n",
+        "zz_kind": "TASK = 'final'\n",
+        "zz_syntax": "def broken(:\n",
+    }
+    for name, body in bodies.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(body)
+    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_registry", {})
+    with caplog.at_level("WARNING", logger="fincheck.tasks"):
+        assert task_names() == BUILTIN
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == len(bodies)
+    for name, line in zip(sorted(bodies), sorted(said), strict=True):
+        assert line.startswith(f"{tmp_path / name}: not loaded as a task: ") and "\n" not in line
+    monkeypatch.setattr(registry, "_registry", {})
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--help"])
+    assert exit_.value.code == 0 and "Traceback" not in capsys.readouterr().err

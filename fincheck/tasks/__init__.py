@@ -13,9 +13,11 @@ a while with `temporary_tasks(MyTask())`.
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 from fincheck.data.prompting import Prompt
@@ -23,17 +25,42 @@ from fincheck.errors import FincheckError
 from fincheck.tasks.base import Task
 
 _registry: dict[str, Task] = {}
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 def _load_builtins() -> None:
-    """Every task package of this folder, in the order reports list them (`Task.listed`)."""
+    """Every task package of this folder, in the order reports list them (`Task.listed`). A
+    folder that does not load as a task (an import error, no `TASK`, not a `Task`, a name
+    taken) is one warning naming it; the other tasks and every command go on."""
     if _registry:
         return
-    packages = [m.name for m in pkgutil.iter_modules(__path__) if m.ispkg]
-    found = [importlib.import_module(f"{__name__}.{name}").TASK for name in packages]
+    packages = [m for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    found: list[Task] = []
+    for package in packages:
+        task, problem = _load_task(package.name)
+        if task is not None and task.name in {t.name for t in found}:
+            task, problem = None, f"its task name {task.name!r} is taken by another folder"
+        if task is None:
+            folder = Path(getattr(package.module_finder, "path", __path__[0])) / package.name
+            log.warning("%s: not loaded as a task: %s", folder, problem)
+            continue
+        found.append(task)
     for task in sorted(found, key=lambda t: (t.listed, t.name)):
         _registry[task.name] = task
+
+
+def _load_task(name: str) -> tuple[Task | None, str]:
+    """The `TASK` of the package `name`, or None and why not in a few words."""
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except Exception as e:  # any error of a task's own code: the folder is named, not crashed on
+        return None, f"importing it raised {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    task = getattr(module, "TASK", None)
+    if not isinstance(task, Task):
+        got = type(task).__name__
+        return None, f"its __init__.py defines no TASK (a fincheck.tasks.base.Task; got {got})"
+    return task, ""
 
 
 def all_tasks() -> dict[str, Task]:
