@@ -51,17 +51,18 @@ def build_sheet(
     data: Path, split: str, runs: dict[str, Path], n: int, seed: int
 ) -> tuple[list[dict], dict]:
     """About n items, an even share from each run (seeded), in a shuffled order so that a
-    matcher cannot tell the systems apart by position; each id once."""
+    matcher cannot tell the systems apart by position. A summary may come back under another
+    system (another predicted list is another matching); the same list for it comes once."""
     pairs = {p.id: p for p in read_split(data, judged_task(), split)}
     rng = random.Random(seed)
     share = -(-n // len(runs))
     chosen: list[dict] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
     for name, folder in runs.items():
-        candidates = [r for r in judged_items(folder) if r["id"] not in seen]
+        candidates = [r for r in judged_items(folder) if (r["id"], *r["predicted"]) not in seen]
         rng.shuffle(candidates)
         for record in candidates[:share]:
-            seen.add(record["id"])
+            seen.add((record["id"], *record["predicted"]))
             chosen.append(
                 {
                     "id": record["id"],

@@ -372,7 +372,9 @@ def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[
     return [_clean(item) for item in items] if items else None
 
 
-_MARKER = re.compile(r"\s*(?:#{1,6}\s*)?(?:(?P<bullet>[-*•])\s*)?(?:\*\*)?\(?(?P<mark>[A-Z]{1,2}|\d{1,3})?")
+_MARKER = re.compile(
+    r"\s*(?:#{1,6}\s*)?(?:(?P<bullet>[-*•])\s*)?(?:\*\*)?\(?(?P<mark>[A-Z]{1,2}|\d{1,3})?"
+)
 
 
 def _marker(line: str) -> tuple[str, int | str]:
