@@ -478,3 +478,39 @@ def test_fhsumbench_non_factual_bacc_hand_computed():
     # faithful or not: no_hallu 1/1, the three hallucinations predicted not no_hallu 3/3 -> 1.0
     assert out["faithfulness_bacc"] == pytest.approx(1.0)
     assert "factuality_bacc" in out["ci95"]
+
+
+def _seconds(read, text: str) -> float:
+    """The best of three timings of `read(text)` (a reader may raise its own parse error)."""
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        try:
+            read(text)
+        except Exception:  # noqa: BLE001 - only the time matters here
+            pass
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+GROWTH_SHAPES = ["✅\n", ",\n", "$", "\n $", "( ;\n", "\t {\n", "A. x B. x ", "all ", "\n", "- 1\n"]
+
+
+@pytest.mark.parametrize("unit", GROWTH_SHAPES)
+def test_the_answer_readers_take_linear_time_on_model_output(unit):
+    """A model's answer is untrusted input: four times the text may not take eight times the
+    time (a quadratic reader takes sixteen; one 60 KB answer of '✅' lines took 29 s before)."""
+    from fincheck.tasks.fhsumbench.metrics import lenient_judgement
+    from fincheck.tasks.final.judge import parse_matching
+
+    readers = {
+        "final": read_descriptions,
+        "fhsumbench": lenient_judgement,
+        "judge": lambda text: parse_matching(text, ["a", "b"], ["c"]),
+    }
+    for name, read in readers.items():
+        small, large = ((unit * (n // len(unit) + 1))[:n] for n in (20_000, 80_000))
+        ratio_allowed = 8 * _seconds(read, small) + 0.05  # + 50 ms: timer noise on tiny times
+        assert _seconds(read, large) < ratio_allowed, f"{name} reader on {unit!r} x 4"

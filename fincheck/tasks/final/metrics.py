@@ -270,7 +270,7 @@ class ParsedDescriptions:
 NOTHING = ParsedDescriptions([], True)  # read with confidence: nothing to report
 APART = ParsedDescriptions([], False)  # no description read; counted apart
 
-_BOXED = re.compile(r"\$*\\boxed\{([^{}]*)\}\$*")
+_BOXED = re.compile(r"\${0,2}\\boxed\{([^{}]*)\}\${0,2}")  # bounded: "$$$..." stays linear
 
 
 def _english(text: str) -> bool:
@@ -438,11 +438,10 @@ def _dedented(text: str) -> str:
     each line's indentation relative to the others kept: stripping the text would take the
     first item's indentation alone, and make the next item its sub-item."""
     lines = text.splitlines()
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return textwrap.dedent("\n".join(lines)).rstrip()
+    kept = [k for k, line in enumerate(lines) if line.strip()]
+    if not kept:
+        return ""
+    return textwrap.dedent("\n".join(lines[kept[0] : kept[-1] + 1])).rstrip()
 
 
 def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
@@ -486,7 +485,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
     if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
         return NOTHING  # "None - the summary restates the text."
-    if re.search(r"(?:^|\n)[\W_]*none[\W_]*$", text, re.IGNORECASE) and not any(
+    last_line = text.rsplit("\n", 1)[-1]  # one line: a search over all would be quadratic
+    if re.fullmatch(r"[\W_]*none[\W_]*", last_line, re.IGNORECASE) and not any(
         _REPORTS.search(s) for s in sentences
     ):
         return NOTHING  # an explanation, then "None" on its own line
