@@ -451,6 +451,13 @@ def test_detect_finds_an_unwritable_out_before_the_model_runs(tmp_path, capsys):
         ("lora_r: [8\n", "2: not valid YAML: while parsing a flow sequence expected ','"),
         ("lora_r: 8\nlora_r: 16\n", "2: not valid YAML: key 'lora_r' on line 2 was already"),
         ("a: 1\n  b: 2\n", "2: not valid YAML: mapping values are not allowed here"),
+        # bounded like JSON: deep nesting (block or flow) and integers past Python's digit limit
+        (
+            "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 100)),
+            "64: not valid YAML: nested deeper than 64 levels",
+        ),
+        ("a: " + "[" * 5_000 + "]" * 5_000 + "\n", "1: not valid YAML: nested deeper than 64"),
+        ("lora_r: " + "1" * 5_000 + "\n", "1: not valid YAML: an integer that cannot be read"),
     ],
 )
 def test_a_recipe_that_is_no_yaml_is_one_line_naming_file_and_line(text, said, tmp_path, capsys):

@@ -218,13 +218,37 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     an alias (`*name`): no recipe needs one, and aliases of aliases make a few lines expand to
     billions of values (a "billion laughs") that every walk over the recipe would visit."""
 
+    MAX_DEPTH = 64  # nesting; no recipe needs more than 3, and deeper would exhaust the stack
+
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
                 None, None, f"aliases (*{event.anchor}) are not accepted here", event.start_mark
             )
-        return super().compose_node(parent, index)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > self.MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested deeper than {self.MAX_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError as e:  # past Python's integer digit limit (4,300 digits)
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"an integer that cannot be read ({' '.join(str(e).split())[:80]})",
+                node.start_mark,
+            ) from None
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
@@ -240,6 +264,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping (empty file = {}), or a one-line error."""
     path = Path(path)
@@ -250,6 +277,8 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         said = " ".join(filter(None, (e.context, e.problem)))
         raise FincheckError(f"{where}: not valid YAML: {said}") from None
+    except RecursionError:  # a flow collection nested past the stack, before composing
+        raise FincheckError(f"{path}: not valid YAML: nested deeper than can be read") from None
     except yaml.YAMLError as e:
         raise FincheckError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(loaded, dict):
@@ -353,7 +382,7 @@ def override_value(text: str) -> Any:
         return None
     try:
         value = yaml.load(text, Loader=_UniqueKeyLoader)  # no aliases here either
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return text
     if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
         return text
