@@ -175,9 +175,10 @@ class OpenAIChatClient(ChatClient):
     def _create(self, messages: list[dict[str, str]], sampling: dict):
         """One call, with the parameters this endpoint refused once adapted for the rest of
         the run (`refused_parameter`): said in one line, never silently."""
+        end = time.monotonic() + self.deadline_s  # one deadline for the whole logical call
         while True:
             try:
-                return self._create_once(messages, self._adapted(sampling))
+                return self._create_once(messages, self._adapted(sampling), end)
             except _RefusedParameter as refused:
                 with self._lock:
                     self._refused_params.add(refused.param)
@@ -208,14 +209,15 @@ class OpenAIChatClient(ChatClient):
         }[param]
         return f"{self._where} {what} ({one_line(e)})"
 
-    def _create_once(self, messages: list[dict[str, str]], sampling: dict):
+    def _create_once(self, messages: list[dict[str, str]], sampling: dict, end: float):
         """One call and its reply checked (`reply_problem`). The openai client retries what
         fails over HTTP; a 200 whose reply is malformed is asked again the same way (its backoff,
-        up to max_retries times), then the call fails: a malformed reply is never returned."""
+        up to max_retries times), then the call fails: a malformed reply is never returned.
+        Every attempt, re-asks and backoff included, ends by `end` (time.monotonic())."""
         from tenacity import Retrying, retry_if_result, stop_after_attempt
 
         def checked() -> tuple[Any, str | None]:
-            response = self._call(messages, sampling)  # its failures are not retried here
+            response = self._call(messages, sampling, end)  # its failures are not retried here
             if isinstance(response, _NotJSON):
                 return response, response.problem
             return response, reply_problem(response, asked_logprobs="logprobs" in sampling)
@@ -223,9 +225,12 @@ class OpenAIChatClient(ChatClient):
         def openai_backoff(state: Any) -> float:  # 0.5 s doubling up to 8 s, less 0-25% jitter
             return min(0.5 * 2 ** (state.attempt_number - 1), 8.0) * (1 - 0.25 * random.random())
 
+        def within_end(state: Any) -> float:  # no backoff past the call's deadline
+            return min(openai_backoff(state), max(0.0, end - time.monotonic()))
+
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=openai_backoff,
+            wait=within_end,
             retry=retry_if_result(lambda checked: checked[1] is not None),
             retry_error_callback=lambda state: self._malformed(state.outcome.result()[1]),
         )
@@ -236,18 +241,22 @@ class OpenAIChatClient(ChatClient):
                 self.served_models.add(response.model)
         return response
 
-    def _call(self, messages: list[dict[str, str]], sampling: dict):
+    def _call(self, messages: list[dict[str, str]], sampling: dict, end: float):
         """The HTTP call after the openai client's retries: the reply, a `_NotJSON`, or the
         failure as this client's error (a key refused or too many failures in a row stop the
-        run; any other fails the example's call)."""
+        run; any other fails the example's call). It ends by `end`, the logical call's
+        deadline, whatever attempt it is."""
         import openai
 
         try:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise CallDeadline(self.deadline_s)
             return within_deadline(
                 lambda: self._client.chat.completions.create(
                     model=self.model, messages=messages, **sampling
                 ),
-                self.deadline_s,
+                left,
             )
         except CallDeadline:
             if n := self._tripped("unreachable", self.max_consecutive_unreachable):
@@ -279,6 +288,15 @@ class OpenAIChatClient(ChatClient):
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
                         f"check {self.caller.flag('base_url')} and the network (a slow server needs a "
                         f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
+                    ) from None
+            elif isinstance(e, openai.RateLimitError) or getattr(e, "status_code", 0) >= 500:
+                # 429 and 5xx after all their retries (Retry-After honoured): an overloaded or
+                # broken endpoint; so many in a row stop the run instead of failing every example
+                if n := self._tripped("overloaded", self.max_consecutive_unreachable):
+                    raise FincheckError(
+                        f"{self._where} answered HTTP {e.status_code} to {n} calls in a row, each "
+                        f"after {self.max_retries} retries ({one_line(e)}); wait or lower "
+                        f"{self.caller.flag('concurrency')}, then rerun (answers so far are cached)"
                     ) from None
             elif isinstance(e, (openai.BadRequestError, openai.UnprocessableEntityError)):
                 param = refused_parameter(e, sampling)

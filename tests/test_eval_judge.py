@@ -250,6 +250,40 @@ def test_unreachable_endpoint_stops_the_run(monkeypatch, tmp_path):
         judge.match_many([("S", ["p"], ["g"])] * 10, concurrency=1, progress=False)
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_429s_and_5xxs_in_a_row_stop_the_run(status, server, make_judge):
+    """An overloaded or broken endpoint (429/5xx after every retry) trips a breaker as an
+    unreachable one does: a few calls in a row, then one line, not a failure per example."""
+    for i in range(8):
+        server.script[f"S-busy-{i}"] = [("status", status, {"retry-after-ms": "1"})]
+    judge = make_judge(max_retries=0)
+    assert judge.match("S-busy-0", ["p"], ["g"]).status == "error"  # one failure is an error
+    requests = [(f"S-busy-{i}", ["p"], ["g"]) for i in range(1, 8)]
+    with pytest.raises(FincheckError, match=rf"answered HTTP {status} to 5 calls in a row"):
+        judge.match_many(requests, concurrency=1, progress=False)
+    assert server.calls_for("S-busy-7") == 0  # stopped before the last requests
+
+
+def test_one_deadline_covers_a_call_s_re_asks_and_backoff(monkeypatch, tmp_path):
+    """A reply that comes back malformed is asked again, but within the call's one deadline:
+    five slow malformed replies and their backoff (about 9 s) are cut at the deadline (1 s)."""
+    monkeypatch.setenv("FINCHECK_TEST_JUDGE_KEY", "k")
+    client = OpenAIChatClient(
+        "m", "http://127.0.0.1:9/v1", "FINCHECK_TEST_JUDGE_KEY", timeout_s=1, max_retries=4
+    )
+    client.deadline_s = 1.0
+
+    def slow_and_malformed(**_):
+        time.sleep(0.4)
+        return type("Reply", (), {"choices": []})()
+
+    monkeypatch.setattr(client._client.chat.completions, "create", slow_and_malformed)
+    judge = MatchingJudge(client, RequestCache(tmp_path / "cache.jsonl"))
+    start = time.monotonic()
+    result = judge.match("S", ["p"], ["g"])
+    assert result.status == "error" and time.monotonic() - start < 2.0
+
+
 def test_parse_matching_validation():
     assert parse_matching('{"a": "c", "B": "None"}', ["A", "B"], ["A", "B", "C"]) == {
         "A": "C",
