@@ -32,7 +32,7 @@ from fincheck.inference.generation import PromptDoesNotFit, one_line
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.io.jsonl import without_lone_surrogates
-from fincheck.io.secrets import public_url
+from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url
 from fincheck.models.loading import load_model
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -90,6 +90,8 @@ class OpenAIChatClient(ChatClient):
         import openai
 
         key = os.environ.get(api_key_env)
+        hold_secret(key)  # redacted by value in every line printed and file written
+        hold_url_secrets(base_url)
         if not key:
             if base_url is None:
                 raise FincheckError(

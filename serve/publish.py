@@ -43,7 +43,7 @@ from fincheck.io.runs import (
     adapter_sha256,
     load_run,
 )
-from fincheck.io.secrets import has_secret, secret_places
+from fincheck.io.secrets import has_secret, hold_secret, secret_places
 from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
     PublishedBase,
@@ -271,6 +271,7 @@ def resolve_token() -> str:
             "no Hugging Face token: set HF_TOKEN to a token with write access, "
             "or run `hf auth login` once"
         )
+    hold_secret(token)  # redacted by value in every line printed and file written
     return token
 
 

@@ -308,6 +308,40 @@ def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, m
     assert results["judge"]["errors"] == 1
 
 
+def test_endpoint_secrets_reach_no_file_and_no_printed_line(
+    prepared_dir, tmp_path, monkeypatch, capsys
+):
+    """Secrets by value and by shape: an API key of no known shape, and keys in a URL's query
+    under names no list holds, are in no file the score writes and no line it prints, whether
+    the judge answers or fails (the exit-3 summary line included)."""
+    pairs = [
+        p
+        for p in read_pairs(prepared_dir / "final" / "test.jsonl", task_names())
+        if p.target != "None"
+    ][:2]
+    _write(
+        tmp_path / "run" / "predictions" / "final.jsonl",
+        [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
+    )
+    key, in_query = "plain words key 8842", ("QUERYSECRET4242", "sub-secret-9191")
+    monkeypatch.setenv("ODD_JUDGE_KEY", key)
+    with FakeJudgeServer() as server:
+        server.script[pairs[0].target.splitlines()[0][3:]] = [("ok", '{"A": "A"}')]
+        server.script[pairs[1].target.splitlines()[0][3:]] = [("status", 503, {})]
+        url = f"{server.base_url}?x-api-key={in_query[0]}&subscription-key={in_query[1]}"
+        code = main(
+            ["score", "--data", str(prepared_dir), "--predictions",
+             str(tmp_path / "run" / "predictions"), "--out", str(tmp_path / "run"),
+             "--judge-model", "fake", "--judge-base-url", url, "--judge-api-key-env",
+             "ODD_JUDGE_KEY", "--judge-max-retries", "0", "--bootstrap", "0", "--no-judge-sanity"]
+        )  # fmt: skip
+    printed = "".join(capsys.readouterr())
+    assert code in (0, 3)
+    written = [f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file()]
+    for secret in (key, *in_query):
+        assert secret not in printed and not any(secret in text for text in written), secret
+
+
 def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp_path):
     pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))[:20]
     _write(

@@ -706,7 +706,12 @@ def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, ca
     from fincheck.io.secrets import has_secret, public_url, redact
 
     url = "http://user:p4ss@127.0.0.1:9/v1?api_key=k3y&model=x"
-    assert public_url(url) == "http://<redacted>@127.0.0.1:9/v1?api_key=<redacted>&model=x"
+    # an endpoint URL is recorded without its userinfo and without any query value: a key may
+    # sit under any name there (x-api-key, subscription-key, ...)
+    assert public_url(url) == "http://<redacted>@127.0.0.1:9/v1?api_key=<redacted>&model=<redacted>"
+    assert (
+        redact("?x-api-key=v4lue&access_key=v5lue") == "?x-api-key=<redacted>&access_key=<redacted>"
+    )
     assert redact("run exp-hf_abcdefghijklmnopqrstuvwx done") == "run exp-<redacted> done"
     assert not has_secret("mask-qwen2-5-0-5b-cpu-long-run-name and sha 0123456789abcdef")
     _write_json(tmp_path / "eval_config.json", {"base_url": url, "model": "me/x:hf_abcdefghijklmnopqrstuvwx"})  # fmt: skip

@@ -20,7 +20,7 @@ import yaml
 from fincheck import __version__
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
 from fincheck.io.config import close_flags
-from fincheck.io.secrets import redact
+from fincheck.io.secrets import RedactingStream, redact
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -115,6 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f"; {hint}" for hint in moved)
         )
     args.overrides = extra
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args) -> int:
+    """The command, its errors as one line each (printed through the redacting streams)."""
     try:
         return int(args.func(args) or 0)
     except FincheckError as e:

@@ -26,10 +26,12 @@ TOKEN = re.compile(
 # (the scheme's slashes may have been normalised away: a URL passed where a path was expected)
 URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s@]+@", re.IGNORECASE)
 URL_SECRET_QUERY = re.compile(
-    r"(?P<key>[?&;](?:api[_-]?key|key|token|access[_-]?token|auth|password|secret|sig|"
-    r"signature|code)=)[^&#;\s]*",
+    r"(?P<key>[?&;][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
+    r"|credential|session)[\w.~-]*=)[^&#;\s]*",
     re.IGNORECASE,
 )
+# Every value of a URL's query string (what an endpoint URL may be recorded and shown with).
+URL_QUERY_VALUE = re.compile(r"(?P<key>[?&;][^=&#;\s]+=)[^&#;\s]*")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
@@ -58,14 +60,59 @@ def has_secret(text: str) -> bool:
     return redact(text) != text
 
 
+# The secret values this process holds (an endpoint's API key, a hub token, a URL's
+# credentials): redacted by value wherever they appear, whatever their shape.
+_HELD: set[str] = set()
+MIN_HELD_LENGTH = 6  # shorter values ("k", "none") would redact ordinary words
+
+
+def hold_secret(value: str | None) -> None:
+    """Remember a secret value this run holds, so that `redact` removes it by value."""
+    if value and len(value) >= MIN_HELD_LENGTH:
+        _HELD.add(value)
+
+
+def hold_url_secrets(url: str | None) -> None:
+    """Hold a URL's userinfo and every value of its query string."""
+    if not url:
+        return
+    found = re.search(r"://([^/\s@]+)@", url)
+    if found:
+        for part in found.group(1).split(":"):
+            hold_secret(part)
+    for match in URL_QUERY_VALUE.finditer(url):
+        hold_secret(url[match.end("key") : match.end()])
+
+
 def redact(text: str) -> str:
-    """`text` with every token shape and every URL's credentials replaced by <redacted>: what
-    fincheck writes to a file, uploads or prints of a value it did not make."""
+    """`text` with every secret value this run holds, every token shape and every URL's
+    credentials replaced by <redacted>: what fincheck writes to a file, uploads or prints of a
+    value it did not make."""
+    for value in sorted(_HELD, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
     text = TOKEN.sub(REDACTED, text)
     text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
     return URL_SECRET_QUERY.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
 
 
 def public_url(url: str | None) -> str | None:
-    """An endpoint URL as it may be recorded and shown: without its credentials."""
-    return None if url is None else redact(str(url))
+    """An endpoint URL as it may be recorded and shown: without its credentials, and without
+    any value of its query string (an API key may sit under any name there)."""
+    if url is None:
+        return None
+    return URL_QUERY_VALUE.sub(lambda m: f"{m.group('key')}{REDACTED}", redact(str(url)))
+
+
+class RedactingStream:
+    """A text stream (stdout, stderr) whose every write goes through `redact`: one sink for
+    every line a command prints, its libraries' and progress bars' included."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
