@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.io.jsonl import iter_json_objects, read_utf8_text
+from fincheck.io.safe_files import claimed_output_file
 from fincheck.tasks import all_tasks, load_prompt
 
 SUPPORT_KEYS = ("question", "answer")
@@ -101,8 +102,6 @@ def run_detect(args) -> int:
         records = [{"id": "1", "text": _read_text(args.text), "summary": _read_text(args.summary)}]
     else:
         records = read_inputs(Path(args.input))
-    if args.out and Path(args.out).exists():
-        raise FincheckError(f"{args.out} exists; pick a new --out file (nothing is overwritten)")
     if args.out and Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
         raise FincheckError(
             f"--out {args.out}: {Path(args.out).parent} is a file, not a folder: choose another path"
@@ -111,18 +110,19 @@ def run_detect(args) -> int:
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"
         )
-    partial = Path(str(args.out) + ".partial") if args.out else None
-    if partial is not None:  # a folder that takes no file says so now, not after the model ran
-        partial.write_text("", encoding="utf-8")
-    try:
-        return _detect_and_write(args, records, single, partial)
-    finally:
-        if partial is not None:
-            partial.unlink(missing_ok=True)
+    if not args.out:
+        return _detect_and_write(args, records, single, None)
+    # claimed before the model runs: a folder that takes no file, a second writer of the same
+    # --out, a link planted there, all say so now
+    with claimed_output_file(args.out, "--out") as out:
+        code = _detect_and_write(args, records, single, out)
+    print(f"wrote {len(records)} results to {args.out}", file=sys.stderr)
+    return code
 
 
-def _detect_and_write(args, records: list[dict], single: bool, partial: Path | None) -> int:
-    """Run the detector over the records; the results to `partial`, then renamed to --out."""
+def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | None) -> int:
+    """Run the detector over the records; the results to `out` (--out's file, moved into
+    place when complete), else to stdout."""
     from fincheck.detector import Detector
 
     detector = Detector.from_pretrained(
@@ -143,10 +143,8 @@ def _detect_and_write(args, records: list[dict], single: bool, partial: Path | N
         print(json.dumps(results[0], indent=2, ensure_ascii=False))
         return 0
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
-    if partial is not None:
-        partial.write_text(lines, encoding="utf-8")
-        partial.replace(args.out)
-        print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
+    if out is not None:
+        out.write(lines)
     else:
         sys.stdout.write(lines)
     return 0

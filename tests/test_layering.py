@@ -40,7 +40,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "fincheck.errors",
         *("fincheck.io", "fincheck.metrics", "fincheck.data", "fincheck.models"),
         "fincheck.inference",
-        *("fincheck.io.checksums", "fincheck.io.jsonl", "fincheck.io.out_lock"),
+        *("fincheck.io.checksums", "fincheck.io.jsonl", "fincheck.io.safe_files"),
         "fincheck.io.secrets",
         *("fincheck.metrics.bootstrap", "fincheck.metrics.classification"),
         "fincheck.metrics.plots",
@@ -49,7 +49,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     # settings, named things on disk, how a figure and a prompt are written
     (
-        *("fincheck.io.config", "fincheck.io.sources"),
+        *("fincheck.io.config", "fincheck.io.sources", "fincheck.io.out_lock"),
         "fincheck.metrics.figures",
         "fincheck.data.prompting",
         "fincheck.models.known",

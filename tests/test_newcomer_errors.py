@@ -642,3 +642,71 @@ def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     cache = tmp_path / "cache.jsonl"
     cache.write_text(json.dumps({"key": "k", "response": "r"}) + "\n" + text + "\n")
     assert RequestCache(cache).get("k") == "r"  # the damaged line is skipped, the rest kept
+
+
+def test_no_write_goes_through_a_hard_link_a_fifo_or_a_symlink(tmp_path):
+    """One way to open a file for writing: a lock file, a request cache, detect's --out and its
+    partial file are refused when planted as a hard link to someone's file, a FIFO (refused at
+    once, not waited on) or a symbolic link; the victim is untouched."""
+    import os
+
+    from fincheck.errors import FincheckError
+    from fincheck.inference.llm import RequestCache
+    from fincheck.io.out_lock import LOCK_FILE, lock_out_dir
+    from fincheck.io.safe_files import claimed_output_file
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / LOCK_FILE)
+    with pytest.raises(FincheckError, match="a hard-linked file"):
+        lock_out_dir(out, "fincheck eval")
+    for planted in ("hard", "fifo", "symlink"):
+        cache = tmp_path / f"cache-{planted}.jsonl"
+        {"hard": lambda p: os.link(victim, p), "fifo": os.mkfifo,
+         "symlink": lambda p: p.symlink_to(victim)}[planted](cache)  # fmt: skip
+        with pytest.raises(FincheckError, match="never through a link"):
+            RequestCache(cache).put("k", "answer")  # refused as it is read, or written
+        results = tmp_path / f"results-{planted}.jsonl"
+        partial = results.with_name(results.name + ".partial")
+        {"hard": lambda p: os.link(victim, p), "fifo": os.mkfifo,
+         "symlink": lambda p: p.symlink_to(victim)}[planted](partial)  # fmt: skip
+        with (
+            pytest.raises(FincheckError, match="never through a link"),
+            claimed_output_file(results, "--out"),
+        ):
+            pass
+    assert victim.read_text() == "keep me\n"
+
+
+def test_one_writer_per_output_file_and_nothing_overwritten(tmp_path):
+    """`detect --out F` twice at once: the second is refused while the first writes; the first
+    moves its complete output into place; a file that appeared meanwhile is never replaced."""
+    from fincheck.errors import FincheckError
+    from fincheck.io.safe_files import claimed_output_file
+
+    results = tmp_path / "results.jsonl"
+    with claimed_output_file(results, "--out") as first:
+        first.write('{"id": "1"}\n')
+        with (
+            pytest.raises(FincheckError, match="being written by another fincheck command"),
+            claimed_output_file(results, "--out"),
+        ):
+            pass
+    assert results.read_text() == '{"id": "1"}\n'
+    assert not results.with_name("results.jsonl.partial").exists()
+    with (
+        pytest.raises(FincheckError, match="exists; pick a new file"),
+        claimed_output_file(results, "--out"),
+    ):
+        pass
+    other = tmp_path / "other.jsonl"
+    with (
+        pytest.raises(FincheckError, match="appeared while this command ran"),
+        claimed_output_file(other, "--out") as f,
+    ):
+        f.write("mine\n")
+        other.write_text("someone else's\n")
+    assert other.read_text() == "someone else's\n"
+    assert (tmp_path / "other.jsonl.partial").read_text() == "mine\n"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from fincheck.io import jsonl
+from fincheck.io.safe_files import append_line, read_own_text
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class RequestCache:
         self._entries: dict[str, str] = {}
         self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
         self._lock = threading.Lock()
-        if self.path and self.path.exists():
-            text = self.path.read_text(encoding="utf-8")
+        if self.path and (self.path.exists() or self.path.is_symlink()):
+            text = read_own_text(self.path, "the request cache")
             for line in text.splitlines():
                 try:
                     record = jsonl.loads(line)
@@ -89,8 +90,7 @@ class RequestCache:
             # End a torn line so appends start clean; never truncate: another run sharing the
             # cache (--judge-cache) may be appending to it right now.
             if text and not text.endswith("\n"):
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write("\n")
+                append_line(self.path, "\n")
         self.hits = 0
         self.misses = 0
 
@@ -126,9 +126,7 @@ class RequestCache:
                 record["cut"] = cut
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    f.flush()
+                append_line(self.path, json.dumps(record, ensure_ascii=False) + "\n")
 
 
 class _ThreadCalls(threading.local):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from fincheck.errors import FincheckError
+from fincheck.io.safe_files import open_own_file
 
 LOCK_FILE = ".fincheck.lock"
 # Written into every output folder fincheck claims, holding the kind of command that writes it.
@@ -99,7 +100,7 @@ def claim_out_dir(
 def lock_out_dir(out: Path, command: str) -> IO[str]:
     """Take OUT's writer lock for this process (released when the returned file is closed or
     the process ends); refuse at once if another process holds it."""
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    fd = open_own_file(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)  # no link of any kind
     f = os.fdopen(fd, "r+", encoding="utf-8")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,104 @@
+"""Opening a file fincheck writes: never through a link of any kind, never into something that
+is not a plain file of its own.
+
+`open_own_file` is the one way a file is opened for writing where a path may have been planted
+or given: no symbolic link is followed (O_NOFOLLOW), a FIFO or device is refused without
+blocking on it (O_NONBLOCK), and what was opened must be a regular file with a single link, so a
+hard link to someone else's file is never written through. `claimed_output_file` builds a new
+output under PATH.partial, held by one writer (an advisory lock), and moves it to PATH only when
+complete and only if PATH still does not exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from fincheck.errors import FincheckError
+
+
+def open_own_file(path: str | Path, flags: int, what: str = "") -> int:
+    """`os.open(path, flags)` for writing, refused unless the result is a regular file with one
+    link (checked on the opened descriptor, so nothing can be swapped in between)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # link, FIFO, folder
+            raise FincheckError(_not_own(path, what, "a link, a FIFO or a folder")) from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        kind = "a hard-linked file" if stat.S_ISREG(info.st_mode) else "no regular file"
+        raise FincheckError(_not_own(path, what, kind))
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _not_own(path: Path, what: str, kind: str) -> str:
+    return (
+        f"{what + ' ' if what else ''}{path}: {kind}; fincheck writes only plain files of its "
+        "own, never through a link (another file would be written). Remove it or choose another "
+        "path (nothing was written)"
+    )
+
+
+def read_own_text(path: str | Path, what: str = "") -> str:
+    """The text of a file fincheck wrote and reads back (a cache, a log), refused as
+    `open_own_file` refuses (a FIFO would block the read for ever)."""
+    fd = open_own_file(path, os.O_RDONLY, what)
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """One line appended to an own file (made if missing): a log or cache shared by runs."""
+    fd = open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
+@contextlib.contextmanager
+def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
+    """A new output file, written under PATH.partial and moved to PATH when the block ends
+    without error. The partial file is locked by this process: a second writer of the same
+    PATH is refused at once; one left by a killed run is taken over. PATH itself is never
+    overwritten: if it appeared meanwhile, the finished output stays in PATH.partial."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise FincheckError(f"{flag} {path} exists; pick a new file (nothing is overwritten)")
+    partial = path.with_name(path.name + ".partial")
+    fd = open_own_file(partial, os.O_RDWR | os.O_CREAT, flag)
+    f = os.fdopen(fd, "r+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise FincheckError(
+            f"{flag} {path} is being written by another fincheck command: wait for it to "
+            "finish, or write elsewhere"
+        ) from None
+    done = False
+    try:
+        f.truncate()
+        yield f
+        f.flush()
+        try:
+            os.link(partial, path)  # never replaces: fails if PATH appeared meanwhile
+        except FileExistsError:
+            raise FincheckError(
+                f"{flag} {path} appeared while this command ran; the output is kept in {partial}"
+            ) from None
+        done = True
+    finally:
+        if done or f.tell() == 0:
+            partial.unlink(missing_ok=True)
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
