@@ -341,6 +341,17 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_adapter(
     assert run.trainer.state.global_step == 0  # train() was never called
     assert (out / "adapter_model.safetensors").read_bytes() == before
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    # a kill -9 during the final save: the adapter half-written, the run files not yet: the
+    # resume finishes the save from the last checkpoint, the run record last
+    (out / "adapter_model.safetensors").write_bytes(before[: len(before) // 2])
+    for name in ("fincheck_run.json", "recipe.yaml", "data_manifest.json"):
+        (out / name).unlink()
+    assert train_and_save(build_trainer(recipe)) == 0
+    assert "its adapter copied to" in capsys.readouterr().err
+    last = (out / "checkpoint-6" / "adapter_model.safetensors").read_bytes()
+    assert (out / "adapter_model.safetensors").read_bytes() == last
+    for name in ("fincheck_run.json", "recipe.yaml", "data_manifest.json"):
+        assert (out / name).is_file(), name
 
 
 def test_first_step_learns_and_the_token_count_continues_after_a_resume(

@@ -374,6 +374,8 @@ def check_resume_compatible(
 def write_run_files(
     output_dir: Path, recipe_yaml: str, manifest: dict[str, Any], metadata: dict[str, Any]
 ) -> None:
+    """The run's recipe, data manifest and record, the record last: its presence says the
+    final save completed."""
     (output_dir / RECIPE_FILE).write_text(recipe_yaml, encoding="utf-8")
     (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     (output_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2), encoding="utf-8")
@@ -445,8 +447,13 @@ def finish_completed_run(
     if best:
         value = read_json_object(checkpoint / "trainer_state.json").get("best_metric")
         metadata["final_adapter"] = final_adapter_record(best, recipe.metric_for_best_model, value)
-    copied = finish_from_checkpoint(best or checkpoint, output_dir)
+    # the final save is complete when its last file, the run record, was written: a kill
+    # during it (the adapter half-written, the run files missing) is finished again from the
+    # checkpoint, the run record last
+    saved = (output_dir / RUN_METADATA).is_file() and (output_dir / ADAPTER_WEIGHTS).is_file()
+    copied = not saved
     if copied:
+        copy_adapter(best or checkpoint, output_dir)
         write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
     print(
         f"the run is already complete: {checkpoint.name} reached step {done} of "
