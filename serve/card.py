@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 import yaml
+from markupsafe import Markup
 
 from fincheck.errors import FincheckError
 from fincheck.io.jsonl import read_json_object
@@ -198,7 +199,8 @@ def build_metadata(
     from huggingface_hub import EvalResult, ModelCardData
 
     tasks = run.tasks or list(all_tasks())
-    tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *tasks]
+    known = [t for t in tasks if t in task_names()]  # tags by allow-list: registered tasks only
+    tags = ["fincheck", "hallucination-detection", "fact-checking", "lora", "peft", *known]
     split = str(((results or {}).get("run") or {}).get("split", "test"))
     rows = metrics_from_results(results or {})
     sampled = {row.task for row in rows if row.is_sample}
@@ -295,16 +297,36 @@ def render_card(
         "anchor_rows": _anchor_only_rows(),
         # what differs between the card's figures and the anchors beside them (items, training
         # regime, the same-size rows), for each task the results hold
-        "setting_notes": [
-            f"{get_task(t).title}: {get_task(t).comparability}"
+        "setting_notes": [  # the registry's own text, for registered tasks only
+            Markup(f"{get_task(t).title}: {get_task(t).comparability}")
             for t in dict.fromkeys(row.task for row in rows)
             if get_task(t).comparability
         ],
     }
+    built = {  # structure fincheck builds, each escaped for its place or checked by grammar
+        "metadata_yaml", "repo_id", "base_description", "base_origin", "base_comment",
+        "tasks_text", "lora_text", "fingerprint", "vllm_base", "recipe_yaml", "recipe_fence",
+    }  # fmt: skip
+    for key in built:
+        context[key] = Markup(context[key]) if context[key] else context[key]
+    context["run_fingerprints"] = {k: Markup(v) for k, v in context["run_fingerprints"].items()}
+    context["prompt_hashes"] = {Markup(k): Markup(v) for k, v in context["prompt_hashes"].items()}
     env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # HTML escaping is not enough for markdown: `as_markdown_text` is
+        finalize=as_markdown_text,
     )
     return env.from_string(TEMPLATE_PATH.read_text(encoding="utf-8")).render(**context)
+
+
+def as_markdown_text(value: Any) -> Any:
+    """What every `{{ value }}` of the card template becomes: fincheck's own structure (a
+    `Markup`, escaped for its place when built) as it is; anything else (a task name, a row of
+    a results file, a note) as inert prose (`prose`: HTML and markdown escaped, one line)."""
+    if isinstance(value, Markup):
+        return value
+    return prose(value)
 
 
 def data_origin(task: str) -> str:
@@ -335,16 +357,22 @@ def _anchor_text(task: str, subset: str | None, metric: str) -> str:
 
 
 def _result_row(row: MetricRow) -> dict[str, str]:
+    """A results row: the names as read (escaped by the template), the figures as fincheck
+    formats them (numbers) and the anchors from the task registry, marked as built."""
     return {
         "task": row.task,
         "subset": row.subset or "all",
         "metric": row.metric,
-        "value": f"{row.value:.3f}"
-        + (f" [{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]" if row.ci95 else ""),
-        "n": "-"
-        if row.n is None
-        else f"{row.n:,}" + (f" of {row.of:,} (sample)" if row.is_sample else ""),
-        "anchors": _anchor_text(row.task, row.subset, row.metric),
+        "value": Markup(
+            f"{float(row.value):.3f}"
+            + (f" [{float(row.ci95[0]):.3f}, {float(row.ci95[1]):.3f}]" if row.ci95 else "")
+        ),
+        "n": Markup(
+            "-"
+            if row.n is None
+            else f"{int(row.n):,}" + (f" of {int(row.of):,} (sample)" if row.is_sample else "")
+        ),
+        "anchors": Markup(_anchor_text(row.task, row.subset, row.metric)),
     }
 
 
@@ -353,7 +381,7 @@ def _anchor_only_rows() -> list[dict[str, str]]:
         (name, n.subset, n.metric) for name, t in all_tasks().items() for n in t.paper_numbers
     )
     return [
-        {"task": t, "subset": s or "all", "metric": m, "anchors": _anchor_text(t, s, m)}
+        {"task": t, "subset": s or "all", "metric": m, "anchors": Markup(_anchor_text(t, s, m))}
         for t, s, m in keys
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 from pathlib import Path
 
@@ -682,6 +683,16 @@ def test_card_values_are_data_never_markup_or_code(run_dir: Path):
     assert "<script>" in block and card.count("<script>") == 1  # only inside the block
     assert "`<img src=x onerror=alert(1)>`" in card and "<img" not in card.replace("`<img", "")
     assert "&lt;b&gt;mine&lt;/b&gt; \\[link\\]\\(http://x\\)" in card
+    # a task name from the run's record, and the names of a results row, land as prose: no
+    # HTML, no link, no table cell broken, wherever the template puts them
+    run = load_run(run_dir)
+    evil = "<img src=x onerror=alert(1)>|[x](javascript:alert(1))"
+    run.metadata = {**run.metadata, "tasks": ["qasem", evil]}
+    results = {"tasks": {"qasem": {"overall": {"auc": 0.7, "n": 4}}}}
+    card = render_card(run, "me/x", results)
+    outside_code = re.sub(r"`[^`]*`", "", card)
+    assert "<img" not in outside_code and "](javascript" not in outside_code
+    assert "&lt;img src=x onerror=alert\\(1\\)&gt;\\|\\[x\\]" in card
 
 
 def test_a_token_anywhere_in_an_uploaded_file_is_refused_unechoed(run_dir: Path, tmp_path):
