@@ -16,6 +16,7 @@ Only global rank 0 publishes when called inside a distributed job (RANK / LOCAL_
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError
+from fincheck.io import jsonl
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -169,15 +171,45 @@ def check_upload_holds_no_secret(out_dir: Path, files: list[Path]) -> None:
     run's records, the card) holds a token shape or URL credentials anywhere in it. Named by
     file, never echoed."""
     for path in files:
-        if path.suffix == ".safetensors":
-            continue  # weights (their header is checked by check_weights_file)
-        text = path.read_bytes().decode("utf-8", errors="replace")
-        if has_secret(text):
+        if has_secret(upload_text(path)):
             raise FincheckError(
                 f"{path.relative_to(out_dir)} of the upload holds a secret (a token or URL "
                 "credentials) that publishing would make public; remove it from the run's files "
                 "(and revoke it) before publishing"
             )
+
+
+def upload_text(path: Path) -> str:
+    """What a file about to go up says, decoded as a reader would decode it: its text, plus
+    every string of it parsed as JSON (a token spelled with escapes, "\\u0068f_...", is one
+    once parsed); for safetensors weights, the strings of their JSON header (its
+    `__metadata__` can hold any text), not the tensor bytes."""
+    raw = path.read_bytes()
+    if path.suffix == ".safetensors":
+        size = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else 0
+        header = raw[8 : 8 + size].decode("utf-8", errors="replace") if size < len(raw) else ""
+        return " ".join(_json_strings(header))
+    text = raw.decode("utf-8", errors="replace")
+    return "\n".join([text, *_json_strings(text)])
+
+
+def _json_strings(text: str) -> list[str]:
+    """Every string (keys too) of `text` read as JSON, or as JSON lines; [] for other text."""
+    values: list = []
+    for chunk in [text, *text.splitlines()] if text.lstrip()[:1] in "[{" else []:
+        with contextlib.suppress(ValueError):
+            values.append(jsonl.loads(chunk))
+    found: list[str] = []
+    stack = values
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            stack += [*value.keys(), *value.values()]
+        elif isinstance(value, list):
+            stack += value
+    return found
 
 
 def copy_regular_file(source: Path, target: Path, root: Path) -> None:

@@ -712,6 +712,32 @@ def test_a_token_anywhere_in_an_uploaded_file_is_refused_unechoed(run_dir: Path,
     assert "ghp_" not in str(e.value)
 
 
+def test_a_token_is_found_after_decoding_json_escapes_and_in_safetensors_metadata(
+    run_dir: Path, tmp_path
+):
+    """Uploads are scanned as a reader decodes them: a token spelled with JSON escapes, and one
+    in the weights file's header metadata, stop the publish as a plain one does."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    token = "hf_" + "a" * 30
+    escaped = "".join(f"\\u{ord(c):04x}" for c in token)  # \u0068\u0066\u005f...
+    copy = tmp_path / "escaped"
+    shutil.copytree(run_dir, copy)
+    text = (copy / "adapter_config.json").read_text().rstrip().rstrip("}")
+    (copy / "adapter_config.json").write_text(text + f', "note": "{escaped}"}}')
+    assert token not in (copy / "adapter_config.json").read_text()
+    with pytest.raises(FincheckError, match=r"adapter_config\.json of the upload holds a secret"):
+        publish(copy, "me/tiny", dry_run=tmp_path / "dry1")
+    copy = tmp_path / "metadata"
+    shutil.copytree(run_dir, copy)
+    weights = copy / "adapter_model.safetensors"
+    save_file(load_file(weights), weights, metadata={"format": "pt", "note": token})
+    with pytest.raises(FincheckError, match=r"adapter_model\.safetensors of the upload holds"):
+        publish(copy, "me/tiny", dry_run=tmp_path / "dry2")
+
+
 def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, capsys):
     from fincheck.eval.predictions import _write_json
     from fincheck.io.secrets import has_secret, public_url, redact
