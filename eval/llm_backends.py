@@ -31,9 +31,10 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import PromptDoesNotFit, one_line
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.io.checksums import folder_sha256
 from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url
-from fincheck.models.loading import load_model
+from fincheck.models.loading import load_model, resolve_model
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 LOCAL_REMEDY = "a model with a longer window, or a smaller answer budget"
@@ -481,6 +482,11 @@ class TransformersChatClient(ChatClient):
         self.identity = {"backend": "transformers", "model": str(model_path)}
         if dtype != "auto":  # other weights, other answers: a cache keyed by identity tells them
             self.identity["dtype"] = dtype
+        # the model by its content, not its path: another model at the same path (a folder
+        # replaced, a name fetched again) is another identity, for the cache and for a rerun
+        content = folder_sha256(resolve_model(model_path, log=lambda _: None))
+        if content:
+            self.identity["content"] = content[:16]
         # A fast tokenizer's padding state is shared: the worker's padded batches and the
         # callers' token counts must not interleave.
         self._tokenizer_lock = threading.Lock()

@@ -280,6 +280,23 @@ def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, t
     assert again.calls == 0 and again.raw == result.raw
 
 
+def test_a_local_model_is_identified_by_its_content_not_its_path(tiny_base, tmp_path):
+    """Two models at one path (a folder replaced between runs) are two identities: the request
+    cache and a rerun's check tell their answers apart."""
+    import json
+    import shutil
+
+    from fincheck.eval.llm_backends import TransformersChatClient
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_base, model)
+    first = TransformersChatClient(str(model), max_new_tokens=4, device="cpu").identity
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
+    second = TransformersChatClient(str(model), max_new_tokens=4, device="cpu").identity
+    assert first["model"] == second["model"] and first["content"] != second["content"]
+
+
 def test_long_prompts_are_trimmed_on_the_grounding_text_only(tiny_base, prepared_dir):
     _, tokenizer = _load(tiny_base)
     pair = next(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
