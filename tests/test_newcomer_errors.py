@@ -710,3 +710,42 @@ def test_one_writer_per_output_file_and_nothing_overwritten(tmp_path):
         other.write_text("someone else's\n")
     assert other.read_text() == "someone else's\n"
     assert (tmp_path / "other.jsonl.partial").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("--lora_target_modules=[nope_proj]", "the LoRA setup on"),
+        ("--attn_implementation=flash_attention_2", "the base does not load for training"),
+        ("--attn_implementation=bogus", "the base does not load for training"),
+    ],
+)
+def test_peft_and_attention_setup_errors_are_one_line(
+    override, said, prepared_dir, tmp_path, capsys
+):
+    """A library's error while training sets up (PEFT finds no target module, an attention
+    kernel that is not installed or not known) is one line naming what to change."""
+    repo = Path(__file__).resolve().parents[1]
+    code, err = run_cli(
+        capsys, "train", "--config", str(repo / "configs/train/tiny-cpu.yaml"),
+        f"--dataset_dir={prepared_dir}", f"--output_dir={tmp_path / 'run'}", "--max_steps=1",
+        override,
+    )  # fmt: skip
+    last = err.splitlines()[-1]
+    assert code == 1 and last.startswith("fincheck train: error: ") and said in last
+
+
+def test_a_damaged_base_is_one_line_naming_its_file(tiny_base, prepared_dir, tmp_path, capsys):
+    """A base whose weights were cut short (a full disk, a copy stopped) is one line naming
+    the file, for eval as for every command that loads a base."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base, base)
+    weights = base / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    code, err = run_cli(
+        capsys, "eval", "--model", str(base), "--data", str(prepared_dir), "--tasks", "qasem",
+        "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
+    )  # fmt: skip
+    assert code == 1 and f"{weights} is not a safetensors file, or is cut short" in err

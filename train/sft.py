@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.prepared import PreparedFolder
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io.config import build_config, describe_config
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
@@ -146,7 +146,16 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 
     if recipe.tree_packing:
         launch.check_one_gpu_per_process(recipe.n_gpu)
-    base = model.load_base_model(recipe, base_path, tokenizer)
+    with library_errors_as_one_line(
+        f"{base_path}: the base does not load for training"
+        + (
+            f" (attn_implementation: {recipe.attn_implementation})"
+            if recipe.attn_implementation
+            else ""
+        ),
+        "check attn_implementation (sdpa or eager run everywhere) and the base's files",
+    ):
+        base = model.load_base_model(recipe, base_path, tokenizer)
     if recipe.tree_packing:
         tree_attention.check_no_sliding_window(base.config, recipe.tree_budget)
         tree_attention.use_tree_attention(base)  # SDPA over the keys each query chunk sees
@@ -157,21 +166,26 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     if recipe.dev_figures:
         dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer, folder)
         prepared.stats["dev_figures"] = dev_figures.sizes()
-    trainer = FincheckSFTTrainer(
-        model=base,
-        args=recipe,
-        data_collator=collator,
-        train_dataset=Dataset.from_list(train_rows),
-        eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
-        processing_class=tokenizer,
-        peft_config=model.build_lora_config(recipe, base),
-        dev_figures=dev_figures,
-        # a NaN/inf loss names the pairs of its batch: the trainer drops the id column itself
-        pair_ids_by_row={
-            row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
-            for r in train_rows
-        },
-    )
+    lora = f"lora_target_modules {recipe.lora_target_modules}"
+    with library_errors_as_one_line(
+        f"the LoRA setup on {base_path} ({lora})",
+        "name modules the base has (all-linear, or e.g. q_proj, v_proj)",
+    ):
+        trainer = FincheckSFTTrainer(
+            model=base,
+            args=recipe,
+            data_collator=collator,
+            train_dataset=Dataset.from_list(train_rows),
+            eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
+            processing_class=tokenizer,
+            peft_config=model.build_lora_config(recipe, base),
+            dev_figures=dev_figures,
+            # a NaN/inf loss names the pairs of its batch: the trainer drops the id column
+            pair_ids_by_row={
+                row_key(r["input_ids"]): ", ".join(r["pair_ids"]) if "pair_ids" in r else r["id"]
+                for r in train_rows
+            },
+        )
 
     manifest = folder.manifest
     data.check_prompt_hashes(manifest, mixture.tasks)

@@ -65,12 +65,17 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
 
         where, gguf = str(path.parent), {"gguf_file": path.name}
         weights = {**gguf, "quantization_config": GgufConfig(dequantize=True)}
+    if path.is_dir():  # a weights file cut short or replaced: one line naming it, up front
+        for weights_file in sorted(path.glob("*.safetensors")):
+            check_weights_file(weights_file, "the base model's weights")
     try:
         with remote_code_explained(name_or_path):
             model = AutoModelForCausalLM.from_pretrained(
                 where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
             )
             tokenizer = load_tokenizer(where, trust_remote_code, **gguf)
+    except FincheckError:
+        raise
     except OSError as e:
         raise FincheckError(
             f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
@@ -81,6 +86,11 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             f"cannot load base model {name_or_path!r}: its config.json is not one transformers "
             f"can build a model from ({type(e).__name__}: {one_line(e)}); check model_type and "
             "the field types"
+        ) from None
+    except Exception as e:  # any other library error at this boundary (safetensors, torch)
+        raise FincheckError(
+            f"cannot load base model {name_or_path!r} ({type(e).__name__}: {one_line(e)}); its "
+            "files may be damaged or of another format: fetch or copy it again"
         ) from None
     return model, tokenizer
 
@@ -156,7 +166,9 @@ def load_adapter_model(
         model = model.to(device)
     try:
         model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # a config of another shape
+    except FincheckError:
+        raise
+    except Exception as e:  # any library error: a config of another shape, damaged weights
         raise FincheckError(
             f"{run.path}: the adapter does not load on its base ({type(e).__name__}: "
             f"{one_line(e)}); its adapter_config.json or weights are damaged or of another base"
