@@ -293,7 +293,9 @@ def render_card(
         "recipe_fence": code_fence(recipe_yaml),
         "result_rows": [_result_row(row) for row in rows],
         "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
-        "data_origins": [data_origin(t) for t in (run.tasks or list(all_tasks()))],
+        "data_origins": Markup(
+            "; ".join(as_markdown_text(data_origin(t)) for t in (run.tasks or list(all_tasks())))
+        ),
         "anchor_rows": _anchor_only_rows(),
         # what differs between the card's figures and the anchors beside them (items, training
         # regime, the same-size rows), for each task the results hold
@@ -332,7 +334,9 @@ def as_markdown_text(value: Any) -> Any:
 def data_origin(task: str) -> str:
     """Where a task's data comes from, as its package says (a task no longer registered: its
     name)."""
-    return (get_task(task).card.data_origin or task) if task in task_names() else task
+    if task in task_names() and get_task(task).card.data_origin:
+        return Markup(get_task(task).card.data_origin)  # the registry's own text
+    return task  # a name read from a run: the template escapes it
 
 
 def vllm_lora_rank(rank: Any) -> int:
