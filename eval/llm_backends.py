@@ -262,12 +262,15 @@ class OpenAIChatClient(ChatClient):
                 left,
             )
         except CallDeadline:
-            if n := self._tripped("unreachable", self.max_consecutive_unreachable):
-                raise FincheckError(
+            self._stop_if_tripped(
+                "unreachable",
+                self.max_consecutive_unreachable,
+                lambda n: (
                     f"{self._where} gave no complete answer within {self.deadline_s:g} s to {n} "
                     f"calls in a row; check {self.caller.flag('base_url')} (a slow server needs a "
                     f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
-                ) from None
+                ),
+            )
             raise LLMCallError(
                 f"no complete answer within {self.deadline_s:g} s (each attempt's "
                 f"{self.caller.flag('timeout')} and the retries between them)"
@@ -285,32 +288,41 @@ class OpenAIChatClient(ChatClient):
             ) from None
         except openai.APIError as e:  # after all retries: unreachable, 400/422, 429/5xx, other 4xx
             if isinstance(e, openai.APIConnectionError):  # also timeouts
-                if n := self._tripped("unreachable", self.max_consecutive_unreachable):
-                    raise FincheckError(
+                self._stop_if_tripped(
+                    "unreachable",
+                    self.max_consecutive_unreachable,
+                    lambda n, e=e: (
                         f"{self._where} is unreachable "
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
                         f"check {self.caller.flag('base_url')} and the network (a slow server needs a "
                         f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
-                    ) from None
+                    ),
+                )
             elif isinstance(e, openai.RateLimitError) or getattr(e, "status_code", 0) >= 500:
                 # 429 and 5xx after all their retries (Retry-After honoured): an overloaded or
                 # broken endpoint; so many in a row stop the run instead of failing every example
-                if n := self._tripped("overloaded", self.max_consecutive_unreachable):
-                    raise FincheckError(
+                self._stop_if_tripped(
+                    "overloaded",
+                    self.max_consecutive_unreachable,
+                    lambda n, e=e: (
                         f"{self._where} answered HTTP {e.status_code} to {n} calls in a row, each "
                         f"after {self.max_retries} retries ({one_line(e)}); wait or lower "
                         f"{self.caller.flag('concurrency')}, then rerun (answers so far are cached)"
-                    ) from None
+                    ),
+                )
             elif isinstance(e, (openai.BadRequestError, openai.UnprocessableEntityError)):
                 param = refused_parameter(e, sampling)
                 if param is not None and param not in self._refused_params:
                     raise _RefusedParameter(param, e) from None
-                if n := self._tripped("refused", self.max_consecutive_refused):
-                    raise FincheckError(
+                self._stop_if_tripped(
+                    "refused",
+                    self.max_consecutive_refused,
+                    lambda n, e=e: (
                         f"{self._where} refused {n} "
                         f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
                         "and the options it accepts, then rerun (answers so far are cached)"
-                    ) from None
+                    ),
+                )
             raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
 
     def _malformed(self, what: str) -> NoReturn:
@@ -323,6 +335,12 @@ class OpenAIChatClient(ChatClient):
                 "rerun once it is fixed"
             ) from None
         raise LLMCallError(f"{self._where} sent {what}") from None
+
+    def _stop_if_tripped(self, breaker: str, limit: int, why: Callable[[int], str]) -> None:
+        """One more failure of this kind in a row; once `limit` are, the run stops, `why(n)`
+        saying so in one line."""
+        if n := self._tripped(breaker, limit):
+            raise FincheckError(why(n)) from None
 
     def _tripped(self, breaker: str, limit: int) -> int:
         """One more failure of this kind in a row: their number once it reaches `limit` (the
