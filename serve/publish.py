@@ -199,17 +199,7 @@ def _json_strings(text: str) -> list[str]:
     for chunk in [text, *text.splitlines()] if text.lstrip()[:1] in "[{" else []:
         with contextlib.suppress(ValueError):
             values.append(jsonl.loads(chunk))
-    found: list[str] = []
-    stack = values
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            found.append(value)
-        elif isinstance(value, dict):
-            stack += [*value.keys(), *value.values()]
-        elif isinstance(value, list):
-            stack += value
-    return found
+    return list(jsonl.strings_in(values))
 
 
 def copy_regular_file(source: Path, target: Path, root: Path) -> None:

@@ -45,14 +45,21 @@ _LONE_ESCAPE = re.compile(
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string of a parsed JSON value, keys included (iterative: no recursion limit)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+
+
 def _holds_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        return bool(_SURROGATE.search(value))
-    if isinstance(value, dict):
-        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(map(_holds_surrogate, value))
-    return False
+    return any(_SURROGATE.search(text) for text in strings_in(value))
 
 
 def without_lone_surrogates(text: str) -> str:
