@@ -18,6 +18,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_data)
 
 
+PROCESS_GROUP_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left_behind():
+    """A test that runs DeepSpeed training in this process (`main(["train", ...])` without
+    `--deepspeed=`) describes a one-process group in os.environ and holds its port: every
+    later training subprocess would inherit the group and fail on that port (EADDRINUSE). Such
+    a test fails here, by name, and the environment is put back for the tests after it."""
+    before = {k: os.environ.get(k) for k in PROCESS_GROUP_ENV}
+    yield
+    after = {k: os.environ.get(k) for k in PROCESS_GROUP_ENV}
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    assert after == before, f"this test left a process group in the environment: {after}"
+
+
 def find_data_dir() -> Path:
     env = os.environ.get("FINCHECK_DATA_DIR")
     candidate = (Path(env) if env else REPO.parent / "shared" / "data").resolve()

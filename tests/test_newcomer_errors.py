@@ -729,7 +729,7 @@ def test_peft_and_attention_setup_errors_are_one_line(
     code, err = run_cli(
         capsys, "train", "--config", str(repo / "configs/train/tiny-cpu.yaml"),
         f"--dataset_dir={prepared_dir}", f"--output_dir={tmp_path / 'run'}", "--max_steps=1",
-        override,
+        "--deepspeed=", override,
     )  # fmt: skip
     last = err.splitlines()[-1]
     assert code == 1 and last.startswith("fincheck train: error: ") and said in last
