@@ -31,6 +31,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import PromptDoesNotFit, one_line
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.io.bounded_http import UnreadableReply, bounded_http_client
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url
@@ -101,7 +102,11 @@ class OpenAIChatClient(ChatClient):
                 )
             key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
         self._client = openai.OpenAI(
-            api_key=key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+            api_key=key,
+            base_url=base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+            http_client=bounded_http_client(),  # replies capped as sent and as inflated
         )
         self.max_retries = max_retries  # also for replies that come back malformed
         # The openai client's timeout bounds each read of a socket: a server that drips a byte
@@ -277,6 +282,8 @@ class OpenAIChatClient(ChatClient):
             ) from None
         except ValueError as e:  # a 200 whose body is broken JSON (json's and pydantic's errors)
             return _NotJSON(f"a reply that is not JSON ({one_line(e)})")
+        except UnreadableReply as e:  # too large, or an encoding not asked for: not read
+            return _NotJSON(str(e))
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
                 f"{self._where} refused the API key "

@@ -10,9 +10,10 @@ order (the last one repeats):
   ("html", body)                 200 with an HTML page (a login wall, a wrong URL)
   ("logprobs", text, {tok: lp})  `text`, and those top logprobs at the first token when the
                                  request asks for logprobs
-  ("raw", body, when)             200 with `body` (bytes or str) as application/json, for requests
+  ("raw", body, when[, headers])  200 with `body` (bytes or str) as application/json, for requests
                                  that ask for logprobs when `when` is "logprobs", for all when
-                                 "always"; else as ("ok", "Yes")
+                                 "always"; else as ("ok", "Yes"). `headers`: sent with it
+                                 (Content-Encoding: gzip for a body compressed here)
   ("refuse", param, error, text) a 400 with `error` as the body's error object when the request
                                  carries `param`, else 200 with `text` (a server that does not
                                  support an option)
@@ -69,7 +70,9 @@ class FakeJudgeServer:
                     return
                 if kind == "raw" and (action[2] == "always" or body.get("logprobs")):
                     data = action[1] if isinstance(action[1], bytes) else action[1].encode()
-                    self._send_bytes(200, data, "application/json", {})
+                    headers = action[3] if len(action) > 3 else {}
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        self._send_bytes(200, data, "application/json", headers)
                     return
                 if kind == "raw":
                     action, kind = ("ok", "Yes"), "ok"

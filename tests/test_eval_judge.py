@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import time
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -487,3 +490,55 @@ def test_the_direct_judge_prompt_keeps_the_papers_criteria_and_asks_for_json_alo
     messages = JudgePrompt.named("direct").messages("S.", ["p"], ["g"])
     assert "Detector descriptions:\nA. p" in messages[-1]["content"]
     assert "not the FINAL paper's protocol" in JUDGE_VARIANTS["direct"]
+
+
+def gzip_bomb(inflated_mib: int) -> bytes:
+    """A JSON reply's start and then spaces, `inflated_mib` MiB once inflated, gzipped a
+    thousandfold (built a MiB at a time: the test never holds the inflated bytes)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [packer.compress(b'{"choices": [')]
+    parts += [packer.compress(b" " * 2**20) for _ in range(inflated_mib)]
+    return b"".join([*parts, packer.flush()])
+
+
+def completion(text: str) -> dict:
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "said"),
+    [
+        # 512 MiB of spaces gzipped to about half a MiB
+        (gzip_bomb(512), {"Content-Encoding": "gzip"}, "inflates to more than 16,777,216 bytes"),
+        (b'{"choices": ["' + b"x" * 20 * 2**20 + b'"]}', {}, "a reply of more than 16,777,216"),
+        (b"{}", {"Content-Encoding": "br"}, "in the 'br' encoding, which was not asked for"),
+    ],
+    ids=["gzip-bomb", "huge", "unasked-encoding"],
+)
+def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
+    """Replies cost bounded memory: a body past 16 MiB as sent, or once inflated, is not read
+    (the call fails as a malformed reply does), and an encoding the client did not ask for is
+    refused; a gzipped reply of normal size is read."""
+    import tracemalloc
+
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+    from fincheck.inference.llm import LLMCallError
+
+    with FakeJudgeServer() as server:
+        server.script = {
+            "bomb": [("raw", body, "always", headers)],
+            "fine": [("raw", gzip.compress(json.dumps(completion("Yes")).encode()), "always",
+                      {"Content-Encoding": "gzip"})],
+        }  # fmt: skip
+        client = OpenAIChatClient("m", base_url=server.base_url, max_retries=0, caller=METHOD)
+        tracemalloc.start()
+        with pytest.raises(LLMCallError, match=re.escape(said)):
+            client.complete([{"role": "user", "content": "bomb"}], {"max_tokens": 8})
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 200 * 2**20  # the cap and its copies, never the gigabyte
+        assert server.calls_for("bomb") == 1  # not asked again by the openai client's retries
+        answer = client.complete([{"role": "user", "content": "fine"}], {"max_tokens": 8})
+        assert answer.text == "Yes"

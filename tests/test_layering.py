@@ -41,6 +41,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         *("fincheck.io", "fincheck.metrics", "fincheck.data", "fincheck.models"),
         "fincheck.inference",
         *("fincheck.io.checksums", "fincheck.io.jsonl", "fincheck.io.safe_files"),
+        "fincheck.io.bounded_http",
         "fincheck.io.secrets",
         *("fincheck.metrics.bootstrap", "fincheck.metrics.classification"),
         "fincheck.metrics.plots",

@@ -1,0 +1,82 @@
+"""An HTTP client whose replies cost bounded memory: every LLM endpoint's reply is read through it.
+
+An OpenAI-compatible endpoint is untrusted input. A reply's body is capped as it arrives and,
+when it comes compressed, as it is inflated (a 1 MB gzip reply can inflate to 1 GB): past
+`MAX_REPLY_BYTES` either way the read stops with `UnreadableReply`, which the caller treats as a
+malformed reply. Only the encodings asked for (gzip, deflate) are accepted; fincheck inflates
+them itself, so the HTTP library never inflates anything unbounded.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+# A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
+MAX_REPLY_BYTES = 16 * 2**20
+ACCEPTED = ("identity", "gzip", "x-gzip", "deflate")
+# as the openai client's own pool (its DEFAULT_CONNECTION_LIMITS)
+LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
+class UnreadableReply(Exception):
+    """A reply not read to its end: too large, or in an encoding that was not asked for."""
+
+
+class _BoundedBody(httpx.SyncByteStream):
+    def __init__(self, raw: httpx.SyncByteStream, compressed: bool, cap: int) -> None:
+        self.raw, self.cap = raw, cap
+        self.inflate = (
+            zlib.decompressobj(zlib.MAX_WBITS | 32) if compressed else None
+        )  # gzip or zlib
+
+    def __iter__(self) -> Iterator[bytes]:
+        received = inflated = 0
+        for chunk in self.raw:
+            received += len(chunk)
+            if received > self.cap:
+                raise UnreadableReply(f"a reply of more than {self.cap:,} bytes")
+            if self.inflate is None:
+                yield chunk
+                continue
+            while chunk:  # inflated a bounded piece at a time: never more than the cap + 1
+                out = self.inflate.decompress(chunk, self.cap + 1 - inflated)
+                inflated += len(out)
+                if inflated > self.cap:
+                    raise UnreadableReply(
+                        f"a compressed reply that inflates to more than {self.cap:,} bytes"
+                    )
+                yield out
+                chunk = self.inflate.unconsumed_tail
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _ask_for_what_is_read(request: httpx.Request) -> None:
+    request.headers["Accept-Encoding"] = "gzip, deflate"
+
+
+def _bound(cap: int):
+    def bound(response: httpx.Response) -> None:
+        """Runs before the body is read (an httpx response hook): the body is then read through
+        `_BoundedBody`, and httpx no longer inflates it (its Content-Encoding is consumed here)."""
+        coding = response.headers.get("Content-Encoding", "").strip().lower() or "identity"
+        if coding not in ACCEPTED:
+            response.close()
+            raise UnreadableReply(f"a reply in the {coding!r} encoding, which was not asked for")
+        response.stream = _BoundedBody(response.stream, coding != "identity", cap)
+        response.headers.pop("Content-Encoding", None)
+
+    return bound
+
+
+def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> httpx.Client:
+    """An `httpx.Client` (the openai client takes one as `http_client`) whose replies are
+    capped at `cap` bytes as received and as inflated, whatever transport or proxy carries
+    them."""
+    hooks = {"request": [_ask_for_what_is_read], "response": [_bound(cap)]}
+    return httpx.Client(event_hooks=hooks, limits=LIMITS, follow_redirects=True, **client_options)
