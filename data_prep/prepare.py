@@ -26,6 +26,7 @@ from fincheck.errors import FincheckError
 from fincheck.io.config import config_field, config_to_dict
 from fincheck.io.out_lock import LOCK_FILE, hold_out_dir
 from fincheck.io.raw_records import RecordStream
+from fincheck.io.safe_files import write_text
 from fincheck.io.sources import Source, default_cache_dir, resolve_source, sha256_file
 from fincheck.tasks import all_tasks, get_task, prompt_hashes, task_names
 from fincheck.tasks.base import PrepareSettings, UserFile
@@ -257,13 +258,8 @@ def prepare_from_files(
         "notes": notes,
         "files": written,
     }
-    tmp = out_dir / "manifest.json.tmp"
-    try:
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(out_dir / "manifest.json")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # written last: it lists every file with its sha256, so a folder with a manifest is whole
+    write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     clock.stage("write")
     log(format_summary(manifest, clock.timings, out_dir))
     return manifest

@@ -32,6 +32,7 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
+from fincheck.io.safe_files import write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,
     Interval,
@@ -385,10 +386,10 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.out:
         data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(
-            json.dumps(strict_json(data), indent=2), encoding="utf-8"
-        )
+        # The JSON first: it claims the pair (it holds the markdown's sha256), so a compare cut
+        # short before its markdown (a full disk) is taken up again by the rerun.
+        write_text(args.out.with_suffix(".json"), json.dumps(strict_json(data), indent=2), "--out")
+        write_text(args.out, markdown, "--out")
     return 0
 
 
@@ -398,7 +399,8 @@ MARKDOWN_SHA256 = "markdown_sha256"
 
 def check_replaceable(markdown_path: Path) -> None:
     """--out and the JSON beside it are new, or an earlier compare's pair (the JSON records the
-    markdown's sha256, re-checked here): an allow-list, so a user's notes.md or a README that
+    markdown's sha256, re-checked here), or an earlier compare's JSON whose markdown was never
+    written (it stopped between the two): an allow-list, so a user's notes.md or a README that
     happens to share the name is never overwritten."""
     json_path = markdown_path.with_suffix(".json")
     present = [p for p in (markdown_path, json_path) if p.exists()]
@@ -407,6 +409,8 @@ def check_replaceable(markdown_path: Path) -> None:
     recorded = None
     with contextlib.suppress(OSError, ValueError, AttributeError):
         recorded = json.loads(json_path.read_text(encoding="utf-8")).get(MARKDOWN_SHA256)
+    if recorded is not None and present == [json_path]:
+        return
     with contextlib.suppress(OSError):
         if recorded == hashlib.sha256(markdown_path.read_bytes()).hexdigest():
             return

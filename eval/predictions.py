@@ -23,6 +23,7 @@ from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.jsonl import iter_json_objects, read_json_object
+from fincheck.io.safe_files import open_own_file, write_text
 from fincheck.io.secrets import redact
 from fincheck.tasks import task_names
 
@@ -114,7 +115,8 @@ class PredictionWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             self._recover()
-        self._file = self.path.open("a", encoding="utf-8")
+        fd = open_own_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "predictions")
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def _recover(self) -> None:
         good: list[str] = []
@@ -131,9 +133,7 @@ class PredictionWriter:
                 if prediction.id not in self.done:
                     good.append(prediction.to_json())
                     self.done.add(prediction.id)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in good), encoding="utf-8")
-        tmp.replace(self.path)
+        write_text(self.path, "".join(line + "\n" for line in good))
 
     def write_batch(self, predictions: list[Prediction]) -> None:
         for prediction in predictions:
@@ -148,9 +148,7 @@ class PredictionWriter:
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(redact(json.dumps(record, indent=2)) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, redact(json.dumps(record, indent=2)) + "\n")
 
 
 def read_eval_config(predictions_dir: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from fincheck.eval.predictions import (
 )
 from fincheck.eval.report import render_report
 from fincheck.io.jsonl import strict_json
+from fincheck.io.safe_files import replaced_file, write_text
 from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
@@ -94,13 +95,11 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             **judge,
         }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
-    (opts.out_dir / "results.json").write_text(
+    write_text(
+        opts.out_dir / "results.json",
         redact(json.dumps(strict_json(results), indent=2, ensure_ascii=False)) + "\n",
-        encoding="utf-8",
     )
-    (opts.out_dir / "report.md").write_text(
-        redact(render_report(results, plot_paths, examples)), encoding="utf-8"
-    )
+    write_text(opts.out_dir / "report.md", redact(render_report(results, plot_paths, examples)))
     return results, judge["errors"]
 
 
@@ -145,6 +144,6 @@ def _run_info(opts: ScoreOptions) -> dict:
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with replaced_file(path) as f:
         for record in records:
             f.write(json.dumps(strict_json(record), ensure_ascii=False) + "\n")

@@ -37,14 +37,17 @@ from fincheck.io import jsonl
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
+    LISTED_FILES,
     MANIFEST_FILE,
     RECIPE_FILE,
     RUN_METADATA,
     TOKENIZER_FILES,
     RunArtifacts,
     adapter_sha256,
+    files_record,
     load_run,
 )
+from fincheck.io.safe_files import copy_file, write_text
 from fincheck.io.secrets import has_secret, hold_secret, secret_places
 from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
@@ -141,26 +144,27 @@ def _write_upload_files(
         if metadata:
             metadata["base_model"] = base.hub_id
             metadata["base_model_id"] = base.hub_id
-    (out_dir / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
-    if metadata:
-        (out_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
+    write_text(out_dir / ADAPTER_CONFIG, json.dumps(adapter_config, indent=2) + "\n")
     for path in run.tokenizer_files:
         copy_regular_file(path, out_dir / path.name, run.root)
     if run.recipe:
-        (out_dir / RECIPE_FILE).write_text(
-            yaml.safe_dump(public_recipe(run.recipe, base.hub_id), sort_keys=False)
+        write_text(
+            out_dir / RECIPE_FILE,
+            yaml.safe_dump(public_recipe(run.recipe, base.hub_id), sort_keys=False),
         )
     if run.manifest_path is not None:
         copy_regular_file(run.manifest_path, out_dir / MANIFEST_FILE, run.root)
+    if metadata:
+        if isinstance(metadata.get(LISTED_FILES), dict):  # now of the uploaded files
+            metadata[LISTED_FILES] = files_record(out_dir, list(metadata[LISTED_FILES]))
+        write_text(out_dir / RUN_METADATA, json.dumps(metadata, indent=2) + "\n")
     if results is not None:
-        (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_text(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
     # the task prompts, so the adapter can be used without fincheck (the card's snippet)
     (out_dir / "prompts").mkdir()
     for task in task_names():
-        shutil.copyfile(load_prompt(task).path, out_dir / "prompts" / f"{task}.txt")
-    (out_dir / "README.md").write_text(
-        render_card(run, repo_id, results, license, base), encoding="utf-8"
-    )
+        copy_file(load_prompt(task).path, out_dir / "prompts" / f"{task}.txt")
+    write_text(out_dir / "README.md", render_card(run, repo_id, results, license, base))
     files = sorted(p for p in out_dir.rglob("*") if p.is_file())
     check_upload_holds_no_secret(out_dir, files)
     return [p.relative_to(out_dir).as_posix() for p in files]
@@ -219,7 +223,7 @@ def copy_regular_file(source: Path, target: Path, root: Path) -> None:
             "uploads only files with one name; replace it with a copy of its own "
             f"(cp {source} {source}.copy && mv {source}.copy {source})"
         )
-    shutil.copyfile(source, target)
+    copy_file(source, target)
 
 
 # What a shipped base folder may upload (an allow-list: anything else in base/, a `.env`, a
@@ -242,7 +246,7 @@ def copy_base_files(source: Path, target: Path) -> None:
             continue
         if path.name.endswith(".safetensors"):
             check_weights_file(path, "the adapter's weights")
-        shutil.copyfile(path, target / path.name)
+        copy_file(path, target / path.name)
     if left_out:
         log.warning(
             "not uploading from %s (only a model's config, safetensors weights and tokenizer "

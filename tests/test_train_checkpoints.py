@@ -262,3 +262,67 @@ def test_the_newest_trainer_state_is_the_highest_step_not_the_last_name(tmp_path
         )
     (tmp_path / "checkpoint-1001").mkdir()  # a save cut before its state was written
     assert newest_trainer_state(tmp_path)["global_step"] == 1000
+
+
+def test_a_checkpoint_whose_files_changed_since_its_record_is_passed_over(tmp_path, capsys):
+    """A checkpoint's record, written last, lists its files with their sha256: `auto` resumes
+    from the newest checkpoint whose files still match (an adapter cut short by a full disk or a
+    copy, an optimizer state edited), a named one is refused naming the file."""
+    from fincheck.train.checkpoints import resolve_resume
+
+    run = tmp_path / "run"
+    make_checkpoint(run, 2)
+    newest = make_checkpoint(run, 4)
+    (newest / "global_step4").mkdir()
+    (newest / "global_step4" / "optim_states.pt").write_bytes(b"state")
+    mark_complete(newest, {"step": 4}, "max_steps: 10\n")
+    listed = json.loads((newest / COMPLETE_MARKER).read_text())["files"]
+    assert set(listed) == {
+        "adapter_model.safetensors",
+        "recipe.yaml",
+        "global_step4/optim_states.pt",
+    }
+    assert resolve_resume("auto", run) == newest
+    (newest / "global_step4" / "optim_states.pt").write_bytes(b"stat")  # same size, changed
+    assert resolve_resume("auto", run) == run / "checkpoint-2"
+    assert "global_step4/optim_states.pt missing or changed" in capsys.readouterr().err
+    with pytest.raises(FincheckError, match=r"optim_states\.pt missing or not the file its"):
+        resolve_resume(str(newest), run)
+
+
+def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):
+    """fincheck_run.json, written last, lists the final save's files: a run whose adapter was
+    cut short or whose recipe was edited since is one line naming the file and the resume
+    that writes it again; the resume of a completed run writes them again from its checkpoint."""
+    from types import SimpleNamespace
+
+    from fincheck.io.runs import load_run
+    from fincheck.train.checkpoints import finish_completed_run, write_run_files
+
+    run = tmp_path / "run"
+    checkpoint = make_checkpoint(run, 4)
+    (checkpoint / "adapter_config.json").write_text('{"r": 4}')
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 4}')
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        (run / name).write_bytes((checkpoint / name).read_bytes())
+    write_run_files(run, "max_steps: 4\n", {"fingerprint": "f"}, {"tasks": ["qasem"]})
+    record = json.loads((run / "fincheck_run.json").read_text())
+    assert set(record["files"]) == {"adapter_model.safetensors", "adapter_config.json",
+                                    "recipe.yaml", "data_manifest.json"}  # fmt: skip
+    assert load_run(run).tasks == ["qasem"]
+    (run / "adapter_model.safetensors").write_bytes(b"")  # cut short
+    (run / "recipe.yaml").write_text("max_steps: 5\n")  # edited
+    with pytest.raises(FincheckError) as caught:
+        load_run(run)
+    message = str(caught.value)
+    assert (
+        "adapter_model.safetensors, recipe.yaml missing or not the files its fincheck_run.json"
+        in message
+    )
+    assert "--resume_from_checkpoint=auto" in message and "\n" not in message
+    recipe = SimpleNamespace(final_adapter_from_best=False, max_steps=4)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("fincheck.train.checkpoints.recipe_to_yaml", lambda r: "max_steps: 4\n")
+        finish_completed_run(checkpoint, 4, run, recipe, {"fingerprint": "f"}, {"tasks": ["qasem"]})
+    assert (run / "adapter_model.safetensors").read_bytes() == b"x"
+    assert load_run(run).tasks == ["qasem"]

@@ -13,6 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
+from fincheck.io.safe_files import write_text
 from fincheck.train.checkpoints import mark_complete, rotate_checkpoints
 from fincheck.train.host_memory import release_freed_memory
 
@@ -203,7 +204,7 @@ class RunConfigCallback(TrainerCallback):
         if wandb.run is not None:
             wandb.config.update({"fincheck": self.run_config}, allow_val_change=True)
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-            (Path(args.output_dir) / WANDB_RUN_ID_FILE).write_text(wandb.run.id, encoding="utf-8")
+            write_text(Path(args.output_dir) / WANDB_RUN_ID_FILE, wandb.run.id)
 
 
 def install(

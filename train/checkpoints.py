@@ -27,12 +27,17 @@ from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
+    LISTED_FILES,
     MANIFEST_FILE,
     RECIPE_FILE,
     RUN_METADATA,
+    changed_files,
+    check_listed_files,
     checkpoint_dirs,
+    files_record,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
+from fincheck.io.safe_files import copy_file, write_text
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults, recipe_to_yaml
 
 
@@ -41,7 +46,20 @@ def is_complete(checkpoint: Path) -> bool:
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    return next((p for p in checkpoint_dirs(output_dir) if is_complete(p)), None)
+    """The newest checkpoint whose record is written and whose files match it; a damaged newer
+    one is passed over, said once."""
+    for path in checkpoint_dirs(output_dir):
+        if not is_complete(path):
+            continue
+        if changed := changed_files(path, read_json_object(path / COMPLETE_MARKER)):
+            print(
+                f"{path}: {', '.join(changed[:4])} missing or changed since the checkpoint was "
+                "saved: resuming from an earlier one",
+                file=sys.stderr,
+            )
+            continue
+        return path
+    return None
 
 
 def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = None) -> list[Path]:
@@ -73,10 +91,15 @@ def base_fingerprint(base_path: str) -> str:
 
 
 def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> None:
-    (checkpoint / RECIPE_FILE).write_text(recipe_yaml, encoding="utf-8")
-    tmp = checkpoint / (COMPLETE_MARKER + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
-    tmp.replace(checkpoint / COMPLETE_MARKER)
+    """The checkpoint's record, written last, listing every file saved before it (sha256)."""
+    write_text(checkpoint / RECIPE_FILE, recipe_yaml)
+    names = sorted(
+        p.relative_to(checkpoint).as_posix()
+        for p in checkpoint.rglob("*")
+        if p.is_file() and p.name != COMPLETE_MARKER
+    )
+    record = {**info, LISTED_FILES: files_record(checkpoint, names)}
+    write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))
 
 
 def disk_of(path: Path) -> str:
@@ -156,6 +179,8 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
             f"resume_from_checkpoint: {path} is incomplete (no {COMPLETE_MARKER}: the save was "
             "interrupted); use an earlier checkpoint or 'auto'"
         )
+    marker = read_json_object(path / COMPLETE_MARKER)
+    check_listed_files(path, COMPLETE_MARKER, marker, "use an earlier checkpoint or 'auto'")
     return path
 
 
@@ -302,9 +327,7 @@ def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
     """The checkpoint's adapter as the run's final one (written beside, then renamed in)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     for name in ADAPTER_FILES:
-        tmp = output_dir / f".{name}.tmp"
-        shutil.copy2(checkpoint / name, tmp)
-        tmp.replace(output_dir / name)
+        copy_file(checkpoint / name, output_dir / name)
 
 
 def best_checkpoint(checkpoint: Path) -> Path | None:
@@ -374,11 +397,12 @@ def check_resume_compatible(
 def write_run_files(
     output_dir: Path, recipe_yaml: str, manifest: dict[str, Any], metadata: dict[str, Any]
 ) -> None:
-    """The run's recipe, data manifest and record, the record last: its presence says the
-    final save completed."""
-    (output_dir / RECIPE_FILE).write_text(recipe_yaml, encoding="utf-8")
-    (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-    (output_dir / RUN_METADATA).write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+    """The run's recipe, data manifest and record, the record last: it lists the final save's
+    files with their sha256, so its presence with matching files says the save completed."""
+    write_text(output_dir / RECIPE_FILE, recipe_yaml)
+    write_text(output_dir / MANIFEST_FILE, json.dumps(manifest, indent=2))
+    listed = files_record(output_dir, [*ADAPTER_FILES, RECIPE_FILE, MANIFEST_FILE])
+    write_text(output_dir / RUN_METADATA, json.dumps({**metadata, LISTED_FILES: listed}, indent=2))
 
 
 @contextlib.contextmanager
@@ -447,10 +471,15 @@ def finish_completed_run(
     if best:
         value = read_json_object(checkpoint / "trainer_state.json").get("best_metric")
         metadata["final_adapter"] = final_adapter_record(best, recipe.metric_for_best_model, value)
-    # the final save is complete when its last file, the run record, was written: a kill
-    # during it (the adapter half-written, the run files missing) is finished again from the
-    # checkpoint, the run record last
-    saved = (output_dir / RUN_METADATA).is_file() and (output_dir / ADAPTER_WEIGHTS).is_file()
+    # the final save is complete when its last file, the run record, was written and the files
+    # it lists match: a kill during it (the adapter half-written, the run files missing) or a
+    # file damaged since is written again from the checkpoint, the run record last
+    record = output_dir / RUN_METADATA
+    saved = (
+        record.is_file()
+        and (output_dir / ADAPTER_WEIGHTS).is_file()
+        and not changed_files(output_dir, read_json_object(record))
+    )
     copied = not saved
     if copied:
         copy_adapter(best or checkpoint, output_dir)

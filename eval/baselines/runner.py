@@ -25,6 +25,7 @@ from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.io import jsonl
 from fincheck.io.jsonl import drop_torn_last_line
+from fincheck.io.safe_files import append_line
 
 
 class NoLLM(ChatClient):
@@ -112,8 +113,7 @@ class PaperMethod(Answerer):
             writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes,
                                            cut=output.cut, reasoning=output.reasoning)])  # fmt: skip
             record = {"id": pair.id, "calls": n_calls, **output.trace}
-            with trace_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            append_line(trace_path, json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
         failures = run_examples(
             method.run,

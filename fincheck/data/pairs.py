@@ -25,6 +25,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io.jsonl import iter_json_objects
+from fincheck.io.safe_files import replaced_file
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
@@ -112,14 +113,8 @@ def validate_pair_dict(
 def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
     """Write pairs as JSONL (UTF-8, '\\n' endings) atomically: a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8", newline="\n") as f:
-            f.writelines(pair.to_json() + "\n" for pair in pairs)
-        tmp.replace(path)
-    except BaseException:  # a full disk, a kill: no half-written .tmp left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    with replaced_file(path) as f:
+        f.writelines(pair.to_json() + "\n" for pair in pairs)
 
 
 def read_pairs(path: Path, tasks: Collection[str]) -> Iterator[Pair]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
+from fincheck.io.safe_files import open_own_file
 
 
 def loads(text: str, **kwargs: Any) -> Any:
@@ -155,6 +157,9 @@ def drop_torn_last_line(path: str | Path) -> bool:
     data = path.read_bytes()
     if not data or data.endswith(b"\n"):
         return False
-    with path.open("r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)
+    fd = open_own_file(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, data.rfind(b"\n") + 1)
+    finally:
+        os.close(fd)
     return True

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from fincheck.errors import FincheckError
-from fincheck.io.safe_files import open_own_file
+from fincheck.io.safe_files import open_own_file, write_text
 
 LOCK_FILE = ".fincheck.lock"
 # Written into every output folder fincheck claims, holding the kind of command that writes it.
@@ -93,7 +93,7 @@ def claim_out_dir(
             )
     out.mkdir(parents=True, exist_ok=True)
     if folder_kind(out) != kind:
-        (out / OWN_MARKER).write_text(kind + "\n", encoding="utf-8")
+        write_text(out / OWN_MARKER, kind + "\n", flag)
     return out
 
 

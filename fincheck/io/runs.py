@@ -12,6 +12,11 @@ A finished run folder (`checkpoints/<run>/`) holds:
                                                       nowhere else
 A `checkpoint-<step>/` folder inside it is a run folder too: its `fincheck_complete.json` holds
 the same metadata (base paths relative to the run folder around it).
+
+Completeness is written last: fincheck_run.json (and a checkpoint's fincheck_complete.json)
+lists the files written before it with their sha256 (`files`), and `load_run` checks them, so a
+file cut short or changed since is one line naming it, never a model loaded from it; a resume
+writes the run's files again (`fincheck train --resume_from_checkpoint=auto`).
 Eval, detect, merge and publish all start from `load_run(path)`.
 """
 
@@ -34,6 +39,11 @@ RECIPE_FILE = "recipe.yaml"
 MANIFEST_FILE = "data_manifest.json"
 RUN_METADATA = "fincheck_run.json"
 CHECKPOINT_METADATA = "fincheck_complete.json"  # a complete checkpoint's copy of the metadata
+LISTED_FILES = "files"  # in both records: {relative path: sha256} of what was written before it
+RERUN_FINAL_SAVE = (
+    "rerun the training command with --resume_from_checkpoint=auto to write the run's files "
+    "again from its last checkpoint"
+)
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -193,14 +203,43 @@ def load_run(path: str | Path) -> RunArtifacts:
     run.root = path
     if (path / RUN_METADATA).is_file():
         run.metadata = read_json_object(path / RUN_METADATA)
+        check_listed_files(path, RUN_METADATA, run.metadata, RERUN_FINAL_SAVE)
     elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
         run.metadata = read_json_object(path / CHECKPOINT_METADATA)
+        check_listed_files(path, CHECKPOINT_METADATA, run.metadata, "use another checkpoint")
         run.root = path.parent
     base = run.root / run.base_name  # a base saved inside the run (random-init); an absolute
     inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
     if run.base_name and inside and (base / "config.json").is_file():
         run.local_base = base
     return run
+
+
+def files_record(folder: Path, names: list[str]) -> dict[str, str]:
+    """{name: sha256} of the named files present in `folder` (relative posix paths)."""
+    return {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
+
+
+def changed_files(folder: Path, record: dict[str, Any]) -> list[str]:
+    """The files a record lists (`LISTED_FILES`) that are missing or differ from their sha256;
+    [] for a record from before fincheck listed them."""
+    listed = record.get(LISTED_FILES)
+    if not isinstance(listed, dict):
+        return []
+    return [
+        name
+        for name, sha in listed.items()
+        if not (folder / name).is_file() or sha256_file(folder / name) != sha
+    ]
+
+
+def check_listed_files(folder: Path, record_name: str, record: dict[str, Any], fix: str) -> None:
+    if changed := changed_files(folder, record):
+        shown = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+        raise FincheckError(
+            f"{folder}: {shown} missing or not the file{'s' if len(changed) > 1 else ''} its "
+            f"{record_name} lists (sha256): cut short or changed since it was written; {fix}"
+        )
 
 
 def adapter_sha256(adapter_dir: str | Path) -> str:

@@ -1,12 +1,21 @@
 """Opening a file fincheck writes: never through a link of any kind, never into something that
 is not a plain file of its own.
 
-`open_own_file` is the one way a file is opened for writing where a path may have been planted
-or given: no symbolic link is followed (O_NOFOLLOW), a FIFO or device is refused without
-blocking on it (O_NONBLOCK), and what was opened must be a regular file with a single link, so a
-hard link to someone else's file is never written through. `claimed_output_file` builds a new
-output under PATH.partial, held by one writer (an advisory lock), and moves it to PATH only when
-complete and only if PATH still does not exist.
+Every file fincheck writes goes through this module (tests/test_layering.py holds the rest of
+the product to it):
+
+- `replaced_file` / `write_text` / `write_bytes`: a whole output (a report, a record, a JSONL
+  rewritten): built under a fresh name created exclusively in the folder (opened once, without
+  following a link), then renamed onto PATH. A rename replaces the name, so a link or hard link
+  planted at PATH is replaced, never written through; a crash or a full disk leaves PATH as it
+  was (old or absent), never half-written.
+- `open_own_file`: a file appended to or locked in place (a log, a cache, a lock): no symbolic
+  link is followed (O_NOFOLLOW), a FIFO or device is refused without blocking on it
+  (O_NONBLOCK), and what was opened must be a regular file with a single link, so a hard link
+  to someone else's file is never written through.
+- `claimed_output_file`: a new output named by an option (`detect --out`), built under
+  PATH.partial, held by one writer (an advisory lock), and moved to PATH only when complete and
+  only if PATH still does not exist.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +59,75 @@ def _not_own(path: Path, what: str, kind: str) -> str:
         "own, never through a link (another file would be written). Remove it or choose another "
         "path (nothing was written)"
     )
+
+
+def _open_folder(folder: Path, what: str) -> int:
+    """The folder a file is written into, opened once and without following a link: a folder
+    swapped for a link after it was claimed is refused, and the file is made in the folder
+    that was opened, whatever its path names meanwhile."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise FincheckError(_not_own(folder, what, "a link or no folder")) from None
+        raise
+
+
+@contextlib.contextmanager
+def replaced_file(path: str | Path, what: str = "", *, binary: bool = False) -> Iterator[IO]:
+    """A file written whole or not at all: the block writes a new file, made exclusively under a
+    fresh name beside PATH (so it is a regular file with one link, fincheck's), which is then
+    renamed onto PATH (replacing what was there, a planted link included, never writing
+    through it). On any error, a kill excepted, the new file is removed and PATH is untouched."""
+    path = Path(path)
+    folder = _open_folder(path.parent, what)
+    tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=folder)
+        try:
+            opened = (
+                os.fdopen(fd, "wb")
+                if binary
+                else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+            )
+            with opened as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            if stat.S_ISDIR(_lstat_mode(path.name, folder)):
+                raise FincheckError(_not_own(path, what, "a folder"))
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
+
+
+def _lstat_mode(name: str, folder: int) -> int:
+    try:
+        return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return 0
+
+
+def write_text(path: str | Path, text: str, what: str = "") -> None:
+    """`replaced_file` for a text (UTF-8, '\\n' line endings)."""
+    with replaced_file(path, what) as f:
+        f.write(text)
+
+
+def write_bytes(path: str | Path, data: bytes, what: str = "") -> None:
+    with replaced_file(path, what, binary=True) as f:
+        f.write(data)
+
+
+def copy_file(source: str | Path, target: str | Path, what: str = "") -> None:
+    """`replaced_file` holding a copy of `source`'s bytes (its metadata is not copied)."""
+    with Path(source).open("rb") as src, replaced_file(target, what, binary=True) as f:
+        shutil.copyfileobj(src, f, 1 << 20)
 
 
 def read_own_text(path: str | Path, what: str = "") -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from fincheck.io.safe_files import write_bytes
 
 
 def _pyplot():
@@ -65,6 +68,8 @@ def plot_roc(
 def _save(plt, fig, path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=100, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
+    write_bytes(path, image.getvalue())
     return path

@@ -1,0 +1,160 @@
+"""One way to write a file (fincheck/io/safe_files.py), and every output going through it:
+whatever was planted at the output's path (a symbolic link, a hard link to someone's file, a
+FIFO), whatever fails half-way (a full disk), the victim is untouched and the output is either
+whole or as it was."""
+
+from __future__ import annotations
+
+import ast
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from fincheck.errors import FincheckError
+from fincheck.io.safe_files import replaced_file, write_bytes, write_text
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = ("fincheck", "train", "eval", "serve", "data_prep")
+
+PLANT = {
+    "symlink": lambda victim, p: p.symlink_to(victim),
+    "hard link": lambda victim, p: os.link(victim, p),
+    "fifo": lambda victim, p: os.mkfifo(p),
+    "dangling symlink": lambda victim, p: p.symlink_to(victim.parent / "nowhere" / "x"),
+}
+
+
+@pytest.mark.parametrize("planted", PLANT)
+def test_a_whole_output_replaces_what_was_planted_and_never_writes_through_it(planted, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    PLANT[planted](victim, out / "results.json")
+    write_text(out / "results.json", '{"ok": true}\n')
+    written = out / "results.json"
+    assert not written.is_symlink() and written.stat().st_nlink == 1
+    assert written.read_text() == '{"ok": true}\n'
+    assert victim.read_text() == "keep me\n" and victim.stat().st_nlink == 1
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]  # no temporary left
+
+
+def test_a_write_cut_short_leaves_the_old_file_and_no_temporary(tmp_path):
+    """A full disk (or any error) mid-write: the file keeps its old content, or stays absent."""
+    old = tmp_path / "report.md"
+    old.write_text("old report\n")
+    for path in (old, tmp_path / "new.md"):
+        with pytest.raises(OSError, match="No space left"), replaced_file(path) as f:
+            f.write("half a rep")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert old.read_text() == "old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+
+
+def test_a_folder_swapped_for_a_link_or_a_folder_at_the_path_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").symlink_to(elsewhere)
+    with pytest.raises(FincheckError, match=r"a link or no folder.*nothing was written"):
+        write_text(tmp_path / "out" / "results.json", "{}")
+    assert list(elsewhere.iterdir()) == []
+    (elsewhere / "plots").mkdir()
+    with pytest.raises(FincheckError, match="a folder"):
+        write_bytes(elsewhere / "plots", b"png")
+    assert [p.name for p in elsewhere.iterdir()] == ["plots"]
+
+
+def test_compare_cut_short_by_a_full_disk_is_taken_up_by_its_rerun(tmp_path, monkeypatch):
+    """compare writes its JSON (the pair's claim) and then its markdown; stopped between the two
+    (the disk filled), the rerun completes the pair instead of refusing a file of its own."""
+    from test_eval_compare import _write_run, qasem_examples
+
+    from fincheck.commands.cli import main
+    from fincheck.eval import compare
+
+    gold = ["Yes" if i % 2 else "No" for i in range(8)]
+    _write_run(tmp_path / "a", qasem_examples([0.5] * 8, gold), 0.5)
+    args = ["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--names", "x,y",
+            "--bootstrap", "10", "--out", str(tmp_path / "cmp.md")]  # fmt: skip
+    real = compare.write_text
+
+    def full_disk_at_markdown(path, text, what=""):
+        if Path(path).suffix == ".md":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, text, what)
+
+    monkeypatch.setattr(compare, "write_text", full_disk_at_markdown)
+    assert main(args) != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "cmp.json"]
+    monkeypatch.setattr(compare, "write_text", real)
+    assert main(args) == 0
+    assert (tmp_path / "cmp.md").read_text().startswith("#")
+
+
+# Modules that write outside safe_files, and why each is safe: every other product module
+# writes only through it (fdopen of a descriptor safe_files opened is not a write route).
+WRITES_ELSEWHERE = {
+    "fincheck/io/safe_files.py": "the primitive itself",
+    "fincheck/models/wheels.py": "the model cache: staged, each file checked against its pinned sha256",
+    "fincheck/io/sources.py": "the data cache: a fresh temporary file, checked by sha256 before use",
+    "fincheck/commands/cli.py": "opens os.devnull to silence a library",
+    "train/model.py": "the tiny base: a folder built by each process, renamed into place",
+    "serve/merge.py": "a merged model built by transformers in a fresh folder, renamed into place",
+    "serve/publish.py": "the upload folder built in a fresh mkdtemp folder, renamed into place",
+}  # fmt: skip
+
+
+def _write_calls(source: str, where: str) -> list[str]:
+    """The calls in a module's source that write a file by another route than safe_files."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        owner = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+        modes = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        modes += [k.value.value for k in node.keywords
+                  if k.arg == "mode" and isinstance(k.value, ast.Constant)]  # fmt: skip
+        writing_mode = any(isinstance(m, str) and set(m) & set("wax+") for m in modes)
+        if (
+            (isinstance(func, ast.Attribute) and name in {"write_text", "write_bytes", "touch",
+                                                          "rename", "symlink_to", "hardlink_to"})
+            or (name == "open" and owner != "os" and writing_mode)
+            or (owner == "os" and name in {"open", "replace", "rename", "link", "symlink"})
+            or (owner == "shutil" and name in {"copy", "copy2", "copyfile", "move", "copytree"})
+            or (isinstance(func, ast.Attribute) and name == "replace" and owner != "dataclasses"
+                and len(node.args) == 1 and not isinstance(node.args[0], ast.Constant))
+        ):  # fmt: skip
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_every_product_write_goes_through_safe_files():
+    stray = [
+        call
+        for package in PRODUCT
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path.relative_to(REPO).as_posix() not in WRITES_ELSEWHERE
+        for call in _write_calls(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    ]
+    assert stray == [], "write through fincheck.io.safe_files:\n" + "\n".join(stray)
+
+
+def test_the_write_finder_sees_each_route():
+    """The containment check is only as good as its finder: each spelling of a write is seen."""
+    routes = [
+        "p.write_text('x')", "p.write_bytes(b'x')", "open(p, 'w')", "p.open('a')",
+        "open(p, mode='x')", "os.open(p, 1)", "os.replace(a, b)", "os.rename(a, b)",
+        "p.rename(q)", "tmp.replace(path)", "shutil.copyfile(a, b)", "p.touch()",
+    ]  # fmt: skip
+    harmless = [
+        "s.replace('a', 'b')",
+        "open(p)",
+        "dataclasses.replace(x, y=1)",
+        "os.fdopen(fd, 'w')",
+    ]
+    found = _write_calls("\n".join(routes + harmless), "planted.py")
+    assert [f.split(": ", 1)[1] for f in found] == routes
