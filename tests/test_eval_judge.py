@@ -415,22 +415,39 @@ def test_a_server_that_drips_its_answer_is_stopped_by_the_calls_deadline(server,
     assert result.status == "error" and "no complete answer within 1 s" in result.error
 
 
-def test_ctrl_c_while_calls_are_in_flight_exits_at_once(tmp_path):
-    """Ctrl-C with LLM calls in flight: the command ends within a couple of seconds, the calls
-    in flight abandoned, not joined (a thread pool's workers were, for as long as the slowest
-    call took)."""
+JUDGE_CALLS = """
+import time
+from fincheck.inference.llm import ChatClient, RequestCache
+from fincheck.tasks.final.judge import MatchingJudge
+
+class Slow(ChatClient):
+    identity = {"backend": "slow"}
+    def complete(self, messages, sampling, span=None):
+        time.sleep(600)
+
+print("started", flush=True)
+MatchingJudge(Slow(), RequestCache(None)).match_many([("S", ["p"], ["g"])] * 8, 4, False)
+"""
+ENDPOINT_CALLS = """
+import time, types
+from fincheck.inference.llm import run_concurrently
+items = [types.SimpleNamespace(id=str(i)) for i in range(8)]
+print("started", flush=True)
+run_concurrently(items, lambda item: time.sleep(600), 4, lambda *a: None, False, "x")
+"""
+
+
+@pytest.mark.parametrize("calls", [ENDPOINT_CALLS, JUDGE_CALLS], ids=["endpoint", "judge"])
+def test_ctrl_c_while_calls_are_in_flight_exits_at_once(calls, tmp_path):
+    """Ctrl-C with LLM calls in flight, an answerer's or score's judge's: the command ends
+    within a couple of seconds, the calls in flight abandoned, not joined (a thread pool's
+    workers were, for as long as the slowest call took: 76 s for the judge)."""
     import signal
     import subprocess
     import sys
 
     script = tmp_path / "calls.py"
-    script.write_text(
-        "import time, types\n"
-        "from fincheck.inference.llm import run_concurrently\n"
-        "items = [types.SimpleNamespace(id=str(i)) for i in range(8)]\n"
-        "print('started', flush=True)\n"
-        "run_concurrently(items, lambda item: time.sleep(600), 4, lambda *a: None, False, 'x')\n"
-    )
+    script.write_text(calls)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "started"
     time.sleep(0.5)

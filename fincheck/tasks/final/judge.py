@@ -19,13 +19,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
-from fincheck.inference.llm import ChatClient, LLMCallError, RequestCache, as_completion
+from fincheck.inference.llm import (
+    ChatClient,
+    LLMCallError,
+    RequestCache,
+    as_completion,
+    run_concurrently,
+)
 from fincheck.io import jsonl
 from fincheck.tasks.final.lettering import lettered, letters
 
@@ -206,19 +212,18 @@ class MatchingJudge:
         concurrency: int = 8,
         progress: bool = True,
     ) -> list[JudgeResult]:
-        """Judge (summary, predicted, gold) triples, `concurrency` calls in flight at most."""
-        from tqdm.auto import tqdm
-
-        # map submits every call; an error that stops the run (wrong key, Ctrl-C) cancels the
-        # calls still queued, and leaving the pool waits for those in flight
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            answers = pool.map(lambda request: self.match(*request), requests)
-            return list(
-                tqdm(
-                    answers,
-                    total=len(requests),
-                    desc="judging FINAL",
-                    unit="ex",
-                    disable=not progress,
-                )
-            )
+        """Judge (summary, predicted, gold) triples, `concurrency` calls in flight at most, in
+        the order given. Run as every endpoint's concurrent calls are (`run_concurrently`): an
+        error that stops the run (a wrong key, a tripped breaker, Ctrl-C) sends nothing more
+        and waits for no call in flight."""
+        items = [SimpleNamespace(id=str(i), request=r) for i, r in enumerate(requests)]
+        results: dict[str, JudgeResult] = {}
+        run_concurrently(
+            items,
+            lambda item: self.match(*item.request),
+            concurrency,
+            lambda item, result: results.__setitem__(item.id, result),
+            progress,
+            "judging FINAL",
+        )
+        return [results[item.id] for item in items]
