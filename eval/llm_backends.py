@@ -33,6 +33,7 @@ from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.io.bounded_http import UnreadableReply, bounded_http_client
 from fincheck.io.checksums import folder_sha256
+from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url
 from fincheck.models.loading import load_model, resolve_model
@@ -243,10 +244,17 @@ class OpenAIChatClient(ChatClient):
             retry_error_callback=lambda state: self._malformed(state.outcome.result()[1]),
         )
         response, _ = retrying(checked)
+        served = getattr(response, "model", None)
+        if isinstance(served, str) and self.expected_served and served not in self.expected_served:
+            raise FincheckError(
+                f"{self._where} answered as {served!r}, but the predictions already in this "
+                f"folder were answered by {', '.join(sorted(self.expected_served))}: resuming "
+                "would mix two models' answers; use another --out (this answer was not written)"
+            )
         with self._lock:
             self._in_a_row.clear()
-            if isinstance(getattr(response, "model", None), str):
-                self.served_models.add(response.model)
+            if isinstance(served, str):
+                self.served_models.add(served)
         return response
 
     def _call(self, messages: list[dict[str, str]], sampling: dict, end: float):
@@ -356,32 +364,6 @@ class OpenAIChatClient(ChatClient):
             self._in_a_row[breaker] += 1
             n = self._in_a_row[breaker]
         return n if n >= limit else 0
-
-
-class CallDeadline(Exception):
-    """A call that had not answered when its deadline passed (it goes on, unwaited for)."""
-
-
-def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
-    """`call()` in a daemon thread, waited for at most `seconds`: past them `CallDeadline`, and
-    the thread is left to finish on its own (a daemon: it never holds up the command's exit, a
-    Ctrl-C included)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = call()
-        except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise CallDeadline(seconds)
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 @dataclass(frozen=True)

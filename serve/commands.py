@@ -93,6 +93,13 @@ class PublishOptions:
     dry_run: Path | None = config_field(
         None, "write the repo folder to DIR, upload nothing", metavar="DIR"
     )
+    hub_timeout: float = config_field(
+        600.0,  # publish.HUB_DEADLINE_S (publish is imported only when it runs)
+        "seconds one hub call may take, all its retries included (the upload is one call: "
+        "raise it for a shipped base on a slow link)",
+        above=0,
+        metavar="SECONDS",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -155,6 +162,7 @@ def _publish(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         license=args.license,
         base_model_id=args.base_model_id,
+        hub_timeout_s=args.hub_timeout,
     )
     if result is None:
         print("not rank 0: nothing published", file=sys.stderr)

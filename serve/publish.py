@@ -34,6 +34,7 @@ import yaml
 
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
+from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -65,6 +66,9 @@ T = TypeVar("T")
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 _sleep = time.sleep  # tests replace this to retry without waiting
+# One hub call (all its attempts and waits): a 30 MB adapter goes up in seconds, a shipped
+# base of a few GB on a slow link may need --hub-timeout.
+HUB_DEADLINE_S = 600.0
 # The paths `build_upload_folder` writes (besides base/): a re-publish may replace or remove them.
 MANAGED_FILES = {"README.md", "results.json", ADAPTER_WEIGHTS, ADAPTER_CONFIG, RECIPE_FILE,
                  MANIFEST_FILE, RUN_METADATA, *TOKENIZER_FILES}  # fmt: skip
@@ -301,10 +305,17 @@ def resolve_token() -> str:
     return token
 
 
-def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay: float = 2.0) -> T:
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    attempts: int = 5,
+    base_delay: float = 2.0,
+    deadline_s: float = HUB_DEADLINE_S,
+) -> T:
     """Run `call`, retrying transient hub failures (5xx, 408/429, the network) with tenacity's
     exponential backoff (base_delay, doubling); an auth failure, or the last attempt's failure,
-    is one clear FincheckError."""
+    is one clear FincheckError. Every attempt and every wait between them end within
+    `deadline_s` (a hub that accepts the connection and never answers is given up on)."""
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -324,16 +335,24 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 5, base_delay
         log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, reason,
                     state.upcoming_sleep, state.attempt_number, attempts)  # fmt: skip
 
+    end = time.monotonic() + deadline_s
+    backoff = wait_exponential(multiplier=base_delay)
     retrying = Retrying(
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=base_delay),
+        wait=lambda state: min(backoff(state), max(0.0, end - time.monotonic())),
         retry=retry_if_exception(transient),
         before_sleep=say,
         sleep=lambda seconds: _sleep(seconds),  # tests replace _sleep
         reraise=True,
     )
     try:
-        return retrying(call)
+        return retrying(lambda: within_deadline(call, end - time.monotonic()))
+    except CallDeadline:
+        raise FincheckError(
+            f"{what}: no answer from the hub within {deadline_s:g} s (every attempt and the "
+            "waits between them); check HF_ENDPOINT and the network, or allow longer with "
+            "--hub-timeout (nothing more is sent)"
+        ) from None
     except HfHubHTTPError as e:
         if status(e) == 401:
             raise FincheckError(
@@ -363,13 +382,17 @@ def push_folder(
     revision: str | None = None,
     attempts: int = 5,
     base_delay: float = 2.0,
+    deadline_s: float = HUB_DEADLINE_S,
 ) -> tuple[str | None, bool]:
-    """Upload every file of `folder` in one commit. Returns (commit url, whether it changed)."""
+    """Upload every file of `folder` in one commit. Returns (commit url, whether it changed).
+    Each hub call (create, read, list, the commit) has its own deadline of `deadline_s`."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     # HF_ENDPOINT read now: huggingface_hub reads it once, when it is first imported
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    hub = functools.partial(with_retries, attempts=attempts, base_delay=base_delay)
+    hub = functools.partial(
+        with_retries, attempts=attempts, base_delay=base_delay, deadline_s=deadline_s
+    )
     hub(lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo")
     if revision:
         hub(lambda: api.create_branch(repo_id, branch=revision, exist_ok=True), "create branch")
@@ -406,6 +429,7 @@ def publish(
     attempts: int = 5,
     base_delay: float = 2.0,
     base_model_id: str | None = None,
+    hub_timeout_s: float = HUB_DEADLINE_S,
 ) -> PublishResult | None:
     """Publish a run folder as `repo_id`; None when this process is not rank 0."""
     if not is_main_process():
@@ -422,5 +446,7 @@ def publish(
     with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
         folder = Path(tmp) / "repo"
         files = build_upload_folder(run, repo_id, folder, results, license, base_model_id)
-        url, changed = push_folder(folder, repo_id, token, private, revision, attempts, base_delay)
+        url, changed = push_folder(
+            folder, repo_id, token, private, revision, attempts, base_delay, hub_timeout_s
+        )
     return PublishResult(repo_id, rev, url, changed, files)

@@ -3,7 +3,8 @@ publish: create repo, create branch, repo info, file tree, validate-yaml, preupl
 (regular files and deletions).
 
 It keeps repos in memory, checks the bearer token (401 otherwise), can be told to fail the next
-N requests to an endpoint with a given status (to test retries), and records every request
+N requests to an endpoint with a given status (to test retries) or to answer nothing at all on
+an endpoint (`silent`: a hub that hangs), and records every request
 (method, path, headers, body) so tests can check what was sent.
 """
 
@@ -46,6 +47,8 @@ class FakeHub:
         self.repos: dict[str, FakeRepo] = {}
         self.requests: list[Recorded] = []
         self.failures: dict[str, list[int]] = {}  # endpoint name -> statuses to answer first
+        self.silent: set[str] = set()  # endpoints that accept the request and never answer
+        self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # poll often: shutdown() waits up to one poll interval (0.5 s by default)
         self._thread = threading.Thread(
@@ -62,6 +65,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._stopping.set()  # the silent handlers return
         self._server.shutdown()
         self._server.server_close()
 
@@ -108,6 +112,9 @@ class FakeHub:
                 continue
             if h.headers.get("authorization") != f"Bearer {self.token}":
                 return self._send(h, 401, {"error": "Invalid credentials in Authorization header"})
+            if name in self.silent:
+                self._stopping.wait(120)
+                return None
             if self.failures.get(name):
                 return self._send(h, self.failures[name].pop(0), {"error": "temporary failure"})
             params = {k: v.replace("%2F", "/") for k, v in match.groupdict().items() if v}

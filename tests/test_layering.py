@@ -42,6 +42,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "fincheck.inference",
         *("fincheck.io.checksums", "fincheck.io.jsonl", "fincheck.io.safe_files"),
         "fincheck.io.bounded_http",
+        "fincheck.io.deadline",
         "fincheck.io.secrets",
         *("fincheck.metrics.bootstrap", "fincheck.metrics.classification"),
         "fincheck.metrics.plots",

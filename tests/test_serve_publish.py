@@ -278,6 +278,25 @@ def test_persistent_5xx_gives_up_with_a_message(run_dir: Path, hub: FakeHub):
         publish(run_dir, "me/tiny", attempts=3, base_delay=0.01)
 
 
+@pytest.mark.parametrize("silent", ["create", "commit"])
+def test_a_hub_that_never_answers_is_given_up_on_at_the_deadline(
+    silent, run_dir: Path, hub: FakeHub, capsys
+):
+    """A hub that accepts the connection and never answers (reading the repo or taking the
+    upload): each hub call, its retries included, ends within --hub-timeout, as one line."""
+    import time
+
+    hub.silent.add(silent)
+    start = time.monotonic()
+    code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny",
+                 "--hub-timeout", "1.5"])  # fmt: skip
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    what = {"create": "create repo", "commit": "upload"}[silent]
+    assert f"{what}: no answer from the hub within 1.5 s" in err[0] and "--hub-timeout" in err[0]
+
+
 def test_bad_token_is_a_clear_401_message(run_dir: Path, hub: FakeHub, monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
     code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"])
