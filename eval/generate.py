@@ -83,6 +83,9 @@ class DetectorPrompt(Answerer):
     def served_models(self) -> list[str] | None:
         return self.backend.served_models()
 
+    def expect_served(self, models: list[str]) -> None:
+        self.backend.expect_served(models)
+
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
     ) -> dict[str, Any]:
@@ -171,6 +174,10 @@ class Backend(ABC):
 
     def served_models(self) -> list[str] | None:
         """The model names an endpoint's replies carried (None: the model was loaded here)."""
+        return None
+
+    def expect_served(self, models: list[str]) -> None:
+        """See `Answerer.expect_served`."""
         return None
 
 
@@ -292,6 +299,9 @@ class EndpointBackend(Backend):
     def served_models(self) -> list[str]:
         """A router may serve another model than the one asked."""
         return sorted(self.client.served_models)
+
+    def expect_served(self, models: list[str]) -> None:
+        self.client.expected_served = frozenset(models)
 
 
 def tokenizer_identity(fitter: LoadedModel) -> str:

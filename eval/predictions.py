@@ -297,5 +297,13 @@ def _differs(key: str, before: Any, now: Any) -> bool:
     return before != now
 
 
+def served_before(predictions_dir: Path) -> list[str]:
+    """The models an endpoint said it served for the predictions already in this folder ([]
+    when none are, or it said nothing): a resume must be answered by the same."""
+    if not _holds_predictions(Path(predictions_dir)):
+        return []
+    return [str(m) for m in read_eval_config(predictions_dir).get("served_models") or []]
+
+
 def _holds_predictions(predictions_dir: Path) -> bool:
     return any(p.stat().st_size > 0 for p in predictions_dir.glob("*.jsonl") if p.is_file())

@@ -6,7 +6,8 @@ prompt on a backend (`eval/generate.py:DetectorPrompt`) or a paper's method
     the run's identity checked against the folder's (a resume under other settings stops
     before anything loads) -> each task's sample -> the answerer started -> what it loaded
     recorded -> per task: the ids already predicted skipped, the rest answered and appended,
-    the counts recorded -> the models an endpoint says it ran, recorded.
+    the counts recorded -> the models an endpoint says it ran, recorded (a resume's replies
+    must come from the models that answered the folder's earlier predictions).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fincheck.eval.predictions import (
     check_eval_config,
     record_generation,
     record_loaded,
+    served_before,
 )
 
 
@@ -44,6 +46,12 @@ class Answerer(ABC):
     def served_models(self) -> list[str] | None:
         """The model names an endpoint's replies carried (None: nothing to record)."""
 
+    def expect_served(self, models: list[str]) -> None:
+        """The models the endpoint served for the folder's earlier predictions: a reply from
+        another stops the run (a model loaded here has no say: its identity is checked
+        before it loads)."""
+        return None
+
 
 def answer_tasks(
     opts: EvalOptions | BaselineOptions,
@@ -53,6 +61,7 @@ def answer_tasks(
 ) -> dict[str, dict[str, Any]]:
     """Predictions for every task of `tasks`; returns per-task counts (total, resumed,
     generated, failed and the answerer's own). `identity`: what else identifies the run."""
+    earlier = served_before(opts.predictions_dir)  # before the config is written again
     check_eval_config(
         opts.predictions_dir,
         {
@@ -70,6 +79,7 @@ def answer_tasks(
     task_pairs = {task: opts.sample(task) for task in tasks}
     answerer = start()
     record_loaded(opts.predictions_dir, **answerer.loaded())
+    answerer.expect_served(earlier)
     summary: dict[str, dict[str, Any]] = {}
     for task, pairs in task_pairs.items():
         writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
@@ -82,6 +92,6 @@ def answer_tasks(
         summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo),
                          "generated": generated, **counts}  # fmt: skip
         record_generation(opts.predictions_dir, task, summary[task])
-    if (served := answerer.served_models()) is not None:
-        record_loaded(opts.predictions_dir, served_models=served)
+    if (served := answerer.served_models()) is not None:  # added to, never overwritten
+        record_loaded(opts.predictions_dir, served_models=sorted({*earlier, *served}))
     return summary

@@ -347,6 +347,34 @@ def test_the_model_named_in_the_replies_is_recorded(tmp_path):
     assert _score(out)["run"]["served_models"] == ["served-7b"]
 
 
+def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path, capsys):
+    """What the endpoint said it served is compared, never overwritten: a resume whose
+    endpoint now serves another model (a router switched, another server on the port) stops
+    at its first reply, writing nothing, so one predictions file never holds two models'
+    answers; the same model finishes the run."""
+    out = tmp_path / "run"
+    other = _completion(None).replace("served-7b", "served-70b")
+    with FakeJudgeServer() as server:
+        server.script = {"QA pair supported": [("raw", _completion(None), "always")]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 0
+        predictions = out / "predictions" / "qasem.jsonl"
+        lines = predictions.read_text().splitlines(keepends=True)
+        predictions.write_text("".join(lines[:2]))  # a run stopped after two answers
+        (out / "llm_cache.jsonl").unlink()  # the rest is asked again, not read from the cache
+        server.script = {"QA pair supported": [("raw", other, "always")]}
+        capsys.readouterr()
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "answered as 'served-70b', but the predictions already" in err[0]
+        assert "answered by served-7b" in err[0] and "use another --out" in err[0]
+        assert predictions.read_text() == "".join(lines[:2])
+        server.script = {"QA pair supported": [("raw", _completion(None), "always")]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 0
+    assert len(predictions.read_text().splitlines()) == len(lines)
+    config = json.loads((out / "predictions" / "eval_config.json").read_text())
+    assert config["served_models"] == ["served-7b"]
+
+
 def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path):
     out = tmp_path / "pipe"
     with FakeJudgeServer() as server:

@@ -98,6 +98,9 @@ class PaperMethod(Answerer):
         """What the endpoint says it ran (nothing recorded when it says nothing)."""
         return sorted(self.client.served_models) or None
 
+    def expect_served(self, models: list[str]) -> None:
+        self.client.expected_served = frozenset(models)
+
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
     ) -> dict[str, Any]:

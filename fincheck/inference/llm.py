@@ -52,6 +52,9 @@ class ChatClient(ABC):
     reads_p_yes: ClassVar[bool] = False
     trimmed: int = 0  # prompts whose grounding text was cut to fit the window (a local model)
     served_models: frozenset[str] | set[str] = frozenset()  # model names the replies carried
+    # the models that answered a folder's earlier predictions: a reply from another stops the
+    # run (a resume never mixes two models' answers); empty: any
+    expected_served: frozenset[str] = frozenset()
 
     @abstractmethod
     def complete(
