@@ -347,3 +347,23 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
     bomb.write_text("\n".join(lines) + "\n")
     with pytest.raises(FincheckError, match=r"bomb\.yaml:2: not valid YAML: aliases \(\*a0\)"):
         read_recipe_values(bomb)
+
+
+def test_the_nodes_of_a_launch_compare_the_files_a_recipe_names_by_content(tmp_path, monkeypatch):
+    """Each rank's recipe identity digests the data mixture, DeepSpeed config and chat
+    template by content: one path holding two mixtures on two nodes differs (both nodes once
+    trained, each on its own mixture, and exited 0); one mixture under two paths does not."""
+    from fincheck.train.launch import recipe_identity
+
+    def identity(node: Path, mixture: str) -> str:
+        monkeypatch.chdir(node)  # each node launched from its own copy of the repository
+        return recipe_identity(load_recipe(None, [f"--data_config={mixture}", "--deepspeed="]))
+
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    for node, cap in ((node0, 8), (node1, 80)):
+        (node / "configs").mkdir(parents=True)
+        (node / "configs" / "mix.yaml").write_text(f"max_examples: {{qasem: {cap}}}\n")
+    assert identity(node0, "configs/mix.yaml") != identity(node1, "configs/mix.yaml")
+    (node1 / "configs" / "mix.yaml").write_text("max_examples: {qasem: 8}\n")
+    assert identity(node0, "configs/mix.yaml") == identity(node1, "configs/mix.yaml")
+    assert identity(node0, "configs/mix.yaml") == identity(node1, str(node0 / "configs/mix.yaml"))

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.train.recipe import SFTRecipe
+from fincheck.io.checksums import sha256_file
+from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe
 
 USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
 
@@ -99,8 +100,14 @@ def check_one_gpu_per_process(n_gpu: int) -> None:
 
 def recipe_identity(recipe: SFTRecipe) -> str:
     """Every key the recipe declares, as one digest: what all processes of a launch must share
-    (a node started with another learning rate or another max_steps trains another run)."""
-    text = json.dumps(recipe.declared, sort_keys=True, default=str)
+    (a node started with another learning rate or another max_steps trains another run). The
+    files it names (data mixture, DeepSpeed config, chat template) count by their content: two
+    nodes may reach the same file by two paths, never hold two mixtures under one path."""
+    values = dict(recipe.declared)
+    for key in PROJECT_PATH_KEYS:
+        if values.get(key) and Path(values[key]).is_file():
+            values[key] = "sha256:" + sha256_file(values[key])
+    text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
