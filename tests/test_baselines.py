@@ -194,7 +194,25 @@ def test_fizz_drops_atomic_facts_of_ten_characters_or_fewer():
     # and splits the LLM's facts into sentences again: a bullet of two sentences is two facts
     llm = CountingLLM({"": "- The council met on Monday. It approved the new library."})
     _, trace = fizz_score(final_examples()[0], llm, nli)
-    assert set(trace["facts"]) == {"The council met on Monday.", "It approved the new library."}
+    assert set(trace["facts"]) == {"- The council met on Monday.", "It approved the new library."}
+
+
+def test_fizz_fact_units_follow_the_reference_code_on_any_answer():
+    """FIZZ's code joins each decomposition answer's lines and the answers themselves, then
+    splits sentences: a bullet without a final period runs into the next, a prose answer is
+    split by sentence, an answer's first "- " stays, and two answers meet without a space."""
+    from fincheck.eval.baselines.fizz import reference_fact_units
+
+    assert reference_fact_units(["- Rees is the mayor\n- Rees opened a bridge."]) == [
+        "- Rees is the mayor Rees opened a bridge."
+    ]
+    assert reference_fact_units(["Rees is the mayor of Bristol. He opened a new bridge."]) == [
+        "Rees is the mayor of Bristol.",
+        "He opened a new bridge.",
+    ]
+    assert reference_fact_units(
+        ["- Rees is the mayor.\n- The bridge is new.", "- It rained all day."]
+    ) == ["- Rees is the mayor.", "The bridge is new.- It rained all day."]
 
 
 def test_two_step_routes_consistent_summaries_to_none_without_step_2():

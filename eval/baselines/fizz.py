@@ -1,7 +1,9 @@
 """FIZZ (FIZZ paper §3, algorithms 1-2; its reference code `plm3332/FIZZ` read for the details).
 
     facts    atomic facts of each summary sentence (sentences of more than 10 characters), one
-             LLM call per sentence (`atomic_facts.txt`); facts of 10 characters or fewer drop.
+             LLM call per sentence (`atomic_facts.txt`); the answers joined and split into
+             sentences as the reference code does (`reference_fact_units`: a bullet without a
+             final period runs into the next one), facts of 10 characters or fewer dropped.
              Sentences split as NLTK's punkt would in the common cases (`fincheck.data.sentences`:
              no break after "Mr.", "U.S.", initials or before a lowercase word)
     filter   keep a fact when, for some summary sentence as premise, entailment is the argmax of
@@ -32,7 +34,6 @@ from typing import Any
 
 from fincheck.data.sentences import split_sentences
 from fincheck.errors import FincheckError
-from fincheck.eval.baselines.final_methods import bullets
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
 from fincheck.eval.predictions import record_loaded
 from fincheck.inference.generation import default_device
@@ -180,20 +181,23 @@ def filter_facts(facts: list[str], summary_sentences: list[str], nli: NLIScorer)
     return kept or list(summary_sentences)
 
 
+def reference_fact_units(answers: list[str]) -> list[str]:
+    """The facts of the decomposition answers as FIZZ's reference code makes them
+    (`atomic_fact_decomposition.py`, `preprocess_decoded_ids`, then `atomic_fact_filtering.py`):
+    each answer's lines joined ("\\n-" and newlines removed), the answers concatenated as they
+    are, and the whole split into sentences, those of 10 characters or fewer dropped. So a bullet
+    without a final period runs into the next, a prose answer is split by sentence, and an
+    answer's first bullet keeps its "- ", as in the paper's runs."""
+    joined = "".join("".join(answer.split("\n-")).replace("\n", "") for answer in answers)
+    return split_sentences(joined, MIN_SENTENCE_CHARS)
+
+
 def fizz_score(example: Example, llm: CachedLLM, nli: NLIScorer) -> tuple[float, dict]:
     document, summary = example.fields["text"], example.fields["summary"]
     summary_sentences = split_sentences(summary, MIN_SENTENCE_CHARS) or [summary]
     doc_sentences = split_sentences(document, MIN_SENTENCE_CHARS) or [document]
-    facts: list[str] = []
-    for sentence in summary_sentences:
-        answer = ask(llm, "atomic_facts", max_tokens=256, sentence=sentence)
-        # the reference code joins the LLM's facts and splits them into sentences again (a
-        # bullet of two sentences is two facts), dropping those of 10 characters or fewer
-        facts += [
-            fact
-            for bullet in bullets(answer)
-            for fact in split_sentences(bullet, MIN_SENTENCE_CHARS)
-        ]
+    answers = [ask(llm, "atomic_facts", max_tokens=256, sentence=s) for s in summary_sentences]
+    facts = reference_fact_units(answers)
     kept = filter_facts(facts, summary_sentences, nli)
     per_fact = {fact: fact_score(fact, doc_sentences, nli) for fact in kept}
     weakest = min(per_fact, key=lambda f: per_fact[f][0])
