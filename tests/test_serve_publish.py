@@ -777,3 +777,21 @@ def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, ca
     assert main(["compare", url, str(tmp_path), "--bootstrap", "1"]) == 1
     err = capsys.readouterr().err
     assert "127.0.0.1" in err and "p4ss" not in err and "k3y" not in err
+
+
+def test_a_held_secret_leaves_the_process_s_command_line(monkeypatch):
+    """Libraries record the command line (wandb stores sys.argv with each run): once a run holds
+    a URL's credentials, its own argv no longer carries them, so wandb's record cannot."""
+    import sys
+
+    import wandb
+
+    from fincheck.io import secrets
+
+    monkeypatch.setattr(secrets, "_HELD", set())
+    url = "http://user:pw-1234567@127.0.0.1:9/v1?subscription-key=QUERY-SECRET-77"
+    monkeypatch.setattr(sys, "argv", ["fincheck", "eval", "--base-url", url, "--tasks", "qasem"])
+    secrets.hold_url_secrets(url)
+    recorded = " ".join(wandb.Settings()._args)
+    assert "pw-1234567" not in recorded and "QUERY-SECRET-77" not in recorded
+    assert sys.argv[-2:] == ["--tasks", "qasem"]

@@ -9,6 +9,7 @@ whose recorded recipe does (a run trained before that check, a recipe.yaml edite
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 # A key named like a secret, anywhere in the recipe (`hub_token`, `model_init_kwargs: {token:
@@ -67,9 +68,12 @@ MIN_HELD_LENGTH = 6  # shorter values ("k", "none") would redact ordinary words
 
 
 def hold_secret(value: str | None) -> None:
-    """Remember a secret value this run holds, so that `redact` removes it by value."""
+    """Remember a secret value this run holds, so that `redact` removes it by value. The
+    process's own command line is redacted too (the options were parsed already): a library
+    that records it (wandb stores `sys.argv` with every run) never sees the secret."""
     if value and len(value) >= MIN_HELD_LENGTH:
         _HELD.add(value)
+        sys.argv[:] = [redact(arg) for arg in sys.argv]
 
 
 def hold_url_secrets(url: str | None) -> None:
