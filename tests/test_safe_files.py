@@ -158,3 +158,26 @@ def test_the_write_finder_sees_each_route():
     ]
     found = _write_calls("\n".join(routes + harmless), "planted.py")
     assert [f.split(": ", 1)[1] for f in found] == routes
+
+
+def test_a_cache_named_by_an_option_is_appended_to_only_if_it_is_fincheck_s(tmp_path):
+    """`--judge-cache` may name a cache shared by runs, never a file of the user's: one that
+    does not start with a cache record is refused untouched; a cache (even one torn by a crash)
+    is read and appended to."""
+    import json
+
+    from fincheck.inference.llm import RequestCache
+
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"id": 1, "text": "mine"}\n{"id": 2}\n')
+    with pytest.raises(FincheckError, match=r"notes\.jsonl:1: not a fincheck request cache"):
+        RequestCache(notes)
+    assert notes.read_text() == '{"id": 1, "text": "mine"}\n{"id": 2}\n'
+    cache = tmp_path / "judge_cache.jsonl"
+    cache.write_text(json.dumps({"key": "k", "response": "r"}) + '\n{"key": "to')  # torn
+    shared = RequestCache(cache)
+    shared.put("k2", "r2")
+    assert shared.get("k") == "r" and RequestCache(cache).get("k2") == "r2"
+    torn_only = tmp_path / "torn.jsonl"
+    torn_only.write_text('{"key": "a", "resp')  # a first write cut short: still fincheck's
+    assert RequestCache(torn_only).get("a") is None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from fincheck.errors import FincheckError
 from fincheck.io import jsonl
 from fincheck.io.safe_files import append_line, read_own_text
 
@@ -82,14 +83,23 @@ class RequestCache:
         self._lock = threading.Lock()
         if self.path and (self.path.exists() or self.path.is_symlink()):
             text = read_own_text(self.path, "the request cache")
-            for line in text.splitlines():
+            for number, line in enumerate(text.splitlines(), start=1):
                 try:
                     record = jsonl.loads(line)
                     self._entries[record["key"]] = record["response"]
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a torn last line from a crash
+                    # a line torn by a crash is skipped; a file that does not start with a
+                    # cache record is someone else's (`--judge-cache notes.jsonl`): never
+                    # appended to
+                    if number == 1 and "\n" in text:
+                        raise FincheckError(
+                            f"{self.path}:1: not a fincheck request cache (each line "
+                            '{"key": ..., "response": ...}); give a cache fincheck wrote or a '
+                            "new file (nothing was written)"
+                        ) from None
+                    continue
             # End a torn line so appends start clean; never truncate: another run sharing the
             # cache (--judge-cache) may be appending to it right now.
             if text and not text.endswith("\n"):
