@@ -288,6 +288,9 @@ def test_a_checkpoint_whose_files_changed_since_its_record_is_passed_over(tmp_pa
     assert "global_step4/optim_states.pt missing or changed" in capsys.readouterr().err
     with pytest.raises(FincheckError, match=r"optim_states\.pt missing or not the file its"):
         resolve_resume(str(newest), run)
+    (run / "checkpoint-2" / "adapter_model.safetensors").write_bytes(b"")  # none left whole
+    with pytest.raises(FincheckError, match=r"every complete checkpoint in .* has files missing"):
+        resolve_resume("auto", run)
 
 
 def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):

@@ -4,6 +4,7 @@ run's per-step losses."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -182,6 +183,13 @@ def test_resume_refuses_a_crafted_deepspeed_state_file_without_running_it(
     state = copy / "checkpoint-16" / "global_step16" / "mp_rank_00_model_states.pt"
     assert state.is_file()
     torch.save({"module": RunsCode(marker)}, state)
+    # the attacker also lists the crafted file in the checkpoint's record (a file that does not
+    # match its record is passed over before any check: test_train_checkpoints.py)
+    record_path = copy / "checkpoint-16" / "fincheck_complete.json"
+    record = json.loads(record_path.read_text())
+    name = "global_step16/mp_rank_00_model_states.pt"
+    record["files"][name] = hashlib.sha256(state.read_bytes()).hexdigest()
+    record_path.write_text(json.dumps(record))
     proc = deepspeed_launch(
         "train/sft.py",
         *common_args(prepared_dir, mixture, copy),

@@ -170,7 +170,14 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
     if requested is None or requested == "":
         return None
     if requested == "auto":
-        return last_complete_checkpoint(output_dir)
+        found = last_complete_checkpoint(output_dir)
+        if found is None and any(is_complete(p) for p in checkpoint_dirs(output_dir)):
+            raise FincheckError(
+                f"resume_from_checkpoint=auto: every complete checkpoint in {output_dir} has "
+                "files missing or changed since it was saved (named above): nothing to resume "
+                "from. Restore them, or start over with --overwrite_output_dir"
+            )
+        return found
     path = Path(requested)
     if not path.is_dir():
         raise FincheckError(f"resume_from_checkpoint: {path} does not exist")
