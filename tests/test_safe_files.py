@@ -93,17 +93,18 @@ def test_compare_cut_short_by_a_full_disk_is_taken_up_by_its_rerun(tmp_path, mon
     assert (tmp_path / "cmp.md").read_text().startswith("#")
 
 
-# Modules that write outside safe_files, and why each is safe: every other product module
-# writes only through it (fdopen of a descriptor safe_files opened is not a write route).
+# The writes outside safe_files, each by module and exact call, and why it is safe: every other
+# write of the product goes through safe_files (fdopen of a descriptor safe_files opened is not a
+# write route). A folder built in a fresh place and renamed into place as a whole is the one
+# kind left: its files are written by a library (transformers' save_pretrained) or by
+# safe_files, and the rename never writes through anything.
 WRITES_ELSEWHERE = {
-    "fincheck/io/safe_files.py": "the primitive itself",
-    "fincheck/models/wheels.py": "the model cache: staged, each file checked against its pinned sha256",
-    "fincheck/io/sources.py": "the data cache: a fresh temporary file, checked by sha256 before use",
-    "fincheck/commands/cli.py": "opens os.devnull to silence a library",
-    "train/model.py": "the tiny base: a folder built by each process, renamed into place",
-    "serve/merge.py": "a merged model built by transformers in a fresh folder, renamed into place",
-    "serve/publish.py": "the upload folder built in a fresh mkdtemp folder, renamed into place",
-}  # fmt: skip
+    "fincheck/commands/cli.py": {"os.open(os.devnull, os.O_WRONLY)": "silences a library"},
+    "fincheck/models/wheels.py": {"os.replace(folder, final)": "a fetched model's folder"},
+    "train/model.py": {"os.rename(tmp, target)": "the tiny base, built by each process"},
+    "serve/merge.py": {"os.rename(staging, out)": "a merged model, built in a fresh folder"},
+    "serve/publish.py": {"partial.rename(out_dir)": "the upload folder, built in mkdtemp"},
+}
 
 
 def _write_calls(source: str, where: str) -> list[str]:
@@ -133,14 +134,21 @@ def _write_calls(source: str, where: str) -> list[str]:
 
 
 def test_every_product_write_goes_through_safe_files():
-    stray = [
-        call
-        for package in PRODUCT
-        for path in sorted((REPO / package).rglob("*.py"))
-        if path.relative_to(REPO).as_posix() not in WRITES_ELSEWHERE
-        for call in _write_calls(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
-    ]
+    stray, allowed_seen = [], set()
+    for package in PRODUCT:
+        for path in sorted((REPO / package).rglob("*.py")):
+            where = path.relative_to(REPO).as_posix()
+            if where == "fincheck/io/safe_files.py":  # the primitive itself
+                continue
+            for call in _write_calls(path.read_text(encoding="utf-8"), where):
+                spelled = call.split(": ", 1)[1]
+                if spelled in WRITES_ELSEWHERE.get(where, {}):
+                    allowed_seen.add((where, spelled))
+                else:
+                    stray.append(call)
     assert stray == [], "write through fincheck.io.safe_files:\n" + "\n".join(stray)
+    listed = {(m, c) for m, calls in WRITES_ELSEWHERE.items() for c in calls}
+    assert allowed_seen == listed  # an exception no longer needed is taken off the list
 
 
 def test_the_write_finder_sees_each_route():

@@ -8,9 +8,8 @@ its pinned URL on first use. Either way the sha256 is checked before anything re
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
+from fincheck.io.safe_files import replaced_file
 from fincheck.models.known import cache_root
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
@@ -76,22 +76,24 @@ def resolve_source(
     if path.is_file():
         return _verify(source, path, f"delete it to download it again from {source.url}.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    try:  # put in place only once its sha256 is the pinned one (else nothing is left)
         with (
             urllib.request.urlopen(source.url, timeout=60) as response,
-            tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp,
+            replaced_file(path, binary=True) as f,
         ):
-            shutil.copyfileobj(response, tmp)
+            digest = hashlib.sha256()
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                f.write(chunk)
+            if digest.hexdigest() != source.sha256:
+                raise FincheckError(
+                    f"{source.url}: sha256 mismatch for {source.name} (expected {source.sha256}, "
+                    f"got {digest.hexdigest()}): the download was corrupted or the origin "
+                    "changed; try again."
+                )
     except (urllib.error.URLError, OSError) as e:
         raise FincheckError(
             f"could not download {source.name} from {source.url} ({e}). Without network, pass "
             f"--data-dir (or set {DATA_DIR_ENV}) to a local copy laid out like ../shared/data."
         ) from None
-    tmp_path = Path(tmp.name)
-    try:
-        _verify(source, tmp_path, "the download was corrupted or the origin changed; try again.")
-    except FincheckError:
-        tmp_path.unlink(missing_ok=True)
-        raise
-    tmp_path.replace(path)
     return path

