@@ -189,3 +189,20 @@ def test_a_cache_named_by_an_option_is_appended_to_only_if_it_is_fincheck_s(tmp_
     torn_only = tmp_path / "torn.jsonl"
     torn_only.write_text('{"key": "a", "resp')  # a first write cut short: still fincheck's
     assert RequestCache(torn_only).get("a") is None
+
+
+def test_a_file_being_written_by_another_rank_does_not_make_a_folder_someone_elses(tmp_path):
+    """Every rank of a launch claims the run folder at once: rank 0's out-folder mark under
+    construction (`..fincheck-out.<hex>.tmp`) is fincheck's, not a file of the user's (two
+    distributed tests failed on that race); a user's `notes.tmp` still is."""
+    from fincheck.io.out_lock import claim_out_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "..fincheck-out.0f7bacbf.tmp").write_text("tra")
+    assert claim_out_dir(run, "output_dir", "train", ("checkpoint-*",)) == run
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.tmp").write_text("mine")
+    with pytest.raises(FincheckError, match=r"holds files fincheck did not write \(notes\.tmp\)"):
+        claim_out_dir(mine, "output_dir", "train", ("checkpoint-*",))

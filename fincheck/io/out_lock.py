@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from fincheck.errors import FincheckError
-from fincheck.io.safe_files import open_own_file, write_text
+from fincheck.io.safe_files import is_temporary, open_own_file, write_text
 
 LOCK_FILE = ".fincheck.lock"
 # Written into every output folder fincheck claims, holding the kind of command that writes it.
@@ -84,7 +84,11 @@ def claim_out_dir(
             )
         entries = [p.name for p in real.iterdir()]
         marked = recorded == kind or any(m in entries for m in marks)
-        others = [n for n in entries if n != OWN_MARKER and not any(fnmatch(n, p) for p in own)]
+        others = [
+            n
+            for n in entries
+            if n != OWN_MARKER and not is_temporary(n) and not any(fnmatch(n, p) for p in own)
+        ]
         if others and not marked:
             shown = ", ".join(sorted(others)[:4]) + (", ..." if len(others) > 4 else "")
             raise FincheckError(

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -81,7 +82,7 @@ def replaced_file(path: str | Path, what: str = "", *, binary: bool = False) -> 
     through it). On any error, a kill excepted, the new file is removed and PATH is untouched."""
     path = Path(path)
     folder = _open_folder(path.parent, what)
-    tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    tmp = f".{path.name}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}"
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o644, dir_fd=folder)
@@ -104,6 +105,16 @@ def replaced_file(path: str | Path, what: str = "", *, binary: bool = False) -> 
             raise
     finally:
         os.close(folder)
+
+
+TEMPORARY_SUFFIX = ".tmp"
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+
+
+def is_temporary(name: str) -> bool:
+    """A name `replaced_file` builds a file under (another process of the same command may be
+    writing it right now, or a kill left it): never someone else's file."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 def _lstat_mode(name: str, folder: int) -> int:
