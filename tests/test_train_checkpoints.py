@@ -283,10 +283,15 @@ def test_a_checkpoint_whose_files_changed_since_its_record_is_passed_over(tmp_pa
         "global_step4/optim_states.pt",
     }
     assert resolve_resume("auto", run) == newest
+    (newest / "latest").write_text("global_step9")  # added since: DeepSpeed would read it
+    assert resolve_resume("auto", run) == run / "checkpoint-2"
+    (newest / "latest").unlink()
     (newest / "global_step4" / "optim_states.pt").write_bytes(b"stat")  # same size, changed
     assert resolve_resume("auto", run) == run / "checkpoint-2"
     assert "global_step4/optim_states.pt missing or changed" in capsys.readouterr().err
-    with pytest.raises(FincheckError, match=r"optim_states\.pt missing or not the file its"):
+    with pytest.raises(
+        FincheckError, match=r"optim_states\.pt missing, changed or added since its"
+    ):
         resolve_resume(str(newest), run)
     (run / "checkpoint-2" / "adapter_model.safetensors").write_bytes(b"")  # none left whole
     with pytest.raises(FincheckError, match=r"every complete checkpoint in .* has files missing"):
@@ -319,7 +324,7 @@ def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):
         load_run(run)
     message = str(caught.value)
     assert (
-        "adapter_model.safetensors, recipe.yaml missing or not the files its fincheck_run.json"
+        "adapter_model.safetensors, recipe.yaml missing, changed or added since its fincheck_run.json"
         in message
     )
     assert "--resume_from_checkpoint=auto" in message and "\n" not in message
@@ -329,3 +334,7 @@ def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):
         finish_completed_run(checkpoint, 4, run, recipe, {"fingerprint": "f"}, {"tasks": ["qasem"]})
     assert (run / "adapter_model.safetensors").read_bytes() == b"x"
     assert load_run(run).tasks == ["qasem"]
+    # both ways: a tokenizer file or a chat template added since is not loaded unnoticed
+    (run / "chat_template.jinja").write_text("{{ messages }}")
+    with pytest.raises(FincheckError, match=r"chat_template\.jinja missing, changed or added"):
+        load_run(run)

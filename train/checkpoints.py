@@ -31,10 +31,13 @@ from fincheck.io.runs import (
     MANIFEST_FILE,
     RECIPE_FILE,
     RUN_METADATA,
+    TOKENIZER_FILES,
     changed_files,
     check_listed_files,
     checkpoint_dirs,
+    checkpoint_files,
     files_record,
+    run_save_files,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 from fincheck.io.safe_files import copy_file, write_text
@@ -51,7 +54,8 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     for path in checkpoint_dirs(output_dir):
         if not is_complete(path):
             continue
-        if changed := changed_files(path, read_json_object(path / COMPLETE_MARKER)):
+        record = read_json_object(path / COMPLETE_MARKER)
+        if changed := changed_files(path, record, checkpoint_files(path)):
             print(
                 f"{path}: {', '.join(changed[:4])} missing or changed since the checkpoint was "
                 "saved: resuming from an earlier one",
@@ -93,12 +97,7 @@ def base_fingerprint(base_path: str) -> str:
 def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> None:
     """The checkpoint's record, written last, listing every file saved before it (sha256)."""
     write_text(checkpoint / RECIPE_FILE, recipe_yaml)
-    names = sorted(
-        p.relative_to(checkpoint).as_posix()
-        for p in checkpoint.rglob("*")
-        if p.is_file() and p.name != COMPLETE_MARKER
-    )
-    record = {**info, LISTED_FILES: files_record(checkpoint, names)}
+    record = {**info, LISTED_FILES: files_record(checkpoint, checkpoint_files(checkpoint))}
     write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))
 
 
@@ -187,7 +186,9 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
             "interrupted); use an earlier checkpoint or 'auto'"
         )
     marker = read_json_object(path / COMPLETE_MARKER)
-    check_listed_files(path, COMPLETE_MARKER, marker, "use an earlier checkpoint or 'auto'")
+    check_listed_files(
+        path, COMPLETE_MARKER, marker, checkpoint_files(path), "use an earlier checkpoint or 'auto'"
+    )
     return path
 
 
@@ -331,9 +332,11 @@ def finished_at(checkpoint: Path, max_steps: int) -> int | None:
 
 
 def copy_adapter(checkpoint: Path, output_dir: Path) -> None:
-    """The checkpoint's adapter as the run's final one (written beside, then renamed in)."""
+    """The checkpoint's adapter and tokenizer files as the run's final ones (each written
+    beside, then renamed in)."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    for name in ADAPTER_FILES:
+    saved_tokenizer = [n for n in TOKENIZER_FILES if (checkpoint / n).is_file()]
+    for name in (*ADAPTER_FILES, *saved_tokenizer):
         copy_file(checkpoint / name, output_dir / name)
 
 
@@ -408,7 +411,7 @@ def write_run_files(
     files with their sha256, so its presence with matching files says the save completed."""
     write_text(output_dir / RECIPE_FILE, recipe_yaml)
     write_text(output_dir / MANIFEST_FILE, json.dumps(manifest, indent=2))
-    listed = files_record(output_dir, [*ADAPTER_FILES, RECIPE_FILE, MANIFEST_FILE])
+    listed = files_record(output_dir, run_save_files(output_dir))
     write_text(output_dir / RUN_METADATA, json.dumps({**metadata, LISTED_FILES: listed}, indent=2))
 
 
@@ -485,7 +488,7 @@ def finish_completed_run(
     saved = (
         record.is_file()
         and (output_dir / ADAPTER_WEIGHTS).is_file()
-        and not changed_files(output_dir, read_json_object(record))
+        and not changed_files(output_dir, read_json_object(record), run_save_files(output_dir))
     )
     copied = not saved
     if copied:

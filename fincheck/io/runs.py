@@ -203,10 +203,16 @@ def load_run(path: str | Path) -> RunArtifacts:
     run.root = path
     if (path / RUN_METADATA).is_file():
         run.metadata = read_json_object(path / RUN_METADATA)
-        check_listed_files(path, RUN_METADATA, run.metadata, RERUN_FINAL_SAVE)
+        check_listed_files(path, RUN_METADATA, run.metadata, run_save_files(path), RERUN_FINAL_SAVE)
     elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
         run.metadata = read_json_object(path / CHECKPOINT_METADATA)
-        check_listed_files(path, CHECKPOINT_METADATA, run.metadata, "use another checkpoint")
+        check_listed_files(
+            path,
+            CHECKPOINT_METADATA,
+            run.metadata,
+            checkpoint_files(path),
+            "use another checkpoint",
+        )
         run.root = path.parent
     base = run.root / run.base_name  # a base saved inside the run (random-init); an absolute
     inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
@@ -220,25 +226,49 @@ def files_record(folder: Path, names: list[str]) -> dict[str, str]:
     return {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
 
 
-def changed_files(folder: Path, record: dict[str, Any]) -> list[str]:
-    """The files a record lists (`LISTED_FILES`) that are missing or differ from their sha256;
-    [] for a record from before fincheck listed them."""
+def run_save_files(folder: Path) -> list[str]:
+    """The files of a run's final save, as they are now: what loading reads (the adapter, the
+    tokenizer files, a base saved inside the run) and the recipe and data manifest."""
+    top = [ADAPTER_WEIGHTS, ADAPTER_CONFIG, *TOKENIZER_FILES, RECIPE_FILE, MANIFEST_FILE]
+    names = [name for name in top if (folder / name).is_file()]
+    if (folder / "base").is_dir():
+        names += sorted(_files_under(folder, folder / "base"))
+    return names
+
+
+def checkpoint_files(folder: Path) -> list[str]:
+    """Every file of a checkpoint folder but its record."""
+    return sorted(n for n in _files_under(folder, folder) if n != CHECKPOINT_METADATA)
+
+
+def _files_under(root: Path, folder: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_file()]
+
+
+def changed_files(folder: Path, record: dict[str, Any], present: list[str]) -> list[str]:
+    """Both ways: the files a record lists (`LISTED_FILES`) that are missing or differ from
+    their sha256, and the files of `present` (what the folder holds now, of the kinds the
+    record covers) that it does not list (added since); [] for a record from before fincheck
+    listed them."""
     listed = record.get(LISTED_FILES)
     if not isinstance(listed, dict):
         return []
-    return [
+    differ = [
         name
         for name, sha in listed.items()
         if not (folder / name).is_file() or sha256_file(folder / name) != sha
     ]
+    return differ + [name for name in present if name not in listed]
 
 
-def check_listed_files(folder: Path, record_name: str, record: dict[str, Any], fix: str) -> None:
-    if changed := changed_files(folder, record):
+def check_listed_files(
+    folder: Path, record_name: str, record: dict[str, Any], present: list[str], fix: str
+) -> None:
+    if changed := changed_files(folder, record, present):
         shown = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
         raise FincheckError(
-            f"{folder}: {shown} missing or not the file{'s' if len(changed) > 1 else ''} its "
-            f"{record_name} lists (sha256): cut short or changed since it was written; {fix}"
+            f"{folder}: {shown} missing, changed or added since its {record_name} listed its "
+            f"files (sha256): cut short or edited since it was written; {fix}"
         )
 
 
