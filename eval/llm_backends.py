@@ -245,7 +245,7 @@ class OpenAIChatClient(ChatClient):
         )
         response, _ = retrying(checked)
         served = getattr(response, "model", None)
-        if isinstance(served, str) and self.expected_served and served not in self.expected_served:
+        if self.expected_served and served not in self.expected_served:  # None: unnamed
             raise FincheckError(
                 f"{self._where} answered as {served!r}, but the predictions already in this "
                 f"folder were answered by {', '.join(sorted(self.expected_served))}: resuming "
@@ -292,6 +292,8 @@ class OpenAIChatClient(ChatClient):
             return _NotJSON(f"a reply that is not JSON ({one_line(e)})")
         except UnreadableReply as e:  # too large, or an encoding not asked for: not read
             return _NotJSON(str(e))
+        except RecursionError:  # the openai client's own JSON reader, on a reply nested deep
+            return _NotJSON("a reply nested too deep to read")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
                 f"{self._where} refused the API key "

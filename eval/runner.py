@@ -81,17 +81,25 @@ def answer_tasks(
     record_loaded(opts.predictions_dir, **answerer.loaded())
     answerer.expect_served(earlier)
     summary: dict[str, dict[str, Any]] = {}
-    for task, pairs in task_pairs.items():
-        writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
-        todo = [p for p in pairs if p.id not in writer.done]
-        try:
-            counts = answerer.answer_task(task, pairs, todo, writer)
-        finally:
-            writer.close()
-        generated = len(todo) - len(counts["failed"])
-        summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo),
-                         "generated": generated, **counts}  # fmt: skip
-        record_generation(opts.predictions_dir, task, summary[task])
-    if (served := answerer.served_models()) is not None:  # added to, never overwritten
-        record_loaded(opts.predictions_dir, served_models=sorted({*earlier, *served}))
+    try:
+        for task, pairs in task_pairs.items():
+            writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
+            todo = [p for p in pairs if p.id not in writer.done]
+            try:
+                counts = answerer.answer_task(task, pairs, todo, writer)
+            finally:
+                writer.close()
+            generated = len(todo) - len(counts["failed"])
+            summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo),
+                             "generated": generated, **counts}  # fmt: skip
+            record_generation(opts.predictions_dir, task, summary[task])
+            _record_served(opts, answerer, earlier)
+    finally:  # a run stopped part-way (Ctrl-C, a breaker) records what answered it too
+        _record_served(opts, answerer, earlier)
     return summary
+
+
+def _record_served(opts: EvalOptions | BaselineOptions, answerer: Answerer, earlier: list[str]):
+    """The models the endpoint said it served, added to the folder's, never overwritten."""
+    if served := answerer.served_models():
+        record_loaded(opts.predictions_dir, served_models=sorted({*earlier, *served}))

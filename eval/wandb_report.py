@@ -29,7 +29,15 @@ def flatten(results: dict) -> dict[str, float]:
 def log_to_wandb(results: dict, out_dir: Path, project: str) -> str:
     import wandb
 
-    run = wandb.init(project=project, dir=str(out_dir), config=results["run"], job_type="eval")
+    run = wandb.init(
+        project=project,
+        dir=str(out_dir),
+        config=results["run"],
+        job_type="eval",
+        # the console read at the file descriptor, after fincheck's redacting stream (the
+        # default wraps sys.stdout.write and would see the text before)
+        settings=wandb.Settings(console="redirect"),
+    )
     try:
         run.summary.update(flatten(results))
         images = {
