@@ -749,3 +749,23 @@ def test_a_damaged_base_is_one_line_naming_its_file(tiny_base, prepared_dir, tmp
         "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
     )  # fmt: skip
     assert code == 1 and f"{weights} is not a safetensors file, or is cut short" in err
+
+
+def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
+    """`--debug` prints Python's traceback after main has put its redacting streams back: the
+    process's excepthook redacts it too, so an endpoint's credentials in the error never show."""
+    import subprocess
+    import sys
+
+    url = "http://user:pw-7766554433@127.0.0.1:9/v1?subscription-key=QUERYSECRET-1234"
+    script = (
+        "import sys\n"
+        "from fincheck.commands import cli\n"
+        "from fincheck.io.secrets import hold_url_secrets\n"
+        f"hold_url_secrets({url!r})\n"
+        "sys.excepthook = cli.redacting_excepthook\n"
+        f"raise RuntimeError('could not reach ' + {url!r})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 1 and "RuntimeError: could not reach http://" in proc.stderr
+    assert "pw-7766554433" not in proc.stderr and "QUERYSECRET-1234" not in proc.stderr

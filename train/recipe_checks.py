@@ -22,6 +22,12 @@ def validate_recipe(values: dict[str, Any]) -> None:
             "checkpoint's training_args.bin, the wandb config and a published model card; log in "
             "with `huggingface-cli login` or set HF_TOKEN in the environment instead"
         )
+    if values.get("push_to_hub"):
+        raise FincheckError(
+            "push_to_hub: true: the trainer would upload the whole run folder, unchecked; train, "
+            "then publish the adapter with `fincheck publish` (its card, its secret scan, its "
+            "deadline)"
+        )
     if values["max_length"] is None or values["max_length"] < 64:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
     if values["lora_r"] <= 0:

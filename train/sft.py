@@ -106,6 +106,9 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     launch.share_cpu_threads()
     if "wandb" in recipe.report_to:
         os.environ.setdefault("WANDB_PROJECT", "fincheck")  # transformers' default: huggingface
+        # wandb's default console capture wraps sys.stdout.write and sees the text before
+        # fincheck's redacting stream does; "redirect" reads the file descriptor, after it
+        os.environ.setdefault("WANDB_CONSOLE", "redirect")
     folder = PreparedFolder.open(recipe.dataset_dir)  # the one entry to the prepared data
     output_dir = Path(recipe.output_dir)  # claimed by load_training_recipe
     # one writer per run folder: the first process holds its lock until it ends (another

@@ -72,6 +72,12 @@ class FincheckSFTTrainer(SFTTrainer):
     first step, keeps counting tokens across a resume, and trains tree packs in length-grouped,
     rank-balanced micro-batches (`tree_batches`)."""
 
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """No README.md in the run folder at each checkpoint (TRL writes one with a plain
+        open("w"), through a link planted there): a run's card is `fincheck publish`'s, built
+        from the run's record and written through fincheck's one write path."""
+        return None
+
     def __init__(
         self,
         *args,

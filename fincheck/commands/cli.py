@@ -160,6 +160,14 @@ def _run(args) -> int:
         return 130
 
 
+def redacting_excepthook(kind: type[BaseException], value: BaseException, tb) -> None:
+    """Python's report of an uncaught exception, with every secret the run held redacted: it is
+    printed after `main` has put back the streams it redacts through."""
+    import traceback
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+
 def console() -> None:
     """The `fincheck` executable: `main`, then exit at once. Calls still in flight on worker
     threads (an endpoint that does not answer, after Ctrl-C or a stopped run) would otherwise
@@ -167,6 +175,7 @@ def console() -> None:
     import os
     import threading
 
+    sys.excepthook = redacting_excepthook  # a traceback (--debug) is printed after main returns
     try:
         code = main()
     except BrokenPipeError:  # `fincheck models list | head`: the reader has all it wanted
