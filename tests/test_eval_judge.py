@@ -531,8 +531,10 @@ def completion(text: str) -> dict:
         (gzip_bomb(512), {"Content-Encoding": "gzip"}, "inflates to more than 16,777,216 bytes"),
         (b'{"choices": ["' + b"x" * 20 * 2**20 + b'"]}', {}, "a reply of more than 16,777,216"),
         (b"{}", {"Content-Encoding": "br"}, "in the 'br' encoding, which was not asked for"),
+        # small, but deeper than the openai client's JSON reader goes (a RecursionError)
+        (b'{"choices": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", {}, "nested too deep"),
     ],
-    ids=["gzip-bomb", "huge", "unasked-encoding"],
+    ids=["gzip-bomb", "huge", "unasked-encoding", "nested"],
 )
 def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
     """Replies cost bounded memory: a body past 16 MiB as sent, or once inflated, is not read
