@@ -35,7 +35,7 @@ from fincheck.io.bounded_http import UnreadableReply, bounded_http_client
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.jsonl import without_lone_surrogates
-from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url
+from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url, redact
 from fincheck.models.loading import load_model, resolve_model
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -143,8 +143,8 @@ class OpenAIChatClient(ChatClient):
         choice = response.choices[0]  # checked by `reply_problem`: one, with a text message
         # stripped as the local path strips its decoded answer: the same tokens, the same text
         # (a served answer cut at the budget may end in the newline a local one loses)
-        return Completion(
-            without_lone_surrogates(choice.message.content).strip(),
+        return Completion(  # redacted: an endpoint that echoes a held key writes it nowhere
+            redact(without_lone_surrogates(choice.message.content)).strip(),
             hit_budget(choice, response, sampling.get("max_tokens")),
         )
 

@@ -561,3 +561,17 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
         assert server.calls_for("bomb") == 1  # not asked again by the openai client's retries
         answer = client.complete([{"role": "user", "content": "fine"}], {"max_tokens": 8})
         assert answer.text == "Yes"
+
+
+def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeypatch):
+    """An endpoint (or a proxy) that echoes the API key in its answer: the answer fincheck keeps
+    (predictions, caches, traces) carries it redacted."""
+    from fincheck.eval.llm_backends import METHOD, OpenAIChatClient
+
+    monkeypatch.setenv("ECHO_TEST_KEY", "echoed-key-5566778899")
+    with FakeJudgeServer() as server:
+        server.script = {"": [("ok", "Yes. (auth: echoed-key-5566778899)")]}
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY",
+                                  max_retries=0, caller=METHOD)  # fmt: skip
+        answer = client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
+    assert answer.text == "Yes. (auth: <redacted>)"

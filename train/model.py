@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ def ensure_tiny_base(base_path: str) -> None:
     target = Path(base_path)
     if (target / "config.json").is_file():
         return
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    # a fresh folder made by this process (mkdtemp: exclusive, unguessable), never one planted
+    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
+    tmp.chmod(0o755)  # as a folder made by mkdir (mkdtemp's is private to this user)
     save_tiny_base(tmp)
     try:
         os.rename(tmp, target)

@@ -182,7 +182,9 @@ def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
         yield f
         f.flush()
         try:
-            os.link(partial, path)  # never replaces: fails if PATH appeared meanwhile
+            # never replaces (fails if PATH appeared meanwhile); links the partial file itself,
+            # never what a link swapped in for it would point to
+            os.link(partial, path, follow_symlinks=False)
         except FileExistsError:
             raise FincheckError(
                 f"{flag} {path} appeared while this command ran; the output is kept in {partial}"
