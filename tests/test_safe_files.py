@@ -53,17 +53,38 @@ def test_a_write_cut_short_leaves_the_old_file_and_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
 
 
-def test_a_folder_swapped_for_a_link_or_a_folder_at_the_path_is_refused(tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (tmp_path / "out").symlink_to(elsewhere)
-    with pytest.raises(FincheckError, match=r"a link or no folder.*nothing was written"):
-        write_text(tmp_path / "out" / "results.json", "{}")
-    assert list(elsewhere.iterdir()) == []
-    (elsewhere / "plots").mkdir()
+def test_inside_a_claimed_folder_no_link_is_followed_on_the_way_to_a_file(tmp_path):
+    """After `--out OUT` is claimed, a subfolder swapped for a link (OUT/predictions -> a
+    victim's folder) is refused by every write, whole or appended; OUT itself may be the
+    user's link (the way to it is theirs); a folder where a file goes is refused."""
+    import os
+
+    from fincheck.io.out_lock import claim_out_dir
+    from fincheck.io.safe_files import append_line, open_own_file
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    real = tmp_path / "real-out"
+    real.mkdir()
+    (tmp_path / "out").symlink_to(real)  # the user's own link to their output folder
+    out = claim_out_dir(tmp_path / "out", "--out", "eval")
+    (out / "predictions").mkdir()
+    write_text(out / "predictions" / "qasem.jsonl", "{}\n")  # through the user's link: fine
+    assert (real / "predictions" / "qasem.jsonl").read_text() == "{}\n"
+    (real / "predictions" / "qasem.jsonl").unlink()
+    (real / "predictions").rmdir()
+    (real / "predictions").symlink_to(victim)  # planted after the claim
+    for write in (
+        lambda: write_text(out / "predictions" / "qasem.jsonl", "{}\n"),
+        lambda: append_line(out / "predictions" / "qasem.trace.jsonl", "{}\n"),
+        lambda: os.close(open_own_file(out / "predictions" / "x", os.O_WRONLY | os.O_CREAT)),
+    ):
+        with pytest.raises(FincheckError, match=r"predictions: a link or no folder"):
+            write()
+    assert list(victim.iterdir()) == []
+    (real / "plots").mkdir()
     with pytest.raises(FincheckError, match="a folder"):
-        write_bytes(elsewhere / "plots", b"png")
-    assert [p.name for p in elsewhere.iterdir()] == ["plots"]
+        write_bytes(out / "plots", b"png")
 
 
 def test_compare_cut_short_by_a_full_disk_is_taken_up_by_its_rerun(tmp_path, monkeypatch):

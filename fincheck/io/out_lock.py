@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import IO
 
 from fincheck.errors import FincheckError
-from fincheck.io.safe_files import is_temporary, open_own_file, write_text
+from fincheck.io.safe_files import (
+    hold_claimed_folder,
+    is_temporary,
+    open_own_file,
+    write_text,
+)
 
 LOCK_FILE = ".fincheck.lock"
 # Written into every output folder fincheck claims, holding the kind of command that writes it.
@@ -96,6 +101,7 @@ def claim_out_dir(
                 "empty folder (nothing in it is overwritten)"
             )
     out.mkdir(parents=True, exist_ok=True)
+    hold_claimed_folder(out)  # no link followed inside it from now on
     if folder_kind(out) != kind:
         write_text(out / OWN_MARKER, kind + "\n", flag)
     return out

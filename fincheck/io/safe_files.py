@@ -39,12 +39,16 @@ def open_own_file(path: str | Path, flags: int, what: str = "") -> int:
     """`os.open(path, flags)` for writing, refused unless the result is a regular file with one
     link (checked on the opened descriptor, so nothing can be swapped in between)."""
     path = Path(path)
+    folder = _open_folder(path.parent, what)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path.name, flags, 0o644, dir_fd=folder)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # link, FIFO, folder
             raise FincheckError(_not_own(path, what, "a link, a FIFO or a folder")) from None
         raise
+    finally:
+        os.close(folder)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
@@ -62,16 +66,39 @@ def _not_own(path: Path, what: str, kind: str) -> str:
     )
 
 
+# Output folders this process claimed (`fincheck.io.out_lock`), as given: inside one, no link is
+# followed on the way to a file, whatever was planted after the claim (a subfolder swapped for
+# a link); the way to the claimed folder itself is the user's, links and all.
+_CLAIMED: list[Path] = []
+
+
+def hold_claimed_folder(folder: str | Path) -> None:
+    _CLAIMED.append(Path(os.path.abspath(folder)))
+
+
 def _open_folder(folder: Path, what: str) -> int:
-    """The folder a file is written into, opened once and without following a link: a folder
-    swapped for a link after it was claimed is refused, and the file is made in the folder
-    that was opened, whatever its path names meanwhile."""
-    try:
-        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise FincheckError(_not_own(folder, what, "a link or no folder")) from None
-        raise
+    """The folder a file is written into, opened once (the file is made in the folder that was
+    opened, whatever its path names meanwhile). Inside a claimed folder it is reached one
+    component at a time without following a link: a subfolder swapped for a link after the
+    claim is refused."""
+    folder = Path(os.path.abspath(folder))
+    inside = [r for r in _CLAIMED if r == folder or r in folder.parents]
+    root = max(inside, key=lambda r: len(r.parts)) if inside else folder
+    below = folder.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    no_link = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    for depth, part in enumerate(below, start=1):
+        try:
+            step = os.open(part, no_link, dir_fd=fd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                where = root.joinpath(*below[:depth])
+                raise FincheckError(_not_own(where, what, "a link or no folder")) from None
+            raise
+        finally:
+            os.close(fd)
+        fd = step
+    return fd
 
 
 @contextlib.contextmanager
