@@ -465,11 +465,21 @@ def test_a_hand_matched_set_measures_the_judge_by_match_precision_and_recall(tmp
 
     hand = tmp_path / "hand.jsonl"
     items = [
-        {"id": "a", "summary": "s1", "predicted": ["p1", "p2"], "gold": ["g1", "g2"],
-         "expected": {"A": "A", "B": "B"}},
-        {"id": "b", "summary": "s2", "predicted": ["q1", "q2"], "gold": ["h1"],
-         "expected": {"A": "A", "B": None}},
-    ]  # fmt: skip
+        {
+            "id": "a",
+            "summary": "s1",
+            "predicted": ["p1", "p2"],
+            "gold": ["g1", "g2"],
+            "expected": {"A": "A", "B": "B"},
+        },
+        {
+            "id": "b",
+            "summary": "s2",
+            "predicted": ["q1", "q2"],
+            "gold": ["h1"],
+            "expected": {"A": "A", "B": None},
+        },
+    ]
     hand.write_text("".join(json.dumps(i) + "\n" for i in items))
     answers = {"s1": {"A": "A", "B": None}, "s2": {"A": "A", "B": "A"}}
 
@@ -519,9 +529,15 @@ def gzip_bomb(inflated_mib: int) -> bytes:
 
 
 def completion(text: str) -> dict:
-    return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}]}  # fmt: skip
+    return {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
 
 
 @pytest.mark.parametrize(
@@ -548,9 +564,15 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
     with FakeJudgeServer() as server:
         server.script = {
             "bomb": [("raw", body, "always", headers)],
-            "fine": [("raw", gzip.compress(json.dumps(completion("Yes")).encode()), "always",
-                      {"Content-Encoding": "gzip"})],
-        }  # fmt: skip
+            "fine": [
+                (
+                    "raw",
+                    gzip.compress(json.dumps(completion("Yes")).encode()),
+                    "always",
+                    {"Content-Encoding": "gzip"},
+                )
+            ],
+        }
         client = OpenAIChatClient("m", base_url=server.base_url, max_retries=0, caller=METHOD)
         tracemalloc.start()
         with pytest.raises(LLMCallError, match=re.escape(said)):
@@ -571,7 +593,8 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
     monkeypatch.setenv("ECHO_TEST_KEY", "echoed-key-5566778899")
     with FakeJudgeServer() as server:
         server.script = {"": [("ok", "Yes. (auth: echoed-key-5566778899)")]}
-        client = OpenAIChatClient("m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY",
-                                  max_retries=0, caller=METHOD)  # fmt: skip
+        client = OpenAIChatClient(
+            "m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY", max_retries=0, caller=METHOD
+        )
         answer = client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
     assert answer.text == "Yes. (auth: <redacted>)"

@@ -97,8 +97,17 @@ def test_compare_cut_short_by_a_full_disk_is_taken_up_by_its_rerun(tmp_path, mon
 
     gold = ["Yes" if i % 2 else "No" for i in range(8)]
     _write_run(tmp_path / "a", qasem_examples([0.5] * 8, gold), 0.5)
-    args = ["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--names", "x,y",
-            "--bootstrap", "10", "--out", str(tmp_path / "cmp.md")]  # fmt: skip
+    args = [
+        "compare",
+        str(tmp_path / "a"),
+        str(tmp_path / "a"),
+        "--names",
+        "x,y",
+        "--bootstrap",
+        "10",
+        "--out",
+        str(tmp_path / "cmp.md"),
+    ]
     real = compare.write_text
 
     def full_disk_at_markdown(path, text, what=""):
@@ -138,18 +147,29 @@ def _write_calls(source: str, where: str) -> list[str]:
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         owner = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
         modes = [a.value for a in node.args if isinstance(a, ast.Constant)]
-        modes += [k.value.value for k in node.keywords
-                  if k.arg == "mode" and isinstance(k.value, ast.Constant)]  # fmt: skip
+        modes += [
+            k.value.value
+            for k in node.keywords
+            if k.arg == "mode" and isinstance(k.value, ast.Constant)
+        ]
         writing_mode = any(isinstance(m, str) and set(m) & set("wax+") for m in modes)
         if (
-            (isinstance(func, ast.Attribute) and name in {"write_text", "write_bytes", "touch",
-                                                          "rename", "symlink_to", "hardlink_to"})
+            (
+                isinstance(func, ast.Attribute)
+                and name
+                in {"write_text", "write_bytes", "touch", "rename", "symlink_to", "hardlink_to"}
+            )
             or (name == "open" and owner != "os" and writing_mode)
             or (owner == "os" and name in {"open", "replace", "rename", "link", "symlink"})
             or (owner == "shutil" and name in {"copy", "copy2", "copyfile", "move", "copytree"})
-            or (isinstance(func, ast.Attribute) and name == "replace" and owner != "dataclasses"
-                and len(node.args) == 1 and not isinstance(node.args[0], ast.Constant))
-        ):  # fmt: skip
+            or (
+                isinstance(func, ast.Attribute)
+                and name == "replace"
+                and owner != "dataclasses"
+                and len(node.args) == 1
+                and not isinstance(node.args[0], ast.Constant)
+            )
+        ):
             found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:80]}")
     return found
 
@@ -175,10 +195,19 @@ def test_every_product_write_goes_through_safe_files():
 def test_the_write_finder_sees_each_route():
     """The containment check is only as good as its finder: each spelling of a write is seen."""
     routes = [
-        "p.write_text('x')", "p.write_bytes(b'x')", "open(p, 'w')", "p.open('a')",
-        "open(p, mode='x')", "os.open(p, 1)", "os.replace(a, b)", "os.rename(a, b)",
-        "p.rename(q)", "tmp.replace(path)", "shutil.copyfile(a, b)", "p.touch()",
-    ]  # fmt: skip
+        "p.write_text('x')",
+        "p.write_bytes(b'x')",
+        "open(p, 'w')",
+        "p.open('a')",
+        "open(p, mode='x')",
+        "os.open(p, 1)",
+        "os.replace(a, b)",
+        "os.rename(a, b)",
+        "p.rename(q)",
+        "tmp.replace(path)",
+        "shutil.copyfile(a, b)",
+        "p.touch()",
+    ]
     harmless = [
         "s.replace('a', 'b')",
         "open(p)",

@@ -288,8 +288,9 @@ def test_a_hub_that_never_answers_is_given_up_on_at_the_deadline(
 
     hub.silent.add(silent)
     start = time.monotonic()
-    code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny",
-                 "--hub-timeout", "1.5"])  # fmt: skip
+    code = main(
+        ["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny", "--hub-timeout", "1.5"]
+    )
     assert time.monotonic() - start < 10
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1
@@ -552,8 +553,10 @@ def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path,
     repo = tmp_path / "repo"
     publish(run_dir, "me/tiny", dry_run=repo)
     assert sorted(p.name for p in (repo / "prompts").iterdir()) == [
-        "fhsumbench.txt", "final.txt", "qasem.txt"
-    ]  # fmt: skip
+        "fhsumbench.txt",
+        "final.txt",
+        "qasem.txt",
+    ]
     card = (repo / "README.md").read_text()
     snippet = re.search(r"Without fincheck.*?```python\n(.*?)```", card, flags=re.S).group(1)
     snippet = snippet.replace('repo = "me/tiny"', f'repo = "{repo}"').replace(

@@ -315,8 +315,12 @@ def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):
         (run / name).write_bytes((checkpoint / name).read_bytes())
     write_run_files(run, "max_steps: 4\n", {"fingerprint": "f"}, {"tasks": ["qasem"]})
     record = json.loads((run / "fincheck_run.json").read_text())
-    assert set(record["files"]) == {"adapter_model.safetensors", "adapter_config.json",
-                                    "recipe.yaml", "data_manifest.json"}  # fmt: skip
+    assert set(record["files"]) == {
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "recipe.yaml",
+        "data_manifest.json",
+    }
     assert load_run(run).tasks == ["qasem"]
     (run / "adapter_model.safetensors").write_bytes(b"")  # cut short
     (run / "recipe.yaml").write_text("max_steps: 5\n")  # edited
