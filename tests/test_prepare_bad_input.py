@@ -188,3 +188,47 @@ def test_final_release_dev_items_stay_out_of_test(tmp_path, data_dir):
     ]
     assert test_ids == ["t1", "t2"] and "d1" in dev_ids
     assert manifest["counts"]["final"]["dev"]["pairs"] == 486 + 1
+
+
+def test_a_download_that_drips_is_stopped_as_stalled(tmp_path, monkeypatch):
+    """A server that sends a few bytes at a time never trips a socket's read timeout: a window
+    that brings fewer bytes than the floor stops the download (the same copy serves the data
+    sources and the models' wheels), and nothing is left in the cache."""
+    import dataclasses
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from fincheck.io import bounded_http
+
+    class Drip(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            try:
+                for _ in range(200):
+                    self.wfile.write(b"x" * 10)
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    monkeypatch.setattr(bounded_http, "STALLED_WINDOW_S", 0.5)
+    monkeypatch.setattr(bounded_http, "STALLED_BYTES", 1_000)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/test.jsonl"
+        source = dataclasses.replace(qasem.TEST, url=url)
+        start = time.monotonic()
+        with pytest.raises(FincheckError, match=r"the download stalled: .* bytes in the last"):
+            resolve_source(source, None, cache_dir=tmp_path / "cache")
+        assert time.monotonic() - start < 5  # the drip alone would take 10 s
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []

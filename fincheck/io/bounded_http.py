@@ -1,4 +1,5 @@
-"""An HTTP client whose replies cost bounded memory: every LLM endpoint's reply is read through it.
+"""HTTP replies read with bounds: an LLM endpoint's in memory (`bounded_http_client`), a download
+in time (`copy_download`).
 
 An OpenAI-compatible endpoint is untrusted input. A reply's body is capped as it arrives and,
 when it comes compressed, as it is inflated (a 1 MB gzip reply can inflate to 1 GB): past
@@ -9,6 +10,7 @@ them itself, so the HTTP library never inflates anything unbounded.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -80,3 +82,34 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
     them."""
     hooks = {"request": [_ask_for_what_is_read], "response": [_bound(cap)]}
     return httpx.Client(event_hooks=hooks, limits=LIMITS, follow_redirects=True, **client_options)
+
+
+# A download that brings fewer than this many bytes in this many seconds has stalled (a server
+# that drips a byte at a time never trips a socket's read timeout): as curl's --speed-limit.
+STALLED_BYTES, STALLED_WINDOW_S = 10_000, 60.0
+
+
+class DownloadStalled(OSError):
+    """A download slower than `STALLED_BYTES` in `STALLED_WINDOW_S`."""
+
+
+def copy_download(response: Any, out: Any, chunk: int = 1 << 20) -> int:
+    """`response` (a file-like HTTP reply) copied into `out`, stopped with `DownloadStalled`
+    when a whole window brings fewer than `STALLED_BYTES`: a bounded time for any download,
+    whatever its size. Returns the bytes copied."""
+    total, window_start, window_bytes = 0, time.monotonic(), 0
+    while True:
+        data = response.read1(chunk) if hasattr(response, "read1") else response.read(chunk)
+        if not data:
+            return total
+        out.write(data)
+        total += len(data)
+        window_bytes += len(data)
+        now = time.monotonic()
+        if now - window_start >= STALLED_WINDOW_S:
+            if window_bytes < STALLED_BYTES:
+                raise DownloadStalled(
+                    f"the download stalled: {window_bytes} bytes in the last "
+                    f"{now - window_start:.0f} s (fewer than {STALLED_BYTES:,})"
+                )
+            window_start, window_bytes = now, 0

