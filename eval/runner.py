@@ -99,7 +99,9 @@ def answer_tasks(
     return summary
 
 
-def _record_served(opts: EvalOptions | BaselineOptions, answerer: Answerer, earlier: list[str]):
+def _record_served(
+    opts: EvalOptions | BaselineOptions, answerer: Answerer, earlier: list[str]
+) -> None:
     """The models the endpoint said it served, added to the folder's, never overwritten."""
     if served := answerer.served_models():
         record_loaded(opts.predictions_dir, served_models=sorted({*earlier, *served}))

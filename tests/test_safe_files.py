@@ -231,6 +231,11 @@ def test_a_cache_named_by_an_option_is_appended_to_only_if_it_is_fincheck_s(tmp_
     with pytest.raises(FincheckError, match=r"notes\.jsonl:1: not a fincheck request cache"):
         RequestCache(notes)
     assert notes.read_text() == '{"id": 1, "text": "mine"}\n{"id": 2}\n'
+    one_line = tmp_path / "todo.txt"
+    one_line.write_text("buy milk")  # one line, no newline: not a torn cache record either
+    with pytest.raises(FincheckError, match="not a fincheck request cache"):
+        RequestCache(one_line)
+    assert one_line.read_text() == "buy milk"
     cache = tmp_path / "judge_cache.jsonl"
     cache.write_text(json.dumps({"key": "k", "response": "r"}) + '\n{"key": "to')  # torn
     shared = RequestCache(cache)

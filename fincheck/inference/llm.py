@@ -90,10 +90,10 @@ class RequestCache:
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    # a line torn by a crash is skipped; a file that does not start with a
-                    # cache record is someone else's (`--judge-cache notes.jsonl`): never
-                    # appended to
-                    if number == 1 and "\n" in text:
+                    # a line torn by a crash is skipped; a file that does not start as a
+                    # cache record does (json.dumps of {"key": ...}) is someone else's
+                    # (`--judge-cache notes.jsonl`): never appended to
+                    if number == 1 and not line.startswith('{"key": '):
                         raise FincheckError(
                             f"{self.path}:1: not a fincheck request cache (each line "
                             '{"key": ..., "response": ...}); give a cache fincheck wrote or a '
