@@ -143,9 +143,11 @@ class OpenAIChatClient(ChatClient):
         choice = response.choices[0]  # checked by `reply_problem`: one, with a text message
         # stripped as the local path strips its decoded answer: the same tokens, the same text
         # (a served answer cut at the budget may end in the newline a local one loses)
+        served = getattr(response, "model", None)
         return Completion(  # redacted: an endpoint that echoes a held key writes it nowhere
             redact(without_lone_surrogates(choice.message.content)).strip(),
             hit_budget(choice, response, sampling.get("max_tokens")),
+            served if isinstance(served, str) else None,
         )
 
     def p_yes(

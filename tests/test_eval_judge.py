@@ -65,9 +65,11 @@ def test_paper_matching_example_gives_two_thirds(server, make_judge, data_dir):
     assert figures["precision"] == pytest.approx(example["expected"]["precision"])
     assert figures["recall"] == pytest.approx(example["expected"]["recall"])
     assert server.auth_headers == [f"Bearer {SENTINEL_KEY}"]
-    # the key is sent to the endpoint but never written to the cache
+    # the key is sent to the endpoint but never written to the cache; the cache keeps what the
+    # endpoint said it served with each answer (a rerun must not mix two judges)
     cache_text = (Path(make_judge().cache.path)).read_text()
-    assert SENTINEL_KEY not in cache_text and "fake-judge" not in cache_text
+    assert SENTINEL_KEY not in cache_text
+    assert {json.loads(line)["served"] for line in cache_text.splitlines()} == {"fake-judge"}
 
 
 def test_429_retry_after_is_honoured(server, make_judge):
@@ -598,3 +600,20 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
         )
         answer = client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
     assert answer.text == "Yes. (auth: <redacted>)"
+
+
+def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge):
+    """What the judge endpoint said it served is kept with each cached answer: a rerun whose
+    endpoint now serves another model, beside answers cached from the first, stops instead of
+    scoring with two judges; the served model is named in the judge's identity."""
+    server.script["S-one"] = [("ok", '{"A": "A"}')]
+    first = make_judge()
+    first.match_many([("S-one", ["p"], ["g"])], concurrency=1, progress=False)
+    assert first.identity["served_models"] == ["fake-judge"]
+    served_b = {**completion('{"A": "A"}'), "model": "judge-b"}
+    server.script["S-two"] = [("raw", json.dumps(served_b), "always")]
+    requests = [("S-one", ["p"], ["g"]), ("S-two", ["p"], ["g"])]
+    with pytest.raises(
+        FincheckError, match=r"judge's answers came from 2 models \(fake-judge, judge-b"
+    ):
+        make_judge().match_many(requests, concurrency=1, progress=False)

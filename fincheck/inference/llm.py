@@ -26,11 +26,12 @@ from fincheck.io.safe_files import append_line, read_own_text
 
 @dataclass(frozen=True)
 class Completion:
-    """An answer's text, and whether it was cut at the token budget (True), ended on its own
-    (False), or the client cannot tell (None)."""
+    """An answer's text, whether it was cut at the token budget (True), ended on its own
+    (False), or the client cannot tell (None), and the model an endpoint said answered it."""
 
     text: str
     cut: bool | None = None
+    served: str | None = None
 
 
 def as_completion(answer: str | Completion) -> Completion:
@@ -80,6 +81,7 @@ class RequestCache:
         self.path = Path(path) if path else None
         self._entries: dict[str, str] = {}
         self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
+        self._served: dict[str, str] = {}  # the model an endpoint said answered
         self._lock = threading.Lock()
         if self.path and (self.path.exists() or self.path.is_symlink()):
             text = read_own_text(self.path, "the request cache")
@@ -89,6 +91,8 @@ class RequestCache:
                     self._entries[record["key"]] = record["response"]
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
+                    if isinstance(record.get("served"), str):
+                        self._served[record["key"]] = record["served"]
                 except (json.JSONDecodeError, KeyError, TypeError):
                     # a line torn by a crash is skipped; a file that does not start as a
                     # cache record does (json.dumps of {"key": ...}) is someone else's
@@ -130,13 +134,23 @@ class RequestCache:
         with self._lock:
             return self._cut.get(key)
 
-    def put(self, key: str, response: str, cut: bool | None = None) -> None:
+    def served(self, key: str) -> str | None:
+        """The model an endpoint said answered (None: not recorded, or a local model)."""
+        with self._lock:
+            return self._served.get(key)
+
+    def put(
+        self, key: str, response: str, cut: bool | None = None, served: str | None = None
+    ) -> None:
         with self._lock:
             self._entries[key] = response
             record: dict = {"key": key, "response": response}
             if cut is not None:
                 self._cut[key] = cut
                 record["cut"] = cut
+            if served is not None:
+                self._served[key] = served
+                record["served"] = served
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 append_line(self.path, json.dumps(record, ensure_ascii=False) + "\n")

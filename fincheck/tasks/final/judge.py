@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
@@ -147,6 +148,7 @@ class JudgeResult:
     raw: list[str] = field(default_factory=list)
     error: str | None = None
     calls: int = 0  # requests sent over the wire (cache hits excluded)
+    served: str | None = None  # the model an endpoint said answered (cached answers included)
 
 
 @dataclass
@@ -156,23 +158,29 @@ class MatchingJudge:
     prompt: JudgePrompt = field(default_factory=JudgePrompt.load)
     sampling: dict = field(default_factory=lambda: dict(DEFAULT_SAMPLING))
 
+    served: list[str] = field(default_factory=list)  # what the endpoint said it served
+
     @property
-    def identity(self) -> dict[str, str]:
-        """The client, the prompt and its version: what FINAL's figures and results.json name."""
+    def identity(self) -> dict[str, Any]:
+        """The client, the prompt and its version, and the model the endpoint said served the
+        answers: what FINAL's figures and results.json name."""
         return {
             **self.client.identity,
             "prompt": self.prompt.name,
             "prompt_version": self.prompt.version,
+            **({"served_models": self.served} if self.served else {}),
         }
 
     def _ask(self, messages: list[dict[str, str]], result: JudgeResult) -> str:
         key = RequestCache.key(self.client.identity, self.prompt.version, messages, self.sampling)
         cached = self.cache.get(key)
         if cached is not None:
+            result.served = self.cache.served(key)
             return cached
         result.calls += 1
         response = as_completion(self.client.complete(messages, self.sampling))
-        self.cache.put(key, response.text, response.cut)
+        self.cache.put(key, response.text, response.cut, response.served)
+        result.served = response.served
         return response.text
 
     def match(self, summary: str, predicted: Sequence[str], gold: Sequence[str]) -> JudgeResult:
@@ -226,4 +234,14 @@ class MatchingJudge:
             progress,
             "judging FINAL",
         )
-        return [results[item.id] for item in items]
+        answers = [results[item.id] for item in items]
+        served = sorted({a.served for a in answers if a.served})
+        if len(served) > 1:  # a judge cache filled while the endpoint served another model
+            raise FincheckError(
+                f"the judge's answers came from {len(served)} models ({', '.join(served)}: what "
+                "the endpoint said it served, cached answers included): the figures would mix "
+                "two judges; score with a new --judge-cache, or against the endpoint that "
+                "served the cached answers"
+            )
+        self.served = served
+        return answers
