@@ -1,7 +1,7 @@
 """Opening a file fincheck writes: never through a link of any kind, never into something that
 is not a plain file of its own.
 
-Every file fincheck writes goes through this module (tests/test_layering.py holds the rest of
+Every file fincheck writes goes through this module (tests/test_safe_files.py holds the rest of
 the product to it):
 
 - `replaced_file` / `write_text` / `write_bytes`: a whole output (a report, a record, a JSONL
