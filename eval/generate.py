@@ -11,8 +11,9 @@ llama.cpp, `transformers serve`: `EndpointBackend`).
     skipped (resume), the rest answered and appended, flushed per batch.
 
 The model sees `messages[:-1]` (system + user) through the chat template with the generation
-prompt, exactly as training rendered the prompt part. A task that `reads_p_yes` (QASem) also
-gets p_yes = P(Yes)/(P(Yes)+P(No)) at the first answer position.
+prompt, exactly as training rendered the prompt part. A task with a `first_word_share` also gets
+its p_yes at the first answer position: QASem P(Yes)/(P(Yes)+P(No)), FINAL P(a list opens)
+against P("None").
 
 A backend (`Backend`) says what identifies it before it starts (`requested`: a resume under
 other values is refused before a model loads), what it turned out to be (`loaded`), which
@@ -234,17 +235,17 @@ class LocalBackend(Backend):
         length-sorted batches, greedy `generate`. Both run the longest batch first (an
         out-of-memory shows at once), the rest in a seeded random order (a steady ETA)."""
         model, tokenizer = self.fitter.model, self.fitter.tokenizer
-        reads_p_yes, size = get_task(task).reads_p_yes, self.opts.batch_size
+        share, size = get_task(task).first_word_share, self.opts.batch_size
         prompts = [fits[p.id].text for p in todo]
         if self.opts.prefix_reuse:
             for a in answer_prompts(
-                model, tokenizer, prompts, budget, batch_size=size, want_p_yes=reads_p_yes
+                model, tokenizer, prompts, budget, batch_size=size, share=share
             ):
                 write(AnsweredBatch([todo[i] for i in a.indices], a.texts, a.p_yes, a.cut))
             return []
         for positions in walk_order(leaf_batches([len(p) for p in prompts], size), []):
             batch = [prompts[k] for k in positions]
-            texts, p_yes = generate_batch(model, tokenizer, batch, budget, reads_p_yes)
+            texts, p_yes = generate_batch(model, tokenizer, batch, budget, share)
             write(AnsweredBatch([todo[k] for k in positions], texts, p_yes))
         return []
 
@@ -278,12 +279,12 @@ class EndpointBackend(Backend):
         """Each prompt answered as its own call, written as it comes; a call that fails for
         good fails its example (returned "id: reason"; a rerun asks again)."""
         version = f"fincheck-{task}-{load_prompt(task).hash}"
-        reads_p_yes = get_task(task).reads_p_yes
+        share = get_task(task).first_word_share
 
         def ask(pair: Pair) -> AnsweredBatch:
             self.llm.start_example()
             messages = fits[pair.id].messages
-            p_yes = self.llm.p_yes(messages, version) if reads_p_yes else None
+            p_yes = self.llm.p_yes(messages, version, share=share) if share else None
             text = self.llm.ask(messages, version, max_tokens=budget)
             return AnsweredBatch([pair], [text], [p_yes], [self.llm.last_cut])
 

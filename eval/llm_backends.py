@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import PromptDoesNotFit, one_line
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
@@ -151,10 +152,13 @@ class OpenAIChatClient(ChatClient):
         )
 
     def p_yes(
-        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+        self,
+        messages: list[dict[str, str]],
+        span: Sequence[int] | None = None,
+        share: FirstWordShare = YES_NO,
     ) -> float | None:
         """P(Yes)/(P(Yes)+P(No)) over the first token's top logprobs (spellings: Yes, yes, YES,
-        with or without a leading space); None when the endpoint's reply has no logprobs or
+        with or without a leading space; `share`: another task's two words); None when the endpoint's reply has no logprobs or
         neither word is among them (the answer is then read from the text). A call that fails
         raises LLMCallError: the example fails and a rerun asks again (never "no logprobs")."""
         if "logprobs" in self._refused_params:  # said once already; the text is scored
@@ -167,12 +171,15 @@ class OpenAIChatClient(ChatClient):
         if top is None:  # a well-formed reply without them
             self._say_once(
                 "no_logprobs",
-                f"{self._where} returns no logprobs: QASem is "
-                "scored from the answers' text (the AUC of hard 0/1 scores; the report says so)",
+                f"{self._where} returns no logprobs, so no p_yes: QASem is scored from the "
+                "answers' text (the AUC of hard 0/1 scores; the report says so), FINAL has no "
+                "flag score",
             )
             return None
-        yes = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "yes")
-        no = sum(math.exp(t.logprob) for t in top if t.token.strip().lower() == "no")
+        yes, no = (
+            sum(math.exp(t.logprob) for t in top if t.token.strip().lower() in words)
+            for words in ({w.strip().lower() for w in side} for side in (share.yes, share.no))
+        )
         return yes / (yes + no) if yes + no > 0 else None
 
     def _say_once(self, what: str, line: str) -> None:
@@ -514,9 +521,12 @@ class TransformersChatClient(ChatClient):
         return self._submit(("generate", max_new), self._prompt(messages, span, max_new))
 
     def p_yes(
-        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+        self,
+        messages: list[dict[str, str]],
+        span: Sequence[int] | None = None,
+        share: FirstWordShare = YES_NO,
     ) -> float | None:
-        return self._submit(("p_yes", 8), self._prompt(messages, span, 8))
+        return self._submit(("p_yes", 8, share), self._prompt(messages, span, 8))
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -529,7 +539,7 @@ class TransformersChatClient(ChatClient):
         self.trimmed += fit.trimmed
         return fit.text
 
-    def _submit(self, kind: tuple[str, int], prompt: str):
+    def _submit(self, kind: tuple, prompt: str):
         with self._start_lock:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, daemon=True)
@@ -550,11 +560,10 @@ class TransformersChatClient(ChatClient):
                 prompts = [item[1] for item in group]
                 model, tokenizer = self.loaded.model, self.loaded.tokenizer
                 want_p_yes = kind[0] == "p_yes"
+                share = kind[2] if want_p_yes else None
                 try:
                     with self._tokenizer_lock:  # prompts over one document share its prefix
-                        answers = answer_in_order(
-                            model, tokenizer, prompts, kind[1], want_p_yes=want_p_yes
-                        )
+                        answers = answer_in_order(model, tokenizer, prompts, kind[1], share=share)
                     values = (
                         answers.p_yes
                         if want_p_yes

@@ -149,7 +149,7 @@ class Detector:
             [prompt for prompt, _ in rendered],
             budget,
             batch_size=self.batch_size,
-            want_p_yes=get_task(task).reads_p_yes,
+            share=get_task(task).first_word_share,
         )
         return [
             RawOutput(text, answers.p_yes[i] if answers.p_yes else None, rendered[i][1])

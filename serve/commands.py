@@ -26,9 +26,10 @@ examples:
 
 input lines (JSONL): {"id"?, "text", "summary"} for descriptions + a hallucination class;
   {"id"?, "text", "sentence", "question", "answer"} for a QASem support score p(Yes).
-output: {"id", "descriptions": [...], "consistent": bool, "label": "no_hallu|factual_hallu|
-  non_factual_hallu|invalid"} or {"id", "p_yes": float, "supported": bool}; "trimmed": true
-  when the document was cut to fit the model's window.
+output: {"id", "descriptions": [...], "consistent": bool, "flag_score": float, "label":
+  "no_hallu|factual_hallu|non_factual_hallu|invalid"} or {"id", "p_yes": float, "supported":
+  bool}; "flag_score" ranks summaries by P(a list opens) against P("None") before the list is
+  written; "trimmed": true when the document was cut to fit the model's window.
 """
 
 MERGE_EXAMPLES = """\

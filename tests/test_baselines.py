@@ -764,7 +764,8 @@ def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_d
         assert json.dumps(fit.messages) in sent
         trimmed += fit.trimmed
     assert trimmed == 2  # two of the four prompts are longer than 330 tokens
-    assert len(server.requests) == 4 and {r["max_tokens"] for r in server.requests} == {128}
+    # each summary: its answer at the fitted budget, and its first word's share (p_yes, 1 token)
+    assert sorted(r["max_tokens"] for r in server.requests) == [1] * 4 + [128] * 4
     config = json.loads((out / "predictions" / "eval_config.json").read_text())
     assert config["tokenizer"].startswith(f"{tiny_base.name} sha256:") and config["window"] == 512
 

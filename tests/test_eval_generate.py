@@ -14,6 +14,7 @@ import torch
 from fincheck.commands.cli import main
 from fincheck.data import pairs as pairs_module
 from fincheck.data.pairs import Pair, Prediction, read_pairs
+from fincheck.data.prompting import NO_SPELLINGS, YES_NO, YES_SPELLINGS
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
 from fincheck.inference import generation as inference
@@ -61,13 +62,13 @@ def _independent_p_yes(model, tokenizer, prompt: str) -> float:
             )
         return total
 
-    yes, no = prob_of(inference.YES_SPELLINGS), prob_of(inference.NO_SPELLINGS)
+    yes, no = prob_of(YES_SPELLINGS), prob_of(NO_SPELLINGS)
     return yes / (yes + no)
 
 
 def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared_dir):
     model, tokenizer = _load(tiny_base)
-    spellings = inference.answer_spellings(tokenizer, inference.YES_SPELLINGS)
+    spellings = inference.answer_spellings(tokenizer, YES_SPELLINGS)
     assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)  # both paths
     pairs = list(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names()))
     pairs = sorted(pairs[:40], key=lambda p: len(p.user_content))[::13][
@@ -76,13 +77,11 @@ def test_p_yes_batched_equals_unbatched_sequence_probability(tiny_base, prepared
     prompts = [render_prompt(tokenizer, p) for p in pairs]
     assert len({len(p) for p in prompts}) == 3  # so the batch really is left-padded
     texts, p_yes = inference.generate_batch(
-        model, tokenizer, prompts, max_new_tokens=3, want_p_yes=True
+        model, tokenizer, prompts, max_new_tokens=3, share=YES_NO
     )
     for prompt, text, value in zip(prompts, texts, p_yes, strict=True):
         assert value == pytest.approx(_independent_p_yes(model, tokenizer, prompt), abs=1e-4)
-        alone, _ = inference.generate_batch(
-            model, tokenizer, [prompt], max_new_tokens=3, want_p_yes=False
-        )
+        alone, _ = inference.generate_batch(model, tokenizer, [prompt], max_new_tokens=3)
         assert alone == [text]  # left padding does not change greedy outputs
 
 
@@ -328,9 +327,7 @@ def test_generation_is_plain_greedy_whatever_the_model_config_says(tiny_base):
         tokenize=False,
         add_generation_prompt=True,
     )
-    texts, _ = inference.generate_batch(
-        model, tokenizer, [prompt], max_new_tokens=5, want_p_yes=False
-    )
+    texts, _ = inference.generate_batch(model, tokenizer, [prompt], max_new_tokens=5)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
     for _ in range(5):  # argmax, token by token
         with torch.no_grad():

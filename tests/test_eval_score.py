@@ -4,6 +4,7 @@ prediction files fail with file:line, judge failures make the command exit non-z
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import ClassVar
@@ -807,3 +808,54 @@ def test_a_hand_match_sheet_from_scored_runs_measures_a_judge(scored_run, prepar
     with pytest.raises(SystemExit):  # a filled sheet is never overwritten
         sheet_module.main([*args, "--out", str(sheet)])
     assert sheet.read_text() == filled
+
+
+def test_final_flag_score_its_auc_and_a_dev_threshold_by_hand(prepared_dir, tmp_path, capsys):
+    """FINAL's p_yes (a list against "None", read before the list): its ROC-AUC, the threshold
+    that maximises binarized BAcc on one run, and a second run scored with it, where lists
+    below the threshold are held back (the summary called consistent), all by hand."""
+    pairs = list(read_pairs(prepared_dir / "final" / "test.jsonl", task_names()))
+    listed = [p for p in pairs if p.target != "None"][:4]
+    empty = [p for p in pairs if p.target == "None"][:4]
+    scores = (0.9, 0.7, 0.6, 0.3, 0.8, 0.5, 0.4, 0.2)  # four inconsistent, four consistent
+    flag = dict(zip((p.id for p in listed + empty), scores, strict=True))
+    path = tmp_path / "run" / "predictions" / "final.jsonl"
+    # the detector flags every summary, as the first three-task adapter did
+    output = "A. The year is wrong."
+    _write(
+        path, [{"id": i, "task": "final", "output": output, "p_yes": p} for i, p in flag.items()]
+    )
+    args = ["score", "--data", str(prepared_dir), "--predictions", str(path.parent)]
+    args += ["--tasks", "final", "--judge", "none", "--bootstrap", "20", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    plain = json.loads((tmp_path / "a" / "results.json").read_text())["tasks"]["final"]
+    # 11 of the 16 (inconsistent, consistent) pairs are ranked right
+    assert plain["flag_auc"] == pytest.approx(11 / 16)
+    assert plain["binary_bacc"] == 0.5  # everything flagged
+    # sweeping up 0.2 0.3 0.4 0.5 | 0.6 0.7 0.8 0.9: at 0.55, 3 of 4 found, 3 of 4 passed
+    assert plain["best_threshold"] == {"threshold": 0.55, "bacc": pytest.approx(0.75)}
+    assert main([*args, "--threshold", "final=0.55", "--out", str(tmp_path / "b")]) == 0
+    chosen = json.loads((tmp_path / "b" / "results.json").read_text())["tasks"]["final"]
+    assert chosen["binary_bacc"] == pytest.approx(0.75)
+    assert chosen["binary_precision"] == pytest.approx(3 / 4)  # 0.9 0.7 0.6 right, 0.8 wrong
+    assert chosen["n_held_back"] == 4 and chosen["n_without_p_yes"] == 0
+    scored = {
+        r["id"]: r for r in map(json.loads, (tmp_path / "b" / "scored" / "final.jsonl").open())
+    }
+    assert {i for i, r in scored.items() if r.get("held_back")} == {
+        i for i, p in flag.items() if p < 0.55
+    }
+    assert all(r["predicted"] == [] for r in scored.values() if r.get("held_back"))
+    report = (tmp_path / "b" / "report.md").read_text()
+    assert "Flagged by the threshold 0.55 on p_yes" in report and "4 lists held back" in report
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "20"]) == 0
+    assert "flag ROC-AUC" in capsys.readouterr().out
+    # one prediction without p_yes: no AUC, and its list keeps the text's verdict
+    records = [json.loads(line) for line in path.open()]
+    del records[0]["p_yes"]
+    _write(path, records)
+    assert main([*args, "--threshold", "final=0.55", "--out", str(tmp_path / "c")]) == 0
+    partial = json.loads((tmp_path / "c" / "results.json").read_text())["tasks"]["final"]
+    assert partial["n_without_p_yes"] == 1 and "best_threshold" not in partial
+    assert partial["flag_auc"] is None or math.isnan(partial["flag_auc"])

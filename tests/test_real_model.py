@@ -29,7 +29,7 @@ def test_the_fetched_model_is_the_real_one(smollm2):
     prompt = render_chat(
         loaded.tokenizer, [{"role": "user", "content": "What is the capital of France?"}], True
     )
-    texts, _ = generate_batch(loaded.model, loaded.tokenizer, [prompt], 12, want_p_yes=False)
+    texts, _ = generate_batch(loaded.model, loaded.tokenizer, [prompt], 12)
     assert "Paris" in texts[0]
 
 

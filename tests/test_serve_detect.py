@@ -58,7 +58,8 @@ def test_prompt_is_built_from_the_prompt_file_and_chat_template(detector):
 def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
     import torch
 
-    from fincheck.inference.generation import NO_SPELLINGS, YES_SPELLINGS, answer_spellings
+    from fincheck.data.prompting import NO_SPELLINGS, YES_SPELLINGS
+    from fincheck.inference.generation import answer_spellings
 
     p = detector.support(TEXT, SENTENCE, "What did the council approve?", "5 million euros")
     prompt, _ = detector.render(

@@ -75,10 +75,11 @@ def test_every_prompt_is_answered_once_with_a_suffix_of_its_own(ids):
 import torch  # noqa: E402
 
 from fincheck.data.pairs import read_pairs  # noqa: E402
+from fincheck.data.prompting import YES_NO, YES_SPELLINGS  # noqa: E402
 from fincheck.inference import generation as inference  # noqa: E402
 from fincheck.inference.shared_prefix import answer_prompts  # noqa: E402
 from fincheck.models.loading import load_model  # noqa: E402
-from fincheck.tasks import task_names  # noqa: E402
+from fincheck.tasks import get_task, task_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -107,16 +108,16 @@ def _prompts(tokenizer, small_prepared, task: str) -> list[str]:
     return [inference.render_chat(tokenizer, m, add_generation_prompt=True) for m in messages]
 
 
-def _answers(model, tokenizer, prompts, max_new_tokens, want_p_yes, batch_size=2, cut=None):
+def _answers(model, tokenizer, prompts, max_new_tokens, share, batch_size=2, cut=None):
     texts, p_yes = [None] * len(prompts), [None] * len(prompts)
     sizes = []
     for batch in answer_prompts(
-        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=want_p_yes
+        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, share=share
     ):
         sizes.append(len(batch.indices))
         for k, i in enumerate(batch.indices):
             texts[i] = batch.texts[k]
-            p_yes[i] = batch.p_yes[k] if want_p_yes else None
+            p_yes[i] = batch.p_yes[k] if share else None
             if cut is not None:
                 cut[i] = batch.cut[k]
     return texts, p_yes, sizes
@@ -130,11 +131,15 @@ def test_generated_texts_are_the_plain_paths(tiny, small_prepared, task):
     tree = build_prefix_tree(ids)
     assert len(tree.children) == 2  # one node per document, below the instructions
     assert count_prefill_tokens(ids, tree) < sum(map(len, ids)) / 2
-    texts, _, sizes = _answers(model, tokenizer, prompts, 6, want_p_yes=False)
+    share = get_task(task).first_word_share  # FINAL: p_yes read, the list written on
+    texts, p_yes, sizes = _answers(model, tokenizer, prompts, 6, share=share)
     assert sorted(sizes) == [1, 1, 2, 2]  # two batches of <= 2 under each document
-    for prompt, text in zip(prompts, texts, strict=True):
-        alone, _ = inference.generate_batch(model, tokenizer, [prompt], 6, want_p_yes=False)
+    for k, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
+        alone, plain_p = inference.generate_batch(model, tokenizer, [prompt], 6, share)
         assert text == alone[0]
+        if share:
+            assert p_yes[k] == pytest.approx(plain_p[0], abs=1e-5)
+    assert (share is None) == (task == "fhsumbench")
 
 
 def _generated_ids(model, tokenizer, prompt: str, max_new_tokens: int) -> list[int]:
@@ -160,11 +165,9 @@ def test_rows_leave_the_batch_at_their_end_of_turn_token(tiny, small_prepared):
     saved = model.generation_config.eos_token_id
     model.generation_config.eos_token_id = [stop]
     try:
-        expected = [
-            inference.generate_batch(model, tokenizer, [p], 24, False)[0][0] for p in prompts
-        ]
+        expected = [inference.generate_batch(model, tokenizer, [p], 24)[0][0] for p in prompts]
         cut = [None] * len(prompts)
-        texts, _, _ = _answers(model, tokenizer, prompts, 24, False, batch_size=3, cut=cut)
+        texts, _, _ = _answers(model, tokenizer, prompts, 24, None, batch_size=3, cut=cut)
     finally:
         model.generation_config.eos_token_id = saved
     assert texts == expected
@@ -177,12 +180,12 @@ def test_p_yes_is_the_plain_paths(tiny, small_prepared):
     """QASem: P(Yes) within 1e-5 of the plain path (the tiny tokenizer spells Yes/No in one
     token and in several, so both the first position and the teacher-forced rows are used)."""
     model, tokenizer = tiny
-    spellings = inference.answer_spellings(tokenizer, inference.YES_SPELLINGS)
+    spellings = inference.answer_spellings(tokenizer, YES_SPELLINGS)
     assert any(len(s) > 1 for s in spellings) and any(len(s) == 1 for s in spellings)
     prompts = _prompts(tokenizer, small_prepared, "qasem")
-    texts, p_yes, _ = _answers(model, tokenizer, prompts, 4, want_p_yes=True)
+    texts, p_yes, _ = _answers(model, tokenizer, prompts, 4, share=YES_NO)
     for prompt, text, value in zip(prompts, texts, p_yes, strict=True):
-        plain_text, plain_p = inference.generate_batch(model, tokenizer, [prompt], 4, True)
+        plain_text, plain_p = inference.generate_batch(model, tokenizer, [prompt], 4, YES_NO)
         assert value == pytest.approx(plain_p[0], abs=1e-5)
         assert plain_text[0].startswith(text) and text  # stops after Yes/No, else writes on
 

@@ -103,7 +103,7 @@ class DevFigures:
                     [task.prompts[i] for i in chosen],
                     task.max_new_tokens,
                     batch_size=self.batch_size,
-                    want_p_yes=task.task.reads_p_yes,
+                    share=task.task.first_word_share,
                 )
                 p_yes = ordered.p_yes or [None] * len(ordered.texts)
                 answers = [

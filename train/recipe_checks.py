@@ -119,7 +119,7 @@ def check_evaluation_keys(values: dict[str, Any]) -> None:
 
 
 # The mean over the dev tasks of each one's `Task.choose_by` figure (QASem AUC, FHSumBench F,
-# FINAL's binarized BAcc), computed by train/dev_eval.py: what a several-task recipe keeps its
+# FINAL's flag ROC-AUC), computed by train/dev_eval.py: what a several-task recipe keeps its
 # best adapter by.
 TASKS_MEAN = "tasks_mean"
 

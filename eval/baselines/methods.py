@@ -120,11 +120,11 @@ def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
     messages, span = prompt.messages(**values)
     span = span if "text" in prompt.fields else None
     reasoning = variant == "e2e-cot"
-    if task.reads_p_yes and not reasoning:
+    if task.answers_yes_no and not reasoning:
         p_yes = llm.p_yes(messages, prompt.hash, span)
         return MethodOutput(llm.ask(messages, prompt.hash, span, max_tokens=8), p_yes)
     text = llm.ask(messages, prompt.hash, span)
-    if task.reads_p_yes:  # reasoning first: the final Yes/No is the answer (no P(Yes))
+    if task.answers_yes_no:  # reasoning first: the final Yes/No is the answer (no P(Yes))
         cut = cut_kind(text, llm.last_cut, False, task.name)
         return MethodOutput(last_yes_no(text) or text, None, {"reasoning": text}, cut)
     cut = cut_kind(text, llm.last_cut, reasoning, task.name)

@@ -18,6 +18,24 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 
 GROUNDING_FIELD = "text"  # the placeholder holding the grounding text in every task
+YES_SPELLINGS = ("Yes", " Yes", "yes", " yes")
+NO_SPELLINGS = ("No", " No", "no", " no")
+
+
+@dataclass(frozen=True)
+class FirstWordShare:
+    """What a task's `p_yes` is: P(yes) / (P(yes) + P(no)) at the answer's first position, each
+    summed over its spellings. QASem: "Yes" against "No", and the word is the whole answer
+    (`ends_answer`: decoding stops after its first token). FINAL: a list opening ("A.")
+    against "None", read before the list is written: the flag's score, which a threshold
+    chosen on dev turns into a decision."""
+
+    yes: tuple[str, ...]
+    no: tuple[str, ...]
+    ends_answer: bool = False
+
+
+YES_NO = FirstWordShare(YES_SPELLINGS, NO_SPELLINGS, ends_answer=True)
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 

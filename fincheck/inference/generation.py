@@ -4,23 +4,28 @@ generate through these functions, so a model sees the same prompt everywhere.
     loaded = load_model(model="Qwen/Qwen2.5-0.5B-Instruct", adapter="checkpoints/run")  # .loading
     fit = fit_messages(loaded.tokenizer, messages, grounding_span, budget=1536,
                        add_generation_prompt=True)
-    texts, p_yes = generate_batch(loaded.model, loaded.tokenizer, [fit.text], 8, want_p_yes=True)
+    texts, p_yes = generate_batch(loaded.model, loaded.tokenizer, [fit.text], 8, share=YES_NO)
 
 Loading: `fincheck.models.loading` (a base, an adapter on its base, a GGUF file, a known name).
 Fitting: a prompt longer than the budget is cut at the end of its grounding text (the span in
 the user message), at a word boundary, with a " [...]" marker; never the instructions, the
 summary, the question or the target.
 Generation: plain greedy decoding with an explicit config (not the model's shipped sampling
-settings or repetition penalty), left padding, and P(Yes)/(P(Yes)+P(No)) at the first position.
+settings or repetition penalty), left padding, and a task's first-word share (P(Yes)/(P(Yes)+P(No)),
+`FirstWordShare`) at the first position, from logits computed there in fp32
+(`exact_answer_logits`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fincheck.data.prompting import FirstWordShare
 from fincheck.data.trimming import messages_text, trim_grounding
 from fincheck.errors import FincheckError
 from fincheck.io.runs import RunArtifacts
@@ -28,8 +33,6 @@ from fincheck.io.runs import RunArtifacts
 log = logging.getLogger(__name__)
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 DTYPES = ("auto", "bf16", "fp16", "fp32")
-YES_SPELLINGS = ("Yes", " Yes", "yes", " yes")
-NO_SPELLINGS = ("No", " No", "no", " no")
 
 # ------------------------------------------------------------------------ devices and dtypes
 
@@ -297,7 +300,7 @@ def fit_messages(
 # ------------------------------------------------------------------------ generation
 
 
-def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool = False):
+def greedy_config(model, tokenizer, max_new_tokens: int):
     """Plain greedy decoding. A fresh config, not the model's generation_config: instruct models
     ship sampling settings and a repetition penalty (Qwen2.5: 1.05) that would change the
     outputs; only the stop tokens are taken from it."""
@@ -311,7 +314,6 @@ def greedy_config(model, tokenizer, max_new_tokens: int, want_logits: bool = Fal
         eos_token_id=stop_tokens(model, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         return_dict_in_generate=True,
-        output_logits=want_logits,
     )
 
 
@@ -325,6 +327,51 @@ def answer_spellings(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
     """Distinct token sequences of the answer word's spellings."""
     seqs = (tuple(tokenizer(word, add_special_tokens=False)["input_ids"]) for word in words)
     return list(dict.fromkeys(ids for ids in seqs if ids))
+
+
+@contextlib.contextmanager
+def output_head_inputs(model) -> Iterator[list]:
+    """The hidden states the model's output head reads while the block runs (one tensor a
+    forward pass, (rows, kept positions, hidden)): what `exact_answer_logits` starts from."""
+    seen: list = []
+    head = model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda _module, args: seen.append(args[0].detach()))
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def exact_answer_logits(model, hidden, spellings: Sequence[tuple[int, ...]], rounded):
+    """(rows, vocab) logits at the answer position in fp32 for the spellings' first tokens,
+    -inf for every other token, from `hidden` (rows, hidden), the last hidden state there;
+    `rounded`, the model's own logits there, where they disagree by more than rounding (a
+    model whose forward changes its logits after the head in a way not known here).
+
+    A bf16 model rounds its logits to 8 bits of mantissa: between 16 and 32 a step of 0.125, so
+    sigmoid(logit Yes - logit No) takes a few values (36 QASem QAs of three references: 6) and
+    the ranking ties. The hidden state times the head's rows in fp32 gives each answer its own
+    score, for the cost of a few dot products (an fp32 head for every decoding step cost about
+    twice the time). Softmax over the answer tokens alone leaves P(yes) / (P(yes) + P(no))
+    unchanged: the full distribution's normaliser cancels in the share."""
+    import torch
+
+    head = model.get_output_embeddings()
+    ids = sorted({seq[0] for seq in spellings})
+    index = torch.tensor(ids, device=hidden.device)
+    logits = hidden.float() @ head.weight[index].float().T
+    if getattr(head, "bias", None) is not None:
+        logits = logits + head.bias[index].float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:  # as the model's own forward (Gemma)
+        logits = torch.tanh(logits / cap) * cap
+    own = rounded[:, index].float()
+    if not torch.allclose(logits, own, rtol=1 / 64, atol=0.5):  # 2x bf16's rounding, or more
+        log.warning("the model's answer logits are not its head's product: P(Yes) read from them")
+        return rounded
+    full = torch.full((hidden.shape[0], head.weight.shape[0]), -math.inf, device=hidden.device)
+    full[:, index] = logits
+    return full
 
 
 def yes_share(first_logits, yes, no, continuation) -> list[float]:
@@ -354,8 +401,11 @@ def yes_share(first_logits, yes, no, continuation) -> list[float]:
     return (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
 
 
-def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, want_p_yes: bool):
-    """Greedy outputs for a batch of rendered prompts, and p_yes per prompt when asked."""
+def generate_batch(
+    model, tokenizer, prompts: list[str], max_new_tokens: int, share: FirstWordShare | None = None
+):
+    """Greedy outputs for a batch of rendered prompts, and p_yes per prompt (`share`) when
+    asked."""
     import torch
 
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
@@ -376,13 +426,15 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, wa
         return logits[:, ids.shape[1] : ids.shape[1] + len(seq) - 1]
 
     p_yes = None
-    with torch.no_grad():
-        out = model.generate(
-            **enc, generation_config=greedy_config(model, tokenizer, max_new_tokens, want_p_yes)
-        )
-        if want_p_yes:
-            yes, no = (answer_spellings(tokenizer, w) for w in (YES_SPELLINGS, NO_SPELLINGS))
-            p_yes = yes_share(out.logits[0], yes, no, continuation)
+    config = greedy_config(model, tokenizer, max_new_tokens)
+    config.output_logits = share is not None
+    with torch.no_grad(), output_head_inputs(model) as hidden:
+        out = model.generate(**enc, generation_config=config)
+    if share:
+        yes, no = (answer_spellings(tokenizer, w) for w in (share.yes, share.no))
+        with torch.no_grad():  # hidden[0]: the prompt's pass, its last position the answer's
+            first = exact_answer_logits(model, hidden[0][:, -1], [*yes, *no], out.logits[0])
+            p_yes = yes_share(first, yes, no, continuation)
     new_tokens = out.sequences[:, ids.shape[1] :]
     texts = [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
     return texts, p_yes

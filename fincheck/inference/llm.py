@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
 from fincheck.io.safe_files import append_line, read_own_text
@@ -48,7 +49,8 @@ class ChatClient(ABC):
     """Answers a chat conversation with text. `identity` names the model and endpoint for the
     cache key. `span`: where the grounding text sits in the last user message, for a client
     that must trim it to its window (a local model); others ignore it. A client that can read
-    P(Yes) at the first answer token says so (`reads_p_yes`) and reads it (`p_yes`)."""
+    P(Yes) at the first answer token says so (`reads_p_yes`) and reads it (`p_yes`; another
+    task's first-word share, `share`, the same way)."""
 
     identity: dict[str, str]
     reads_p_yes: ClassVar[bool] = False
@@ -67,7 +69,10 @@ class ChatClient(ABC):
     ) -> str | Completion: ...
 
     def p_yes(
-        self, messages: list[dict[str, str]], span: Sequence[int] | None = None
+        self,
+        messages: list[dict[str, str]],
+        span: Sequence[int] | None = None,
+        share: FirstWordShare = YES_NO,
     ) -> float | None:
         """P(Yes)/(P(Yes)+P(No)) at the first answer token (None: not available)."""
         return None
@@ -206,16 +211,23 @@ class CachedLLM:
         return answer.text
 
     def p_yes(
-        self, messages: list[dict[str, str]], prompt_version: str, span: Sequence[int] | None = None
+        self,
+        messages: list[dict[str, str]],
+        prompt_version: str,
+        span: Sequence[int] | None = None,
+        share: FirstWordShare = YES_NO,
     ) -> float | None:
         """P(Yes) at the first answer token, cached like an answer ("none" when unavailable)."""
         if not self.client.reads_p_yes:
             return None
-        key = RequestCache.key(self.client.identity, prompt_version, messages, {"read": "p_yes"})
+        read: dict = {"read": "p_yes"}
+        if share != YES_NO:  # another task's words: another question (Yes/No keys unchanged)
+            read |= {"yes": list(share.yes), "no": list(share.no)}
+        key = RequestCache.key(self.client.identity, prompt_version, messages, read)
         self._calls.n = self.calls + 1
         cached = self.cache.get(key)
         if cached is None:
-            value = self.client.p_yes(messages, span)
+            value = self.client.p_yes(messages, span, share)
             cached = "none" if value is None else repr(float(value))
             self.cache.put(key, cached)
         return None if cached == "none" else float(cached)

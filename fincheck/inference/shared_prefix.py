@@ -29,10 +29,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fincheck.data.prompting import FirstWordShare
 from fincheck.inference.generation import (
-    NO_SPELLINGS,
-    YES_SPELLINGS,
     answer_spellings,
+    exact_answer_logits,
+    output_head_inputs,
     stop_tokens,
     yes_share,
 )
@@ -65,20 +66,21 @@ def answer_prompts(
     max_new_tokens: int,
     *,
     batch_size: int = 8,
-    want_p_yes: bool = False,
+    share: FirstWordShare | None = None,
 ) -> Iterator[Answers]:
     """Greedy answers to rendered prompts, batch by batch in the tree's order, every shared
     prefix run once.
 
-    With `want_p_yes` (a Yes/No task), P(Yes)/(P(Yes)+P(No)) comes from the first answer
-    position (a spelling of several tokens is teacher-forced as an extra row), and an answer
-    whose first token starts Yes or No stops there: P(Yes) is what is scored; any other answer
-    is decoded on so a report can show what it says.
+    With `share` (the task's first-word share), p_yes comes from the first answer position (a
+    spelling of several tokens is teacher-forced as an extra row). Where the word is the whole
+    answer (`ends_answer`: QASem's Yes/No), an answer whose first token starts one stops
+    there: p_yes is what is scored; any other answer is decoded on so a report can show what
+    it says.
     """
     import torch
 
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    runner = _TreeRunner(model, tokenizer, ids, max_new_tokens, max(1, batch_size), want_p_yes)
+    runner = _TreeRunner(model, tokenizer, ids, max_new_tokens, max(1, batch_size), share)
     with torch.no_grad():
         yield from runner.walk(build_prefix_tree(ids), None, 0)
 
@@ -90,13 +92,13 @@ def answer_in_order(
     max_new_tokens: int,
     *,
     batch_size: int = 8,
-    want_p_yes: bool = False,
+    share: FirstWordShare | None = None,
 ) -> Answers:
     """`answer_prompts` collected in the prompts' order (`indices` 0..n-1)."""
     n = len(prompts)
-    out = Answers(list(range(n)), [""] * n, [0.0] * n if want_p_yes else None, [False] * n)
+    out = Answers(list(range(n)), [""] * n, [0.0] * n if share else None, [False] * n)
     for batch in answer_prompts(
-        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, want_p_yes=want_p_yes
+        model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, share=share
     ):
         for k, i in enumerate(batch.indices):
             out.texts[i], out.cut[i] = batch.texts[k], batch.cut[k]
@@ -127,17 +129,20 @@ def walk_order(batches: list[list[int]], children: list[PrefixNode]) -> list:
 class _TreeRunner:
     """The depth-first walk of one prefix tree: caches, suffix batches, greedy decoding."""
 
-    def __init__(self, model, tokenizer, ids, max_new_tokens: int, batch_size: int, p_yes: bool):
+    def __init__(self, model, tokenizer, ids, max_new_tokens: int, batch_size: int, share=None):
         self.model, self.tokenizer, self.ids = model, tokenizer, ids
-        self.max_new_tokens, self.batch_size, self.want_p_yes = max_new_tokens, batch_size, p_yes
+        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        self.want_p_yes = share is not None
         self.device = model.device
         self.cache_arg = cache_argument()
-        self.yes = answer_spellings(tokenizer, YES_SPELLINGS)
-        self.no = answer_spellings(tokenizer, NO_SPELLINGS)
+        self.yes = answer_spellings(tokenizer, share.yes) if share else []
+        self.no = answer_spellings(tokenizer, share.no) if share else []
         # spellings of several tokens are teacher-forced: one extra row per (prompt, spelling)
-        self.longer = [s for s in (*self.yes, *self.no) if len(s) > 1] if p_yes else []
+        self.longer = [s for s in (*self.yes, *self.no) if len(s) > 1]
         self.keep = max([1, *(len(s) for s in self.longer)])  # logits positions to compute
-        self.answer_starts = {s[0] for s in (*self.yes, *self.no)}
+        # a first token that starts the answer word ends an answer that is only that word
+        ends = bool(share and share.ends_answer)
+        self.answer_starts = {s[0] for s in (*self.yes, *self.no)} if ends else set()
         eos = stop_tokens(model, tokenizer)
         self.eos = set(eos if isinstance(eos, list) else [eos])
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -187,11 +192,16 @@ class _TreeRunner:
         if cache is not None:
             cache = copy.deepcopy(cache)
             cache.batch_repeat_interleave(len(rows))
-        logits, cache = self.forward(
-            cache, self.keep, input_ids=input_ids, attention_mask=mask, position_ids=positions
-        )
+        with output_head_inputs(self.model) as hidden:
+            logits, cache = self.forward(
+                cache, self.keep, input_ids=input_ids, attention_mask=mask, position_ids=positions
+            )
         last = logits[:n, -1]
-        p_yes = self.p_yes(last, logits[n:]) if self.want_p_yes else None  # fp32 inside
+        p_yes = None
+        if self.want_p_yes:  # the answer position's logits in fp32 (`exact_answer_logits`)
+            spellings = [*self.yes, *self.no]
+            first = exact_answer_logits(self.model, hidden[0][:n, -1], spellings, last)
+            p_yes = self.p_yes(first, logits[n:])
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
         texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
@@ -225,7 +235,7 @@ class _TreeRunner:
                 # it (decoding skips it when it is a special token, as end-of-turn tokens are)
                 if token in self.eos:
                     continue
-                if not (step == 0 and self.want_p_yes and token in self.answer_starts):
+                if not (step == 0 and token in self.answer_starts):
                     keep.append(r)
             if not keep:
                 break

@@ -9,6 +9,7 @@ lists, cheap to call inside a bootstrap loop.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from collections.abc import Hashable, Sequence
@@ -37,6 +38,31 @@ def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float:
         if members:
             recalls.append(sum(bool(p) is cls for p in members) / len(members))
     return sum(recalls) / len(recalls) if recalls else math.nan
+
+
+def threshold_peak(
+    scores: Sequence[float], gold: Sequence[bool], at_half: Sequence[bool], middle: float = 0.5
+) -> tuple[float, float]:
+    """(threshold, BAcc): the threshold that maximises BAcc (both classes present), predicting
+    positive iff score >= threshold, placed halfway between two neighbouring scores (ties: the
+    one nearest `middle`); `at_half`, the predictions at `middle`, are the start to beat. One
+    sweep up the sorted scores: below each candidate lie the examples called negative."""
+    _check_lengths(scores, gold)
+    ranked = sorted(zip(scores, gold, strict=True))
+    positives = sum(g for _, g in ranked)
+    negatives = len(ranked) - positives
+    best = ((-1.0, -1.0), middle, balanced_accuracy(gold, at_half))
+    positive_below = negative_below = 0
+    for (score, g), (following, _) in itertools.pairwise(ranked):
+        positive_below, negative_below = positive_below + g, negative_below + (not g)
+        if following == score:
+            continue
+        threshold = (score + following) / 2
+        bacc = ((positives - positive_below) / positives + negative_below / negatives) / 2
+        key = (round(bacc, 12), -abs(threshold - middle))
+        if key > best[0]:
+            best = key, threshold, bacc
+    return best[1], best[2]
 
 
 def precision_recall(gold: Sequence[bool], pred: Sequence[bool]) -> tuple[float, float]:

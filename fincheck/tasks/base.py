@@ -5,7 +5,7 @@ specific to its benchmark, in one place:
 
     prepare   which raw files it reads (`sources`) and how they become pairs (`collect`)
     prompt    the prompt file the pairs are rendered with (`prompt_path`)
-    eval      how long its answer is (`max_new_tokens`), whether P(Yes) is read (`reads_p_yes`)
+    eval      how long its answer is (`max_new_tokens`), what its p_yes weighs (`first_word_share`)
     score     gold from each pair's `meta`, the paper's metrics on (pair, prediction) rows
     report    headline figures, its report.md section, its plots, the papers' numbers
     serve     what `fincheck detect` writes for one output, how the model card names it
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fincheck.data.prompting import Prompt, load_prompt_file
+from fincheck.data.prompting import FirstWordShare, Prompt, load_prompt_file
 from fincheck.errors import FincheckError
 from fincheck.io.config import config_field
 from fincheck.metrics.figures import fmt
@@ -142,7 +142,9 @@ class Task(ABC):
     # no judge
     judge_prompts: tuple[str, ...] = ()
     max_new_tokens: int  # default answer budget of `fincheck eval` and `fincheck detect`
-    reads_p_yes: bool = False  # eval also writes p_yes = P(Yes)/(P(Yes)+P(No)) at the first token
+    # eval also writes p_yes, the share of one answer word against another at the first answer
+    # position (`FirstWordShare`: QASem's Yes/No, FINAL's list against "None"); None: no p_yes
+    first_word_share: FirstWordShare | None = None
     # --limit N draws whole documents (`fincheck.data.pairs.sample_documents`) rather than N pairs:
     # for a task whose pairs share documents, so a sample keeps the prefix tree's speed
     limit_by_document: bool = False
@@ -158,6 +160,16 @@ class Task(ABC):
         """The judge its figures need (`judge_prompts`): `client` (a `fincheck.inference.llm.ChatClient`)
         asking with the prompt named `prompt`, every answer kept in `cache`."""
         raise NotImplementedError(f"{self.name} needs no judge")
+
+    @property
+    def reads_p_yes(self) -> bool:
+        return self.first_word_share is not None
+
+    @property
+    def answers_yes_no(self) -> bool:
+        """Its answer is the Yes/No word itself (QASem): what a baseline's short answer and its
+        final word after reasoning are read as."""
+        return self.first_word_share is not None and self.first_word_share.ends_answer
 
     @property
     def prompt_path(self) -> Path:

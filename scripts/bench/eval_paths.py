@@ -115,7 +115,7 @@ def answer_of(task: str, output: str) -> str:
     """What is compared between modes: QASem's Yes/No word (prefix reuse decodes only the
     answer's first token where the plain path writes on, `No.` vs `No, because ...`); the
     whole text for the generating tasks."""
-    if get_task(task).reads_p_yes:
+    if get_task(task).answers_yes_no:
         word = parse_yes_no(output)
         return output if word is None else ("yes" if word else "no")
     return output

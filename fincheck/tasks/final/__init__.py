@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair
+from fincheck.data.prompting import FirstWordShare
 from fincheck.io.config import config_field
 from fincheck.io.sources import Source
 from fincheck.metrics.figures import fmt, fmt_ci
@@ -83,6 +84,9 @@ class FinalTask(Task):
     judge_prompts = tuple(JUDGE_PROMPTS)
     title = "FINAL"
     max_new_tokens = 384
+    # p_yes: a list opening ("A.") against "None" at the first answer position, read before the
+    # list is written: the flag's score (its ROC-AUC, a threshold chosen on dev)
+    first_word_share = FirstWordShare(("A", " A"), ("None", " None"))
     paper_numbers = (
         PaperNumber("Claude-3.5-Sonnet, CoT", "f1", 0.67, _TABLE),
         PaperNumber("GPT-4o, CoT", "f1", 0.59, _TABLE),
@@ -157,12 +161,22 @@ class FinalTask(Task):
         """With the judge; without one, only examples with an empty list get P/R counts (they
         need no judge) and the rest are left unjudged: the binarized BAcc is still exact."""
         judge = settings.judge
+        # With a flag threshold chosen on dev (`--threshold final=T`), a list whose p_yes (P(a
+        # list opens) against P("None"), read before it was written) is below T is held back:
+        # the summary is called consistent. A prediction without p_yes keeps its text's verdict.
+        threshold = settings.thresholds.get(self.name)
+        held_back = [
+            threshold is not None and pred.p_yes is not None and pred.p_yes < threshold
+            for _, pred in joined
+        ]
         # A reasoning answer cut at its token budget before "Final Output:", or ending without
         # it, has no list: its numbered steps are not descriptions (read as nothing flagged, and
         # counted apart).
         read = [
-            NOTHING if pred.cut == "reasoning" else read_descriptions(pred.output, pred.reasoning)
-            for _, pred in joined
+            NOTHING
+            if pred.cut == "reasoning" or held
+            else read_descriptions(pred.output, pred.reasoning)
+            for (_, pred), held in zip(joined, held_back, strict=True)
         ]
         parsed = [
             (pair, pred, r.items, pair.meta_value("descriptions", list))
@@ -191,6 +205,10 @@ class FinalTask(Task):
             }
             if pred.cut:
                 record["cut"] = pred.cut
+            if pred.p_yes is not None:
+                record["p_yes"] = pred.p_yes
+            if held_back[i]:
+                record["held_back"] = True
             tp: int | None
             failed = False
             if i not in judge_set:
@@ -213,7 +231,7 @@ class FinalTask(Task):
                 tp = None
                 record["judge"] = "no_judge"
             record["true_positives"] = tp
-            items.append(FinalItem(len(predicted), len(gold), tp, failed))
+            items.append(FinalItem(len(predicted), len(gold), tp, failed, pred.p_yes))
             examples.append(record)
         figures = score_final(
             items, settings.bootstrap_resamples, settings.seed, settings.unit_keys
@@ -236,6 +254,10 @@ class FinalTask(Task):
         figures["n_unstructured"] = sum(
             not r.structured and not missing for r, missing in zip(read, without_final, strict=True)
         )
+        if threshold is not None:
+            figures["threshold"] = threshold
+            figures["n_held_back"] = sum(held_back)
+            figures["n_without_p_yes"] = sum(pred.p_yes is None for _, pred in joined)
         figures["n_cut"] = sum(pred.cut is not None for _, pred in joined)
         figures["n_cut_in_reasoning"] = sum(pred.cut == "reasoning" for _, pred in joined)
         figures["judge_errors"] = errors
@@ -331,6 +353,7 @@ class FinalTask(Task):
                 if f.get("unstructured_ids")
                 else ""
             ),
+            *_flag_lines(f),
             f"Answers cut at their token budget: {f.get('n_cut', 0)} of {f['n']}, of which "
             f'{f.get("n_cut_in_reasoning", 0)} in their reasoning, before "Final Output:" '
             "(read as no description: raise the answer budget, `--llm-max-tokens` or "
@@ -368,12 +391,15 @@ class FinalTask(Task):
         ]
 
     needs_more_than_dev = ("f1",)  # the matching judge
-    # flagged or not, balanced: the judge-free figure (binarized F1 rewards flagging everything)
-    choose_by = "binary_bacc"
+    # the flag score's ranking, judge-free and threshold-free like QASem's AUC: greedy lists'
+    # binarized BAcc stayed at 0.5 for a detector that flags everything (both epochs of the
+    # first three-task run), so it chose nothing; binarized F1 rewards flagging everything
+    choose_by = "flag_auc"
     compare_metrics = (
         ("f1", "F1"),
         ("binary_f1", "binarized F1"),
         ("binary_bacc", "binarized BAcc"),
+        ("flag_auc", "flag ROC-AUC"),
     )
 
     def example_figures(self, examples: Sequence[dict]) -> dict[str, float]:
@@ -383,6 +409,7 @@ class FinalTask(Task):
                 len(ex["gold"]),
                 ex["true_positives"],
                 ex.get("judge") in ("error", "parse_failed"),
+                ex.get("p_yes"),
             )
             for ex in examples
         ]
@@ -413,9 +440,14 @@ class FinalTask(Task):
     # --- serve -----------------------------------------------------------------------------
 
     def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
-        """The descriptions and the verdict; an answer not read with confidence (empty, prose,
-        content-free) says nothing, so its verdict is unknown (None, with a warning), never
-        "consistent"."""
+        """The descriptions, the verdict and (a local model) `flag_score`, the p_yes the list
+        opened with: a ranking score, not a calibrated probability."""
+        out = self._verdict(text)
+        return out if p_yes is None else {**out, "flag_score": p_yes}
+
+    def _verdict(self, text: str) -> dict[str, Any]:
+        """An answer not read with confidence (empty, prose, content-free) says nothing, so its
+        verdict is unknown (None, with a warning), never "consistent"."""
         if not (text or "").strip():
             return {
                 "descriptions": [],
@@ -434,3 +466,29 @@ class FinalTask(Task):
 
 
 TASK = FinalTask()
+
+
+def _flag_lines(f: dict) -> list[str]:
+    """What the report says about the flag score (p_yes) and a threshold on it."""
+    out = []
+    if not math.isnan(f.get("flag_auc", math.nan)):
+        out.append(
+            'Flag score (p_yes: P(a list opens) against P("None"), at the first answer '
+            f"position): ROC-AUC {fmt_ci(f, 'flag_auc')} for telling inconsistent summaries "
+            "from consistent ones."
+        )
+    best = f.get("best_threshold")
+    if best:
+        out.append(
+            f"On these summaries the binarized BAcc would peak at {fmt(best['bacc'], 100, 1)} "
+            f"with the flag threshold {best['threshold']} (in-sample: read it off a dev run and "
+            "pass it to the test run's `fincheck score --threshold final=...`)."
+        )
+    if "threshold" in f:
+        out.append(
+            f"Flagged by the threshold {f['threshold']} on p_yes (`--threshold`, chosen on dev; "
+            f"a fincheck variant, not the paper's protocol): {f['n_held_back']} lists held back "
+            f"(called consistent); {f['n_without_p_yes']} predictions had no p_yes and keep "
+            "their text's verdict."
+        )
+    return out

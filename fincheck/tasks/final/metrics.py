@@ -29,6 +29,8 @@ from fincheck.metrics.classification import (
     confusion_matrix,
     harmonic_mean,
     precision_recall,
+    roc_auc,
+    threshold_peak,
 )
 
 # How an answer is read (`read_descriptions`). FINAL's judge prompt (the paper's appendix E.4)
@@ -523,6 +525,7 @@ class FinalItem:
     n_gold: int
     tp: int | None
     judge_failed: bool = False
+    flag_score: float | None = None  # the prediction's p_yes: P(a list opens) against "None"
 
     @property
     def tp_known(self) -> bool:
@@ -553,7 +556,16 @@ def final_figures(items: Sequence[FinalItem], judge_failures: str = "miss") -> d
         "binary_recall": binary_recall,
         "binary_f1": harmonic_mean(binary_precision, binary_recall),
         "binary_bacc": balanced_accuracy(gold_flagged, flagged),
+        "flag_auc": flag_auc(items),
     }
+
+
+def flag_auc(items: Sequence[FinalItem]) -> float:
+    """ROC-AUC of the flag score (p_yes) for telling inconsistent summaries from consistent
+    ones: how well the detector ranks before any threshold; NaN unless every item has one."""
+    if not items or any(it.flag_score is None for it in items):
+        return math.nan
+    return roc_auc([it.n_gold > 0 for it in items], [float(it.flag_score) for it in items])
 
 
 def score_final(
@@ -570,8 +582,16 @@ def score_final(
     flagged_gold = [it.n_gold > 0 for it in items]
     flagged_pred = [it.n_pred > 0 for it in items]
     counted = [it for it in items if it.tp_known or it.judge_failed]
+    best = {}
+    if items and not math.isnan(figures["flag_auc"]) and 0 < sum(flagged_gold) < len(items):
+        # in-sample, as QASem's: the flag threshold a dev run hands to the test run
+        chosen, bacc = threshold_peak(
+            [float(it.flag_score or 0) for it in items], flagged_gold, flagged_pred
+        )
+        best = {"best_threshold": {"threshold": round(chosen, 6), "bacc": bacc}}
     return {
         **figures,
+        **best,
         "excluding_judge_failures": {k: excluded[k] for k in ("precision", "recall", "f1")},
         "n": len(items),
         **({"n_units": len(set(units))} if units else {}),
@@ -589,7 +609,7 @@ def score_final(
             bootstrap_cis(
                 lambda idx: final_figures([items[i] for i in idx]),
                 len(items),
-                ("f1", "precision", "recall", *BINARY_METRICS),
+                ("f1", "precision", "recall", *BINARY_METRICS, "flag_auc"),
                 n_resamples,
                 seed=seed,
                 groups=groups_by(units),

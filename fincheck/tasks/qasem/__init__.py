@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair
+from fincheck.data.prompting import YES_NO
 from fincheck.data.splits import split_by_group
 from fincheck.io.config import config_field
 from fincheck.io.sources import Source
@@ -96,7 +97,7 @@ class QasemTask(Task):
     listed = 2
     title = "QASemConsistency"
     max_new_tokens = 8
-    reads_p_yes = True
+    first_word_share = YES_NO
     limit_by_document = True  # ~14 QAs per reference document
     paper_numbers = (
         *_table4("GPT-4o", (75.7, 82.4, 79.2)),

@@ -15,13 +15,17 @@ a model that answers in prose is scored on a token it did not choose.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fincheck.metrics.bootstrap import bootstrap_cis, ci95_lists, groups_by
-from fincheck.metrics.classification import balanced_accuracy, parse_yes_no, roc_auc
+from fincheck.metrics.classification import (
+    balanced_accuracy,
+    parse_yes_no,
+    roc_auc,
+    threshold_peak,
+)
 
 SUBSETS: tuple[str, ...] = ("cliff", "factscore", "verifiability")
 THRESHOLD = 0.5
@@ -69,29 +73,12 @@ def qasem_figures(items: Sequence[QasemItem], threshold: float | None = None) ->
 
 
 def best_threshold(items: Sequence[QasemItem]) -> tuple[float, float]:
-    """(threshold, BAcc): the threshold that maximises BAcc on these QAs (both classes present),
-    predicting supported iff s >= threshold, placed halfway between two neighbouring scores
-    (ties: the one nearest 0.5). One sweep up the sorted scores: below each candidate lie the
-    QAs called unsupported. In-sample: choose it on dev, then apply it to test."""
-    ranked = sorted((it.score, it.gold) for it in items)
-    positives = sum(gold for _, gold in ranked)
-    negatives = len(ranked) - positives
-    best = (
-        (-1.0, -1.0),
-        THRESHOLD,
-        balanced_accuracy([it.gold for it in items], [it.predicted for it in items]),
+    """(threshold, BAcc) that maximises BAcc on these QAs, predicting supported iff s >=
+    threshold (`fincheck.metrics.classification.best_threshold`). In-sample: choose it on dev,
+    then apply it to test."""
+    return threshold_peak(
+        [it.score for it in items], [it.gold for it in items], [it.predicted for it in items]
     )
-    yes_below = no_below = 0
-    for (score, gold), (following, _) in itertools.pairwise(ranked):
-        yes_below, no_below = yes_below + gold, no_below + (not gold)
-        if following == score:
-            continue
-        threshold = (score + following) / 2
-        bacc = ((positives - yes_below) / positives + no_below / negatives) / 2
-        key = (round(bacc, 12), -abs(threshold - THRESHOLD))
-        if key > best[0]:
-            best = key, threshold, bacc
-    return best[1], best[2]
 
 
 def score_qasem(
