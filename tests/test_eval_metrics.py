@@ -26,14 +26,8 @@ from fincheck.tasks.fhsumbench.metrics import (
     score_fhsumbench,
 )
 from fincheck.tasks.final.lettering import letters
-from fincheck.tasks.final.metrics import (
-    FinalItem,
-    ParsedDescriptions,
-    parse_descriptions,
-    read_descriptions,
-    score_final,
-    true_positives,
-)
+from fincheck.tasks.final.metrics import FinalItem, score_final, true_positives
+from fincheck.tasks.final.reader import ParsedDescriptions, parse_descriptions, read_descriptions
 from fincheck.tasks.qasem.metrics import (
     QasemItem,
     best_threshold,

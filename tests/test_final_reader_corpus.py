@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from fincheck.tasks.final.metrics import has_final_output, read_descriptions
+from fincheck.tasks.final.reader import has_final_output, read_descriptions
 
 CORPUS = Path(__file__).resolve().parent / "assets" / "final_answers.jsonl"
 LABELS = ("none", "list", "unreadable")

@@ -623,7 +623,7 @@ def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     from fincheck.io.jsonl import iter_json_objects, loads, read_json_object
     from fincheck.tasks.fhsumbench.metrics import lenient_judgement
     from fincheck.tasks.final.judge import MatchingParseError, parse_matching
-    from fincheck.tasks.final.metrics import read_descriptions
+    from fincheck.tasks.final.reader import read_descriptions
 
     with pytest.raises(json.JSONDecodeError):
         loads(text)

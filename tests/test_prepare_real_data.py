@@ -133,7 +133,7 @@ def test_a_detector_that_writes_its_targets_is_read_as_written(prepared_dir: Pat
     counted apart (or as none), never guessed. An omission said with "nothing" ("A. Nothing
     mentioned about Ed Sheeran ...", "There's nothing about entertainment stories.") is a
     listed description, not a denial."""
-    from fincheck.tasks.final.metrics import listed_descriptions, read_descriptions
+    from fincheck.tasks.final.reader import listed_descriptions, read_descriptions
 
     read_otherwise = []
     n = 0

@@ -88,7 +88,7 @@ def test_support_is_p_yes_over_yes_plus_no_at_the_first_position(detector):
 
 
 def test_describe_and_classify_return_parsed_outputs(detector):
-    from fincheck.tasks.final.metrics import parse_descriptions
+    from fincheck.tasks.final.reader import parse_descriptions
 
     raw = detector.generate("final", [{"text": TEXT, "summary": SUMMARY}])[0]
     descriptions = detector.describe(TEXT, SUMMARY)

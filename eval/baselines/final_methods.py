@@ -41,7 +41,7 @@ from fincheck.eval.baselines.methods import (
 from fincheck.inference.llm import CachedLLM
 from fincheck.metrics.classification import parse_yes_no
 from fincheck.tasks.final.lettering import final_target, lettered
-from fincheck.tasks.final.metrics import parse_descriptions
+from fincheck.tasks.final.reader import parse_descriptions
 
 # ---------------------------------------------------------------------- pure parts
 

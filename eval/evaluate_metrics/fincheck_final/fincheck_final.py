@@ -16,13 +16,8 @@ TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judg
 import evaluate
 
 from fincheck.eval import metric_info
-from fincheck.tasks.final.metrics import (
-    FinalItem,
-    listed_descriptions,
-    parse_descriptions,
-    score_final,
-    true_positives,
-)
+from fincheck.tasks.final.metrics import FinalItem, score_final, true_positives
+from fincheck.tasks.final.reader import listed_descriptions, parse_descriptions
 
 
 class FincheckFinal(evaluate.Metric):

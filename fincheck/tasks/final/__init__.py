@@ -40,15 +40,8 @@ from fincheck.tasks.final.final_file import convert_final_item
 from fincheck.tasks.final.judge import JUDGE_PROMPTS, JUDGE_VARIANTS
 from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
-from fincheck.tasks.final.metrics import (
-    NOTHING,
-    FinalItem,
-    final_figures,
-    has_final_output,
-    read_descriptions,
-    score_final,
-    true_positives,
-)
+from fincheck.tasks.final.metrics import FinalItem, final_figures, score_final, true_positives
+from fincheck.tasks.final.reader import NOTHING, has_final_output, read_descriptions
 
 _ORIGIN = "https://raw.githubusercontent.com/microsoft/DeFacto/a7e70a2fab6b6953f88a2e56d5b14feb4ff5beef/data"
 _LICENSE = (

@@ -1,0 +1,486 @@
+"""FINAL's answer reader: a model's answer (a list, JSON, prose, a chain of thought) read as the
+descriptions it reports, or as nothing to report, or counted apart when it cannot be read with
+confidence. The scoring (`metrics.py`) and the detector read answers through it.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+
+from fincheck.data.sentences import split_sentences as _split_sentences
+from fincheck.io import jsonl
+
+# How an answer is read (`read_descriptions`). FINAL's judge prompt (the paper's appendix E.4)
+# gives an answer that is not a list of descriptions no prediction. The reader reads more
+# layouts than that, but never guesses: an answer it cannot read with confidence as a list of
+# descriptions or as "nothing to report" gives no description and is counted apart (listed in
+# the report), never turned into a description or a confident "none". In order:
+#  1. A chain of thought: only what follows its last "Final Output:" (or "Final Answer:") label
+#     at the start of a line counts; mid-line, "final output" is the answer's own words.
+#  2. A label that opens the answer ("Inconsistencies:", "Answer:", "Output:") is dropped.
+#  3. A JSON answer (in a code fence or not: strings, objects with a "description", an object
+#     holding such a list) gives the items.
+#  4. Marked items (lettered, numbered, bulleted lines) are the descriptions; an item that
+#     reports no problem ("None", "No errors in the date.", "The date is supported by the
+#     text.") is dropped; a preamble before the first item and a closing paragraph after a blank
+#     line are not items. A list none of whose items names a problem or the texts compared is
+#     read but counted as not in the asked-for format.
+#  5. Unmarked prose: its sentences that report no problem (an omission remarked on included:
+#     leaving something out is not unsupported information) are dropped; if nothing else is
+#     left the answer is "nothing to report" ("None. The summary is fully supported by the
+#     text."), else it gives no description and is counted apart.
+# Before these: `$\boxed{None}$` reads as `None`; an answer with no English words (another
+# language) is counted apart; a table reads as "nothing to report" only when every row affirms
+# its claim, else it is counted apart; a list of markers with no text is counted apart. In a
+# list, check-marked items (✅ ✓) are affirmations, crossed ones (❌ ✗) reports, indented
+# sub-items continue their item, and "A. ... B. ..." on one line are two items.
+
+# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text",
+# "### 1. text", "Inconsistency 1: text"; a marker alone on its line ("A.") opens an item whose
+# text follows (the paper's few-shot layout).
+_ITEM = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?"
+    r"(?:\s+(?P<lettered>.+))?$"
+    r"|^\s*(?:[-*•]\s+|[✅✔✓☑❌✗✘❎]\s*)(?P<bullet>.+)$"
+    r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem|claim|statement)\s+\d{1,3}\s*(?:\*\*)?"
+    r"\s*[:.)](?:\*\*)?\s*(?P<named>.+)$",
+    re.IGNORECASE,
+)
+# The CoT prompts ask for the answer under "Final Output:" (FINAL paper, appendix B.1 / E.2.3);
+# models also write "Final Answer:". Only as a label: at the start of a line, then a colon or
+# the end of the line ("**Final Output:**", "## Final Output").
+_FINAL_LABEL = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?final[ \t]+(?:output|answer)[ \t]*(?:\*\*)?"
+    r"(?::(?:\*\*)?|[ \t]*$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# A label that introduces the answer: "Inconsistencies:" (the layout the few-shot prompts
+# teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:", "Output:".
+_ANSWER_LABEL = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer"
+    r"|output)(?:\*\*)?\s*:(?:\*\*)?[ \t]*",
+    re.IGNORECASE,
+)
+_DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
+_DECORATION = "*#\"'`\u201c\u201d \n"
+
+# --- clauses that report no problem ------------------------------------------------------
+# A clause is what lies between ; , : ( ) dashes. It reports no problem when it is "None" (or
+# "Nothing to report"), says there is no error, or affirms a detail without any negation.
+_NONE = re.compile(
+    r"(?:none|n/a|nil|nothing)(?:\s+(?:found|identified|detected|noted|reported|to report))?",
+    re.IGNORECASE,
+)
+_PROBLEM = (
+    r"(?:(?:factual|significant|other|major|minor|notable|apparent|obvious)\s+)*"
+    r"(?:inconsistenc\w*|errors?|issues?|problems?|hallucinations?|mistakes?|discrepanc\w*|"
+    r"inaccurac\w*|unsupported\s+\w+|contradictions?)"
+)
+# What a double negative denies ("nothing wrong", "none of them unsupported").
+_NEGATED_ERROR = (
+    r"(?:unsupported|wrong|incorrect|inconsistent|inaccurate|false|invented|made\s+up|fabricated"
+    r"|contradicted|contradictory|unverified|unverifiable|erroneous|mistaken|misleading"
+    r"|hallucinated|problematic|amiss|off)"
+)
+_NO_PROBLEM = re.compile(
+    rf"(?:(?:i|we)\s+(?:have\s+)?(?:found|find|see|detected|identified|noticed|could\s+find)"
+    rf"|there\s+(?:are|is|were|was|appear\s+to\s+be|seem\s+to\s+be)(?:\s*n't|\s+not)?"
+    rf"|(?:the\s+)?summary\s+(?:contains|has|includes|makes|shows)"
+    rf"|(?:the\s+)?summary\s+(?:does\s+not|doesn't)\s+(?:contain|have|include|make|show)"
+    rf"|(?:i|we)\s+(?:do|did|could|can|cannot|can't|couldn't|didn't|don't)\s*(?:not\s+)?"
+    rf"(?:find|see|identify|detect|spot))?"
+    rf"\s*(?:no|any)\s+{_PROBLEM}\b.*"
+    rf"|(?:the\s+)?summary\s+(?:is|seems|appears|looks)\s+(?:to\s+be\s+)?"
+    rf"(?:(?:fully|entirely|completely|factually|wholly|well|generally|largely|mostly)\s+)*"
+    rf"(?:consistent|supported|accurate|faithful|correct|grounded|verified|verifiable)\b.*"
+    rf"|(?:all|every|each|everything)\b.*?\b(?:is|are)\s+(?:\w+\s+)?"
+    rf"(?:supported|consistent|accurate|correct|verified|verifiable|grounded)\b.*"
+    # a double negative: "None of the claims are unsupported", "Nothing wrong with the date",
+    # "No detail is made up", "Not a single claim is incorrect"
+    rf"|(?:(?:there\s+(?:is|are|was|were)|(?:i|we)\s+(?:\w+\s+)?(?:see|saw|find|found|notice"
+    rf"|noticed))\s+)?(?:none\s+of\s+(?:the\s+|its\s+|these\s+|this\s+)?\w+(?:\s+\w+)?|nothing"
+    rf"|no\s+(?:\w+\s+)?(?:claims?|details?|facts?|statements?|information|parts?|pieces?)"
+    rf"|not\s+(?:a\s+single|one|any)\s+\w+)"
+    rf"(?:\s+(?:in|of)\s+(?:the\s+)?(?:summary|text|answer))?"
+    rf"\s+(?:(?:is|are|was|were|seems?|appears?|looks?)\s+(?:to\s+be\s+)?)?"
+    rf"(?:(?:at\s+all|really|actually|in\s+any\s+way)\s+)?{_NEGATED_ERROR}\b.*"
+    rf"|(?:the\s+)?(?:text|summary)\s+and\s+(?:the\s+)?(?:text|summary)\s+"
+    rf"(?:are\s+identical|match|agree|are\s+consistent)\b.*"
+    rf"|(?:(?:the\s+)?summary|everything|it|all|this)\s+(?:\w+\s+)?checks?\s+out\b.*"
+    rf"|(?:i|we)\s+(?:could\s*not|couldn't|did\s*not|didn't|cannot|can't|do\s+not|don't)\s+"
+    rf"(?:find|see|identify|spot|detect)\s+any\s+(?:claims?|statements?|information|details?)"
+    rf"\b.*?\b(?:beyond|unsupported|not\s+supported|not\s+in)\b.*"
+    rf"|(?:supported|consistent|correct|accurate|verified|confirmed|true|verifiable)",
+    re.IGNORECASE,
+)
+# A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
+_AFFIRMS = re.compile(
+    r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
+    r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
+    r"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
+    r"|\b(?:match(?:es)?|agrees?\s+with|(?:is|are)\s+in\s+line\s+with)\s+the\s+text\b"
+    r"|\b(?:appears?|is\s+(?:stated|mentioned|given|found))\s+in\s+the\s+(?:text|article|source)\b"
+    r"|\bthe\s+(?:text|article|source)\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')",
+    re.IGNORECASE,
+)
+# Words that name an error ("wrong", "invented", "unsupported").
+_ERROR_WORDS = (
+    r"incorrect\w*|wrong\w*|false\w*|contradict\w*|invent\w*|fabricat\w*|hallucinat\w*|"
+    r"mislead\w*|misstat\w*|misrepresent\w*|inaccura\w*|inconsisten\w*|unsupported|"
+    r"unverifi\w*|errors?|mistak\w*|differ\w*|discrepan\w*|"
+    # DeFacto's own wording of an invented detail ("It makes up his first name": 202 of the
+    # prepared targets) and of a twisted one
+    r"mak\w*\s+up|made\s+up|misinterpret\w*|misidentif\w*|misquot\w*|misattribut\w*|"
+    r"exaggerat\w*|overstat\w*|understat\w*|distort\w*|twist\w*"
+)
+# Words that turn a clause into a report: a negation, a contrast, an error named.
+_REPORTS = re.compile(
+    r"\bnone\s+of\b|\bnothing\b|"
+    r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
+    rf"though|whereas|yet|unclear|unstated|unmentioned|absent|missing|{_ERROR_WORDS})\b|n't\b",
+    re.IGNORECASE,
+)
+_CLAUSE_SPLIT = re.compile(r"[;,:()\u2013\u2014]|\s-\s")
+_CONTRAST = re.compile(
+    r"\b(?:but|however|except|although|though|whereas|yet|apart from|other than)\b",
+    re.IGNORECASE,
+)
+
+
+def _plain(clause: str) -> str:
+    return clause.strip(_DECORATION + ".!").strip()
+
+
+def _clause_kind(clause: str) -> str:
+    """ "nothing" (reports no problem), "report" (a negation, contrast or problem word) or
+    "neutral" (neither: "The location", "After checking each statement")."""
+    plain = _plain(clause)
+    if not plain or plain.lower() in ("no", "yes"):  # "No, the summary does not contain ..."
+        return "neutral"
+    if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
+        return "report" if _CONTRAST.search(plain) else "nothing"
+    if _REPORTS.search(plain):
+        return "report"
+    return "nothing" if _AFFIRMS.search(plain) else "neutral"
+
+
+# A remark on what the summary leaves out ("it omits the second vote, but omissions aren't
+# inconsistencies"): leaving something out is no unsupported information.
+_OMISSION = re.compile(r"\b(?:omit\w*|omission\w*|leaves?\s+out|left\s+out)\b", re.IGNORECASE)
+_NOT_AN_ERROR = re.compile(
+    r"\b(?:is|are|was|were)(?:\s*n't|\s+not)\s+(?:an?\s+)?(?:inconsistenc\w*|errors?|problems?)",
+    re.IGNORECASE,
+)
+
+
+def _sentence_says_nothing(sentence: str) -> bool:
+    """A clause that reports no problem, only lead-ins before it ("After checking each
+    statement, I found no errors", "The location (Leeds) is correct") and nothing after it
+    but clauses that report no problem either; or a remark on an omission alone."""
+    if _OMISSION.search(sentence) and not _NAMES_AN_ERROR.search(_NOT_AN_ERROR.sub("", sentence)):
+        return True
+    clauses = _CLAUSE_SPLIT.split(sentence)
+    kinds = [_clause_kind(clause) for clause in clauses]
+    if "nothing" not in kinds or "report" in kinds:
+        return False
+    # lead-ins before the first no-problem clause, and neutral pieces of an enumeration after
+    # it ("all names, dates and figures match the text"), as long as it ends on one
+    last = [kind for kind, clause in zip(kinds, clauses, strict=True) if _plain(clause)][-1]
+    return last == "nothing"
+
+
+def says_nothing(text: str) -> bool:
+    """Whether a piece of an answer (the whole answer, an item, a sentence) reports no problem:
+    "None", "None. The summary is fully supported by the text.", "No errors in the date.",
+    "I found no inconsistencies.", "The date is supported by the text." Every sentence must say
+    so, and no clause report a problem: "No errors in the date; the name 'John' is invented."
+    reports one."""
+    text = text.strip(_DECORATION).strip()
+    return not text or all(
+        _sentence_says_nothing(sentence) for sentence in split_sentences(" ".join(text.split()))
+    )
+
+
+def split_sentences(text: str) -> list[str]:
+    """An answer's sentences (any letter may start one: small models write lower case)."""
+    return _split_sentences(text, lowercase_starts=True, keep_quotes=True)
+
+
+# What an explanation after a leading "None" may not say ("None (the summary only restates the
+# first paragraph)" is nothing to report; "None, but the year is wrong" is not).
+_NAMES_AN_ERROR = re.compile(
+    rf"\b(?:{_ERROR_WORDS}|not\s+(?:supported|stated|mentioned|in\s+the\s+text))\b",
+    re.IGNORECASE,
+)
+_COMPARED = re.compile(r"\b(?:summary|text|source|article|document|passage|original)\b", re.I)
+
+
+def _names_a_problem(item: str) -> bool:
+    """Whether a description names a problem (a negation, a contrast, "wrong", "invented") or
+    the texts it compares ("the summary says ..."): what a description of an inconsistency
+    does and a restated fact does not."""
+    return bool(_REPORTS.search(item) or _CONTRAST.search(item) or _COMPARED.search(item))
+
+
+def _leads_with_none(text: str) -> bool:
+    """ "None" first, on its own line or before punctuation, then an explanation ("None - the
+    figures match", "None (all supported)"); "None of the figures match" is no such answer."""
+    return bool(re.match(r"[\W_]*none[ \t*]*(?:\n|[.,;:!(\u2013\u2014-])", text, re.IGNORECASE))
+
+
+def has_final_output(text: str) -> bool:
+    """Whether a reasoning answer reached its "Final Output:" label (what the CoT prompts ask
+    for), as a label at the start of a line."""
+    return bool(_FINAL_LABEL.search(text or ""))
+
+
+@dataclass(frozen=True)
+class ParsedDescriptions:
+    items: list[str]
+    # False: not read with confidence (free prose, an empty or content-free answer, another
+    # language, a reasoning answer without its final answer): no description, counted apart
+    # and listed in the report.
+    structured: bool
+
+
+NOTHING = ParsedDescriptions([], True)  # read with confidence: nothing to report
+APART = ParsedDescriptions([], False)  # no description read; counted apart
+
+_BOXED = re.compile(r"\${0,2}\\boxed\{([^{}]*)\}\${0,2}")  # bounded: "$$$..." stays linear
+
+
+def _english(text: str) -> bool:
+    """Written in a Latin script: an answer in another script (Chinese, Cyrillic) cannot be
+    read by these rules with confidence. One in another Latin language matches none of the
+    rules' English patterns and is counted apart by them."""
+    words = re.findall(r"[^\W\d_]+", text)
+    return not words or sum(w.isascii() for w in words) / len(words) >= 0.8
+
+
+def _table_rows(text: str) -> list[str] | None:
+    """The data rows of a markdown table in the answer (header and separator left out), None
+    when it has no table."""
+    rows = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+    if len(rows) < 3 or not re.fullmatch(r"\|?[\s:|-]+\|?", rows[1]):
+        return None
+    return rows[2:]
+
+
+def _row_affirms(row: str) -> bool:
+    """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ..."""
+    verdict = row.strip("|").split("|")[-1].strip(" *").lower()
+    return bool(
+        re.fullmatch(r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", verdict)
+    )
+
+
+def _json_items(text: str) -> list[str] | None:
+    """The descriptions of a JSON answer, in a ```json fence or not: a list of strings, or of
+    objects each with one "description" string, or an object holding one such list (or the
+    string "None"); else None."""
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    if not text.startswith(("[", "{")):
+        return None
+    try:
+        value = jsonl.loads(text)
+    except ValueError:
+        return None
+    if isinstance(value, dict):
+        # the list under a key that names it ({"inconsistencies": [], "explanation": "..."}),
+        # else the one list or string the object holds
+        named = [v for k, v in value.items() if _LIST_KEY.fullmatch(str(k)) and isinstance(v, list)]
+        inner = named or [v for v in value.values() if isinstance(v, (list, str))]
+        value = inner[0] if len(inner) == 1 else None
+        if isinstance(value, str):
+            value = [value]  # {"inconsistencies": "None"}
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        value = [v.get("description") for v in value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return [" ".join(v.split()) for v in value]
+
+
+_LIST_KEY = re.compile(
+    r"(?:inconsistenc\w*|issues?|errors?|problems?|descriptions?|hallucinations?|findings?)",
+    re.IGNORECASE,
+)
+
+
+def _clean(item: str) -> str:
+    item = _DESCRIPTION_LABEL.sub("", item.strip())
+    return " ".join(item.replace("**", "").split())
+
+
+def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[str] | None:
+    """The items of a lettered, numbered or bulleted answer (None when no line is marked): a line
+    without a marker continues the item before it until a blank line; after a blank line it is
+    a closing remark; before the first marker, a preamble. A marker deeper than the list's own
+    opens a sub-item, which continues its item, unless it is the list's next marker ("B." after
+    "A.", "2." after "1.", the same bullet where the first item's indentation is unknown)."""
+    items: list[str] = []
+    open_item = False
+    top = None  # the indentation of the list's own markers; deeper ones are sub-items
+    last = None  # the marker of the list's last own item
+    for line in _split_inline_items(lines):
+        if not line.strip():
+            open_item = False
+            continue
+        indent = len(line) - len(line.lstrip())
+        match = _ITEM.match(line)
+        marker = _marker(line) if match else None
+        if match and items and top is not None and indent > top:
+            if _follows(last, marker, first_indent_unknown):
+                top, last = indent, marker  # the list's next item, indented
+                items.append(_item_text(match))
+                open_item = True
+                continue
+            if open_item:
+                items[-1] = f"{items[-1]} {_item_text(match)}"  # a sub-item continues its item
+                continue
+        if match:
+            top = indent if top is None else top
+            last = marker
+            items.append(_item_text(match))
+            open_item = True
+        elif items and (open_item or not items[-1].strip()):
+            items[-1] = f"{items[-1]} {line.strip()}"
+            open_item = True
+    return [_clean(item) for item in items] if items else None
+
+
+_MARKER = re.compile(
+    r"\s*(?:#{1,6}\s*)?(?:(?P<bullet>[-*•])\s*)?(?:\*\*)?\(?(?P<mark>[A-Z]{1,2}|\d{1,3})?"
+)
+
+
+def _marker(line: str) -> tuple[str, int | str]:
+    """A marked line's marker as (kind, value): ("letter", 1) for "A." (or "- A."), ("number", 2)
+    for "2)", ("bullet", "-") for "- text", ("other", 0) for "Issue 3:" and check marks."""
+    found = _MARKER.match(line)
+    mark = found.group("mark") if found else None
+    rest = line[found.end() :] if found else ""
+    if mark and rest[:1] in ".):":
+        if mark.isdigit():
+            return ("number", int(mark))
+        if len(mark) == 1:
+            return ("letter", ord(mark.upper()) - ord("A") + 1)
+    if found and found.group("bullet"):
+        return ("bullet", found.group("bullet"))
+    return ("other", 0)
+
+
+def _follows(last: tuple | None, marker: tuple | None, same_bullet: bool) -> bool:
+    """Whether `marker` is the list's next one after `last`: the next letter or number, or the
+    same bullet when `same_bullet` (the first item's own indentation was lost on a label's line)."""
+    if last is None or marker is None or last[0] != marker[0]:
+        return False
+    if marker[0] in ("letter", "number"):
+        return marker[1] == last[1] + 1
+    return marker[0] == "bullet" and same_bullet and marker[1] == last[1]
+
+
+def _item_text(match: re.Match) -> str:
+    text = match.group("lettered") or match.group("bullet") or match.group("named") or ""
+    marker = match.group(0).lstrip()[:1]
+    if marker in _CHECKED:  # "✅ The date is correct.": affirmed, whatever its words
+        return "None"
+    return text
+
+
+_CHECKED = "✅✔✓☑"
+# "A. text B. text" on one line: the next letter's marker after a sentence's end
+_INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{letter}[.)]\\s)"
+
+
+def _split_inline_items(lines: list[str]) -> list[str]:
+    """A line that opens with "A." and holds "B.", "C." ... after sentence ends, as lines."""
+    out = []
+    for line in lines:
+        first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+        while first:
+            letter = chr(ord(first.group(1)) + 1)
+            cut = re.search(_INLINE_NEXT.format(letter=letter), line)
+            if cut is None:
+                break
+            out.append(line[: cut.start()])
+            line = line[cut.end() :]
+            first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+        out.append(line)
+    return out
+
+
+def _dedented(text: str) -> str:
+    """The answer without the blank lines around it and without its lines' common indentation,
+    each line's indentation relative to the others kept: stripping the text would take the
+    first item's indentation alone, and make the next item its sub-item."""
+    lines = text.splitlines()
+    kept = [k for k, line in enumerate(lines) if line.strip()]
+    if not kept:
+        return ""
+    return textwrap.dedent("\n".join(lines[kept[0] : kept[-1] + 1])).rstrip()
+
+
+def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
+    """A model's answer -> its descriptions ([] when it reports nothing), and whether it was in
+    a format the prompts ask for (the rules are listed above `_ITEM`). `reasoning`: the answer
+    is a chain of thought whose prompt asked for a "Final Output:"; without that label there
+    is no final answer to read (no description, counted apart)."""
+    text = _dedented(text or "")
+    labels = list(_FINAL_LABEL.finditer(text))
+    if labels:
+        text = _dedented(text[labels[-1].end() :])
+    elif reasoning:
+        return APART
+    text = _BOXED.sub(r"\1", text)
+    label = _ANSWER_LABEL.match(text)
+    # "Answer: - x\n - y": the first item shares the label's line, its own indentation unknown
+    inline_first = bool(label and text[label.end() :].split("\n", 1)[0].strip())
+    text = _dedented(text[label.end() :] if label else text)
+    if not text.strip(_DECORATION) or not _english(text):
+        return APART  # empty: says nothing; another script: not read with confidence
+    table = _table_rows(text)
+    if table is not None:  # nothing to report only when every row affirms its claim
+        return NOTHING if table and all(map(_row_affirms, table)) else APART
+    listed = _json_items(text)
+    if listed is None:
+        listed = _marked_items(text.splitlines(), inline_first)
+    if listed is not None:
+        if listed and not any(item.strip(_DECORATION + ".") for item in listed):
+            return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
+        items = [item for item in listed if not says_nothing(item)]
+        # items none of which names a problem or the texts compared ("The co-pilot was Andreas
+        # Lubitz."): a list of facts, not of inconsistencies; no description, counted apart
+        return (
+            ParsedDescriptions(items, True)
+            if not items or any(map(_names_a_problem, items))
+            else APART
+        )
+    prose = " ".join(text.split())
+    if says_nothing(prose):
+        return NOTHING
+    sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
+    if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
+        return NOTHING  # "None - the summary restates the text."
+    last_line = text.rsplit("\n", 1)[-1]  # one line: a search over all would be quadratic
+    if re.fullmatch(r"[\W_]*none[\W_]*", last_line, re.IGNORECASE) and not any(
+        _REPORTS.search(s) for s in sentences
+    ):
+        return NOTHING  # an explanation, then "None" on its own line
+    return APART  # prose that reports something: not a list of descriptions (E.4: none read)
+
+
+def parse_descriptions(text: str) -> list[str]:
+    """The descriptions of an answer (see `read_descriptions`)."""
+    return read_descriptions(text).items
+
+
+def listed_descriptions(text: str) -> list[str]:
+    """A gold list written in the target's own layout ("A. ..." lines, or "None"): its items as
+    written. Gold is trusted, so nothing is judged for what it says (a model's answer is read
+    by `read_descriptions`)."""
+    text = (text or "").strip()
+    if not text or _NONE.fullmatch(text.strip(_DECORATION + ".")):
+        return []
+    return _marked_items(text.splitlines()) or [" ".join(text.split())]
