@@ -15,14 +15,13 @@ import torch
 from fincheck.errors import FincheckError
 from fincheck.train.checkpoints import (
     COMPLETE_MARKER,
-    check_state_files,
     guard_output_dir,
     is_out_of_space,
     mark_complete,
     out_of_space_message,
     rotate_checkpoints,
-    weights_only_loads,
 )
+from fincheck.train.resume import check_state_files, weights_only_loads
 
 
 def make_checkpoint(run: Path, step: int, complete: bool = True) -> Path:
@@ -135,7 +134,8 @@ def test_resuming_on_re_prepared_data_is_refused(tmp_path):
     if nothing changed."""
     import json
 
-    from fincheck.train.checkpoints import COMPLETE_MARKER, check_resume_compatible
+    from fincheck.train.checkpoints import COMPLETE_MARKER
+    from fincheck.train.resume import check_resume_compatible
 
     checkpoint = tmp_path / "checkpoint-4"
     checkpoint.mkdir()
@@ -268,7 +268,7 @@ def test_a_checkpoint_whose_files_changed_since_its_record_is_passed_over(tmp_pa
     """A checkpoint's record, written last, lists its files with their sha256: `auto` resumes
     from the newest checkpoint whose files still match (an adapter cut short by a full disk or a
     copy, an optimizer state edited), a named one is refused naming the file."""
-    from fincheck.train.checkpoints import resolve_resume
+    from fincheck.train.resume import resolve_resume
 
     run = tmp_path / "run"
     make_checkpoint(run, 2)

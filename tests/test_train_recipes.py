@@ -11,7 +11,6 @@ import yaml
 
 from fincheck.errors import FincheckError
 from fincheck.train import machine
-from fincheck.train.checkpoints import recipe_differences
 from fincheck.train.data import load_mixture_config
 from fincheck.train.recipe import (
     SFTRecipe,
@@ -19,6 +18,7 @@ from fincheck.train.recipe import (
     read_recipe_values,
     recipe_to_yaml,
 )
+from fincheck.train.resume import recipe_differences
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "configs" / "train").glob("*.yaml"))
@@ -166,7 +166,7 @@ def test_resume_guard_ignores_run_length_but_not_the_model():
 
 
 def test_a_recipe_launched_from_another_directory_finds_the_project_files(tmp_path, monkeypatch):
-    from fincheck.train.checkpoints import _must_match
+    from fincheck.train.resume import _must_match
 
     monkeypatch.chdir(tmp_path)  # not the repository: configs/... do not exist from here
     values = read_recipe_values(REPO / "configs" / "train" / "tiny-cpu.yaml")

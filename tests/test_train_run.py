@@ -17,11 +17,8 @@ import yaml
 from fincheck.errors import FincheckError
 from fincheck.io.runs import load_run
 from fincheck.models.loading import load_adapter_model
-from fincheck.train.checkpoints import (
-    COMPLETE_MARKER,
-    last_complete_checkpoint,
-    resolve_resume,
-)
+from fincheck.train.checkpoints import COMPLETE_MARKER, last_complete_checkpoint
+from fincheck.train.resume import resolve_resume
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "train" / "tiny-cpu.yaml"

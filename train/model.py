@@ -235,7 +235,7 @@ def run_metadata(
     from fincheck.io.runs import relative_base
     from fincheck.models.known import KNOWN
     from fincheck.tasks import prompt_hashes
-    from fincheck.train.checkpoints import recipe_fingerprint
+    from fincheck.train.resume import recipe_fingerprint
 
     return {
         "fincheck_version": __version__,

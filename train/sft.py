@@ -33,7 +33,7 @@ from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
 from fincheck.io.secrets import redact
 from fincheck.models.loading import resolve_model
-from fincheck.train import checkpoints, launch, model
+from fincheck.train import checkpoints, launch, model, resume
 from fincheck.train.recipe import (
     TINY_RANDOM,
     SFTRecipe,
@@ -131,7 +131,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     launch.check_one_run_on_every_rank(
         {"recipe": launch.recipe_identity(recipe), "prepared data": str(data_fp), "base": base_fp}
     )
-    resume_from = checkpoints.resume_point(recipe, output_dir, base_fp, data_fp)
+    resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp)
     if resume_from is not None and "wandb" in recipe.report_to:
         callbacks.continue_wandb_run(output_dir)
 
@@ -196,7 +196,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         recipe, base_path, base_fp, output_dir, base, tokenizer, manifest, prepared.stats,
         mixture.tasks,
     )  # fmt: skip
-    metadata["resumes"] = checkpoints.resume_history(resume_from)  # how often it was restarted
+    metadata["resumes"] = resume.resume_history(resume_from)  # how often it was restarted
     sigterm = callbacks.install(trainer, recipe, metadata, recipe_to_yaml(recipe))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)
 
@@ -225,7 +225,7 @@ def _train_and_save(r: Run) -> int:
         log.info("resuming from %s", r.resume_from)
     elif main and recipe.resume_from_checkpoint == "auto":
         log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    with checkpoints.full_disk_as_one_line(r.output_dir, trainer), checkpoints.weights_only_loads():
+    with checkpoints.full_disk_as_one_line(r.output_dir, trainer), resume.weights_only_loads():
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
         if main:
