@@ -20,9 +20,9 @@ from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.llm_backends import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.inference.generation import parse_dtype
-from fincheck.io.config import REQUIRED, config_field
+from fincheck.io.config import REQUIRED, config_field, declare_applies
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
-from fincheck.models.loading import model_options
+from fincheck.models.options import LOADED_HERE, ModelOptions
 from fincheck.tasks import get_task, per_task_numbers, per_task_values, task_names
 from fincheck.tasks.base import Task
 
@@ -119,7 +119,7 @@ Endpoint = endpoint_options("", "the endpoint", ENDPOINT)
 
 
 @dataclass(kw_only=True)
-class EvalOptions(model_options(LOCAL), Endpoint, EvalRun):
+class EvalOptions(ModelOptions, Endpoint, EvalRun):
     """`fincheck eval`: a detector's predictions, run here (a model and its adapter) or served."""
 
     backend: Literal["local", "openai"] = config_field(
@@ -152,6 +152,9 @@ class EvalOptions(model_options(LOCAL), Endpoint, EvalRun):
         applies=ENDPOINT,
     )
     concurrency: int = config_field(8, "requests in flight", applies=ENDPOINT, at_least=1)
+
+
+declare_applies(EvalOptions, LOADED_HERE, LOCAL)
 
 
 LLM = {"method": tuple(m for m in METHODS if m not in ASKS_NO_LLM)}

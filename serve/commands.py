@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
-from fincheck.models.loading import model_options
+from fincheck.models.options import ModelOptions
 
 DETECT_EXAMPLES = """\
 examples:
@@ -54,7 +54,7 @@ publishes.
 
 
 @dataclass(kw_only=True)
-class DetectOptions(model_options()):
+class DetectOptions(ModelOptions):
     adapter: str = config_field(REQUIRED, "run folder or adapter folder (or hub id)")
     model: str | None = config_field(
         None, "base model (default: the adapter's own base, as recorded)"

@@ -68,8 +68,8 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("fincheck.tasks",),  # the registry: it loads the task packages (by a computed name)
     ("fincheck.data.prepared",),  # a prepared folder: pairs of the registered tasks
     ("fincheck.inference.generation",),  # fit and generate
-    # load a model; answers sharing a prefix
-    ("fincheck.models.loading", "fincheck.inference.shared_prefix"),
+    # load a model, its options; answers sharing a prefix
+    ("fincheck.models.loading", "fincheck.models.options", "fincheck.inference.shared_prefix"),
     ("fincheck.detector",),  # the served detector: all of it
 )
 

@@ -128,10 +128,10 @@ def test_a_loaded_models_flags_mean_the_same_in_eval_and_detect():
     import dataclasses
 
     from fincheck.eval.options import EvalOptions
-    from fincheck.models.loading import model_options
+    from fincheck.models.options import ModelOptions
     from fincheck.serve.commands import DetectOptions
 
-    shared = {f.name for f in dataclasses.fields(model_options())}
+    shared = {f.name for f in dataclasses.fields(ModelOptions)}
     assert shared >= {"batch_size", "max_new_tokens", "max_input_tokens", "window", "dtype"}
     for name in shared:
         ours = {f.name: f for f in dataclasses.fields(EvalOptions)}[name]

@@ -20,7 +20,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,9 +79,20 @@ def declare_bounds(cls: type, bounds: dict[str, dict[str, float]]) -> None:
     """Give fields `cls` inherits a range, as `config_field`'s at_least/above/at_most/below
     do, on `cls`'s own copies of them: the base classes' fields stay as they are."""
     for name, limits in bounds.items():
-        f = copy.copy(cls.__dataclass_fields__[name])
-        f.metadata = types.MappingProxyType({**f.metadata, "bounds": limits})
-        cls.__dataclass_fields__[name] = f
+        _redeclare(cls, name, bounds=limits)
+
+
+def declare_applies(cls: type, names: Sequence[str], applies: dict[str, tuple[Any, ...]]) -> None:
+    """Say, for fields `cls` inherits, which setting reads them, as `config_field`'s `applies`
+    does (eval's model options: `--backend local`), on `cls`'s own copies of them."""
+    for name in names:
+        _redeclare(cls, name, applies=applies)
+
+
+def _redeclare(cls: type, name: str, **metadata: Any) -> None:
+    f = copy.copy(cls.__dataclass_fields__[name])
+    f.metadata = types.MappingProxyType({**f.metadata, **metadata})
+    cls.__dataclass_fields__[name] = f
 
 
 _BOUND_HOLDS = {"at_least": ge, "above": gt, "at_most": le, "below": lt}

@@ -13,7 +13,6 @@ is converted here once, when fetched (`convert_gguf`, passed to `fincheck.models
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,15 +23,11 @@ from fincheck.inference.generation import (
     LoadedModel,
     default_device,
     one_line,
-    parse_dtype,
     torch_dtype,
 )
-from fincheck.io import jsonl
-from fincheck.io.config import config_field
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 from fincheck.models.known import KNOWN
 from fincheck.models.wheels import fetch
-from fincheck.tasks import all_tasks, per_task_budget
 
 log = logging.getLogger(__name__)
 # Files fetched when an adapter is a hub repo (weights only as safetensors).
@@ -366,47 +361,3 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
 
 
 # ------------------------------------------------------------------- the options of a loaded model
-
-
-def model_options(applies: dict[str, tuple[Any, ...]] | None = None) -> type:
-    """The one options block of a model loaded here (`fincheck eval`, `fincheck detect`): each
-    flag means the same in every command. `applies`: the setting that reads them (eval's
-    `--backend local`; detect always loads its model)."""
-    given = {"applies": applies} if applies else {}
-    budgets = ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
-    fields = [
-        ("batch_size", int, config_field(8, "prompts per generate call", at_least=1, **given)),
-        ("max_new_tokens", dict[str, int], config_field(
-            {},
-            f"answer tokens at most: N, or task=N,... (default: {budgets}, each at most "
-            "a quarter of the window)",
-            parse=per_task_budget)),
-        ("max_input_tokens", int | None, config_field(
-            None,
-            "prompt tokens at most: longer prompts have their grounding text trimmed (default: "
-            "the window -- an adapter's training max_length, capped by the model's positions -- "
-            "minus the task's --max-new-tokens)",
-            at_least=1)),
-        ("window", int | None, config_field(
-            None,
-            "tokens the model may see, prompt and answer (default: an adapter's training "
-            "max_length, capped by the model's positions): gives an untuned base the same "
-            "prompts as its adapter",
-            at_least=1)),
-        ("template_kwargs", dict | None, config_field(
-            None,
-            "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for "
-            "Qwen3 (default: those the adapter was trained with, else none)",
-            flag="chat_template_kwargs", parse=jsonl.loads_object, **given)),
-        ("device", str | None, config_field(
-            None, "cpu, cuda, cuda:1 ... (default: cuda when available)", **given)),
-        ("dtype", str, config_field(
-            "auto",
-            "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
-            parse=parse_dtype, **given)),
-        ("trust_remote_code", bool, config_field(
-            False,
-            "allow the base model's own Python code from its repository (off by default)",
-            **given)),
-    ]  # fmt: skip
-    return dataclasses.make_dataclass("LoadedModelOptions", fields, kw_only=True)

@@ -1,0 +1,58 @@
+"""The options of a model loaded here, one block for every command that loads one (`fincheck
+eval`, `fincheck detect`): each flag means the same in each. A command whose other modes load
+no model says which setting reads them (`declare_applies`: eval's `--backend local`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fincheck.inference.generation import parse_dtype
+from fincheck.io import jsonl
+from fincheck.io.config import config_field
+from fincheck.tasks import all_tasks, per_task_budget
+
+_BUDGETS = ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
+# the fields that only a model loaded here reads (an endpoint's batching, device and weights
+# are the server's own)
+LOADED_HERE = ("batch_size", "template_kwargs", "device", "dtype", "trust_remote_code")
+
+
+@dataclass(kw_only=True)
+class ModelOptions:
+    batch_size: int = config_field(8, "prompts per generate call", at_least=1)
+    max_new_tokens: dict[str, int] = config_field(
+        {},
+        f"answer tokens at most: N, or task=N,... (default: {_BUDGETS}, each at most a quarter "
+        "of the window)",
+        parse=per_task_budget,
+    )
+    max_input_tokens: int | None = config_field(
+        None,
+        "prompt tokens at most: longer prompts have their grounding text trimmed (default: the "
+        "window -- an adapter's training max_length, capped by the model's positions -- minus "
+        "the task's --max-new-tokens)",
+        at_least=1,
+    )
+    window: int | None = config_field(
+        None,
+        "tokens the model may see, prompt and answer (default: an adapter's training "
+        "max_length, capped by the model's positions): gives an untuned base the same prompts "
+        "as its adapter",
+        at_least=1,
+    )
+    template_kwargs: dict | None = config_field(
+        None,
+        "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for Qwen3 "
+        "(default: those the adapter was trained with, else none)",
+        flag="chat_template_kwargs",
+        parse=jsonl.loads_object,
+    )
+    device: str | None = config_field(None, "cpu, cuda, cuda:1 ... (default: cuda when available)")
+    dtype: str = config_field(
+        "auto",
+        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
+        parse=parse_dtype,
+    )
+    trust_remote_code: bool = config_field(
+        False, "allow the base model's own Python code from its repository (off by default)"
+    )
