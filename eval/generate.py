@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair, Prediction
-from fincheck.eval.llm_backends import METHOD, build_client
+from fincheck.eval.llm_clients import METHOD, build_client
 from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity
 from fincheck.eval.runner import Answerer, answer_tasks

@@ -680,7 +680,7 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
     """HTTP 400 on every call: no "next: fincheck score" for a run with no answer, a non-zero
     exit, and the client's breaker stops after a run of refusals instead of sending them all."""
     from fincheck.errors import FincheckError
-    from fincheck.eval.llm_backends import OpenAIChatClient
+    from fincheck.eval.llm_clients import OpenAIChatClient
     from fincheck.inference.llm import LLMCallError
 
     with FakeJudgeServer() as server:

@@ -1,13 +1,14 @@
-"""LLM backends for the judge and the baselines: an OpenAI-compatible chat-completions endpoint,
-and a local transformers model.
+"""LLM clients for the judge, the baselines and a served detector: an OpenAI-compatible
+chat-completions endpoint, and a local transformers model. ("Client" here: how an LLM is asked;
+"backend" in fincheck names where `fincheck eval`'s detector runs, `eval/generate.py`.)
 
-Both satisfy `fincheck.inference.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP backend leans on the
+Both satisfy `fincheck.inference.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP client leans on the
 `openai` client for the hard parts: per-request timeout, retries with exponential backoff and
 jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
 `Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
 `LLMCallError` (recorded, never scored). A 200 is checked too (`reply_problem`, the one place):
 a malformed reply is retried the same way, then fails the call; it is never returned or cached. A 401/403 stops the run at once: retrying a wrong key
-on every example helps nobody. The local backend is the project's one inference path (chat
+on every example helps nobody. The local client is the project's one inference path (chat
 template, fitting the prompt to the window on its grounding text, plain greedy decoding), and
 batches the calls that arrive together from the example threads.
 """
@@ -63,11 +64,11 @@ JUDGE = EndpointCaller("the judge endpoint", "judge_")
 METHOD = EndpointCaller("the endpoint")
 
 
-def build_client(opts, backend: str, model: str, caller: EndpointCaller, **local):
+def build_client(opts, kind: str, model: str, caller: EndpointCaller, **local):
     """The one builder of an LLM client: an OpenAI-compatible endpoint set by the options'
     endpoint block under the caller's prefix, or a local model (`local`: the settings of
     `TransformersChatClient`)."""
-    if backend == "openai":
+    if kind == "openai":
         option = lambda name: getattr(opts, caller.prefix + name)  # noqa: E731
         settings = [option(n) for n in ("base_url", "api_key_env", "timeout", "max_retries")]
         return OpenAIChatClient(model, *settings, caller=caller)
