@@ -263,9 +263,9 @@ def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> st
 
 
 def threshold_of(task: Task, value: str) -> float:
-    """A decision threshold in (0, 1) for a task that reads P(Yes)."""
+    """A decision threshold in (0, 1) for a task whose predictions carry p_yes."""
     if not task.reads_p_yes:
-        raise FincheckError(f"{task.name} has no P(Yes) to threshold")
+        raise FincheckError(f"{task.name} has no p_yes to threshold")
     try:
         threshold = float(value)
     except ValueError:
@@ -354,9 +354,10 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
     seed: int = config_field(0, "bootstrap seed")
     thresholds: dict[str, float] = config_field(
         {},
-        "task=T,...: also score a P(Yes) task at a decision threshold chosen on dev (a dev "
-        "run's report and results.json give the one that maximises its BAcc); the paper's "
-        "figures at 0.5 stay, these come beside them, labelled",
+        "task=T,...: a decision threshold on a task's p_yes, chosen on dev (a dev run's report "
+        "and results.json give the one that maximises its BAcc): QASem's BAcc at it comes "
+        "beside the paper's at 0.5; FINAL's lists whose flag score is below it are held back "
+        "(every FINAL figure is then the thresholded detector's, labelled)",
         flag="threshold",
         parse=lambda text: per_task_values(text, "--threshold", threshold_of),
     )

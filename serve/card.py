@@ -84,6 +84,14 @@ class MetricRow:
     ci95: tuple[float, float] | None = None
     n: int | None = None  # items behind the figure
     of: int | None = None  # items in the evaluated split (the task's), when known
+    threshold: float | None = None  # the p_yes threshold chosen on dev the figure is at
+
+    @property
+    def label(self) -> str:
+        """The metric as the card names it: with the dev threshold it depends on."""
+        if self.threshold is None:
+            return self.metric
+        return f"{self.metric} at the dev threshold {self.threshold:g}"
 
     @property
     def is_sample(self) -> bool:
@@ -125,13 +133,17 @@ def _rows(
 ) -> list[MetricRow]:
     cis = figures.get("ci95") if isinstance(figures.get("ci95"), dict) else {}
     n = _count(figures, "n") or scored
+    card = get_task(task).card
+    threshold = figures.get("threshold")
+    threshold = float(threshold) if isinstance(threshold, (int, float)) else None
     rows = []
-    for metric in get_task(task).card.metrics:
+    for metric in card.metrics:
         value = figures.get(metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             ci = cis.get(metric)
             ci95 = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
-            rows.append(MetricRow(task, subset, metric, float(value), ci95, n, of))
+            at = threshold if metric in card.thresholded else None
+            rows.append(MetricRow(task, subset, metric, float(value), ci95, n, of, at))
     return rows
 
 
@@ -213,7 +225,7 @@ def build_metadata(
             dataset_config=row.subset,
             dataset_split=split,
             metric_type=row.metric,
-            metric_name=row.metric if row.subset is None else f"{row.metric} ({row.subset})",
+            metric_name=row.label if row.subset is None else f"{row.label} ({row.subset})",
             metric_value=row.value,
         )
         for row in rows
@@ -293,6 +305,11 @@ def render_card(
         "recipe_fence": code_fence(recipe_yaml),
         "result_rows": [_result_row(row) for row in rows],
         "sampled_tasks": sorted({row.task for row in rows if row.is_sample}),
+        "threshold_notes": [
+            Markup(get_task(t).card.threshold_note)
+            for t in dict.fromkeys(row.task for row in rows if row.threshold is not None)
+            if get_task(t).card.threshold_note
+        ],
         "data_origins": Markup(
             "; ".join(as_markdown_text(data_origin(t)) for t in (run.tasks or list(all_tasks())))
         ),
@@ -366,7 +383,7 @@ def _result_row(row: MetricRow) -> dict[str, str]:
     return {
         "task": row.task,
         "subset": row.subset or "all",
-        "metric": row.metric,
+        "metric": row.label,
         "value": Markup(
             f"{float(row.value):.3f}"
             + (f" [{float(row.ci95[0]):.3f}, {float(row.ci95[1]):.3f}]" if row.ci95 else "")

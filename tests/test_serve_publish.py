@@ -458,6 +458,27 @@ def test_a_sample_is_labelled_with_its_n_and_kept_out_of_the_model_index(run_dir
     assert parsed and all(e.dataset_type != "final" for e in parsed)
 
 
+def test_figures_at_a_dev_threshold_are_named_so_on_the_card_and_in_the_model_index(run_dir):
+    """FINAL scored with `--threshold final=T` (lists below T held back): every figure the
+    threshold changes is named with it, the flag AUC (threshold-free) is not, and the card says
+    what the threshold does; without one, nothing is named."""
+    from huggingface_hub import ModelCard
+
+    from fincheck.io.runs import load_run
+
+    final = {**RESULTS["tasks"]["final"], "threshold": 0.7043, "flag_auc": 0.66}
+    results = {**RESULTS, "tasks": {**RESULTS["tasks"], "final": final}}
+    card = render_card(load_run(run_dir), "me/tiny", results)
+    assert "| final | all | f1 at the dev threshold 0.7043 | 0.333 [0.200, 0.400] |" in card
+    assert "| final | all | flag\\_auc | 0.660 |" in card
+    assert "is below T is held back" in card
+    names = {e.metric_type: e.metric_name for e in ModelCard(card).data.eval_results}
+    assert names["binary_bacc"] == "binary_bacc at the dev threshold 0.7043"
+    assert names["flag_auc"] == "flag_auc"
+    plain = render_card(load_run(run_dir), "me/tiny", RESULTS)
+    assert "at the dev threshold" not in plain and "is below T is held back" not in plain
+
+
 def test_the_card_names_the_tasks_of_the_training_mixture_not_of_the_prepared_folder(run_dir):
     """The prepared folder held all three tasks (its manifest hashes every prompt); the run
     trained on QASem and FHSumBench only. The card's tags, task list, prompt hashes and data

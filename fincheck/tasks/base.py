@@ -64,6 +64,10 @@ class CardInfo:
     dataset_type: str
     dataset_name: str
     metrics: tuple[str, ...]  # figures of results.json that go into the card
+    # the figures a `--threshold` chosen on dev changes (FINAL: every one, lists are held
+    # back); the card names the threshold beside them
+    thresholded: tuple[str, ...] = ()
+    threshold_note: str = ""  # what the threshold does to its figures, in the card's prose
     subsets: tuple[str, ...] = ()  # sub-dicts of the figures holding per-subset figures
     # where the data comes from, in the card's prose (GitHub repositories, not hub datasets:
     # the card's `datasets:` metadata takes hub dataset ids only)

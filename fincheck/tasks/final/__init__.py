@@ -101,7 +101,11 @@ class FinalTask(Task):
         task_name="Inconsistency descriptions (FINAL)",
         dataset_type="final",
         dataset_name="FINAL",
-        metrics=("f1", "precision", "recall", "binary_f1", "binary_bacc"),
+        metrics=("f1", "precision", "recall", "binary_f1", "binary_bacc", "flag_auc"),
+        thresholded=("f1", "precision", "recall", "binary_f1", "binary_bacc"),
+        threshold_note='a FINAL list whose flag score (P(a list opens) against P("None") at '
+        "the first answer position) is below T is held back and the summary called consistent; "
+        "`flag_auc` is that score's ROC-AUC, which no threshold changes",
         data_origin="DeFacto (github.com/microsoft/DeFacto) for training; FINAL's release for evaluation",
     )
 
