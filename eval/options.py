@@ -8,7 +8,6 @@ An option one mode alone reads says so (`applies`): `--batch-size` with `--backe
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,8 +22,7 @@ from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, config_field, declare_applies
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
 from fincheck.models.options import LOADED_HERE, ModelOptions
-from fincheck.tasks import get_task, per_task_numbers, per_task_values, task_names
-from fincheck.tasks.base import Task
+from fincheck.tasks import get_task, per_task_numbers, per_task_thresholds, task_names
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}
@@ -262,19 +260,6 @@ def judge_kind(judge: str | None, model: str | None, base_url: str | None) -> st
     return judge
 
 
-def threshold_of(task: Task, value: str) -> float:
-    """A decision threshold in (0, 1) for a task whose predictions carry p_yes."""
-    if not task.reads_p_yes:
-        raise FincheckError(f"{task.name} has no p_yes to threshold")
-    try:
-        threshold = float(value)
-    except ValueError:
-        threshold = math.nan
-    if not 0 < threshold < 1:
-        raise FincheckError("expected task=T with 0 < T < 1")
-    return threshold
-
-
 JUDGED = {"judge_kind": ("openai", "local")}
 JUDGE_API = {"judge_kind": ("openai",)}
 JUDGE_LOCAL = {"judge_kind": ("local",)}
@@ -359,7 +344,7 @@ class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
         "beside the paper's at 0.5; FINAL's lists whose flag score is below it are held back "
         "(every FINAL figure is then the thresholded detector's, labelled)",
         flag="threshold",
-        parse=lambda text: per_task_values(text, "--threshold", threshold_of),
+        parse=per_task_thresholds,
     )
     report_to: Literal["none", "wandb"] = config_field(
         "none", "also log results and the report to wandb (WANDB_MODE=offline works)"

@@ -49,9 +49,13 @@ class Detector:
         max_input_tokens: int | None = None,
         batch_size: int = 4,
         max_new_tokens: dict[str, int] | None = None,
+        thresholds: dict[str, float] | None = None,
     ) -> None:
         self.loaded = loaded
         self.batch_size = batch_size
+        # task -> a decision threshold on p_yes chosen on dev (QASem: supported at or above
+        # it, not 0.5; FINAL: a list whose flag score is below it is held back)
+        self.thresholds = dict(thresholds or {})
         self.max_new_tokens = answer_budgets(all_tasks(), loaded.window, max_new_tokens)
         self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
         loaded.check_template()
@@ -135,7 +139,11 @@ class Detector:
         """The task's reading of the model's answer for each record, in input order."""
         reader = get_task(task)
         return [
-            {**reader.detect_output(o.text, o.p_yes), "trimmed": o.trimmed, "raw": o.text}
+            {
+                **reader.detect_output(o.text, o.p_yes, self.thresholds.get(task)),
+                "trimmed": o.trimmed,
+                "raw": o.text,
+            }
             for o in self.generate(task, records)
         ]
 

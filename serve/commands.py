@@ -16,6 +16,7 @@ from pathlib import Path
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.models.options import ModelOptions
+from fincheck.tasks import per_task_thresholds
 
 DETECT_EXAMPLES = """\
 examples:
@@ -63,6 +64,15 @@ class DetectOptions(ModelOptions):
     summary: str | None = config_field(None, "file with the summary / generated output")
     input: str | None = config_field(None, "JSONL input file (see below)")
     out: Path | None = config_field(None, "JSONL output file (default: stdout)")
+    thresholds: dict[str, float] = config_field(
+        {},
+        "task=T,...: a decision threshold on p_yes chosen on dev (`fincheck score --split dev` "
+        "prints the one that maximises BAcc): QASem's QA is supported at or above it (not "
+        "0.5); a FINAL list whose flag score is below it is held back, the summary called "
+        "consistent",
+        flag="threshold",
+        parse=per_task_thresholds,
+    )
 
 
 @dataclass

@@ -136,6 +136,7 @@ def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | No
         batch_size=args.batch_size,
         max_input_tokens=args.max_input_tokens,
         max_new_tokens=args.max_new_tokens or None,
+        thresholds=args.thresholds,
     )
     results = detect_records(detector, records)
     if single:

@@ -311,6 +311,44 @@ def test_an_empty_final_answer_is_no_verdict_not_consistent():
     assert flagged == {"descriptions": ["The year is wrong."], "consistent": False}
 
 
+def test_a_dev_threshold_holds_back_a_final_list_and_moves_qasem_s_cut():
+    from fincheck.tasks import all_tasks
+
+    final, qasem = all_tasks()["final"], all_tasks()["qasem"]
+    listed = "A. The year is wrong."
+    assert final.detect_output(listed, 0.69, 0.7) == {
+        "descriptions": [],
+        "consistent": True,
+        "held_back": ["The year is wrong."],
+        "flag_score": 0.69,
+    }
+    kept = final.detect_output(listed, 0.71, 0.7)
+    assert kept["consistent"] is False and kept["flag_score"] == 0.71
+    assert final.detect_output(listed, None, 0.7)["consistent"] is False  # no score: the text
+    assert qasem.detect_output("Yes", 0.6)["supported"] is True  # the paper's 0.5
+    assert qasem.detect_output("Yes", 0.6, 0.65)["supported"] is False
+
+
+def test_cli_threshold_is_read_per_task(run_dir: Path, tmp_path: Path, capsys):
+    """`fincheck detect --threshold final=T,qasem=T`: the same answers, read at the thresholds
+    (just above each score here: the list held back, the QA unsupported)."""
+    src = tmp_path / "pairs.jsonl"
+    qa = {"text": TEXT, "sentence": SENTENCE, "question": "Who approved?", "answer": "The council"}
+    src.write_text("".join(json.dumps(x) + "\n" for x in ({"text": TEXT, "summary": SUMMARY}, qa)))
+    args = ["detect", "--adapter", str(run_dir), "--input", str(src), "--max-new-tokens", "8"]
+    assert main([*args, "--out", str(tmp_path / "a.jsonl")]) == 0
+    plain = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    flag, p_yes = plain[0]["flag_score"], plain[1]["p_yes"]
+    above = f"final={min(flag + 1e-4, 0.9999)},qasem={min(p_yes + 1e-4, 0.9999)}"
+    assert main([*args, "--threshold", above, "--out", str(tmp_path / "b.jsonl")]) == 0
+    read = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert read[0]["consistent"] is True and read[0]["descriptions"] == []
+    assert read[0]["held_back"] == plain[0]["descriptions"] and read[0]["raw"] == plain[0]["raw"]
+    assert read[1]["supported"] is False and read[1]["p_yes"] == p_yes
+    assert main([*args, "--threshold", "fhsumbench=0.5"]) == 2  # no p_yes to threshold
+    assert "fhsumbench has no p_yes to threshold" in capsys.readouterr().err
+
+
 def test_non_utf8_input_and_a_missing_out_folder_are_one_line_before_any_model(tmp_path, capsys):
     """Checked before the model loads (the model here does not even exist): nothing is lost."""
     from fincheck.commands.cli import main

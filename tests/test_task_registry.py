@@ -93,7 +93,7 @@ class ToyTask(Task):
     def report_section(self, figures):
         return [f"accuracy {figures['accuracy']:.3f} over {figures['n']} claims", ""]
 
-    def detect_output(self, text, p_yes):
+    def detect_output(self, text, p_yes, threshold=None):
         return {"stated": text.strip() == "Yes"}
 
     compare_metrics = (("accuracy", "accuracy"),)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -134,6 +135,24 @@ def per_task_values(text: str, option: str, convert: Callable[[Task, str], T]) -
         except FincheckError as e:
             raise FincheckError(f"{option} {part}: {e}") from None
     return values
+
+
+def per_task_thresholds(text: str) -> dict[str, float]:
+    """`--threshold task=T,...`: a decision threshold in (0, 1) on the p_yes of each task
+    named (chosen on dev), for a task whose predictions carry one."""
+
+    def threshold_of(task: Task, value: str) -> float:
+        if not task.reads_p_yes:
+            raise FincheckError(f"{task.name} has no p_yes to threshold")
+        try:
+            threshold = float(value)
+        except ValueError:
+            threshold = math.nan
+        if not 0 < threshold < 1:
+            raise FincheckError("expected task=T with 0 < T < 1")
+        return threshold
+
+    return per_task_values(text, "--threshold", threshold_of)
 
 
 def per_task_budget(text: str) -> dict[str, int]:

@@ -291,5 +291,8 @@ class Task(ABC):
     # --- serve -----------------------------------------------------------------------------
 
     @abstractmethod
-    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
-        """What `fincheck detect` reports for one model output of this task."""
+    def detect_output(
+        self, text: str, p_yes: float | None, threshold: float | None = None
+    ) -> dict[str, Any]:
+        """What `fincheck detect` reports for one model output of this task (`threshold`: a
+        decision threshold on p_yes chosen on dev, `fincheck detect --threshold`)."""

@@ -288,7 +288,9 @@ class FhsumbenchTask(Task):
 
     # --- serve -----------------------------------------------------------------------------
 
-    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+    def detect_output(
+        self, text: str, p_yes: float | None, threshold: float | None = None
+    ) -> dict[str, Any]:
         return {"label": judgement_to_label(reference_judgement(text)[0])}
 
 

@@ -436,11 +436,20 @@ class FinalTask(Task):
 
     # --- serve -----------------------------------------------------------------------------
 
-    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
+    def detect_output(
+        self, text: str, p_yes: float | None, threshold: float | None = None
+    ) -> dict[str, Any]:
         """The descriptions, the verdict and (a local model) `flag_score`, the p_yes the list
-        opened with: a ranking score, not a calibrated probability."""
+        opened with: a ranking score, not a calibrated probability. With a `threshold` chosen
+        on dev, a list whose flag score is below it is held back (`held_back`) and the summary
+        called consistent, as `fincheck score --threshold final=T` scores it."""
         out = self._verdict(text)
-        return out if p_yes is None else {**out, "flag_score": p_yes}
+        if p_yes is None:
+            return out
+        if threshold is not None and p_yes < threshold:
+            held = {"descriptions": [], "consistent": True, "held_back": out["descriptions"]}
+            return {**held, "flag_score": p_yes}
+        return {**out, "flag_score": p_yes}
 
     def _verdict(self, text: str) -> dict[str, Any]:
         """An answer not read with confidence (empty, prose, content-free) says nothing, so its

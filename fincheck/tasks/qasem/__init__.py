@@ -332,8 +332,11 @@ class QasemTask(Task):
 
     # --- serve -----------------------------------------------------------------------------
 
-    def detect_output(self, text: str, p_yes: float | None) -> dict[str, Any]:
-        return {"p_yes": p_yes, "supported": p_yes is not None and p_yes >= THRESHOLD}
+    def detect_output(
+        self, text: str, p_yes: float | None, threshold: float | None = None
+    ) -> dict[str, Any]:
+        at = THRESHOLD if threshold is None else threshold
+        return {"p_yes": p_yes, "supported": p_yes is not None and p_yes >= at}
 
 
 TASK = QasemTask()
