@@ -1,6 +1,7 @@
 """fincheck.eval: predictions from a model (`fincheck eval`), figures from predictions (`fincheck score`).
 
-The metrics are also local `evaluate` modules; `evaluate_module_path` finds them wherever the
+Each task's metrics are also a local `evaluate` module in its task folder
+(`fincheck/tasks/<task>/fincheck_<task>/`); `evaluate_module_path` finds one wherever the
 package is installed:
 
     import evaluate
@@ -10,28 +11,24 @@ package is installed:
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
-EVALUATE_MODULES = ("fincheck_qasem", "fincheck_fhsumbench", "fincheck_final")
+
+def evaluate_modules() -> dict[str, Path]:
+    """{module name: its folder}: every registered task's `fincheck_<task>/` that holds one."""
+    from fincheck.tasks import all_tasks
+
+    folders = {
+        f"fincheck_{name}": Path(inspect.getfile(type(task))).parent / f"fincheck_{name}"
+        for name, task in all_tasks().items()
+    }
+    return {name: folder for name, folder in folders.items() if (folder / f"{name}.py").is_file()}
 
 
 def evaluate_module_path(name: str) -> str:
     """Directory of a metric module for `evaluate.load` (a local path: no hub access)."""
-    if name not in EVALUATE_MODULES:
-        raise ValueError(f"unknown metric module {name!r}; choose from {EVALUATE_MODULES}")
-    return str(Path(__file__).parent / "evaluate_metrics" / name)
-
-
-def metric_info(description: str, predictions: str, references: str):
-    """A metric module's `evaluate.MetricInfo`: its docstring, and the value types (`datasets`
-    names) of its predictions and references."""
-    import datasets
-    import evaluate
-
-    features = {"predictions": predictions, "references": references}
-    return evaluate.MetricInfo(
-        description=description,
-        citation="",
-        inputs_description=description,
-        features=datasets.Features({k: datasets.Value(v) for k, v in features.items()}),
-    )
+    modules = evaluate_modules()
+    if name not in modules:
+        raise ValueError(f"unknown metric module {name!r}; choose from {tuple(modules)}")
+    return str(modules[name])

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from fincheck.eval import evaluate_module_path
 from fincheck.tasks.fhsumbench.metrics import score_fhsumbench
 from fincheck.tasks.qasem.metrics import QasemItem, score_qasem
 
 pytestmark = pytest.mark.slow  # `evaluate` imports datasets, pandas, pyarrow: ~9 s
-MODULES = Path(__file__).resolve().parents[1] / "eval" / "evaluate_metrics"
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def evaluate(monkeypatch):
 
 
 def test_qasem_module_matches_pure_function(evaluate):
-    metric = evaluate.load(str(MODULES / "fincheck_qasem"))
+    metric = evaluate.load(evaluate_module_path("fincheck_qasem"))
     scores, refs = [0.9, 0.4, 0.5, 0.1, 0.7], [1, 1, 0, 0, 1]
     subsets = ["cliff", "cliff", "cliff", "factscore", "factscore"]
     out = metric.compute(predictions=scores, references=refs, subsets=subsets, n_resamples=20)
@@ -40,7 +40,7 @@ def test_qasem_module_matches_pure_function(evaluate):
 
 
 def test_fhsumbench_module_parses_raw_outputs(evaluate):
-    metric = evaluate.load(str(MODULES / "fincheck_fhsumbench"))
+    metric = evaluate.load(evaluate_module_path("fincheck_fhsumbench"))
     outputs = [
         '{"Faithfulness": false, "Factuality": true}',
         '```json\n{"Faithfulness": true, "Factuality": true}\n```',
@@ -57,16 +57,15 @@ def test_fhsumbench_module_parses_raw_outputs(evaluate):
 
 
 def test_module_paths_resolve_from_the_installed_package(evaluate):
-    from fincheck.eval import EVALUATE_MODULES, evaluate_module_path
 
-    for name in EVALUATE_MODULES:
+    for name in ("fincheck_qasem", "fincheck_fhsumbench", "fincheck_final"):  # each in its task
         assert Path(evaluate_module_path(name), f"{name}.py").is_file()
     with pytest.raises(ValueError):
         evaluate_module_path("accuracy")
 
 
 def test_final_module_needs_matchings_only_when_both_lists_are_non_empty(evaluate):
-    metric = evaluate.load(str(MODULES / "fincheck_final"))
+    metric = evaluate.load(evaluate_module_path("fincheck_final"))
     out = metric.compute(
         predictions=[
             "A. x is wrong\nB. x is wrong again\nC. y is not in the text",

@@ -45,6 +45,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "fincheck.io.deadline",
         "fincheck.io.secrets",
         *("fincheck.metrics.bootstrap", "fincheck.metrics.classification"),
+        "fincheck.metrics.evaluate_info",
         "fincheck.metrics.plots",
         "fincheck.data.sentences",
         "fincheck.inference.prefix_tree",
@@ -104,7 +105,7 @@ def modules() -> list[Path]:
     paths = [*REPO.glob("scripts/*.py")]
     for folder in PACKAGES:
         paths += (REPO / folder).rglob("*.py")
-    return sorted(p for p in paths if "evaluate_metrics" not in p.parts)
+    return sorted(paths)
 
 
 def _package_of(here: str, is_package: bool) -> str:

@@ -1,6 +1,6 @@
 """The wheel holds what setup.py finds: a task added as one folder under fincheck/tasks/ (its
-module and prompt file) is in it with no other edit, and the stage folders install as
-fincheck.<stage>."""
+module, prompt file and `evaluate` module) is in it with no other edit, and the stage folders
+install as fincheck.<stage>."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ def test_a_task_folder_is_in_the_wheel_with_no_other_edit(tmp_path):
     (toy / "__init__.py").write_text('"""A toy task."""\n')
     (toy / "parts" / "__init__.py").write_text("")
     (toy / "prompt.txt").write_text("[system]\nCheck.\n[user]\n{text}\n")
+    (toy / "fincheck_toy").mkdir()  # its `evaluate` module
+    (toy / "fincheck_toy" / "fincheck_toy.py").write_text('"""A toy metric."""\n')
     out = tmp_path / "dist"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps"]
     subprocess.run([*build, str(tree), "-w", str(out)], check=True, capture_output=True)
     (wheel,) = out.glob("fincheck-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for path in ("__init__.py", "prompt.txt", "parts/__init__.py"):
+    for path in ("__init__.py", "prompt.txt", "parts/__init__.py", "fincheck_toy/fincheck_toy.py"):
         assert f"fincheck/tasks/toy/{path}" in names
     for stage in STAGES:
         assert f"fincheck/{stage}/__init__.py" in names

@@ -323,10 +323,6 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
     # the papers' systems are per-benchmark protocols: their coverage, prompts and parsing
     # FINAL's own pipeline and two-step
     "eval/baselines/final_methods.py": ["final", "final", "final"],
-    # one `evaluate` module per task
-    "eval/evaluate_metrics/fincheck_fhsumbench/fincheck_fhsumbench.py": ["Fhsum", "fhsum"],
-    # one `evaluate` module per task
-    "eval/evaluate_metrics/fincheck_qasem/fincheck_qasem.py": ["Qasem", "Qasem", "qasem"],
     # the documented Python API: describe / support / classify
     "fincheck/detector.py": ["fhsumbench", "fhsumbench", "final", "final", "qasem", "qasem"],
     # benchmarks and the demo: per-task sample sizes and workloads

@@ -1,7 +1,7 @@
 """`evaluate` module: FHSumBench figures with the reference scorer's semantics.
 
     import evaluate
-    metric = evaluate.load("eval/evaluate_metrics/fincheck_fhsumbench")   # a local path
+    metric = evaluate.load("fincheck/tasks/fhsumbench/fincheck_fhsumbench")   # a local path
     metric.compute(predictions=['{"Faithfulness": false, "Factuality": true}'],
                    references=["factual_hallu"])
 
@@ -13,7 +13,7 @@ harmonic mean, FH/NFH/NoH accuracies, parse-failure rate. Wraps fincheck.tasks.f
 
 import evaluate
 
-from fincheck.eval import metric_info
+from fincheck.metrics.evaluate_info import metric_info
 from fincheck.tasks.fhsumbench.metrics import judgement_to_label, score_fhsumbench
 from fincheck.tasks.fhsumbench.reference import reference_judgement
 

@@ -1,7 +1,7 @@
 """`evaluate` module: QASemConsistency BAcc and ROC-AUC (the QASem paper, Table 4).
 
     import evaluate
-    metric = evaluate.load("eval/evaluate_metrics/fincheck_qasem")   # a local path, no hub
+    metric = evaluate.load("fincheck/tasks/qasem/fincheck_qasem")   # a local path, no hub
     metric.compute(predictions=[0.9, 0.2], references=[1, 0], subsets=["cliff", "cliff"])
 
 predictions: support scores s = P(Yes)/(P(Yes)+P(No)) in [0, 1]; references: 1 = supported
@@ -11,7 +11,7 @@ adds per-subset figures. Supported iff s >= 0.5. Thin wrapper over fincheck.task
 
 import evaluate
 
-from fincheck.eval import metric_info
+from fincheck.metrics.evaluate_info import metric_info
 from fincheck.tasks.qasem.metrics import QasemItem, score_qasem
 
 

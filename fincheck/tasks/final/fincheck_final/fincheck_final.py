@@ -1,7 +1,7 @@
 """`evaluate` module: FINAL micro precision/recall/F1 from judge matchings, and binarized BAcc.
 
     import evaluate
-    metric = evaluate.load("eval/evaluate_metrics/fincheck_final")   # a local path
+    metric = evaluate.load("fincheck/tasks/final/fincheck_final")   # a local path
     metric.compute(predictions=["A. x\\nB. y"], references=["A. z"],
                    matchings=[{"A": "A", "B": None}])
 
@@ -15,7 +15,7 @@ TP = distinct gold letters matched. Wraps fincheck.tasks.final.metrics; the judg
 
 import evaluate
 
-from fincheck.eval import metric_info
+from fincheck.metrics.evaluate_info import metric_info
 from fincheck.tasks.final.metrics import FinalItem, score_final, true_positives
 from fincheck.tasks.final.reader import listed_descriptions, parse_descriptions
 
