@@ -522,15 +522,29 @@ def test_two_nodes_on_loopback_train_the_losses_of_one_node(prepared_dir, mixtur
         assert json.loads((out / "fincheck_run.json").read_text())["world_size"] == 2
 
 
-@pytest.mark.parametrize("differ", ["recipe", "prepared data"])
+@pytest.mark.parametrize("differ", ["recipe", "prepared data", "base"])
 def test_a_node_started_with_another_recipe_or_data_stops_every_rank(
-    differ, prepared_dir, small_prepared, mixture, tmp_path
+    differ, prepared_dir, small_prepared, tiny_base, mixture, tmp_path
 ):
-    """Node 1 launched with another learning rate, or another prepared folder: every rank
-    stops before the first step, saying which differs; nothing is trained."""
+    """Node 1 launched with another learning rate, another prepared folder, or a base whose
+    weights differ under the same config.json: every rank stops before the first step, saying
+    which differs; nothing is trained."""
+    from safetensors.torch import load_file, save_file
+
+    own: list[str] = []
     other = ["--learning_rate=0.01"] if differ == "recipe" else [f"--dataset_dir={small_prepared}"]
+    if differ == "base":  # two copies of one base, one weight changed in the second
+        copies = [tmp_path / "base0", tmp_path / "base1"]
+        for copy in copies:
+            shutil.copytree(tiny_base, copy)
+        weights = copies[1] / "model.safetensors"
+        tensors = load_file(weights)
+        name = sorted(tensors)[0]
+        tensors[name] = tensors[name] + 1
+        save_file(tensors, weights, metadata={"format": "pt"})
+        own, other = ([f"--model_name_or_path={c}"] for c in copies)
     out = tmp_path / "run"
-    results = slurm_nodes(out, prepared_dir, mixture, [], other)
+    results = slurm_nodes(out, prepared_dir, mixture, own, other)
     for status, log in results:
         assert status != 0, log[-2000:]
         assert f"were not started with the same {differ}" in log, log[-3000:]

@@ -12,11 +12,12 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.io.checksums import sha256_file
+from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe
 
 USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
@@ -111,15 +112,25 @@ def recipe_identity(recipe: SFTRecipe) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def check_one_run_on_every_rank(identity: dict[str, str]) -> None:
+def base_identity(base_path: str) -> str:
+    """The base as the nodes of a launch compare it: its model files by content (weights,
+    config, tokenizer: `folder_sha256`) for a local folder, else its name. Two nodes holding
+    other weights under the same config.json (a re-converted or fine-tuned copy at the same
+    path) differ; one base at two paths does not."""
+    return folder_sha256(base_path) or base_path
+
+
+def check_one_run_on_every_rank(identity: dict[str, str | Callable[[], str]]) -> None:
     """All processes of a launch, on every node, were started with the same recipe, prepared
     data and base: each rank compares its own with every other's, and each one that differs
     from rank 0's stops every rank before the first step (a node launched with another recipe
-    or data would train a mix of two runs, or hang at the first collective)."""
+    or data would train a mix of two runs, or hang at the first collective). A value may be a
+    function, computed only when there are other ranks to compare with (`base_identity`)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
+    identity = {key: value() if callable(value) else value for key, value in identity.items()}
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, identity)
     differ = sorted(
@@ -130,7 +141,7 @@ def check_one_run_on_every_rank(identity: dict[str, str]) -> None:
         raise FincheckError(
             f"the processes of this launch were not started with the same {' and '.join(differ)}"
             f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-            f"differ{'' if len(ranks) > 1 else 's'} from rank 0): start every node with the same recipe, overrides and prepared data (this is "
+            f"differ{'' if len(ranks) > 1 else 's'} from rank 0): start every node with the same recipe, overrides, prepared data and base (this is "
             f"rank {dist.get_rank()}); nothing was trained"
         )
 

@@ -129,7 +129,11 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     base_fp = checkpoints.base_fingerprint(base_path)
     data_fp = folder.fingerprint
     launch.check_one_run_on_every_rank(
-        {"recipe": launch.recipe_identity(recipe), "prepared data": str(data_fp), "base": base_fp}
+        {
+            "recipe": launch.recipe_identity(recipe),
+            "prepared data": str(data_fp),
+            "base": lambda: launch.base_identity(base_path),
+        }
     )
     resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp)
     if resume_from is not None and "wandb" in recipe.report_to:
