@@ -450,7 +450,14 @@ def test_ctrl_c_while_calls_are_in_flight_exits_at_once(calls, tmp_path):
 
     script = tmp_path / "calls.py"
     script.write_text(calls)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        # as from a terminal: a suite run as a shell's background job (`make test &`) starts
+        # with SIGINT ignored, and its children would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdout.readline().strip() == "started"
     time.sleep(0.5)
     start = time.monotonic()
