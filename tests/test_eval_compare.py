@@ -58,16 +58,16 @@ def test_paired_differences_resample_whole_sources_and_name_them(tmp_path, capsy
     for ex in (*first, *other):
         source = int(ex["id"][1:]) // 10
         ex["units"] = {"source": f"s{source}", "response": f"s{source}:r{int(ex['id'][1:]) % 2}"}
-    by_source = paired_difference("qasem", first, other, "bacc", n_resamples=2000)
+    by_source = paired_difference("qasem", first, other, "bacc", n_resamples=1000)
     assert (by_source.unit, by_source.n_units, by_source.delta) == ("source", 40, 0.0)
     assert by_source.ci95.high - by_source.ci95.low == pytest.approx(0.31, abs=0.05)
 
     def plain(examples):  # records scored before units were recorded
         return [{k: v for k, v in ex.items() if k != "units"} for ex in examples]
 
-    by_qa = paired_difference("qasem", plain(first), plain(other), "bacc", n_resamples=2000)
+    by_qa = paired_difference("qasem", plain(first), plain(other), "bacc", n_resamples=1000)
     assert by_qa.unit == "example" and by_qa.ci95.high - by_qa.ci95.low < 0.12
-    by_response = paired_difference("qasem", first, other, "bacc", 2000, unit="response")
+    by_response = paired_difference("qasem", first, other, "bacc", 1000, unit="response")
     assert (by_response.unit, by_response.n_units) == ("response", 80)
     # the CLI: the unit and its count stand in the report; --unit picks another of the task's
     for name, examples in (("a", first), ("b", other)):
