@@ -159,9 +159,10 @@ class OpenAIChatClient(ChatClient):
         share: FirstWordShare = YES_NO,
     ) -> float | None:
         """P(Yes)/(P(Yes)+P(No)) over the first token's top logprobs (spellings: Yes, yes, YES,
-        with or without a leading space; `share`: another task's two words); None when the endpoint's reply has no logprobs or
-        neither word is among them (the answer is then read from the text). A call that fails
-        raises LLMCallError: the example fails and a rerun asks again (never "no logprobs")."""
+        with or without a leading space; `share`: another task's two words); None when the
+        endpoint's reply has no logprobs or neither word is among them (the answer is then read
+        from the text). A call that fails raises LLMCallError: the example fails and a rerun
+        asks again (never "no logprobs")."""
         if "logprobs" in self._refused_params:  # said once already; the text is scored
             return None
         sampling = {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
