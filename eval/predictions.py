@@ -2,13 +2,16 @@
 
 `RUN_DIR/predictions/<task>.jsonl`, one JSON object per line:
     {"id": str, "task": <a registered task>, "output": str, "p_yes": float?}
-`id` is the prepared pair's id; `output` the model's raw text; `p_yes` (QASem only, optional)
-the support score P(Yes)/(P(Yes)+P(No)) at the first generated position. Other keys are kept
-but ignored. Any tool can write this file and be scored the same way.
+`id` is the prepared pair's id; `output` the model's raw text; `p_yes` (optional) the task's
+first-word share at the first generated position (QASem: P(Yes)/(P(Yes)+P(No)); FINAL: a list
+against "None"). Other keys are kept but ignored. Any tool can write this file and be scored
+the same way.
 
 `fincheck eval` also writes beside them `eval_config.json` (what produced them: model, adapter,
-split, generation lengths) and `eval_summary.json` (per task, prompts trimmed); this module
-reads and writes both, for eval (resume checks) and score (the report's "what was run").
+split, generation lengths) and `eval_summary.json` (per task, written when the task is
+finished: its predictions, prompts trimmed, and the file's sha256); this module reads and
+writes both, for eval (resume checks) and score (the report's "what was run", and whether each
+task's eval finished and its file is still what eval wrote: `eval_state`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from fincheck.data.pairs import CUT_KINDS, Pair, Prediction
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
-from fincheck.io.checksums import folder_sha256
+from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.jsonl import iter_json_objects, read_json_object
 from fincheck.io.safe_files import open_own_file, write_text
 from fincheck.io.secrets import redact
@@ -249,7 +252,33 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
         record[task]["failed"] = failed
     if "calls_per_example" in counts:  # a baseline method: LLM calls per example
         record[task]["calls_per_example"] = round(counts["calls_per_example"], 3)
+    path = Path(predictions_dir) / f"{task}.jsonl"
+    if path.is_file():  # complete means listed: what the finished task's file holds
+        record[task]["sha256"] = sha256_file(path)
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
+
+
+def eval_state(predictions_dir: Path, task: str) -> str:
+    """Whether `fincheck eval` finished a task's predictions: "finished" (eval_summary.json
+    lists the file, which still holds what eval wrote), "unfinished" (an eval folder whose
+    summary does not list the task: stopped, or still running), or "unknown" (no eval wrote
+    this folder, or one from before files were listed). A file changed after its eval finished
+    stops the score: its figures would be of other predictions than the run's."""
+    folder = Path(predictions_dir)
+    if not (folder / EVAL_CONFIG).is_file():
+        return "unknown"
+    listed = read_eval_summary(folder).get(task)
+    if not isinstance(listed, dict):
+        return "unfinished"
+    if "sha256" not in listed:
+        return "unknown"
+    if sha256_file(folder / f"{task}.jsonl") != listed["sha256"]:
+        raise FincheckError(
+            f"{folder / f'{task}.jsonl'}: changed since `fincheck eval` finished it (its sha256 "
+            f"is no longer the one {EVAL_SUMMARY} lists): score the eval's own file, or rerun "
+            "the eval into a new folder"
+        )
+    return "finished"
 
 
 # What the loaded model turned out to be that changes what it reads or answers: a folder whose

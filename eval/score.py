@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from fincheck.data.prepared import read_manifest, read_split, split_path
 from fincheck.errors import FincheckError
 from fincheck.eval.options import ScoreOptions
 from fincheck.eval.predictions import (
+    eval_state,
     join_with_gold,
     read_eval_config,
     read_eval_summary,
@@ -62,6 +64,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         for path, what in ((gold_path, "gold split"), (pred_path, "predictions file")):
             if not path.exists():
                 raise FincheckError(f"{name}: {what} {path} not found")
+        state = eval_state(opts.predictions_dir, name)
         gold = read_split(opts.data_dir, name, opts.split)
         joined, missing = join_with_gold(
             gold, read_predictions(pred_path, name), pred_path, gold_path
@@ -82,7 +85,14 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             "n_scored": len(joined),
             "n_missing": len(missing),
             "missing_ids_sample": missing[:20],
+            "eval": state,
         }
+        if state == "unfinished":
+            print(
+                f"{name}: its eval did not finish (not listed in eval_summary.json): the "
+                f"figures are of the {len(joined)} predictions it holds",
+                file=sys.stderr,
+            )
         examples[name] = score.examples
         _write_jsonl(opts.out_dir / "scored" / f"{name}.jsonl", score.examples)
         made = task.plots(score, opts.out_dir / "plots", model_label(results["run"]))

@@ -17,6 +17,7 @@ from fincheck.data.pairs import Pair, Prediction, read_pairs
 from fincheck.data.prompting import NO_SPELLINGS, YES_NO, YES_SPELLINGS
 from fincheck.errors import FincheckError
 from fincheck.eval import generate
+from fincheck.eval import predictions as generate_predictions
 from fincheck.inference import generation as inference
 from fincheck.models import loading
 from fincheck.tasks import task_names
@@ -135,6 +136,7 @@ def test_eval_writes_predictions_resumes_and_scores(
     with pytest.raises(RuntimeError, match="simulated crash"):
         main(_eval_args(tiny_base, prepared_dir, out, 3, "--tasks", "fhsumbench"))
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == len(first) > 0
+    assert generate_predictions.eval_state(out / "predictions", "fhsumbench") == "unfinished"
     monkeypatch.undo()
 
     # a torn line (killed mid-write) is dropped on resume
@@ -185,6 +187,13 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert results["tasks"]["qasem"]["overall"]["n_scored_from_text"] == 0  # p_yes was used
     assert sum(results["run"]["prompts_trimmed"].values()) > 0
     assert "prompts with a trimmed grounding text" in (out / "report.md").read_text()
+    # complete means listed: each finished task's file by sha256; one edited after is refused
+    assert {c["eval"] for c in results["counts"].values()} == {"finished"}
+    edited = out / "predictions" / "qasem.jsonl"
+    edited.write_text(edited.read_text().replace('"p_yes": 0.', '"p_yes": 0.9', 1))
+    rescored = ["score", "--data", str(prepared_dir), "--predictions", str(out / "predictions")]
+    assert main([*rescored, "--out", str(tmp_path / "again"), "--bootstrap", "10"]) == 1
+    assert "qasem.jsonl: changed since `fincheck eval` finished it" in capsys.readouterr().err
 
 
 def test_adapter_changes_outputs_and_its_base_is_found(
