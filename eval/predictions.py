@@ -258,14 +258,25 @@ def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) 
     _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
 
 
+def unlist_task(predictions_dir: Path, task: str) -> None:
+    """A task whose file eval is about to extend (a first run, a resume) leaves the summary,
+    which then exists from the start: a run stopped in its first task is told apart from a
+    folder no eval wrote."""
+    record = read_eval_summary(predictions_dir)
+    if task in record or not (Path(predictions_dir) / EVAL_SUMMARY).is_file():
+        record.pop(task, None)
+        _write_json(Path(predictions_dir) / EVAL_SUMMARY, record)
+
+
 def eval_state(predictions_dir: Path, task: str) -> str:
     """Whether `fincheck eval` finished a task's predictions: "finished" (eval_summary.json
-    lists the file, which still holds what eval wrote), "unfinished" (an eval folder whose
-    summary does not list the task: stopped, or still running), or "unknown" (no eval wrote
-    this folder, or one from before files were listed). A file changed after its eval finished
-    stops the score: its figures would be of other predictions than the run's."""
+    lists the file, which still holds what eval wrote), "unfinished" (the summary does not list
+    the task: stopped, or still running), or "unknown" (no summary: another tool's folder, or
+    a copy of the predictions alone; or one from before files were listed). A file changed
+    after its eval finished stops the score: its figures would be of other predictions than
+    the run's."""
     folder = Path(predictions_dir)
-    if not (folder / EVAL_CONFIG).is_file():
+    if not (folder / EVAL_SUMMARY).is_file():
         return "unknown"
     listed = read_eval_summary(folder).get(task)
     if not isinstance(listed, dict):

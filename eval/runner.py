@@ -25,6 +25,7 @@ from fincheck.eval.predictions import (
     record_generation,
     record_loaded,
     served_before,
+    unlist_task,
 )
 
 
@@ -85,6 +86,8 @@ def answer_tasks(
         for task, pairs in task_pairs.items():
             writer = PredictionWriter(opts.predictions_dir / f"{task}.jsonl", task)
             todo = [p for p in pairs if p.id not in writer.done]
+            if todo:  # its file grows again: unfinished until listed anew
+                unlist_task(opts.predictions_dir, task)
             try:
                 counts = answerer.answer_task(task, pairs, todo, writer)
             finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,10 @@ def test_eval_writes_predictions_resumes_and_scores(
     assert "prompts with a trimmed grounding text" in (out / "report.md").read_text()
     # complete means listed: each finished task's file by sha256; one edited after is refused
     assert {c["eval"] for c in results["counts"].values()} == {"finished"}
+    copied = tmp_path / "copied"  # the predictions alone, as another tool's: nothing to check
+    copied.mkdir()
+    shutil.copy2(out / "predictions" / "qasem.jsonl", copied / "qasem.jsonl")
+    assert generate_predictions.eval_state(copied, "qasem") == "unknown"
     edited = out / "predictions" / "qasem.jsonl"
     edited.write_text(edited.read_text().replace('"p_yes": 0.', '"p_yes": 0.9', 1))
     rescored = ["score", "--data", str(prepared_dir), "--predictions", str(out / "predictions")]
