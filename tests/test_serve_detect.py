@@ -300,6 +300,21 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     assert len((out / "predictions" / "fhsumbench.jsonl").read_text().splitlines()) == 1
 
 
+def test_a_hub_that_never_delivers_the_adapter_is_given_up_on_at_the_deadline(monkeypatch):
+    """`detect --adapter org/name` with a hub that stalls: one line at the download's deadline
+    (the whole call, however its reads go), not a wait without end."""
+    import time
+
+    from fincheck.models import loading
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", lambda *a, **k: time.sleep(60))
+    monkeypatch.setattr(loading, "HUB_ADAPTER_DEADLINE_S", 0.5)
+    start = time.monotonic()
+    with pytest.raises(FincheckError, match=r"did not deliver the adapter me/slow within 0 s"):
+        loading.local_adapter_dir("me/slow")
+    assert time.monotonic() - start < 5
+
+
 def test_an_empty_final_answer_is_no_verdict_not_consistent():
     from fincheck.tasks import all_tasks
 

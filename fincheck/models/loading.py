@@ -25,6 +25,7 @@ from fincheck.inference.generation import (
     one_line,
     torch_dtype,
 )
+from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 from fincheck.models.known import KNOWN
 from fincheck.models.wheels import fetch
@@ -36,6 +37,9 @@ HUB_ADAPTER_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"
 
 
 VERY_LONG = int(1e30)  # transformers' own "no limit" value for model_max_length
+# A hub adapter's download as one call: a LoRA adapter is 10-100 MB, so 10 minutes allow a
+# link of about 170 kB/s for the largest; a hub that stalls or drips is given up on then
+HUB_ADAPTER_DEADLINE_S = 600.0
 
 
 def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
@@ -113,8 +117,16 @@ def local_adapter_dir(adapter: str | Path) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+    def download() -> str:
+        return snapshot_download(str(adapter), allow_patterns=HUB_ADAPTER_PATTERNS)
+
     try:
-        return Path(snapshot_download(str(adapter), allow_patterns=HUB_ADAPTER_PATTERNS))
+        return Path(within_deadline(download, HUB_ADAPTER_DEADLINE_S))
+    except CallDeadline:
+        raise FincheckError(
+            f"the hub did not deliver the adapter {adapter} within {HUB_ADAPTER_DEADLINE_S:.0f} s"
+            " (stalled or too slow): retry, or pass the adapter's local folder"
+        ) from None
     except LocalEntryNotFoundError:
         raise FincheckError(
             f"cannot download the adapter {adapter} from the hub (offline or unreachable, and not "
