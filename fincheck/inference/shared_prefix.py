@@ -129,10 +129,17 @@ def walk_order(batches: list[list[int]], children: list[PrefixNode]) -> list:
 class _TreeRunner:
     """The depth-first walk of one prefix tree: caches, suffix batches, greedy decoding."""
 
-    def __init__(self, model, tokenizer, ids, max_new_tokens: int, batch_size: int, share=None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        ids,
+        max_new_tokens: int,
+        batch_size: int,
+        share: FirstWordShare | None = None,
+    ):
         self.model, self.tokenizer, self.ids = model, tokenizer, ids
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        self.want_p_yes = share is not None
+        self.max_new_tokens, self.batch_size, self.share = max_new_tokens, batch_size, share
         self.device = model.device
         self.cache_arg = cache_argument()
         self.yes = answer_spellings(tokenizer, share.yes) if share else []
@@ -198,7 +205,7 @@ class _TreeRunner:
             )
         last = logits[:n, -1]
         p_yes = None
-        if self.want_p_yes:  # the answer position's logits in fp32 (`exact_answer_logits`)
+        if self.share:  # the answer position's logits in fp32 (`exact_answer_logits`)
             spellings = [*self.yes, *self.no]
             first = exact_answer_logits(self.model, hidden[0][:n, -1], spellings, last)
             p_yes = self.p_yes(first, logits[n:])

@@ -162,10 +162,7 @@ class FinalTask(Task):
         # list opens) against P("None"), read before it was written) is below T is held back:
         # the summary is called consistent. A prediction without p_yes keeps its text's verdict.
         threshold = settings.thresholds.get(self.name)
-        held_back = [
-            threshold is not None and pred.p_yes is not None and pred.p_yes < threshold
-            for _, pred in joined
-        ]
+        held_back = [held_back_by(pred.p_yes, threshold) for _, pred in joined]
         # A reasoning answer cut at its token budget before "Final Output:", or ending without
         # it, has no list: its numbered steps are not descriptions (read as nothing flagged, and
         # counted apart).
@@ -446,7 +443,7 @@ class FinalTask(Task):
         out = self._verdict(text)
         if p_yes is None:
             return out
-        if threshold is not None and p_yes < threshold:
+        if held_back_by(p_yes, threshold):
             held = {"descriptions": [], "consistent": True, "held_back": out["descriptions"]}
             return {**held, "flag_score": p_yes}
         return {**out, "flag_score": p_yes}
@@ -472,6 +469,12 @@ class FinalTask(Task):
 
 
 TASK = FinalTask()
+
+
+def held_back_by(p_yes: float | None, threshold: float | None) -> bool:
+    """Whether a list is held back by a flag threshold chosen on dev (score and detect alike):
+    its flag score is below it; without a score or a threshold the text's verdict stands."""
+    return threshold is not None and p_yes is not None and p_yes < threshold
 
 
 def _flag_lines(f: dict) -> list[str]:
