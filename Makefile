@@ -11,7 +11,10 @@ DATA_DIR ?= $(abspath $(or $(FINCHECK_DATA_DIR),$(wildcard ../shared/data)))
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint format clean
+RAG_VENV ?= .venv-rag
+RAG_BIN := $(RAG_VENV)/bin
+
+.PHONY: install install-llama-cpp rag-venv demo test test-fast lint format clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +26,30 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# llama.cpp and its OpenAI-compatible server (llama-cpp-python, built from source: about 5
+# minutes on 2 cores): `fincheck export --gguf --type q*` and the CPU-serving tests.
+install-llama-cpp: $(VENV)/.installed-llama-cpp
+
+$(VENV)/.installed-llama-cpp: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[dev,llama-cpp]"
+	touch $@
+
+# DeepEval and Ragas, for the detector as their metric, in a venv of their own: deepeval pins
+# click<8.4 and ragas (through instructor) openai<2, while transformers needs
+# huggingface_hub>=1.31, which needs click>=8.4.2. So they go in after fincheck, and then what
+# transformers needs goes back in (pip then says deepeval's click pin is not met; it runs).
+rag-venv: $(RAG_VENV)/.installed
+
+$(RAG_VENV)/.installed: pyproject.toml
+	test -x $(RAG_BIN)/python || $(PYTHON) -m venv $(RAG_VENV)
+	$(RAG_BIN)/python -m pip install -q --upgrade pip
+	$(RAG_BIN)/python -m pip install -q torch==$(TORCH_VERSION)
+	$(RAG_BIN)/python -m pip install -q --no-build-isolation deepspeed
+	$(RAG_BIN)/python -m pip install -q -e ".[dev]"
+	$(RAG_BIN)/python -m pip install -q -e ".[rag]"
+	$(RAG_BIN)/python -m pip install -q "huggingface_hub>=1.31" "click>=8.4.2" "datasets>=5.2"
+	touch $@
+
 # fetch SmolLM2-135M -> prepare -> eval the base -> LoRA SFT (DeepSpeed, 2 CPU processes) -> eval the adapter -> score -> report
 demo: install
 	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/demo.py --out $(DEMO_DIR)
@@ -32,8 +59,12 @@ lint: install
 	$(BIN)/ruff format --check .
 
 # Everything: the fast tier plus the real training runs, 2-process DeepSpeed, benchmarks.
-test: lint
+# The RAG metrics' tests run again in their venv (skipped in the first run, which lacks them),
+# with a llama.cpp server started from the main venv.
+test: lint install-llama-cpp rag-venv
 	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "" $(PYTEST_ARGS)
+	FINCHECK_DATA_DIR=$(DATA_DIR) FINCHECK_LLAMA_SERVER_PYTHON=$(abspath $(BIN)/python) \
+		$(RAG_BIN)/python -m pytest -m "" tests/test_rag_metrics.py $(PYTEST_ARGS)
 
 # The hermetic fast tier (plain pytest's default, pyproject.toml): no data folder, no fetched
 # weights, no server, one process.
@@ -45,4 +76,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RAG_VENV) runs .pytest_cache .ruff_cache

@@ -172,7 +172,7 @@ def build_judge(args: ScoreOptions):
         return None
     if not args.judge_model:
         raise FincheckError(f"--judge {args.judge_kind} needs --judge-model")
-    from fincheck.eval.llm_clients import JUDGE, build_client
+    from fincheck.inference.llm_clients import JUDGE, build_client
 
     # a local judge's concurrent calls are batched by the client's worker thread
     local = {"max_new_tokens": args.judge_max_tokens, "dtype": args.judge_dtype}

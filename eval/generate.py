@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair, Prediction
-from fincheck.eval.llm_clients import METHOD, build_client
 from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity
 from fincheck.eval.runner import Answerer, answer_tasks
@@ -45,6 +44,7 @@ from fincheck.inference.generation import (
     template_fingerprint,
 )
 from fincheck.inference.llm import CachedLLM, RequestCache, run_concurrently
+from fincheck.inference.llm_clients import METHOD, build_client
 from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256

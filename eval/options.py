@@ -17,8 +17,8 @@ from fincheck.data.prepared import prepared_tasks, read_split
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
-from fincheck.eval.llm_clients import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.inference.generation import parse_dtype
+from fincheck.inference.llm_clients import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.io.config import REQUIRED, config_field, declare_applies
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
 from fincheck.models.options import LOADED_HERE, ModelOptions

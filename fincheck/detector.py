@@ -7,12 +7,18 @@
                                                          #   non_factual_hallu | invalid
     detector.detect("qasem", [{"text": ..., "sentence": ..., "question": ..., "answer": ...}])
 
+    # the same detector served (`fincheck export --gguf`, then llama.cpp's server on a CPU)
+    served = Detector.from_endpoint("http://127.0.0.1:8080/v1", "served",
+                                    tokenizer="checkpoints/tiny-cpu")
+
 Every input goes through the path training and evaluation use, so the model sees what it was
 trained on: the task's prompt file (`fincheck.data.prompting`) -> messages + grounding span ->
 `fincheck.inference.generation.fit_messages` (a document too long for the window is cut at the end of its
 grounding text, with a warning) -> `fincheck.inference.shared_prefix.answer_in_order` (greedy, every
 prefix the inputs share run once, p(Yes) at the first answer position) -> the task's own reading
-of the output (`Task.detect_output`).
+of the output (`Task.detect_output`). A served detector fits each prompt with the adapter's own
+tokenizer and window the same way, and sends the fitted messages to the server instead (greedy;
+p(Yes) and FINAL's flag score from its top logprobs, which it must return).
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.inference.generation import LoadedModel, answer_budgets
+from fincheck.inference.generation import Fit, LoadedModel, answer_budgets
+from fincheck.inference.llm import ChatClient, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
-from fincheck.models.loading import load_model
+from fincheck.models.loading import load_model, load_prompt_fitter
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
 log = logging.getLogger(__name__)
@@ -50,8 +57,10 @@ class Detector:
         batch_size: int = 4,
         max_new_tokens: dict[str, int] | None = None,
         thresholds: dict[str, float] | None = None,
+        client: ChatClient | None = None,
     ) -> None:
         self.loaded = loaded
+        self.client = client  # a served detector's endpoint (`from_endpoint`); None: local
         self.batch_size = batch_size
         # task -> a decision threshold on p_yes chosen on dev (QASem: supported at or above
         # it, not 0.5; FINAL: a list whose flag score is below it is held back)
@@ -110,6 +119,37 @@ class Detector:
         )  # fmt: skip
         return cls(loaded, **kwargs)
 
+    @classmethod
+    def from_endpoint(
+        cls,
+        base_url: str,
+        model: str,
+        tokenizer: str | Path,
+        *,
+        api_key_env: str | None = None,
+        timeout_s: float | None = None,
+        max_retries: int | None = None,
+        window: int | None = None,
+        **kwargs: Any,
+    ) -> Detector:
+        """A served detector: `model` at the OpenAI-compatible `base_url` (llama.cpp's server
+        on a `fincheck export --gguf` file, or vLLM), its prompts fitted by `tokenizer`, the
+        adapter's run folder (its tokenizer, training window and chat template kwargs), so the
+        server sees what the local detector would run. The endpoint options are `fincheck
+        eval --backend openai`'s (key from $OPENAI_API_KEY or `api_key_env`; a local server
+        needs none)."""
+        from fincheck.inference import llm_clients
+
+        loaded = load_prompt_fitter(str(tokenizer), window)
+        settings = {"api_key_env": api_key_env, "timeout_s": timeout_s, "max_retries": max_retries}
+        client = llm_clients.OpenAIChatClient(
+            model,
+            base_url,
+            caller=llm_clients.SERVED_DETECTOR,
+            **{k: v for k, v in settings.items() if v is not None},
+        )
+        return cls(loaded, client=client, **kwargs)
+
     # -- the three tasks ---------------------------------------------------------------------
 
     def describe(self, text: str, summary: str) -> list[str]:
@@ -150,6 +190,8 @@ class Detector:
     def generate(self, task: str, records: Sequence[dict[str, str]]) -> list[RawOutput]:
         """Render, fit, generate, in batches; outputs in input order."""
         budget = self.max_new_tokens[task]
+        if self.client is not None:
+            return [self._ask(task, self.fit(task, record, budget), budget) for record in records]
         rendered = [self.render(task, record, budget) for record in records]  # (prompt, trimmed)
         answers = answer_in_order(
             self.model,
@@ -164,9 +206,32 @@ class Detector:
             for i, text in enumerate(answers.texts)
         ]
 
+    def _ask(self, task: str, fit: Fit, budget: int) -> RawOutput:
+        """One input from the server: its score from the first answer token's top logprobs,
+        then its greedy answer (the prompt is in the server's cache by then)."""
+        share = get_task(task).first_word_share
+        try:
+            p_yes = self.client.p_yes(fit.messages, share=share) if share else None
+            if share and p_yes is None and self.client.without_logprobs:
+                raise FincheckError(
+                    f"{self.client.where} returns no logprobs: a served detector reads {task}'s "
+                    "score from them. Serve the export with llama.cpp (python -m "
+                    "llama_cpp.server --model FILE.gguf) or vLLM (--max-logprobs 20)"
+                )
+            sampling = {"temperature": 0.0, "max_tokens": budget}
+            text = self.client.complete(fit.messages, sampling).text
+        except LLMCallError as error:
+            raise FincheckError(f"{self.client.where}: {error}") from None
+        return RawOutput(text, p_yes, fit.trimmed)
+
     def render(self, task: str, record: dict[str, str], budget: int) -> tuple[str, bool]:
         """The chat-formatted prompt for one input, trimmed on its grounding text to fit the
         window minus the answer budget; like evaluation, an input is trimmed, never dropped."""
+        fit = self.fit(task, record, budget)
+        return fit.text, fit.trimmed
+
+    def fit(self, task: str, record: dict[str, str], budget: int) -> Fit:
+        """One input's prompt fitted: messages and text (`render`)."""
         fields = load_prompt(task).fields
         if missing := [f for f in fields if not isinstance(record.get(f), str)]:
             raise FincheckError(f"{task}: missing text field(s) {missing}")
@@ -184,7 +249,7 @@ class Detector:
                 self.window,
                 budget,
             )
-        return fit.text, fit.trimmed
+        return fit
 
 
 def _records(task: str, items: Sequence[Sequence[str]]) -> list[dict[str, str]]:

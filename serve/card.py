@@ -23,6 +23,7 @@ from markupsafe import Markup
 from fincheck.errors import FincheckError
 from fincheck.io.jsonl import read_json_object
 from fincheck.io.runs import RunArtifacts
+from fincheck.serve.llama_cpp_converter import gguf_name
 from fincheck.tasks import all_tasks, get_task, task_names
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
@@ -293,6 +294,8 @@ def render_card(
         "fingerprint": code_span(run.data_fingerprint or "not recorded"),
         "vllm_base": base,
         "vllm_lora_rank": vllm_lora_rank(lora.get("r")),
+        "gguf_file": gguf_name(repo_id.split("/")[-1], "f16"),  # `fincheck export --gguf`'s
+        "serve_window": run.max_length or 4096,  # the server's context: the training window
         "run_fingerprints": {
             k: code_span(run.metadata[k])
             for k in ("base_fingerprint", "recipe_fingerprint")

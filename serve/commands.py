@@ -12,10 +12,13 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from fincheck.errors import UsageError
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.models.options import ModelOptions
+from fincheck.serve.llama_cpp_converter import GGUF_TYPES
 from fincheck.tasks import per_task_thresholds
 
 DETECT_EXAMPLES = """\
@@ -40,6 +43,22 @@ examples:
 
 The base is loaded unquantized in fp32, the LoRA update W += (alpha/r) B A is folded into each
 target weight, and the result is cast to --dtype and saved as safetensors with the tokenizer.
+"""
+
+EXPORT_EXAMPLES = """\
+examples:
+  fincheck export --gguf --adapter checkpoints/qwen2.5-0.5b-three-tasks-cpu --out exports/qwen-f16
+  fincheck export --gguf --adapter checkpoints/qwen2.5-0.5b-three-tasks-cpu --type q4_k_m \\
+      --out exports/qwen-q4
+  # serve it on a CPU (OpenAI-compatible, with logprobs) and evaluate it like a local model
+  python -m llama_cpp.server --model exports/qwen-f16/<run>-f16.gguf --n_ctx 4096 --port 8080
+  fincheck eval --backend openai --base-url http://127.0.0.1:8080/v1 --model served \\
+      --tokenizer checkpoints/qwen2.5-0.5b-three-tasks-cpu --data runs/prepared --out runs/served
+
+The adapter is merged into its base in fp32 and converted by llama.cpp's own converter
+(downloaded once, pinned: llama-cpp-python's source archive); a quantized type is quantized
+from the f32 conversion by llama.cpp's quantizer (needs llama-cpp-python installed).
+fincheck_export.json records the source adapter and base by content.
 """
 
 PUBLISH_EXAMPLES = """\
@@ -85,6 +104,20 @@ class MergeOptions:
 
 
 @dataclass
+class ExportOptions:
+    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
+    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
+    gguf: bool = config_field(False, "write a GGUF file for llama.cpp (the one format so far)")
+    type: Literal[GGUF_TYPES] = config_field(
+        "f16",
+        "the GGUF tensor type: f16, bf16, f32 keep full precision; q8_0 ... q4_0 are llama.cpp's "
+        "quantized types (smaller and faster on a CPU, a little less exact: see docs/serving.md)",
+    )
+    model: str | None = config_field(None, "base model (default: the adapter's own base)")
+    trust_remote_code: bool = config_field(False, "allow the base's own code")
+
+
+@dataclass
 class PublishOptions:
     checkpoint: str = config_field(REQUIRED, "run folder (checkpoints/<run>/)")
     repo_id: str = config_field(REQUIRED, "ORG/NAME on the hub")
@@ -122,6 +155,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("merge", MergeOptions, _merge, "fold an adapter into its base and save one standalone model",
          "Write base + LoRA as one model (safetensors), ready for any inference server.",
          MERGE_EXAMPLES),
+        ("export", ExportOptions, _export, "write an adapter as a GGUF file that llama.cpp serves",
+         "Merge an adapter into its base and convert it for llama.cpp (CPU serving).",
+         EXPORT_EXAMPLES),
         ("publish", PublishOptions, _publish,
          "upload an adapter, its tokenizer and a model card to the Hugging Face Hub",
          "Publish a trained adapter with a model card built from its run and results.",
@@ -156,6 +192,22 @@ def _merge(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
     )
     print(json.dumps(report, indent=2))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    _setup_logging()
+    args = read_options(ExportOptions, args)
+    if not args.gguf:
+        raise UsageError(
+            "name the format: --gguf (the one so far; `fincheck merge` writes safetensors)"
+        )
+    from fincheck.serve.export import export_gguf
+
+    record = export_gguf(
+        args.adapter, args.out, args.type, base=args.model, trust_remote_code=args.trust_remote_code
+    )
+    print(json.dumps(record, indent=2))
     return 0
 
 

@@ -11,15 +11,13 @@ measured max |diff| 0.009 on logits within +-0.6, tested at atol 0.05.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
 from fincheck.io.runs import load_run
+from fincheck.io.safe_files import new_folder
 from fincheck.models.loading import load_adapter_model
 
 log = logging.getLogger(__name__)
@@ -37,26 +35,8 @@ def merge_adapter(
     if dtype == "auto":
         raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
     out = Path(out)
-    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
-        raise FincheckError(f"{out}: not empty (or not a folder); pick a new --out folder")
-    # Written into a new folder beside `out`, renamed into place once complete: a full disk or
-    # a kill leaves no half-merged `out` (a rerun just works), and two merges into one `out`
-    # cannot mix (the second rename finds `out` taken and says so).
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
-    try:
+    with new_folder(out, "merge") as staging:
         summary = _merge_into(staging, adapter, dtype, base, trust_remote_code)
-        try:
-            if out.is_dir() and not out.is_symlink():
-                out.rmdir()  # empty (checked above); a merge that got there first fills it
-            os.rename(staging, out)
-        except OSError as e:
-            raise FincheckError(
-                f"{out}: another merge wrote it meanwhile ({e.strerror}); nothing of this merge "
-                "was kept"
-            ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     summary["out"] = str(out)
     return summary
 

@@ -278,8 +278,8 @@ def test_missing_adapter_is_a_clear_error(tmp_path):
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
-    from fincheck.eval.llm_clients import TransformersChatClient
     from fincheck.inference.llm import RequestCache
+    from fincheck.inference.llm_clients import TransformersChatClient
     from fincheck.tasks.final.judge import MatchingJudge
 
     client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
@@ -299,7 +299,7 @@ def test_a_local_model_is_identified_by_its_content_not_its_path(tiny_base, tmp_
     import json
     import shutil
 
-    from fincheck.eval.llm_clients import TransformersChatClient
+    from fincheck.inference.llm_clients import TransformersChatClient
 
     model = tmp_path / "model"
     shutil.copytree(tiny_base, model)

@@ -71,6 +71,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("fincheck.inference.generation",),  # fit and generate
     # load a model, its options; answers sharing a prefix
     ("fincheck.models.loading", "fincheck.models.options", "fincheck.inference.shared_prefix"),
+    ("fincheck.inference.llm_clients",),  # the LLM clients: an endpoint, a local model
     ("fincheck.detector",),  # the served detector: all of it
 )
 

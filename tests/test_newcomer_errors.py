@@ -769,3 +769,15 @@ def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 1 and "RuntimeError: could not reach http://" in proc.stderr
     assert "pw-7766554433" not in proc.stderr and "QUERYSECRET-1234" not in proc.stderr
+
+
+def test_an_export_is_one_line_without_an_adapter_or_a_format(tmp_path, capsys):
+    """`fincheck export` of a folder with no adapter, or without naming the format: one line,
+    before anything is merged or downloaded, and no export folder left behind."""
+    empty, out = tmp_path / "run", tmp_path / "export"
+    empty.mkdir()
+    code, err = run_cli(capsys, "export", "--gguf", "--adapter", str(empty), "--out", str(out))
+    assert code == 1 and "no adapter_config.json" in err and len(err.splitlines()) == 1
+    code, err = run_cli(capsys, "export", "--adapter", str(empty), "--out", str(out))
+    assert code == 2 and "--gguf" in err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["run"]

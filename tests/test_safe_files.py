@@ -132,7 +132,6 @@ WRITES_ELSEWHERE = {
     "fincheck/commands/cli.py": {"os.open(os.devnull, os.O_WRONLY)": "silences a library"},
     "fincheck/models/wheels.py": {"os.replace(folder, final)": "a fetched model's folder"},
     "train/model.py": {"os.rename(tmp, target)": "the tiny base, built by each process"},
-    "serve/merge.py": {"os.rename(staging, out)": "a merged model, built in a fresh folder"},
     "serve/publish.py": {"partial.rename(out_dir)": "the upload folder, built in mkdtemp"},
 }
 

@@ -18,11 +18,11 @@ from fincheck.data.pairs import Pair, Prediction
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
-from fincheck.eval.llm_clients import METHOD, build_client
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity
 from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
+from fincheck.inference.llm_clients import METHOD, build_client
 from fincheck.io import jsonl
 from fincheck.io.jsonl import drop_torn_last_line
 from fincheck.io.safe_files import append_line

@@ -28,6 +28,7 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -132,6 +133,40 @@ def replaced_file(path: str | Path, what: str = "", *, binary: bool = False) -> 
             raise
     finally:
         os.close(folder)
+
+
+@contextlib.contextmanager
+def new_folder(out: str | Path, what: str) -> Iterator[Path]:
+    """An output folder written whole or not at all: the block fills a fresh folder made beside
+    OUT (mkdtemp: new, fincheck's own), which is renamed onto OUT when the block ends; on any
+    error, and afterwards in any case, the fresh folder is removed. A kill or a full disk leaves
+    no half-written OUT (a rerun just works), and two writers cannot mix: the second rename finds
+    OUT taken and says so. OUT must be new or an empty folder; `what` names the writer."""
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise FincheckError(f"{out}: not empty (or not a folder); pick a new --out folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.{what}-", dir=out.parent))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # a folder as any other, not mkdtemp's 0o700
+        yield staging
+        try:
+            if out.is_dir() and not out.is_symlink():
+                out.rmdir()  # empty (checked above); a writer that got there first fills it
+            os.rename(staging, out)
+        except OSError as e:
+            raise FincheckError(
+                f"{out}: another {what} wrote it meanwhile ({e.strerror}); nothing of this "
+                f"{what} was kept"
+            ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 TEMPORARY_SUFFIX = ".tmp"

@@ -10,6 +10,18 @@ same examples, into a scratch folder, and reports per task:
                 prompts share (the task's instructions, a document, a response sentence) runs
                 once into a KV cache, each prompt only its own suffix from a copy, batched
 
+Two more kinds of mode compare the CPU paths a user can pick (`--modes prefix-reuse:fp32,
+prefix-reuse:bf16,served-f16,served-q4_k_m --gguf f16=F16.gguf,q4_k_m=Q4.gguf`):
+
+  prefix-reuse:DTYPE  prefix reuse with the weights in DTYPE (fp32, bf16), whatever --dtype says
+  served-TYPE         the `fincheck export --gguf` file of that type, served by llama.cpp's
+                      server (`python -m llama_cpp.server`, started here on loopback with
+                      --threads) and evaluated through it (`fincheck eval --backend openai`,
+                      one request at a time, so the server's cache keeps each document's prefix)
+
+With `--memory`, each local mode runs in a process of its own and the report gives its peak
+resident memory; a served mode gives the server's (the process that holds the model).
+
 For each mode: wall seconds, examples/s, prompt tokens/s (the fitted prompts' tokens, the same
 count in every mode, over the wall time), the prompt tokens the model actually ran (fewer with
 prefix reuse); against the first mode listed (naive by default; `--modes batched,prefix-reuse`
@@ -25,8 +37,12 @@ saves); FINAL and FHSumBench by example, which hides the documents FHSumBench's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +54,7 @@ from fincheck.metrics.classification import parse_yes_no
 from fincheck.tasks import all_tasks, get_task, per_task_numbers
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
+SERVED = "served-"  # served-<gguf type>: a mode named by the file it serves
 
 
 @dataclass
@@ -46,7 +63,23 @@ class EvalPathSettings:
     adapter: str | None = config_field(None, "a fincheck adapter run folder (default: none)")
     prepared_dir: Path = config_field(Path("prepared"), "a `fincheck prepare` output")
     tasks: list[str] = config_field(["qasem"], "comma list of tasks")
-    modes: list[str] = config_field(list(PATH_MODES), "comma list of naive, batched, prefix-reuse")
+    modes: list[str] = config_field(
+        list(PATH_MODES),
+        "comma list of naive, batched, prefix-reuse, prefix-reuse:DTYPE, served-TYPE (a --gguf "
+        "file)",
+    )
+    gguf: dict[str, str] = config_field(
+        {},
+        "TYPE=FILE,...: the exported GGUF files the served-TYPE modes serve",
+        parse=lambda text: dict(item.split("=", 1) for item in text.split(",") if item),
+    )
+    tokenizer: str | None = config_field(
+        None, "what fits a served mode's prompts (default: --adapter, else --model)"
+    )
+    threads: int = config_field(2, "a served mode's llama.cpp threads", at_least=1)
+    memory: bool = config_field(
+        False, "run each local mode in its own process and report its peak resident memory"
+    )
     limit: int | dict[str, int] = config_field(
         {"qasem": 100, "final": 32, "fhsumbench": 32},
         "examples per task as `fincheck eval --limit` samples them: N, or task=N,... (QASem: "
@@ -77,6 +110,9 @@ class PathResult:
     speedup: float | None = None
     max_abs_delta_p_yes: float | None = None  # QASem only
     same_output_share: float | None = None  # identical answers
+    mean_abs_delta_p_yes: float | None = None
+    peak_rss_gib: float | None = None  # the process holding the model (`--memory`, served modes)
+    differing: list[dict] = field(default_factory=list)  # answers unlike the reference's
 
 
 @dataclass
@@ -121,13 +157,150 @@ def answer_of(task: str, output: str) -> str:
     return output
 
 
-def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)) -> EvalPathReport:
+def check_modes(s: EvalPathSettings) -> None:
+    for mode in s.modes:
+        name, _, dtype = mode.partition(":")
+        if mode.startswith(SERVED):
+            if mode[len(SERVED) :] not in s.gguf:
+                raise ValueError(f"{mode}: give its file with --gguf {mode[len(SERVED) :]}=FILE")
+        elif name not in PATH_MODES or (dtype and name != "prefix-reuse"):
+            raise ValueError(
+                f"unknown mode {mode!r}; the modes: {', '.join(PATH_MODES)}, "
+                "prefix-reuse:DTYPE, served-TYPE"
+            )
+
+
+def mode_options(base, s: EvalPathSettings, mode: str, task: str, out: Path):
+    """The eval options of one mode (a served one's before its server's address is known)."""
+    from fincheck.eval.options import EvalOptions
+
+    if mode.startswith(SERVED):
+        return EvalOptions(
+            backend="openai",
+            model=str(s.gguf[mode[len(SERVED) :]]),
+            tokenizer=s.tokenizer or s.adapter or s.model,
+            data_dir=s.prepared_dir,
+            out_dir=out,
+            tasks=(task,),
+            limit=base.limit,
+            sample_seed=s.seed,
+            window=s.window,
+            concurrency=1,
+            progress=s.progress,
+        )
+    name, _, dtype = mode.partition(":")
+    return dataclasses.replace(
+        base,
+        out_dir=out,
+        tasks=(task,),
+        prefix_reuse=name == "prefix-reuse",
+        batch_size=1 if name == "naive" else s.batch_size,
+        dtype=dtype or base.dtype,
+    )
+
+
+def run_mode(opts, s: EvalPathSettings, mode: str) -> tuple[float, float | None]:
+    """(wall seconds of the eval, peak resident GiB of the process holding the model or None)."""
     from fincheck.eval.generate import run_eval
+
+    if mode.startswith(SERVED):  # timed from the server's start: its model load counts
+        start = time.perf_counter()
+        with llama_cpp_server(Path(opts.model), s.threads, s.window, opts.out_dir) as server:
+            run_eval(dataclasses.replace(opts, base_url=server.url))
+            seconds = time.perf_counter() - start
+        return seconds, server.peak_rss_gib
+    if not s.memory:
+        start = time.perf_counter()
+        run_eval(opts)
+        return time.perf_counter() - start, None
+    return timed_in_own_process(opts)
+
+
+def timed_in_own_process(opts) -> tuple[float, float]:
+    """The eval in a fresh process (spawned: nothing of this one's memory), its wall seconds
+    (measured there, without the imports) and its peak resident memory (`wait4`)."""
+    import multiprocessing
+
+    seconds_file = opts.out_dir.parent / f".{opts.out_dir.name}.seconds"
+    child = multiprocessing.get_context("spawn").Process(
+        target=_timed_eval, args=(opts, seconds_file)
+    )
+    child.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"the eval of {opts.out_dir.name} failed (wait status {status})")
+    return float(seconds_file.read_text()), usage.ru_maxrss / 2**20  # KiB -> GiB
+
+
+def _timed_eval(opts, seconds_file: Path) -> None:
+    from fincheck.eval.generate import run_eval
+
+    start = time.perf_counter()
+    run_eval(opts)
+    seconds_file.write_text(str(time.perf_counter() - start))
+
+
+@dataclass
+class Server:
+    url: str
+    peak_rss_gib: float | None = None
+
+
+@contextlib.contextmanager
+def llama_cpp_server(gguf: Path, threads: int, window: int | None, log_dir: Path):
+    """llama.cpp's OpenAI-compatible server on a free loopback port, its context the window
+    (every fitted prompt and its answer fit), until the block ends; then its peak memory."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--n_ctx",
+        str(window or 4096),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    with open(log_dir / "server.log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(f"http://127.0.0.1:{port}/v1")
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"llama.cpp's server stopped at start: see {log_dir}/server.log")
+            try:
+                with urllib.request.urlopen(f"{server.url}/models", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("llama.cpp's server did not start in 300 s") from None
+                time.sleep(0.5)
+        yield server
+    finally:
+        process.terminate()
+        _, _, usage = os.wait4(process.pid, 0)
+        server.peak_rss_gib = usage.ru_maxrss / 2**20
+
+
+def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)) -> EvalPathReport:
     from fincheck.eval.options import EvalOptions
     from fincheck.eval.predictions import read_predictions
 
-    if bad := [m for m in s.modes if m not in PATH_MODES]:
-        raise ValueError(f"unknown modes {bad}; the real-model modes: {', '.join(PATH_MODES)}")
+    check_modes(s)
     if s.scratch.exists():
         shutil.rmtree(s.scratch)  # the benchmark's own scratch folder
     base = EvalOptions(
@@ -144,36 +317,41 @@ def run_eval_paths(s: EvalPathSettings, log=lambda line: print(line, flush=True)
     )
     for task in s.tasks:
         for mode in s.modes:
-            out = s.scratch / f"{task}-{mode}"
-            opts = dataclasses.replace(
-                base, out_dir=out, tasks=(task,), prefix_reuse=mode == "prefix-reuse",
-                batch_size=1 if mode == "naive" else s.batch_size,
-            )  # fmt: skip
+            out = s.scratch / f"{task}-{mode.replace(':', '-')}"
             log(f"[{task} / {mode}] ...")
-            start = time.perf_counter()
-            run_eval(opts)
-            seconds = time.perf_counter() - start
+            seconds, rss = run_mode(mode_options(base, s, mode, task, out), s, mode)
             predictions = {p.id: p for p in read_predictions(out / "predictions" / f"{task}.jsonl")}
             n = len(predictions)
             total, reused = tokens[task]
             result = PathResult(task, mode, n, seconds, total, n / seconds, total / seconds)
-            result.tokens_run = reused if mode == "prefix-reuse" else total
+            result.tokens_run = reused if mode.startswith("prefix-reuse") else total
+            result.peak_rss_gib = rss
             if mode == report.reference_mode:  # the first of s.modes: run before the others
                 ref, ref_seconds = predictions, seconds
             else:
-                result.speedup = ref_seconds / seconds
-                same = sum(
-                    answer_of(task, ref[i].output) == answer_of(task, predictions[i].output)
-                    for i in predictions
-                )
-                result.same_output_share = same / n
-                if get_task(task).reads_p_yes:
-                    result.max_abs_delta_p_yes = max(
-                        abs(ref[i].p_yes - predictions[i].p_yes) for i in predictions
-                    )
+                compare_to_reference(result, task, ref, predictions, ref_seconds)
             report.results.append(result)
             log(f"[{task} / {mode}] {n} examples in {seconds:.1f}s ({n / seconds:.2f} ex/s)")
     return report
+
+
+def compare_to_reference(
+    result: PathResult, task: str, ref: dict, predictions: dict, ref_seconds: float
+) -> None:
+    """Speed-up, answers alike (those unlike listed with both texts) and p_yes differences."""
+    result.speedup = ref_seconds / result.seconds
+    ids = sorted(predictions)
+    unlike = [
+        i for i in ids if answer_of(task, ref[i].output) != answer_of(task, predictions[i].output)
+    ]
+    result.same_output_share = 1 - len(unlike) / len(ids)
+    result.differing = [
+        {"id": i, "reference": ref[i].output, "this": predictions[i].output} for i in unlike
+    ]
+    if get_task(task).reads_p_yes:
+        deltas = [abs(ref[i].p_yes - predictions[i].p_yes) for i in ids]
+        result.max_abs_delta_p_yes = max(deltas)
+        result.mean_abs_delta_p_yes = sum(deltas) / len(deltas)
 
 
 def format_paths_report(report: EvalPathReport) -> str:
@@ -182,14 +360,16 @@ def format_paths_report(report: EvalPathReport) -> str:
 
     rows = [
         f"| task | mode | examples | seconds | ex/s | prompt tok/s | tokens run | "
-        f"x {report.reference_mode} | max abs dp_yes | same answers |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"x {report.reference_mode} | max abs dp_yes | mean abs dp_yes | same answers | "
+        "peak RSS GiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report.results:
         rows.append(
             f"| {r.task} | {r.mode} | {r.examples} | {r.seconds:.1f} | {r.examples_per_s:.2f} | "
             f"{r.prompt_tokens_per_s:,.0f} | {num(r.tokens_run, ',')} | "
             f"{num(r.speedup, '.1f')} | "
-            f"{num(r.max_abs_delta_p_yes, '.1e')} | {num(r.same_output_share, '.0%')} |"
+            f"{num(r.max_abs_delta_p_yes, '.1e')} | {num(r.mean_abs_delta_p_yes, '.1e')} | "
+            f"{num(r.same_output_share, '.1%')} | {num(r.peak_rss_gib, '.2f')} |"
         )
     return "\n".join(rows)

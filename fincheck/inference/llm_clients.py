@@ -62,6 +62,7 @@ class EndpointCaller:
 
 JUDGE = EndpointCaller("the judge endpoint", "judge_")
 METHOD = EndpointCaller("the endpoint")
+SERVED_DETECTOR = EndpointCaller("the served detector")
 
 
 def build_client(opts, kind: str, model: str, caller: EndpointCaller, **local):
@@ -122,8 +123,15 @@ class OpenAIChatClient(ChatClient):
             "model": model,
             "base_url": public_url(str(self._client.base_url)),
         }
+        # Penalties a server applies unless told otherwise (llama-cpp-python's server: a repeat
+        # penalty of 1.1) make "temperature 0" something other than the model's greedy answer:
+        # sent at their neutral values, and named in the identity (its answers differ).
+        self.neutral_sampling = declared_penalties(self._client, base_url) if base_url else {}
+        if self.neutral_sampling:
+            self.identity["neutral_sampling"] = self.neutral_sampling
         self.model = model
-        self._where = f"{caller.name} {self.identity['base_url']}"  # its messages' subject
+        self.where = f"{caller.name} {self.identity['base_url']}"  # its messages' subject
+        self.without_logprobs = False  # a reply came without them, or they were refused
         # Circuit breakers: this many calls in a row that could not connect (each after all its
         # retries) means the endpoint is down or mistyped; stop instead of failing every example.
         self.max_consecutive_unreachable = max_consecutive_unreachable
@@ -168,12 +176,14 @@ class OpenAIChatClient(ChatClient):
         sampling = {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
         response = self._create(messages, sampling)
         if "logprobs" in self._refused_params:  # this very call found out
+            self.without_logprobs = True
             return None
         top = top_logprobs(response.choices[0])  # its shape checked by `reply_problem`
         if top is None:  # a well-formed reply without them
+            self.without_logprobs = True
             self._say_once(
                 "no_logprobs",
-                f"{self._where} returns no logprobs, so no p_yes: QASem is scored from the "
+                f"{self.where} returns no logprobs, so no p_yes: QASem is scored from the "
                 "answers' text (the AUC of hard 0/1 scores; the report says so), FINAL has no "
                 "flag score",
             )
@@ -207,8 +217,9 @@ class OpenAIChatClient(ChatClient):
 
     def _adapted(self, sampling: dict) -> dict:
         """`sampling` as this endpoint accepts it: max_tokens renamed max_completion_tokens
-        (OpenAI's reasoning models), logprobs or temperature left out when refused."""
-        sent = dict(sampling)
+        (OpenAI's reasoning models), logprobs or temperature left out when refused; a penalty
+        the server declares on by default set to neutral (`declared_penalties`)."""
+        sent = {**self.neutral_sampling, **sampling}
         if "max_tokens" in self._refused_params and "max_tokens" in sent:
             sent["max_completion_tokens"] = sent.pop("max_tokens")
         if self._refused_params & {"logprobs", "top_logprobs"}:
@@ -227,7 +238,7 @@ class OpenAIChatClient(ChatClient):
             "temperature": "refuses temperature 0: its answers are sampled at its default "
             "temperature, not greedy (runs will not repeat exactly)",
         }[param]
-        return f"{self._where} {what} ({one_line(e)})"
+        return f"{self.where} {what} ({one_line(e)})"
 
     def _create_once(self, messages: list[dict[str, str]], sampling: dict, end: float):
         """One call and its reply checked (`reply_problem`). The openai client retries what
@@ -258,7 +269,7 @@ class OpenAIChatClient(ChatClient):
         served = getattr(response, "model", None)
         if self.expected_served and served not in self.expected_served:  # None: unnamed
             raise FincheckError(
-                f"{self._where} answered as {served!r}, but the predictions already in this "
+                f"{self.where} answered as {served!r}, but the predictions already in this "
                 f"folder were answered by {', '.join(sorted(self.expected_served))}: resuming "
                 "would mix two models' answers; use another --out (this answer was not written)"
             )
@@ -281,7 +292,7 @@ class OpenAIChatClient(ChatClient):
                 raise CallDeadline(self.deadline_s)
             return within_deadline(
                 lambda: self._client.chat.completions.create(
-                    model=self.model, messages=messages, **sampling
+                    model=self.model, messages=messages, **openai_arguments(sampling)
                 ),
                 left,
             )
@@ -290,7 +301,7 @@ class OpenAIChatClient(ChatClient):
                 "unreachable",
                 self.max_consecutive_unreachable,
                 lambda n: (
-                    f"{self._where} gave no complete answer within {self.deadline_s:g} s to {n} "
+                    f"{self.where} gave no complete answer within {self.deadline_s:g} s to {n} "
                     f"calls in a row; check {self.caller.flag('base_url')} (a slow server needs a "
                     f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
                 ),
@@ -307,12 +318,12 @@ class OpenAIChatClient(ChatClient):
             return _NotJSON("a reply nested too deep to read")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
             raise FincheckError(
-                f"{self._where} refused the API key "
+                f"{self.where} refused the API key "
                 f"(HTTP {e.status_code}); check the key variable and the model name"
             ) from None
         except openai.NotFoundError as e:
             raise FincheckError(
-                f"{self._where} has no model {self.model!r} (HTTP {e.status_code})"
+                f"{self.where} has no model {self.model!r} (HTTP {e.status_code})"
             ) from None
         except openai.APIError as e:  # after all retries: unreachable, 400/422, 429/5xx, other 4xx
             if isinstance(e, openai.APIConnectionError):  # also timeouts
@@ -320,7 +331,7 @@ class OpenAIChatClient(ChatClient):
                     "unreachable",
                     self.max_consecutive_unreachable,
                     lambda n, e=e: (
-                        f"{self._where} is unreachable "
+                        f"{self.where} is unreachable "
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
                         f"check {self.caller.flag('base_url')} and the network (a slow server needs a "
                         f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
@@ -333,7 +344,7 @@ class OpenAIChatClient(ChatClient):
                     "overloaded",
                     self.max_consecutive_unreachable,
                     lambda n, e=e: (
-                        f"{self._where} answered HTTP {e.status_code} to {n} calls in a row, each "
+                        f"{self.where} answered HTTP {e.status_code} to {n} calls in a row, each "
                         f"after {self.max_retries} retries ({one_line(e)}); wait or lower "
                         f"{self.caller.flag('concurrency')}, then rerun (answers so far are cached)"
                     ),
@@ -346,7 +357,7 @@ class OpenAIChatClient(ChatClient):
                     "refused",
                     self.max_consecutive_refused,
                     lambda n, e=e: (
-                        f"{self._where} refused {n} "
+                        f"{self.where} refused {n} "
                         f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
                         "and the options it accepts, then rerun (answers so far are cached)"
                     ),
@@ -358,11 +369,11 @@ class OpenAIChatClient(ChatClient):
         fails (never cached: a rerun asks again); so many in a row stop the run."""
         if self._tripped("unreachable", self.max_consecutive_unreachable):
             raise FincheckError(
-                f"{self._where} does not answer with chat completions ({what}): is "
+                f"{self.where} does not answer with chat completions ({what}): is "
                 f"{self.caller.flag('base_url')} the API's /v1 URL? Answers so far are cached; "
                 "rerun once it is fixed"
             ) from None
-        raise LLMCallError(f"{self._where} sent {what}") from None
+        raise LLMCallError(f"{self.where} sent {what}") from None
 
     def _stop_if_tripped(self, breaker: str, limit: int, why: Callable[[int], str]) -> None:
         """One more failure of this kind in a row; once `limit` are, the run stops, `why(n)`
@@ -436,6 +447,50 @@ def _is_logprob(entry) -> bool:
         and math.isfinite(value)
         and value <= 1e-6
     )
+
+
+# The sampling penalties a server may apply by default, at the values that turn them off.
+NEUTRAL_PENALTIES = {
+    "repeat_penalty": 1.0,  # llama.cpp (llama-cpp-python's server defaults to 1.1)
+    "repetition_penalty": 1.0,  # vLLM, TGI
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+PROBE_TIMEOUT_S = 2.0
+OUTSIDE_OPENAI_API = ("repeat_penalty", "repetition_penalty")  # sent in the body as extras
+
+
+def openai_arguments(sampling: dict) -> dict:
+    """`sampling` as `chat.completions.create` takes it: a server's own parameters in
+    `extra_body` (the client refuses names outside OpenAI's API)."""
+    extra = {k: sampling[k] for k in OUTSIDE_OPENAI_API if k in sampling}
+    rest = {k: v for k, v in sampling.items() if k not in extra}
+    return {**rest, "extra_body": extra} if extra else rest
+
+
+def declared_penalties(client: Any, base_url: str) -> dict[str, float]:
+    """The penalties the server's own OpenAPI schema (`/openapi.json`, served by FastAPI-based
+    servers) declares for chat completions with a default other than neutral, each at its
+    neutral value; {} when the server publishes no schema (or none in time) or none differs."""
+    root = str(base_url).rstrip("/").removesuffix("/v1")
+    try:
+        reply = client._client.get(f"{root}/openapi.json", timeout=PROBE_TIMEOUT_S)
+        if reply.status_code != 200:
+            return {}
+        schema = reply.json()
+        chat = next(v for k, v in schema["paths"].items() if k.endswith("/chat/completions"))
+        body = chat["post"]["requestBody"]["content"]["application/json"]["schema"]
+        name = body["$ref"].rsplit("/", 1)[-1]  # "#/components/schemas/<request>"
+        declared = schema["components"]["schemas"][name]["properties"]
+    except Exception:  # no schema, another shape, a slow or odd server: nothing to neutralize
+        return {}
+    return {
+        name: neutral
+        for name, neutral in NEUTRAL_PENALTIES.items()
+        if isinstance(declared.get(name), dict)
+        and isinstance(declared[name].get("default"), (int, float))
+        and declared[name]["default"] != neutral
+    }
 
 
 class _RefusedParameter(Exception):

@@ -1,0 +1,74 @@
+"""`fincheck export --gguf`: a trained adapter as one GGUF file that llama.cpp serves on a CPU.
+
+The adapter is merged into its base in fp32 (`fincheck.serve.merge`: the LoRA update summed
+before any rounding), the merged folder converted by llama.cpp's own converter
+(`llama_cpp_converter`), and for a quantized type quantized by llama.cpp's own quantizer from the
+f32 conversion (one rounding, not two). The folder gets the GGUF file and `fincheck_export.json`:
+the source adapter by content (its weights' sha256 and its base's), the converter's release and
+the file's sha256, so a served score can be traced to the adapter that made it.
+
+Written into a new folder beside OUT and renamed into place once complete (as merge does): a
+kill or a full disk leaves no half-written export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fincheck.errors import FincheckError
+from fincheck.io.checksums import folder_sha256, sha256_file
+from fincheck.io.runs import adapter_sha256, load_run
+from fincheck.io.safe_files import new_folder, write_text
+from fincheck.models.loading import resolve_model
+from fincheck.serve import llama_cpp_converter as llama_cpp
+from fincheck.serve.merge import merge_adapter
+
+log = logging.getLogger(__name__)
+
+EXPORT_RECORD = "fincheck_export.json"
+
+
+def export_gguf(
+    adapter: str | Path,
+    out: str | Path,
+    kind: str = "f16",
+    base: str | None = None,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """Merge, convert (and quantize) into the new folder `out`; returns its record."""
+    if kind not in llama_cpp.GGUF_TYPES:
+        raise FincheckError(f"--type {kind}: choose one of {', '.join(llama_cpp.GGUF_TYPES)}")
+    run = load_run(adapter)  # one line for a folder that holds no adapter
+    base_path = run.resolve_base(base)
+    with new_folder(out, "export") as staging:
+        merged = staging / run.root.name  # the GGUF's general.name
+        merge_adapter(run.path, merged, "fp32", base, trust_remote_code)
+        # named as the user named the adapter (a hub id's last part, not its snapshot's hash)
+        name = llama_cpp.gguf_name(Path(str(adapter).rstrip("/")).name, kind)
+        if kind in llama_cpp.FULL_TYPES:
+            llama_cpp.convert(merged, staging / name, kind)
+        else:
+            llama_cpp.convert(merged, staging / "f32.gguf", "f32")
+            llama_cpp.quantize(staging / "f32.gguf", staging / name, kind)
+            (staging / "f32.gguf").unlink()
+        shutil.rmtree(merged)
+        record = {
+            "format": "gguf",
+            "file": name,
+            "type": kind,
+            "file_sha256": sha256_file(staging / name),
+            "adapter": str(run.path),
+            "adapter_sha256": adapter_sha256(run.path),
+            "base": base_path,
+            "base_content": folder_sha256(resolve_model(base_path, log=lambda _: None)),
+            "training_window": run.max_length,
+            "converter": f"llama.cpp of llama-cpp-python {llama_cpp.RELEASE}",
+            "merged_in": "fp32",
+        }
+        write_text(staging / EXPORT_RECORD, json.dumps(record, indent=2) + "\n")
+    log.info("exported %s as %s", run.path, out / name)
+    return {**record, "out": str(out)}
