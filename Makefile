@@ -38,6 +38,9 @@ $(VENV)/.installed-llama-cpp: $(VENV)/.installed
 # click<8.4 and ragas (through instructor) openai<2, while transformers needs
 # huggingface_hub>=1.31, which needs click>=8.4.2. So they go in after fincheck, and then what
 # transformers needs goes back in (pip then says deepeval's click pin is not met; it runs).
+# The [rag] extra's pins, asked alone: with fincheck's own requirements beside them pip would
+# have to reconcile deepeval's click pin with transformers' and backtracks for an hour.
+RAG_PINS := "deepeval==4.3.1" "ragas==0.4.3" "langchain-community>=0.3,<0.4"
 rag-venv: $(RAG_VENV)/.installed
 
 $(RAG_VENV)/.installed: pyproject.toml
@@ -46,7 +49,7 @@ $(RAG_VENV)/.installed: pyproject.toml
 	$(RAG_BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(RAG_BIN)/python -m pip install -q --no-build-isolation deepspeed
 	$(RAG_BIN)/python -m pip install -q -e ".[dev]"
-	$(RAG_BIN)/python -m pip install -q -e ".[rag]"
+	$(RAG_BIN)/python -m pip install -q $(RAG_PINS)
 	$(RAG_BIN)/python -m pip install -q "huggingface_hub>=1.31" "click>=8.4.2" "datasets>=5.2"
 	touch $@
 
