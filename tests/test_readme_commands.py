@@ -78,6 +78,12 @@ def test_doc_command_parses(command: str, monkeypatch, tmp_path):
         check_train_args(["--config", rest[0], *rest[1:]], monkeypatch)
     elif program in ("python", "python3") and argv[1].startswith("scripts/"):
         check_script_args(argv[1], argv[2:])
+    elif program in ("python", "python3") and argv[1:3] == ["-m", "llama_cpp.server"]:
+        # llama.cpp's server (the `llama-cpp` extra): each flag one of its settings
+        settings = pytest.importorskip("llama_cpp.server.settings")
+        known = {*settings.ModelSettings.model_fields, *settings.ServerSettings.model_fields}
+        flags = {a[2:] for a in argv[3:] if a.startswith("--")}
+        assert flags <= known, f"not llama_cpp.server flags: {sorted(flags - known)}"
     elif program in ("pip", "cd", "export"):
         pass  # environment set-up lines
     elif program in ("transformers", "vllm"):
