@@ -36,12 +36,24 @@ class FakeJudgeServer:
         self.auth_headers: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests being handled at once
+        self.openapi: dict | None = None  # served at /openapi.json when set (else 404)
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
+
+            def do_GET(self) -> None:  # a FastAPI server's schema, when the test gives one
+                if self.path != "/openapi.json" or server.openapi is None:
+                    self.send_error(404)
+                    return
+                data = json.dumps(server.openapi).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -56,13 +56,14 @@ INPUTS["fhsumbench"] = INPUTS["final"]
 
 
 @contextlib.contextmanager
-def llama_serving(gguf: Path, log: Path, *options: str):
-    """llama.cpp's server on loopback with the export (and `options`); yields its base URL."""
+def llama_serving(gguf: Path, log: Path, *options: str, python: str = sys.executable):
+    """llama.cpp's server on loopback with the export (and `options`), run by `python` (one
+    with llama-cpp-python); yields its base URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     options = options or ("--n_ctx", "2048")
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), *options,
+    command = [python, "-m", "llama_cpp.server", "--model", str(gguf), *options,
                "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

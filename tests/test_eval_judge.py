@@ -624,3 +624,43 @@ def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge
         FincheckError, match=r"judge's answers came from 2 models \(fake-judge, judge-b"
     ):
         make_judge().match_many(requests, concurrency=1, progress=False)
+
+
+def _chat_schema(**defaults: float) -> dict:
+    """An OpenAPI schema as FastAPI serves it: the chat endpoint's request body and its fields."""
+    request = {"properties": {name: {"default": v} for name, v in defaults.items()}}
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Req"}}}}
+    return {
+        "paths": {"/v1/chat/completions": {"post": {"requestBody": body}}},
+        "components": {"schemas": {"Req": request}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("schema", "sent"),
+    [
+        (_chat_schema(repeat_penalty=1.1, presence_penalty=0.0), {"repeat_penalty": 1.0}),
+        (_chat_schema(repeat_penalty=1.0, frequency_penalty=0.0), {}),
+        (None, {}),  # no schema: nothing is sent that the server might refuse
+    ],
+)
+def test_a_penalty_a_server_turns_on_by_default_is_sent_neutral(schema, sent):
+    """llama-cpp-python's server declares repeat_penalty 1.1 as its default: at temperature 0
+    its answers are then not the model's greedy ones. The client reads the schema once and sends
+    such a penalty at its neutral value (in the request body, outside OpenAI's own names), and
+    names it in its identity (another request cache); other servers get nothing more."""
+    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.openapi = schema
+        server.script["hi"] = [("ok", "Yes")]
+        client = OpenAIChatClient("m", base_url=server.base_url, caller=METHOD)
+        client.complete([{"role": "user", "content": "hi"}], {"temperature": 0.0})
+    assert client.neutral_sampling == sent
+    assert {k: server.requests[-1][k] for k in sent} == sent
+    assert (
+        "repeat_penalty" in server.requests[-1]
+        if sent
+        else "repeat_penalty" not in server.requests[-1]
+    )
+    assert client.identity.get("neutral_sampling") == (sent or None)

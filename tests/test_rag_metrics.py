@@ -10,16 +10,12 @@ test`), the metrics also run on a served export."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from test_cpu_serving import llama_serving
 
 from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
@@ -113,31 +109,6 @@ def test_a_test_case_without_a_grounding_text_is_one_line(detector):
         assert "\n" not in str(error.value)
 
 
-@contextlib.contextmanager
-def llama_serving(python: str, gguf: Path, log: Path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", "2048",
-               "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"llama.cpp's server did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def test_the_metrics_run_on_a_served_export(smol_run, detect_scores, tmp_path):
     """The export served by llama.cpp (f32: its scores are the local ones within 1e-3)."""
     python = os.environ.get("FINCHECK_LLAMA_SERVER_PYTHON")
@@ -153,7 +124,7 @@ def test_the_metrics_run_on_a_served_export(smol_run, detect_scores, tmp_path):
                str(smol_run), "--type", "f32", "--out", str(out)]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True)
     gguf = out / json.loads((out / "fincheck_export.json").read_text())["file"]
-    with llama_serving(python, gguf, tmp_path / "server.log") as url:
+    with llama_serving(gguf, tmp_path / "server.log", python=python) as url:
         served = FincheckMetric(Detector.from_endpoint(url, str(gguf), tokenizer=smol_run))
         for answer, expected in zip(ANSWERS, detect_scores, strict=True):
             case = LLMTestCase(input="?", actual_output=answer, retrieval_context=CONTEXT)
