@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 RAG_VENV ?= .venv-rag
 RAG_BIN := $(RAG_VENV)/bin
 
-.PHONY: install install-llama-cpp rag-venv demo test test-fast lint format clean
+.PHONY: install install-llama-cpp llama-server rag-venv demo test test-fast lint format clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ install-llama-cpp: $(VENV)/.installed-llama-cpp
 $(VENV)/.installed-llama-cpp: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[dev,llama-cpp]"
 	touch $@
+
+# llama.cpp's own C++ server, from the llama.cpp that llama-cpp-python's pinned source archive
+# carries (cmake, about 6 minutes on 2 cores; then cached): the CPU-serving tests run both.
+llama-server: install
+	$(BIN)/python scripts/build_llama_server.py
 
 # DeepEval and Ragas, for the detector as their metric, in a venv of their own: deepeval pins
 # click<8.4 and ragas (through instructor) openai<2, while transformers needs
@@ -64,8 +69,9 @@ lint: install
 # Everything: the fast tier plus the real training runs, 2-process DeepSpeed, benchmarks.
 # The RAG metrics' tests run again in their venv (skipped in the first run, which lacks them),
 # with a llama.cpp server started from the main venv.
-test: lint install-llama-cpp rag-venv
-	FINCHECK_DATA_DIR=$(DATA_DIR) $(BIN)/python -m pytest -m "" $(PYTEST_ARGS)
+test: lint install-llama-cpp llama-server rag-venv
+	FINCHECK_DATA_DIR=$(DATA_DIR) FINCHECK_LLAMA_SERVER=$$($(BIN)/python scripts/build_llama_server.py) \
+		$(BIN)/python -m pytest -m "" $(PYTEST_ARGS)
 	FINCHECK_DATA_DIR=$(DATA_DIR) FINCHECK_LLAMA_SERVER_PYTHON=$(abspath $(BIN)/python) \
 		$(RAG_BIN)/python -m pytest -m "" tests/test_rag_metrics.py $(PYTEST_ARGS)
 

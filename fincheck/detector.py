@@ -215,8 +215,9 @@ class Detector:
             if share and p_yes is None and self.client.without_logprobs:
                 raise FincheckError(
                     f"{self.client.where} returns no logprobs: a served detector reads {task}'s "
-                    "score from them. Serve the export with llama.cpp (python -m "
-                    "llama_cpp.server --model FILE.gguf) or vLLM (--max-logprobs 20)"
+                    "score from them. Serve the export with llama.cpp (llama-server -m "
+                    "FILE.gguf -fa off, or python -m llama_cpp.server --model FILE.gguf) or vLLM "
+                    "(--max-logprobs 20)"
                 )
             sampling = {"temperature": 0.0, "max_tokens": budget}
             text = self.client.complete(fit.messages, sampling).text

@@ -50,10 +50,12 @@ examples:
   fincheck export --gguf --adapter checkpoints/qwen2.5-0.5b-three-tasks-cpu --out exports/qwen-f16
   fincheck export --gguf --adapter checkpoints/qwen2.5-0.5b-three-tasks-cpu --type q4_k_m \\
       --out exports/qwen-q4
-  # serve it on a CPU (OpenAI-compatible, with logprobs) and evaluate it like a local model
-  python -m llama_cpp.server --model exports/qwen-f16/<run>-f16.gguf --n_ctx 4096 --port 8080
+  # serve it on a CPU (llama.cpp's server: OpenAI-compatible, with logprobs; one slot, no flash
+  # attention, whose CPU kernel rounds to f16) and evaluate it like a local model
+  llama-server -m exports/qwen-f16/<run>-f16.gguf -c 2048 -np 1 -fa off --alias served --port 8080
   fincheck eval --backend openai --base-url http://127.0.0.1:8080/v1 --model served \\
-      --tokenizer checkpoints/qwen2.5-0.5b-three-tasks-cpu --data runs/prepared --out runs/served
+      --tokenizer checkpoints/qwen2.5-0.5b-three-tasks-cpu --concurrency 1 --data runs/prepared \\
+      --out runs/served
 
 The adapter is merged into its base in fp32 and converted by llama.cpp's own converter
 (downloaded once, pinned: llama-cpp-python's source archive); a quantized type is quantized

@@ -7,6 +7,8 @@ llama_cpp.server`, with logprobs), and the same adapter run here. What a user re
   the weights), the detector's P(Yes) and flag score equal the local fp32 ones within 1e-3 and
   its greedy answers are the local ones (an f16 export's tolerance, 2e-3, and its greedy
   agreement are measured on the 0.5B detector: docs/serving.md);
+- both servers a user may run, llama-cpp-python's (`python -m llama_cpp.server`) and
+  llama.cpp's own C++ `llama-server`, give those scores and answers;
 - `fincheck eval --backend openai` reads QASem's p_yes from the server's logprobs;
 - a base the converter cannot take, a folder with no adapter and a server without logprobs
   are each one line.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shlex
 import socket
@@ -55,18 +58,50 @@ INPUTS = {
 INPUTS["fhsumbench"] = INPUTS["final"]
 
 
-@contextlib.contextmanager
 def llama_serving(gguf: Path, log: Path, *options: str, python: str = sys.executable):
-    """llama.cpp's server on loopback with the export (and `options`), run by `python` (one
-    with llama-cpp-python); yields its base URL."""
+    """llama-cpp-python's server on loopback with the export (and `options`), run by `python`
+    (one with llama-cpp-python); yields its base URL."""
+    options = options or ("--n_ctx", "2048")
+    command = [python, "-m", "llama_cpp.server", "--model", str(gguf), *options, "--n_threads", "2"]
+    return serving_on_loopback(command, log)
+
+
+def llama_server_binary() -> Path:
+    """llama.cpp's C++ server: $FINCHECK_LLAMA_SERVER (`make test` builds it and names it),
+    else the one scripts/build_llama_server.py built, else the test is skipped."""
+    from fincheck.serve.llama_server_build import built_llama_server
+
+    named = os.environ.get("FINCHECK_LLAMA_SERVER")
+    if named:
+        assert Path(named).is_file(), f"$FINCHECK_LLAMA_SERVER={named} is no file"
+        return Path(named)
+    binary = built_llama_server()
+    if binary is None:
+        pytest.skip("no llama-server built (python scripts/build_llama_server.py)")
+    return binary
+
+
+def llama_server_serving(gguf: Path, log: Path, *options: str):
+    """llama.cpp's C++ server on loopback with the export: one slot, no flash attention (its
+    CPU kernel rounds queries to f16: FINAL's flag score 2.6e-3 off here), 2 threads."""
+    options = options or ("-c", "2048", "-np", "1", "-fa", "off")
+    command = [str(llama_server_binary()), "-m", str(gguf), *options, "-t", "2"]
+    return serving_on_loopback(command, log)
+
+
+@contextlib.contextmanager
+def serving_on_loopback(command: list[str], log: Path):
+    """`command` serving on a free loopback port (both servers spell --host and --port so);
+    yields its base URL once it answers /v1/models."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = options or ("--n_ctx", "2048")
-    command = [python, "-m", "llama_cpp.server", "--model", str(gguf), *options,
-               "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.time() + 120
@@ -76,7 +111,7 @@ def llama_serving(gguf: Path, log: Path, *options: str, python: str = sys.execut
                     break
             except OSError:
                 if process.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"llama.cpp's server did not start:\n{log.read_text()[-2000:]}")
+                    pytest.fail(f"{command[0]} did not start:\n{log.read_text()[-2000:]}")
                 time.sleep(0.5)
         yield url
     finally:
@@ -90,12 +125,19 @@ def export(run: Path, out: Path, *options: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served_export(smol_run, tmp_path_factory):
-    """The smol adapter exported in f32 and served; (base URL, model name)."""
-    folder = tmp_path_factory.mktemp("export")
-    gguf = export(smol_run, folder / "f32", "--type", "f32")
-    with llama_serving(gguf, folder / "server.log") as url:
-        yield url, str(gguf)
+def f32_export(smol_run, tmp_path_factory) -> Path:
+    return export(smol_run, tmp_path_factory.mktemp("export") / "f32", "--type", "f32")
+
+
+SERVERS = {"llama_cpp.server": llama_serving, "llama-server": llama_server_serving}
+
+
+@pytest.fixture(scope="module", params=list(SERVERS))
+def served_export(request, f32_export, tmp_path_factory):
+    """The smol adapter exported in f32 and served by each server; (base URL, model name)."""
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with SERVERS[request.param](f32_export, log) as url:
+        yield url, str(f32_export)
 
 
 def test_the_export_records_the_adapter_and_base_it_came_from(smol_run, tmp_path):
@@ -178,7 +220,8 @@ def test_a_base_the_converter_cannot_take_is_one_line(tiny_base, tmp_path, capsy
 
 def test_the_cards_cpu_serving_snippet_runs_as_written(smol_run, tmp_path):
     """The model card's llama.cpp block, on the demo adapter's published folder: its export,
-    its server (on a free port) and its eval, the data and output folders the only changes."""
+    its server (the built llama-server, on a free port) and its eval, the data and output
+    folders the only changes."""
     repo = tmp_path / "repo"
     assert main(["publish", "--checkpoint", str(smol_run), "--repo-id", "me/run",
                  "--dry-run", str(repo)]) == 0  # fmt: skip
@@ -188,11 +231,12 @@ def test_the_cards_cpu_serving_snippet_runs_as_written(smol_run, tmp_path):
     block = block.replace("me/run", str(smol_run)).replace("detector-gguf", str(tmp_path / "gguf"))
     export_line, serve_line, eval_line = map(shlex.split, block.strip().splitlines())
     assert export_line[0] == "fincheck" and main(export_line[1:]) == 0
-    assert serve_line[:3] == ["python", "-m", "llama_cpp.server"] and serve_line[-1] == "&"
-    served = dict(zip(serve_line[3:-1:2], serve_line[4:-1:2], strict=True))
-    assert Path(served.pop("--model")).is_file() and served.pop("--port") == "8080"
-    options = [item for pair in served.items() for item in pair]  # --n_ctx, --model_alias
-    with llama_serving(Path(serve_line[4]), tmp_path / "server.log", *options) as url:
+    assert serve_line[0] == "llama-server" and serve_line[-1] == "&"
+    served = dict(zip(serve_line[1:-1:2], serve_line[2:-1:2], strict=True))
+    gguf = Path(served.pop("-m"))
+    assert gguf.is_file() and served.pop("--port") == "8080"
+    options = [item for pair in served.items() for item in pair]  # -c, -np, -fa, --alias
+    with llama_server_serving(gguf, tmp_path / "server.log", *options) as url:
         args = [url if a == "http://127.0.0.1:8080/v1" else a for a in eval_line[1:]]
         args[args.index("--data") + 1] = str(SMALL)
         args[args.index("--out") + 1] = str(tmp_path / "served")

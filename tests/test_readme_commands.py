@@ -84,12 +84,27 @@ def test_doc_command_parses(command: str, monkeypatch, tmp_path):
         known = {*settings.ModelSettings.model_fields, *settings.ServerSettings.model_fields}
         flags = {a[2:] for a in argv[3:] if a.startswith("--")}
         assert flags <= known, f"not llama_cpp.server flags: {sorted(flags - known)}"
+    elif program == "llama-server":  # llama.cpp's C++ server: each flag in its own --help
+        check_llama_server_flags([a for a in argv[1:] if a.startswith("-")])
     elif program in ("pip", "cd", "export"):
         pass  # environment set-up lines
     elif program in ("transformers", "vllm"):
         assert argv[1] == "serve", command  # the servers a detector is evaluated behind
     else:
         pytest.fail(f"documented command of an unknown kind: {command}")
+
+
+def check_llama_server_flags(flags: list[str]) -> None:
+    import os
+
+    from fincheck.serve.llama_server_build import built_llama_server
+
+    binary = os.environ.get("FINCHECK_LLAMA_SERVER") or built_llama_server()
+    if not binary:
+        pytest.skip("no llama-server built (python scripts/build_llama_server.py)")
+    usage = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+    documented = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", usage))
+    assert set(flags) <= documented, f"not llama-server flags: {sorted(set(flags) - documented)}"
 
 
 def check_overrides(command: str, config: Path | None, extra: list[str]) -> None:

@@ -14,10 +14,13 @@ Two more kinds of mode compare the CPU paths a user can pick (`--modes prefix-re
 prefix-reuse:bf16,served-f16,served-q4_k_m --gguf f16=F16.gguf,q4_k_m=Q4.gguf`):
 
   prefix-reuse:DTYPE  prefix reuse with the weights in DTYPE (fp32, bf16), whatever --dtype says
-  served-TYPE         the `fincheck export --gguf` file of that type, served by llama.cpp's
+  served-TYPE         the `fincheck export --gguf` file of that type, served by llama-cpp-python's
                       server (`python -m llama_cpp.server`, started here on loopback with
                       --threads) and evaluated through it (`fincheck eval --backend openai`,
                       one request at a time, so the server's cache keeps each document's prefix)
+  llama-server-TYPE   the same file served by llama.cpp's own C++ server (`--llama-server`,
+                      default the one `scripts/build_llama_server.py` built; one slot, the same
+                      threads), evaluated the same way
 
 With `--memory`, each local mode runs in a process of its own and the report gives its peak
 resident memory; a served mode gives the server's (the process that holds the model).
@@ -40,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -54,7 +58,16 @@ from fincheck.metrics.classification import parse_yes_no
 from fincheck.tasks import all_tasks, get_task, per_task_numbers
 
 PATH_MODES = ("naive", "batched", "prefix-reuse")
-SERVED = "served-"  # served-<gguf type>: a mode named by the file it serves
+# A served mode is named by its server and the type of the file it serves: served-f16.
+SERVERS = {"served-": "llama_cpp.server", "llama-server-": "llama-server"}
+
+
+def served_mode(mode: str) -> tuple[str, str] | None:
+    """(server, gguf type) of a served mode; None for a local one."""
+    for prefix, server in SERVERS.items():
+        if mode.startswith(prefix):
+            return server, mode[len(prefix) :]
+    return None
 
 
 @dataclass
@@ -65,18 +78,24 @@ class EvalPathSettings:
     tasks: list[str] = config_field(["qasem"], "comma list of tasks")
     modes: list[str] = config_field(
         list(PATH_MODES),
-        "comma list of naive, batched, prefix-reuse, prefix-reuse:DTYPE, served-TYPE (a --gguf "
-        "file)",
+        "comma list of naive, batched, prefix-reuse, prefix-reuse:DTYPE, served-TYPE, "
+        "llama-server-TYPE (a --gguf file)",
     )
     gguf: dict[str, str] = config_field(
         {},
-        "TYPE=FILE,...: the exported GGUF files the served-TYPE modes serve",
+        "TYPE=FILE,...: the exported GGUF files the served modes serve",
         parse=lambda text: dict(item.split("=", 1) for item in text.split(",") if item),
     )
     tokenizer: str | None = config_field(
         None, "what fits a served mode's prompts (default: --adapter, else --model)"
     )
     threads: int = config_field(2, "a served mode's llama.cpp threads", at_least=1)
+    llama_server: str | None = config_field(
+        None, "the llama-server binary (default: the one scripts/build_llama_server.py built)"
+    )
+    server_args: str = config_field(
+        "", "more arguments for a served mode's server, as one string (`-fa off`)"
+    )
     memory: bool = config_field(
         False, "run each local mode in its own process and report its peak resident memory"
     )
@@ -160,24 +179,40 @@ def answer_of(task: str, output: str) -> str:
 def check_modes(s: EvalPathSettings) -> None:
     for mode in s.modes:
         name, _, dtype = mode.partition(":")
-        if mode.startswith(SERVED):
-            if mode[len(SERVED) :] not in s.gguf:
-                raise ValueError(f"{mode}: give its file with --gguf {mode[len(SERVED) :]}=FILE")
+        served = served_mode(mode)
+        if served:
+            if served[1] not in s.gguf:
+                raise ValueError(f"{mode}: give its file with --gguf {served[1]}=FILE")
+            if served[0] == "llama-server":
+                llama_server_binary(s)  # built or given, before anything runs
         elif name not in PATH_MODES or (dtype and name != "prefix-reuse"):
             raise ValueError(
                 f"unknown mode {mode!r}; the modes: {', '.join(PATH_MODES)}, "
-                "prefix-reuse:DTYPE, served-TYPE"
+                "prefix-reuse:DTYPE, served-TYPE, llama-server-TYPE"
             )
+
+
+def llama_server_binary(s: EvalPathSettings) -> Path:
+    from fincheck.serve.llama_server_build import built_llama_server
+
+    binary = Path(s.llama_server) if s.llama_server else built_llama_server()
+    if binary is None or not binary.is_file():
+        raise ValueError(
+            f"no llama-server at {binary or 'the cache'}: build it (python "
+            "scripts/build_llama_server.py) or give --llama-server"
+        )
+    return binary
 
 
 def mode_options(base, s: EvalPathSettings, mode: str, task: str, out: Path):
     """The eval options of one mode (a served one's before its server's address is known)."""
     from fincheck.eval.options import EvalOptions
 
-    if mode.startswith(SERVED):
+    served = served_mode(mode)
+    if served:
         return EvalOptions(
             backend="openai",
-            model=str(s.gguf[mode[len(SERVED) :]]),
+            model=str(s.gguf[served[1]]),
             tokenizer=s.tokenizer or s.adapter or s.model,
             data_dir=s.prepared_dir,
             out_dir=out,
@@ -203,9 +238,11 @@ def run_mode(opts, s: EvalPathSettings, mode: str) -> tuple[float, float | None]
     """(wall seconds of the eval, peak resident GiB of the process holding the model or None)."""
     from fincheck.eval.generate import run_eval
 
-    if mode.startswith(SERVED):  # timed from the server's start: its model load counts
+    served = served_mode(mode)
+    if served:  # timed from the server's start: its model load counts
+        command = server_command(s, served[0], Path(opts.model))
         start = time.perf_counter()
-        with llama_cpp_server(Path(opts.model), s.threads, s.window, opts.out_dir) as server:
+        with serving(command, opts.out_dir) as server:
             run_eval(dataclasses.replace(opts, base_url=server.url))
             seconds = time.perf_counter() - start
         return seconds, server.peak_rss_gib
@@ -246,10 +283,28 @@ class Server:
     peak_rss_gib: float | None = None
 
 
+def server_command(s: EvalPathSettings, server: str, gguf: Path) -> list[str]:
+    """The server's command line up to its address: its context the window (every fitted
+    prompt and its answer fit), its threads; llama-server with one slot (one request at a time,
+    as llama-cpp-python's), so both keep one document's prefix between requests, and without
+    flash attention: its CPU kernel rounds queries to f16 (P(Yes) off the local detector's by
+    up to 2.5e-3 on 101 QAs, against 9.2e-4 without it, at the same speed)."""
+    context, threads = str(s.window or 4096), str(s.threads)
+    if server == "llama-server":
+        options = {"-m": str(gguf), "-c": context, "-np": "1", "-fa": "off", "-t": threads}
+        command = [str(llama_server_binary(s))]
+    else:
+        options = {"--model": str(gguf), "--n_ctx": context, "--n_threads": threads}
+        command = [sys.executable, "-m", "llama_cpp.server"]
+    options["-tb" if server == "llama-server" else "--n_threads_batch"] = threads
+    command += [item for option in options.items() for item in option]
+    return [*command, *shlex.split(s.server_args)]
+
+
 @contextlib.contextmanager
-def llama_cpp_server(gguf: Path, threads: int, window: int | None, log_dir: Path):
-    """llama.cpp's OpenAI-compatible server on a free loopback port, its context the window
-    (every fitted prompt and its answer fit), until the block ends; then its peak memory."""
+def serving(command: list[str], log_dir: Path):
+    """`command` serving on a free loopback port (`--host`/`--port` appended: both servers
+    spell them so) until the block ends; then its peak memory."""
     import socket
     import urllib.request
 
@@ -257,23 +312,7 @@ def llama_cpp_server(gguf: Path, threads: int, window: int | None, log_dir: Path
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log_dir.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(gguf),
-        "--n_ctx",
-        str(window or 4096),
-        "--n_threads",
-        str(threads),
-        "--n_threads_batch",
-        str(threads),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
+    command = [*command, "--host", "127.0.0.1", "--port", str(port)]
     with open(log_dir / "server.log", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     server = Server(f"http://127.0.0.1:{port}/v1")
@@ -281,13 +320,13 @@ def llama_cpp_server(gguf: Path, threads: int, window: int | None, log_dir: Path
         deadline = time.monotonic() + 300
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"llama.cpp's server stopped at start: see {log_dir}/server.log")
+                raise RuntimeError(f"the server stopped at start: see {log_dir}/server.log")
             try:
                 with urllib.request.urlopen(f"{server.url}/models", timeout=5):
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError("llama.cpp's server did not start in 300 s") from None
+                    raise RuntimeError("the server did not start in 300 s") from None
                 time.sleep(0.5)
         yield server
     finally:
