@@ -16,14 +16,19 @@ RAG_BIN := $(RAG_VENV)/bin
 
 .PHONY: install install-llama-cpp llama-server rag-venv demo test test-fast lint format clean
 
+# A venv holding fincheck with its dev tools: $(call fincheck_venv,FOLDER).
+define fincheck_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q torch==$(TORCH_VERSION)
+	$(1)/bin/python -m pip install -q --no-build-isolation deepspeed
+	$(1)/bin/python -m pip install -q -e ".[dev]"
+endef
+
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/python -m pip install -q --no-build-isolation deepspeed
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(call fincheck_venv,$(VENV))
 	touch $@
 
 # llama.cpp and its OpenAI-compatible server (llama-cpp-python, built from source: about 5
@@ -49,11 +54,7 @@ RAG_PINS := "deepeval==4.3.1" "ragas==0.4.3" "langchain-community>=0.3,<0.4"
 rag-venv: $(RAG_VENV)/.installed
 
 $(RAG_VENV)/.installed: pyproject.toml
-	test -x $(RAG_BIN)/python || $(PYTHON) -m venv $(RAG_VENV)
-	$(RAG_BIN)/python -m pip install -q --upgrade pip
-	$(RAG_BIN)/python -m pip install -q torch==$(TORCH_VERSION)
-	$(RAG_BIN)/python -m pip install -q --no-build-isolation deepspeed
-	$(RAG_BIN)/python -m pip install -q -e ".[dev]"
+	$(call fincheck_venv,$(RAG_VENV))
 	$(RAG_BIN)/python -m pip install -q $(RAG_PINS)
 	$(RAG_BIN)/python -m pip install -q "huggingface_hub>=1.31" "click>=8.4.2" "datasets>=5.2"
 	touch $@
