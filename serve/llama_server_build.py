@@ -68,17 +68,21 @@ def build_llama_server(jobs: int, progress=None) -> Path:
             )
     archive = resolve_source(SOURCE, data_dir=None, cache_dir=cache_root() / "tools")
     final = llama_server_dir()
-    with (
-        tempfile.TemporaryDirectory(prefix="llama-server-build-") as scratch,
-        new_folder(final, "build") as staging,
-    ):
-        source = _unpack(archive, Path(scratch) / "src")
-        build = Path(scratch) / "build"
-        _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS], None)
-        _run(["cmake", "--build", str(build), "--target", BINARY, "-j", str(jobs)], progress)
-        copy_file(build / "bin" / BINARY, staging / BINARY, "llama-server")
-        (staging / BINARY).chmod(0o755)
-        copy_file(source / "LICENSE", staging / "LICENSE", "llama-server")
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="llama-server-build-") as scratch,
+            new_folder(final, "build") as staging,
+        ):
+            source = _unpack(archive, Path(scratch) / "src")
+            build = Path(scratch) / "build"
+            _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS], None)
+            _run(["cmake", "--build", str(build), "--target", BINARY, "-j", str(jobs)], progress)
+            copy_file(build / "bin" / BINARY, staging / BINARY, "llama-server")
+            (staging / BINARY).chmod(0o755)
+            copy_file(source / "LICENSE", staging / "LICENSE", "llama-server")
+    except FincheckError:
+        if built_llama_server() is None:  # not another process's build, finished first
+            raise
     return final / BINARY
 
 

@@ -781,3 +781,20 @@ def test_an_export_is_one_line_without_an_adapter_or_a_format(tmp_path, capsys):
     code, err = run_cli(capsys, "export", "--adapter", str(empty), "--out", str(out))
     assert code == 2 and "--gguf" in err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_building_llama_server_without_cmake_is_one_line(tmp_path, monkeypatch):
+    """No cmake (or no compiler) on PATH: one line naming it and the way around it (a
+    llama-server of one's own), before anything is downloaded or built."""
+    from fincheck.errors import FincheckError
+    from fincheck.serve import llama_server_build
+
+    monkeypatch.setenv("FINCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(llama_server_build.shutil, "which", lambda program: None)
+    monkeypatch.setattr(
+        llama_server_build, "resolve_source", lambda *a, **k: pytest.fail("fetched")
+    )
+    with pytest.raises(FincheckError, match="needs cmake on PATH") as error:
+        llama_server_build.build_llama_server(jobs=1)
+    assert "\n" not in str(error.value) and "llama-server of your own" in str(error.value)
+    assert not (tmp_path / "cache").exists()
