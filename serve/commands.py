@@ -52,7 +52,7 @@ examples:
       --out exports/qwen-q4
   # serve it on a CPU (llama.cpp's server: OpenAI-compatible, with logprobs; one slot, no flash
   # attention, whose CPU kernel rounds to f16) and evaluate it like a local model
-  llama-server -m exports/qwen-f16/<run>-f16.gguf -c 2048 -np 1 -fa off --alias served --port 8080
+  llama-server -m exports/qwen-f16/<run>-f16.gguf -c 2048 -np 1 -fa off -cram 0 --alias served --port 8080
   fincheck eval --backend openai --base-url http://127.0.0.1:8080/v1 --model served \\
       --tokenizer checkpoints/qwen2.5-0.5b-three-tasks-cpu --concurrency 1 --data runs/prepared \\
       --out runs/served

@@ -84,7 +84,7 @@ def llama_server_binary() -> Path:
 def llama_server_serving(gguf: Path, log: Path, *options: str):
     """llama.cpp's C++ server on loopback with the export: one slot, no flash attention (its
     CPU kernel rounds queries to f16: FINAL's flag score 2.6e-3 off here), 2 threads."""
-    options = options or ("-c", "2048", "-np", "1", "-fa", "off")
+    options = options or ("-c", "2048", "-np", "1", "-fa", "off", "-cram", "0")
     command = [str(llama_server_binary()), "-m", str(gguf), *options, "-t", "2"]
     return serving_on_loopback(command, log)
 

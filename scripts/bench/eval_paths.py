@@ -291,7 +291,8 @@ def server_command(s: EvalPathSettings, server: str, gguf: Path) -> list[str]:
     up to 2.5e-3 on 101 QAs, against 9.2e-4 without it, at the same speed)."""
     context, threads = str(s.window or 4096), str(s.threads)
     if server == "llama-server":
-        options = {"-m": str(gguf), "-c": context, "-np": "1", "-fa": "off", "-t": threads}
+        options = {"-m": str(gguf), "-c": context, "-np": "1", "-fa": "off", "-cram": "0"}
+        options["-t"] = threads
         command = [str(llama_server_binary(s))]
     else:
         options = {"--model": str(gguf), "--n_ctx": context, "--n_threads": threads}
