@@ -3,7 +3,8 @@
 llama-cpp-python source archive carries, into fincheck's cache, and print its path:
 
   python scripts/build_llama_server.py            # about 6 minutes on 2 cores; then instant
-  "$(python scripts/build_llama_server.py)" -m exports/detector-f16/FILE.gguf -c 2048 -np 1 --port 8080
+  "$(python scripts/build_llama_server.py)" -m exports/detector-f16/FILE.gguf -c 2048 -np 1 \\
+      -fa off -cram 0 --port 8080
 
 Any llama-server of your own serves a `fincheck export --gguf` file as well; this one is the
 llama.cpp the converter came from. Needs cmake and a C++17 compiler.
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="compile jobs (default: every core)"
     )
     args = parser.parse_args(argv)
-    if built_llama_server() is None:
+    binary = built_llama_server()
+    if binary is None:
         with tqdm(total=100, unit="%", desc="building llama-server", file=sys.stderr) as bar:
             try:
                 binary = build_llama_server(args.jobs, lambda p: bar.update(p - bar.n))
@@ -37,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
                 bar.close()
                 print(f"error: {e}", file=sys.stderr)
                 return 1
-    else:
-        binary = built_llama_server()
     print(binary)
     return 0
 
