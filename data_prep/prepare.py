@@ -19,17 +19,17 @@ from typing import Any
 
 from fincheck import __version__
 from fincheck.data.pairs import SPLITS, Pair, write_pairs
-from fincheck.data.prepared import files_fingerprint
+from fincheck.data.raw_records import RecordStream
 from fincheck.data.trimming import load_token_counter, trim_pair
 from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.errors import FincheckError
 from fincheck.io.config import config_field, config_to_dict
 from fincheck.io.out_lock import LOCK_FILE, hold_out_dir
-from fincheck.io.raw_records import RecordStream
 from fincheck.io.safe_files import write_text
 from fincheck.io.sources import Source, default_cache_dir, resolve_source, sha256_file
 from fincheck.tasks import all_tasks, get_task, prompt_hashes, task_names
 from fincheck.tasks.base import PrepareSettings, UserFile
+from fincheck.tasks.prepared import files_fingerprint
 
 MANIFEST_VERSION = 1
 

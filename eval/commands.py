@@ -124,7 +124,7 @@ def baseline_command(args: argparse.Namespace) -> int:
     opts = read_options(BaselineOptions, args)  # an LLM's options with overlap: exit 2
     if not opts.model and opts.method not in ASKS_NO_LLM:
         raise UsageError("--method needs --model (the LLM that runs it)")
-    from fincheck.eval.baselines.runner import run_baseline
+    from fincheck.eval.baseline import run_baseline
 
     with hold_out_dir(opts.out_dir, "fincheck baseline"):  # one writer per --out
         summary = run_baseline(opts)
@@ -172,7 +172,7 @@ def build_judge(args: ScoreOptions):
         return None
     if not args.judge_model:
         raise FincheckError(f"--judge {args.judge_kind} needs --judge-model")
-    from fincheck.inference.llm_clients import JUDGE, build_client
+    from fincheck.models.llm_clients import JUDGE, build_client
 
     # a local judge's concurrent calls are batched by the client's worker thread
     local = {"max_new_tokens": args.judge_max_tokens, "dtype": args.judge_dtype}

@@ -44,11 +44,11 @@ from fincheck.inference.generation import (
     template_fingerprint,
 )
 from fincheck.inference.llm import CachedLLM, RequestCache, run_concurrently
-from fincheck.inference.llm_clients import METHOD, build_client
 from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256
 from fincheck.io.secrets import public_url
+from fincheck.models.llm_clients import METHOD, build_client
 from fincheck.models.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
 

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fincheck.data.pairs import Pair, sample
-from fincheck.data.prepared import prepared_tasks, read_split
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.inference.generation import parse_dtype
-from fincheck.inference.llm_clients import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.io.config import REQUIRED, config_field, declare_applies
+from fincheck.model_options import LOADED_HERE, ModelOptions
 from fincheck.models.known import KNOWN as FETCHABLE_MODELS
-from fincheck.models.options import LOADED_HERE, ModelOptions
+from fincheck.models.llm_clients import DEFAULT_KEY_ENV, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from fincheck.tasks import get_task, per_task_numbers, per_task_thresholds, task_names
+from fincheck.tasks.prepared import prepared_tasks, read_split
 
 LOCAL = {"backend": ("local",)}
 ENDPOINT = {"backend": ("openai",)}

@@ -1,7 +1,7 @@
 """The one loop of `fincheck eval` and `fincheck baseline`: something answers the prepared pairs
 of each task into resumable predictions files. What answers is an `Answerer`: the detector's own
 prompt on a backend (`eval/generate.py:DetectorPrompt`) or a paper's method
-(`eval/baselines/runner.py:PaperMethod`).
+(`eval/baseline.py:PaperMethod`).
 
     the run's identity checked against the folder's (a resume under other settings stops
     before anything loads) -> each task's sample -> the answerer started -> what it loaded
@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fincheck.data.pairs import Pair
-from fincheck.data.prepared import read_manifest
 from fincheck.eval.options import BaselineOptions, EvalOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
@@ -27,6 +26,7 @@ from fincheck.eval.predictions import (
     served_before,
     unlist_task,
 )
+from fincheck.tasks.prepared import read_manifest
 
 
 class Answerer(ABC):

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from fincheck.data.prepared import read_manifest, read_split, split_path
 from fincheck.errors import FincheckError
 from fincheck.eval.options import ScoreOptions
 from fincheck.eval.predictions import (
@@ -29,6 +28,7 @@ from fincheck.io.safe_files import replaced_file, write_text
 from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
+from fincheck.tasks.prepared import read_manifest, read_split, split_path
 
 
 def run_score(opts: ScoreOptions) -> tuple[dict, int]:

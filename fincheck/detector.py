@@ -138,7 +138,7 @@ class Detector:
         server sees what the local detector would run. The endpoint options are `fincheck
         eval --backend openai`'s (key from $OPENAI_API_KEY or `api_key_env`; a local server
         needs none)."""
-        from fincheck.inference import llm_clients
+        from fincheck.models import llm_clients
 
         loaded = load_prompt_fitter(str(tokenizer), window)
         settings = {"api_key_env": api_key_env, "timeout_s": timeout_s, "max_retries": max_retries}

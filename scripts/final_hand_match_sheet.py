@@ -25,12 +25,12 @@ import random
 import sys
 from pathlib import Path
 
-from fincheck.data.prepared import read_split
 from fincheck.errors import FincheckError
 from fincheck.io.jsonl import iter_json_objects
 from fincheck.tasks import all_tasks
 from fincheck.tasks.final.judge_sanity import UNFILLED
 from fincheck.tasks.final.lettering import lettered, letters
+from fincheck.tasks.prepared import read_split
 
 
 def judged_task() -> str:

@@ -17,7 +17,7 @@ from typing import Literal
 from fincheck.errors import UsageError
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
-from fincheck.models.options import ModelOptions
+from fincheck.model_options import ModelOptions
 from fincheck.serve.llama_cpp_converter import GGUF_TYPES
 from fincheck.tasks import per_task_thresholds
 

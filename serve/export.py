@@ -23,7 +23,7 @@ from fincheck.errors import FincheckError
 from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.runs import adapter_sha256, load_run
 from fincheck.io.safe_files import new_folder, write_text
-from fincheck.models.loading import resolve_model
+from fincheck.models.loading import resolve_base, resolve_model
 from fincheck.serve import llama_cpp_converter as llama_cpp
 from fincheck.serve.merge import merge_adapter
 
@@ -43,7 +43,7 @@ def export_gguf(
     if kind not in llama_cpp.GGUF_TYPES:
         raise FincheckError(f"--type {kind}: choose one of {', '.join(llama_cpp.GGUF_TYPES)}")
     run = load_run(adapter)  # one line for a folder that holds no adapter
-    base_path = run.resolve_base(base)
+    base_path = resolve_base(run, base)
     with new_folder(out, "export") as staging:
         merged = staging / run.root.name  # the GGUF's general.name
         merge_adapter(run.path, merged, "fp32", base, trust_remote_code)

@@ -17,9 +17,9 @@ import tarfile
 from pathlib import Path
 
 from fincheck.errors import FincheckError
+from fincheck.io.cache import cache_root
 from fincheck.io.safe_files import new_folder
 from fincheck.io.sources import Source, resolve_source
-from fincheck.models.known import cache_root
 
 RELEASE = "0.3.36"  # the llama-cpp-python release `make install` builds: converter and server agree
 SOURCE = Source(

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 from fincheck.errors import FincheckError
+from fincheck.io.cache import cache_root
 from fincheck.io.safe_files import copy_file, new_folder
 from fincheck.io.sources import resolve_source
-from fincheck.models.known import cache_root
 from fincheck.serve.llama_cpp_converter import RELEASE, SOURCE, VENDORED
 
 BINARY = "llama-server"

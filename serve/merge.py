@@ -18,7 +18,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
 from fincheck.io.runs import load_run
 from fincheck.io.safe_files import new_folder
-from fincheck.models.loading import load_adapter_model
+from fincheck.models.loading import load_adapter_model, resolve_base
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _merge_into(
     out: Path, adapter: str | Path, dtype: str, base: str | None, trust_remote_code: bool
 ) -> dict[str, Any]:
     run = load_run(adapter)
-    base_path = run.resolve_base(base)
+    base_path = resolve_base(run, base)
     model, tokenizer = load_adapter_model(
         run, base_path, torch_dtype("fp32"), trust_remote_code=trust_remote_code
     )

@@ -681,7 +681,7 @@ def test_an_endpoint_that_refuses_every_request_stops_and_says_so(tmp_path, caps
     exit, and the client's breaker stops after a run of refusals instead of sending them all."""
     from fincheck.errors import FincheckError
     from fincheck.inference.llm import LLMCallError
-    from fincheck.inference.llm_clients import OpenAIChatClient
+    from fincheck.models.llm_clients import OpenAIChatClient
 
     with FakeJudgeServer() as server:
         server.script = {"": [("status", 400, {})]}

@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fincheck.data.prepared import PreparedFolder  # noqa: E402
 from fincheck.inference.generation import generate_batch  # noqa: E402
 from fincheck.models.loading import load_model  # noqa: E402
 from fincheck.tasks import get_task  # noqa: E402
+from fincheck.tasks.prepared import PreparedFolder  # noqa: E402
 from fincheck.train import dev_eval  # noqa: E402
 from fincheck.train.recipe import load_recipe  # noqa: E402
 

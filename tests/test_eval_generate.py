@@ -279,7 +279,7 @@ def test_missing_adapter_is_a_clear_error(tmp_path):
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
     from fincheck.inference.llm import RequestCache
-    from fincheck.inference.llm_clients import TransformersChatClient
+    from fincheck.models.llm_clients import TransformersChatClient
     from fincheck.tasks.final.judge import MatchingJudge
 
     client = TransformersChatClient(str(tiny_base), max_new_tokens=4, device="cpu")
@@ -299,7 +299,7 @@ def test_a_local_model_is_identified_by_its_content_not_its_path(tiny_base, tmp_
     import json
     import shutil
 
-    from fincheck.inference.llm_clients import TransformersChatClient
+    from fincheck.models.llm_clients import TransformersChatClient
 
     model = tmp_path / "model"
     shutil.copytree(tiny_base, model)
@@ -657,8 +657,8 @@ def test_a_prepared_split_edited_after_prepare_is_refused(tmp_path):
     a label flipped by hand would change the figures under the old fingerprint."""
     import shutil
 
-    from fincheck.data.prepared import read_split
     from fincheck.errors import FincheckError
+    from fincheck.tasks.prepared import read_split
 
     data = tmp_path / "prepared"
     shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)
@@ -738,8 +738,8 @@ def test_a_split_file_the_manifest_does_not_list_is_refused(tmp_path):
     """A task folder copied in from another prepare is not what the fingerprint names."""
     import shutil
 
-    from fincheck.data.prepared import read_split
     from fincheck.errors import FincheckError
+    from fincheck.tasks.prepared import read_split
 
     data = tmp_path / "prepared"
     shutil.copytree(Path(__file__).parent / "assets" / "prepared", data)

@@ -15,7 +15,7 @@ from fake_judge_server import FakeJudgeServer
 
 from fincheck.errors import FincheckError
 from fincheck.inference.llm import RequestCache
-from fincheck.inference.llm_clients import OpenAIChatClient
+from fincheck.models.llm_clients import OpenAIChatClient
 from fincheck.tasks.final.judge import JudgePrompt, MatchingJudge, parse_matching
 from fincheck.tasks.final.metrics import FinalItem, final_figures, true_positives
 
@@ -196,7 +196,7 @@ def test_an_endpoint_answer_is_cut_when_it_used_its_budget():
     server that says "length" for every answer)."""
     from types import SimpleNamespace as NS
 
-    from fincheck.inference.llm_clients import hit_budget
+    from fincheck.models.llm_clients import hit_budget
 
     def reply(reason, used=None):
         usage = NS(completion_tokens=used) if used is not None else None
@@ -312,7 +312,7 @@ def test_a_failed_p_yes_call_fails_the_example_and_is_not_cached(tmp_path):
     """Only a reply without logprobs means "no P(Yes)"; a call that failed for good raises, is
     not cached as "none", and a rerun asks again."""
     from fincheck.inference.llm import CachedLLM, LLMCallError
-    from fincheck.inference.llm_clients import OpenAIChatClient
+    from fincheck.models.llm_clients import OpenAIChatClient
 
     client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1")
     calls = []
@@ -340,7 +340,7 @@ def test_a_failed_p_yes_call_fails_the_example_and_is_not_cached(tmp_path):
 def test_an_endpoint_without_logprobs_is_said_once(capsys):
     from types import SimpleNamespace as NS
 
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", caller=METHOD)
     client._create = lambda messages, sampling: NS(choices=[NS(logprobs=None)])
@@ -373,7 +373,7 @@ def test_a_parameter_the_endpoint_refuses_is_adapted_once_and_said_in_one_line(
 ):
     """Not ten refused calls and a stop, nor a silent change: the run goes on without (or with
     the renamed) parameter, and one line says what changed."""
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     with FakeJudgeServer() as server:
         server.script = {"": [("refuse", param, error, "Yes")]}
@@ -395,7 +395,7 @@ def test_a_parameter_the_endpoint_refuses_is_adapted_once_and_said_in_one_line(
 
 def test_a_refusal_naming_no_parameter_it_can_adapt_still_fails_the_call():
     from fincheck.inference.llm import LLMCallError
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     with FakeJudgeServer() as server:
         server.script = {"": [("refuse", "messages", {"message": "stop is not supported"}, "x")]}
@@ -568,7 +568,7 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
     import tracemalloc
 
     from fincheck.inference.llm import LLMCallError
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     with FakeJudgeServer() as server:
         server.script = {
@@ -597,7 +597,7 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
 def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeypatch):
     """An endpoint (or a proxy) that echoes the API key in its answer: the answer fincheck keeps
     (predictions, caches, traces) carries it redacted."""
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     monkeypatch.setenv("ECHO_TEST_KEY", "echoed-key-5566778899")
     with FakeJudgeServer() as server:
@@ -649,7 +649,7 @@ def test_a_penalty_a_server_turns_on_by_default_is_sent_neutral(schema, sent):
     its answers are then not the model's greedy ones. The client reads the schema once and sends
     such a penalty at its neutral value (in the request body, outside OpenAI's own names), and
     names it in its identity (another request cache); other servers get nothing more."""
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     with FakeJudgeServer() as server:
         server.openapi = schema

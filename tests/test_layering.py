@@ -1,6 +1,6 @@
 """One-way stairs: core (`fincheck/`) <- stages (data_prep, train, eval, serve) <- commands
 (the CLI, each stage's `commands.py`, the benchmarks and scripts); inside the core, the ranked
-layers of `CORE_LAYERS`, and no import circle at all. Read from the source of every non-test
+floors of `FLOORS` (and eval's of `EVAL_FLOORS`), and no import circle at all. Read from the source of every non-test
 module: each import, at the top or inside a function, type-only ones too, in every spelling
 (`import a.b`, `from a import b` where b is a module, relative imports, and
 `importlib.import_module` of a constant string)."""
@@ -28,52 +28,14 @@ COMMAND_MODULES = ("fincheck.commands.cli", "fincheck.commands.models", "finchec
 # fixed (then delete its line), so this list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {}
 
-# The core's layers, lowest first: a core module imports modules of its own layer or lower ones
-# only (and never in a circle, `test_no_import_circle_in_the_core`). An entry ending in ".*"
-# is a package and every module in it. A new core module must be placed here. The core's
-# sub-packages (io, metrics, data, models, inference) group these modules; a package's
-# `__init__` holds its docstring only.
-CORE_LAYERS: tuple[tuple[str, ...], ...] = (
-    # foundations: no fincheck import but errors
-    (
-        "fincheck",
-        "fincheck.errors",
-        *("fincheck.io", "fincheck.metrics", "fincheck.data", "fincheck.models"),
-        "fincheck.inference",
-        *("fincheck.io.checksums", "fincheck.io.jsonl", "fincheck.io.safe_files"),
-        "fincheck.io.bounded_http",
-        "fincheck.io.deadline",
-        "fincheck.io.secrets",
-        *("fincheck.metrics.bootstrap", "fincheck.metrics.classification"),
-        "fincheck.metrics.evaluate_info",
-        "fincheck.metrics.plots",
-        "fincheck.data.sentences",
-        "fincheck.inference.prefix_tree",
-    ),
-    # settings, named things on disk, how a figure and a prompt are written
-    (
-        *("fincheck.io.config", "fincheck.io.sources", "fincheck.io.out_lock"),
-        "fincheck.metrics.figures",
-        "fincheck.data.prompting",
-        "fincheck.models.known",
-        "fincheck.inference.llm",
-    ),
-    # records: pairs and what reads, splits and cuts them; run folders; wheels of known models
-    (
-        *("fincheck.io.raw_records", "fincheck.io.runs"),
-        *("fincheck.data.pairs", "fincheck.data.splits", "fincheck.data.trimming"),
-        "fincheck.models.wheels",
-    ),
-    ("fincheck.tasks.base",),  # what a task is
-    ("fincheck.tasks.<task>.*",),  # every task package (a new one needs no line here)
-    ("fincheck.tasks",),  # the registry: it loads the task packages (by a computed name)
-    ("fincheck.data.prepared",),  # a prepared folder: pairs of the registered tasks
-    ("fincheck.inference.generation",),  # fit and generate
-    # load a model, its options; answers sharing a prefix
-    ("fincheck.models.loading", "fincheck.models.options", "fincheck.inference.shared_prefix"),
-    ("fincheck.inference.llm_clients",),  # the LLM clients: an endpoint, a local model
-    ("fincheck.detector",),  # the served detector: all of it
-)
+# The core's floors, lowest first, each a folder or a module directly under fincheck/: a core
+# module imports modules of its own floor or lower ones only, and never in a circle.
+FLOOR_ORDER = "errors < io < metrics < data < inference < models < tasks < model_options < detector"
+FLOORS = FLOOR_ORDER.split(" < ")
+# Inside eval/: the papers' methods (baselines/) below the rest, which may use them: the loop
+# (runner.py), its two answerers (generate.py: the detector, baseline.py: a paper's method),
+# scoring and reporting.
+EVAL_FLOORS = ("fincheck.eval.baselines", "fincheck.eval")
 
 
 def module_name(path: Path) -> str:
@@ -196,17 +158,20 @@ def is_core(module: str) -> bool:
     return layer(module) == (0, "core")
 
 
-def core_rank(module: str) -> int | None:
-    """The module's place in `CORE_LAYERS` (0 lowest), None when no layer names it."""
+def floor(module: str) -> int | None:
+    """The core module's floor (0 lowest): where its folder (or itself) stands in `FLOORS`;
+    the package `fincheck` (its version) stands with the lowest. None outside them."""
     parts = module.split(".")
-    if parts[:2] == ["fincheck", "tasks"] and len(parts) > 2 and parts[2] != "base":
-        module = ".".join(["fincheck", "tasks", "<task>", *parts[3:]])
-    for rank, members in enumerate(CORE_LAYERS):
-        for member in members:
-            if module == member or (
-                member.endswith(".*") and (module + ".").startswith(member[:-1])
-            ):
-                return rank
+    if parts == ["fincheck"]:
+        return 0
+    return FLOORS.index(parts[1]) if len(parts) > 1 and parts[1] in FLOORS else None
+
+
+def eval_floor(module: str) -> int | None:
+    """An eval module's floor in `EVAL_FLOORS` (0 lowest), None outside eval."""
+    for rank, package in enumerate(EVAL_FLOORS):
+        if module == package or module.startswith(package + "."):
+            return rank
     return None
 
 
@@ -215,13 +180,15 @@ def core_graph(graph: Mapping[str, set[str]] | None = None) -> dict[str, set[str
     return {m: {t for t in ts if is_core(t)} for m, ts in graph.items() if is_core(m)}
 
 
-def rank_violations(graph: Mapping[str, set[str]] | None = None) -> dict[tuple[str, str], str]:
-    """(core module, what it imports): a core module importing one of a higher layer."""
+def floor_violations(graph: Mapping[str, set[str]] | None = None) -> dict[tuple[str, str], str]:
+    """(module, what it imports): a core module importing one of a higher floor, or an eval
+    module one of a higher floor of eval."""
     wrong = {}
-    for here, targets in core_graph(graph).items():
+    for here, targets in (import_graph() if graph is None else graph).items():
         for target in targets:
-            if (core_rank(target) or 0) > (core_rank(here) or 0):
-                wrong[here, target] = f"layer {core_rank(here)} imports layer {core_rank(target)}"
+            for rank in (floor, eval_floor):
+                if None not in (rank(here), rank(target)) and rank(target) > rank(here):
+                    wrong[here, target] = f"floor {rank(here)} imports floor {rank(target)}"
     return wrong
 
 
@@ -293,17 +260,18 @@ def test_imports_point_down_only():
     assert not fixed, f"fixed, delete from KNOWN: {fixed}"
 
 
-def test_every_core_module_has_one_layer():
-    """A new core module is placed in `CORE_LAYERS` (unplaced, it could import anything)."""
+def test_every_core_module_stands_on_a_floor():
+    """Every folder and module under fincheck/ is a floor (the command line aside): a new one
+    is given its place in `FLOORS`, and no floor is stale."""
     core = sorted(m for m in import_graph() if is_core(m))
-    assert [m for m in core if core_rank(m) is None] == []
-    named = [member for members in CORE_LAYERS for member in members]
-    assert len(named) == len(set(named))
-    assert [m for m in named if not m.endswith(".*") and m not in core] == []  # none stale
+    assert [m for m in core if floor(m) is None] == []
+    under = {p.stem for p in (REPO / "fincheck").iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert sorted(under - {"__init__", "__pycache__", "commands"}) == sorted(FLOORS)
+    assert all(eval_floor(m) is not None for m in import_graph() if m.startswith("fincheck.eval."))
 
 
-def test_core_modules_import_their_own_layer_or_lower_ones():
-    wrong = rank_violations()
+def test_modules_import_their_own_floor_or_lower_ones():
+    wrong = floor_violations()
     assert wrong == {}, "\n".join(f"{a} -> {b}: {why}" for (a, b), why in wrong.items())
 
 
@@ -391,8 +359,8 @@ def test_a_planted_higher_layer_import_and_circle_fail():
     against): both the rank test and the circle test report it."""
     graph = import_graph()
     planted = {**graph, "fincheck.data.pairs": graph["fincheck.data.pairs"] | {"fincheck.tasks"}}
-    assert rank_violations(planted) == {
-        ("fincheck.data.pairs", "fincheck.tasks"): "layer 2 imports layer 5"
+    assert floor_violations(planted) == {
+        ("fincheck.data.pairs", "fincheck.tasks"): "floor 3 imports floor 6"
     }
     circles = import_circles(core_graph(planted))
     assert len(circles) == 1 and {
@@ -400,6 +368,17 @@ def test_a_planted_higher_layer_import_and_circle_fail():
         "fincheck.tasks",
         "fincheck.tasks.base",
     } <= set(circles[0])
+
+
+def test_a_method_importing_evals_loop_is_a_higher_floor():
+    """eval's methods stand below its loop: FIZZ recording its threshold itself (the import
+    that once ran back up) is caught."""
+    graph = import_graph()
+    fizz = "fincheck.eval.baselines.fizz"
+    planted = {**graph, fizz: graph[fizz] | {"fincheck.eval.predictions"}}
+    assert floor_violations(planted) == {
+        (fizz, "fincheck.eval.predictions"): "floor 0 imports floor 1"
+    }
 
 
 def test_the_circle_finder_on_synthetic_graphs():

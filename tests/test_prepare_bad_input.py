@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fincheck.commands.cli import main
+from fincheck.data.raw_records import iter_records
 from fincheck.data_prep.prepare import PrepareConfig, RecordStream, run_prepare
 from fincheck.errors import FincheckError
-from fincheck.io.raw_records import iter_records
 from fincheck.io.sources import resolve_source
 from fincheck.tasks import get_task, qasem
 from fincheck.tasks.fhsumbench.convert import convert_fhsumbench

@@ -126,7 +126,7 @@ def test_a_served_detector_answers_as_the_local_one(served, smollm2, tmp_path):
 
 def test_the_real_server_reports_cut_answers_and_their_usage(served):
     """finish_reason "length" with usage at the budget: read as cut; a short answer is not."""
-    from fincheck.inference.llm_clients import METHOD, OpenAIChatClient
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     base_url, name = served
     client = OpenAIChatClient(name, base_url=base_url, caller=METHOD)

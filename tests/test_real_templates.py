@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import fetched
 
-from fincheck.data.prepared import read_split
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import render_chat, template_fingerprint
 from fincheck.tasks import task_names
+from fincheck.tasks.prepared import read_split
 from fincheck.train.data import tokenize_pair
 from fincheck.train.model import choose_pad_token
 

@@ -14,6 +14,7 @@ from serve_tiny_run import build_tiny_run
 
 from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
+from fincheck.models.loading import resolve_base
 from fincheck.tasks import load_prompt
 
 TEXT = (
@@ -41,7 +42,7 @@ def detector(run_dir: Path):
 
 def test_default_base_is_the_runs_own_saved_base(detector, run_dir: Path):
     assert detector.run is not None
-    assert detector.run.resolve_base() == str(run_dir / "base")
+    assert resolve_base(detector.run) == str(run_dir / "base")
     assert detector.window == 1024  # the recipe's max_length, below the model's 4096 positions
 
 
@@ -286,7 +287,7 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     assert calls == ["me/tiny-detector"]
     assert not (tmp_path / "cache" / "training_args.bin").exists()
     assert (tmp_path / "cache" / "base" / "model.safetensors").is_file()
-    assert detector.run.resolve_base() == str(tmp_path / "cache" / "base")
+    assert resolve_base(detector.run) == str(tmp_path / "cache" / "base")
     assert detector.classify(TEXT, SUMMARY) in LABELS
     # `fincheck eval` takes the same hub id (its base read from the downloaded run)
     from fincheck.commands.cli import main

@@ -15,10 +15,10 @@ import yaml
 
 from fincheck.commands.cli import main
 from fincheck.data.pairs import Pair, read_pairs
+from fincheck.data.raw_records import RawRecord, iter_records, require
 from fincheck.data_prep.prepare import PrepareConfig, run_prepare
 from fincheck.errors import FincheckError
 from fincheck.eval.score import ScoreOptions, run_score
-from fincheck.io.raw_records import RawRecord, iter_records, require
 from fincheck.io.sources import Source
 from fincheck.tasks import get_task, load_prompt, task_names, temporary_tasks
 from fincheck.tasks.base import CardInfo, Collected, PaperNumber, Task, TaskScore

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tree_exactness import synthetic_rows
 
 from fincheck.errors import FincheckError
 from fincheck.train.tree_attention import tree_attention_for, tree_block_mask
@@ -19,7 +20,6 @@ from fincheck.train.tree_batches import (
     rank_token_spread,
 )
 from fincheck.train.tree_layout import IGNORE, pack_rows
-from tests.tree_exactness import synthetic_rows
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -311,7 +311,7 @@ def test_per_pair_loss_in_a_pack_equals_the_pair_alone_smollm2(smollm2, prepared
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fincheck.data.pairs import sample_documents
-    from fincheck.data.prepared import read_split
+    from fincheck.tasks.prepared import read_split
     from fincheck.train.data import training_row
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
@@ -424,7 +424,7 @@ def test_flex_attention_forward_on_the_cpu_gives_each_pair_its_own_loss(tiny_bas
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tests.tree_exactness import max_token_loss_difference, synthetic_rows
+    from tree_exactness import max_token_loss_difference, synthetic_rows
 
     model = AutoModelForCausalLM.from_pretrained(
         tiny_base, dtype=torch.float32, attn_implementation="flex_attention"
@@ -438,8 +438,8 @@ def test_a_step_on_tree_batches_gives_the_lora_gradients_of_the_pairs_alone_cpu(
     the chunked SDPA: the same helper, so the GPU run tests FlexAttention, not the helper."""
     from bench.workload import load_model_config
     from fincheck.train.tree_attention import use_tree_attention
-    from tests.test_tree_packing_gpu import lora_model
-    from tests.tree_exactness import max_gradient_difference, synthetic_rows
+    from test_tree_packing_gpu import lora_model
+    from tree_exactness import max_gradient_difference, synthetic_rows
 
     config = load_model_config("tiny")
     model = lora_model(config, "sdpa", device="cpu").train()

@@ -5,8 +5,7 @@ step the same LoRA gradients, in fp32. `scripts/gpu_check.py` runs these first."
 from __future__ import annotations
 
 import pytest
-
-from tests.tree_exactness import max_gradient_difference, max_token_loss_difference, synthetic_rows
+from tree_exactness import max_gradient_difference, max_token_loss_difference, synthetic_rows
 
 torch = pytest.importorskip("torch")
 pytestmark = [

@@ -2,7 +2,7 @@
 
 Stages, each a small function:
   1. `load_mixture_config`: which tasks, their weights, caps (configs/data/*.yaml).
-  2. `fincheck.data.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
+  2. `fincheck.tasks.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
   3. `fit_pair`: a pair longer than `max_length` tokens is trimmed on its grounding text
      (`meta["grounding_span"]`, by `fincheck.inference.generation.fit_messages`), never on the
      instructions or the target; a pair that cannot fit is dropped. Both are counted per task.
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fincheck.data.pairs import Pair
-from fincheck.data.prepared import PreparedFolder
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import fit_messages, render_chat
 from fincheck.io.config import config_field, load_config
 from fincheck.tasks import check_task_names, get_task, prompt_hashes, task_names
+from fincheck.tasks.prepared import PreparedFolder
 
 if TYPE_CHECKING:
     from fincheck.train.recipe import SFTRecipe

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fincheck.data.pairs import Pair, Prediction, sample
-from fincheck.data.prepared import PreparedFolder
 from fincheck.inference.generation import LoadedModel, answer_budgets
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import ScoreSettings, Task
+from fincheck.tasks.prepared import PreparedFolder
 from fincheck.train.recipe_checks import TASKS_MEAN
 
 if TYPE_CHECKING:

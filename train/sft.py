@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.data.prepared import PreparedFolder
 from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io.config import build_config, describe_config
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
 from fincheck.io.secrets import redact
 from fincheck.models.loading import resolve_model
+from fincheck.tasks.prepared import PreparedFolder
 from fincheck.train import checkpoints, launch, model, resume
 from fincheck.train.recipe import (
     TINY_RANDOM,

@@ -35,7 +35,6 @@ from typing import Any
 from fincheck.data.sentences import split_sentences
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
-from fincheck.eval.predictions import record_loaded
 from fincheck.inference.generation import default_device
 from fincheck.inference.llm import CachedLLM
 from fincheck.metrics.classification import balanced_accuracy
@@ -263,7 +262,7 @@ def build_fizz(opts: Any, llm: CachedLLM) -> Method:
     def run(example: Example, llm: CachedLLM) -> MethodOutput:
         return run_fizz(example, llm, nli, thresholds.get(example.pair.task))
 
-    def prepare(task: str) -> None:
+    def prepare(task: str) -> dict[str, float]:
         """The dev pass: score the dev split's sample, pick the threshold."""
         scores: list[tuple[float, bool]] = []
 
@@ -277,6 +276,6 @@ def build_fizz(opts: Any, llm: CachedLLM) -> Method:
         if failures:
             raise FincheckError(f"FIZZ dev pass for {task}: {len(failures)} failed: {failures[0]}")
         thresholds[task] = choose_threshold([s for s, _ in scores], [c for _, c in scores])
-        record_loaded(opts.predictions_dir, **{f"fizz_threshold_{task}": thresholds[task]})
+        return {f"fizz_threshold_{task}": thresholds[task]}
 
     return Method("fizz", tasks, run, "FIZZ §3", prepare)

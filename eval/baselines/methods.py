@@ -160,7 +160,9 @@ class Method:
     tasks: tuple[str, ...]
     run: Callable[[Example, CachedLLM], MethodOutput]
     source: str  # the paper section it follows
-    prepare: Callable[[str], None] | None = None  # per-task setup before the examples (FIZZ)
+    # per-task setup before the examples (FIZZ's dev threshold): what it chose, which the
+    # runner records beside the predictions (a rerun that chooses otherwise is refused)
+    prepare: Callable[[str], dict[str, Any]] | None = None
 
 
 def run_examples(

@@ -1,7 +1,7 @@
 """LLM clients as the evaluation sees them: the FINAL judge and the baselines ask through here.
 
 A `ChatClient` answers a chat conversation with text and names itself (`identity`, never a
-secret). `fincheck.inference.llm_clients` has two: an OpenAI-compatible endpoint and a local
+secret). `fincheck.models.llm_clients` has two: an OpenAI-compatible endpoint and a local
 transformers model (the project's one inference path). On top of a client, `CachedLLM` keeps a
 `RequestCache` (every answer on disk under a key of the whole request: client, prompt version,
 messages, sampling), so an interrupted run resumes without repeating a call, and counts the

@@ -31,7 +31,6 @@ from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
 from fincheck.io.jsonl import read_json_object
-from fincheck.models.known import KNOWN
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -154,29 +153,6 @@ class RunArtifacts:
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
         return DEFAULT_TRAINING_WINDOW if self.recipe else None
-
-    def resolve_base(self, override: str | None = None) -> str:
-        """The base to load: the user's choice, else the run's own base (saved copy, known
-        name or hub id; `portable_base`)."""
-        if override:
-            return override
-        if self.local_base is not None:
-            return str(self.local_base)
-        if self.base_name:
-            return portable_base(self.base_name)
-        raise FincheckError(
-            f"{self.path / ADAPTER_CONFIG}: no base_model_name_or_path; pass --model BASE"
-        )
-
-
-def portable_base(base: str) -> str:
-    """A base recorded as another machine's fetch folder (`.../models/<known name>`, absent
-    here) is the known name, fetched here: an adapter trained on a fetched base loads wherever
-    it is copied (a committed adapter, a fresh clone). Anything else unchanged."""
-    path = Path(base)
-    if path.is_absolute() and not path.exists() and path.parent.name == "models":
-        return path.name if path.name in KNOWN else base
-    return base
 
 
 def load_run(path: str | Path) -> RunArtifacts:

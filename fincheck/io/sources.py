@@ -17,9 +17,9 @@ from pathlib import Path
 
 from fincheck.errors import FincheckError
 from fincheck.io.bounded_http import copy_download
+from fincheck.io.cache import cache_root
 from fincheck.io.checksums import sha256_file
 from fincheck.io.safe_files import replaced_file
-from fincheck.models.known import cache_root
 
 DATA_DIR_ENV = "FINCHECK_DATA_DIR"
 

@@ -10,13 +10,12 @@ and `resolve_model`: a known name wherever a model path goes); the command is `f
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fincheck.io.cache import cache_root
 from fincheck.io.checksums import FETCH_RECORD
 
-CACHE_ENV = "FINCHECK_CACHE_DIR"
 MODEL_INFO = FETCH_RECORD
 
 
@@ -88,16 +87,18 @@ class ModelInfo:
     files: dict[str, list] | None = None
 
 
-def cache_root() -> Path:
-    """$FINCHECK_CACHE_DIR, else $XDG_CACHE_HOME/fincheck, else ~/.cache/fincheck."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fincheck"
-
-
 def model_dir(name: str) -> Path:
     return cache_root() / "models" / name
+
+
+def portable_base(base: str) -> str:
+    """A base recorded as another machine's fetch folder (`.../models/<known name>`, absent
+    here) is the known name, fetched here: an adapter trained on a fetched base loads wherever
+    it is copied (a committed adapter, a fresh clone). Anything else unchanged."""
+    path = Path(base)
+    if path.is_absolute() and not path.exists() and path.parent.name == "models":
+        return path.name if path.name in KNOWN else base
+    return base
 
 
 def read_model_info(folder: str | Path) -> ModelInfo | None:

@@ -27,7 +27,7 @@ from fincheck.inference.generation import (
 )
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
-from fincheck.models.known import KNOWN
+from fincheck.models.known import KNOWN, portable_base
 from fincheck.models.wheels import fetch
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def load_adapter_model(
     run = adapter_dir if isinstance(adapter_dir, RunArtifacts) else load_run(adapter_dir)
     check_weights_file(run.path / "adapter_model.safetensors", "the adapter's weights")
     model, base_tokenizer = load_base(
-        run.resolve_base(base), dtype or torch.float32, trust_remote_code
+        resolve_base(run, base), dtype or torch.float32, trust_remote_code
     )
     own = has_own_tokenizer(run)
     tokenizer = load_tokenizer(str(run.path), trust_remote_code) if own else base_tokenizer
@@ -252,7 +252,7 @@ def load_model(
     run = None
     if adapter is not None:
         run = load_run(local_adapter_dir(adapter))
-        base = run.resolve_base(model)
+        base = resolve_base(run, model)
         net, tokenizer = load_adapter_model(
             run, base, weights, device, trust_remote_code=trust_remote_code
         )
@@ -317,7 +317,7 @@ def load_prompt_fitter(
     run = None
     if is_adapter(source):
         run = load_run(local_adapter_dir(source))
-        base = run.resolve_base()
+        base = resolve_base(run)
         config_from = resolve_model(base, log=log.info)
         where = str(run.path) if has_own_tokenizer(run) else config_from
     else:
@@ -350,6 +350,20 @@ def fetch_model(name: str, log=print) -> Path:
     """The folder of a name `fincheck models` knows, fetched (and a GGUF model converted by
     `convert_gguf`) on first use."""
     return fetch(name, log=log, convert_gguf=convert_gguf)
+
+
+def resolve_base(run: RunArtifacts, override: str | None = None) -> str:
+    """The base to load under a run's adapter: the user's choice, else the run's own base
+    (saved copy, known name or hub id; `portable_base`)."""
+    if override:
+        return override
+    if run.local_base is not None:
+        return str(run.local_base)
+    if run.base_name:
+        return portable_base(run.base_name)
+    raise FincheckError(
+        f"{run.path / ADAPTER_CONFIG}: no base_model_name_or_path; pass --model BASE"
+    )
 
 
 def resolve_model(name_or_path: str, log=print) -> str:

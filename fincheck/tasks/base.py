@@ -30,7 +30,7 @@ from fincheck.metrics.figures import fmt
 
 if TYPE_CHECKING:  # only for type hints: keep `import fincheck.tasks` light
     from fincheck.data.pairs import Pair, Prediction
-    from fincheck.io.raw_records import RecordStream
+    from fincheck.data.raw_records import RecordStream
     from fincheck.io.sources import Source
 
 

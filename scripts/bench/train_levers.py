@@ -299,8 +299,8 @@ def summarize(runner: Runner, reference: Runner) -> LeverResult:
 def run_train_levers(s: LeverSettings) -> LeverReport:
     import torch
 
-    from fincheck.data.prepared import PreparedFolder
     from fincheck.models.loading import resolve_model
+    from fincheck.tasks.prepared import PreparedFolder
     from fincheck.train import data
     from fincheck.train import model as train_model
     from fincheck.train.recipe import TINY_RANDOM

@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fincheck.data.prepared import read_split
 from fincheck.errors import FincheckError
 from fincheck.tasks import task_names
+from fincheck.tasks.prepared import read_split
 
 CHARS_PER_TOKEN = 4.0
 TEMPLATE_TOKENS_PER_MESSAGE = 5

@@ -12,8 +12,8 @@ import json
 
 from fincheck.data.pairs import Pair
 from fincheck.data.prompting import Prompt
+from fincheck.data.raw_records import RawRecord, require
 from fincheck.errors import InvalidRecordError
-from fincheck.io.raw_records import RawRecord, require
 from fincheck.tasks.fhsumbench.metrics import JUDGEMENTS, LABELS
 
 

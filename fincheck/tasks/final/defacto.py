@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from fincheck.data.pairs import Pair
 from fincheck.data.prompting import Prompt
+from fincheck.data.raw_records import RawRecord, require
 from fincheck.errors import InvalidRecordError
-from fincheck.io.raw_records import RawRecord, require
 from fincheck.tasks.final.descriptions import explanation_to_descriptions
 from fincheck.tasks.final.lettering import final_target
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from fincheck.data.pairs import Pair
 from fincheck.data.prompting import Prompt
+from fincheck.data.raw_records import RawRecord
 from fincheck.errors import InvalidRecordError
-from fincheck.io.raw_records import RawRecord
 from fincheck.tasks.final.defacto import final_pair
 
 TEXT_FIELDS = ("text", "document", "source", "article")

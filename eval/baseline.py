@@ -19,13 +19,13 @@ from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Method, MethodOutput, run_examples
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.options import BaselineOptions
-from fincheck.eval.predictions import PredictionWriter, path_identity
+from fincheck.eval.predictions import PredictionWriter, path_identity, record_loaded
 from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
-from fincheck.inference.llm_clients import METHOD, build_client
 from fincheck.io import jsonl
 from fincheck.io.jsonl import drop_torn_last_line
 from fincheck.io.safe_files import append_line
+from fincheck.models.llm_clients import METHOD, build_client
 
 
 class NoLLM(ChatClient):
@@ -107,7 +107,7 @@ class PaperMethod(Answerer):
         """The task's predictions (those not written yet) and a trace line per example."""
         method, opts = self.method, self.opts
         if method.prepare is not None:
-            method.prepare(task)
+            record_loaded(opts.predictions_dir, **method.prepare(task))
         trimmed_before = self.client.trimmed  # the client counts across tasks
         trace_path = opts.predictions_dir / f"{task}.trace.jsonl"
         drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
