@@ -13,7 +13,7 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +74,14 @@ class PrepareGeneral(PrepareSettings):
                 options.check(self)
 
 
-def compose_prepare_config() -> type[PrepareGeneral]:
-    """The config class of `fincheck prepare`: the general settings, then each built-in task's
-    own (`Task.prepare_options`), as one flat set of keys (`--qasem_dev_fraction=0.2`)."""
-    own = [task.prepare_options for task in all_tasks().values() if task.prepare_options]
-    return make_dataclass("PrepareConfig", [], bases=(*reversed(own), PrepareGeneral))
+# each registered task's own prepare settings (`Task.prepare_options`), first task first
+TASK_SETTINGS = [task.prepare_options for task in all_tasks().values() if task.prepare_options]
 
 
-PrepareConfig = compose_prepare_config()
+@dataclass
+class PrepareConfig(*reversed(TASK_SETTINGS), PrepareGeneral):
+    """The config of `fincheck prepare`: the general settings, then each task's own, as one flat
+    set of keys (`--qasem_dev_fraction=0.2`)."""
 
 
 def collect_pairs(

@@ -7,7 +7,6 @@ An option one mode alone reads says so (`applies`): `--batch-size` with `--backe
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -85,35 +84,34 @@ class EvalRun:
         return {t: "documents" if get_task(t).limit_by_document else "pairs" for t in tasks}
 
 
-def endpoint_options(prefix: str, who: str, applies: dict) -> type:
-    """The one options block of an OpenAI-compatible endpoint (api.openai.com, vLLM,
-    `transformers serve`, ...). A command with a second endpoint has the same block under a
-    prefix (`fincheck score`'s judge: --judge-base-url, ...); `build_client` reads either."""
-    fields = [
-        ("base_url", str | None, config_field(
-            None, f"OpenAI-compatible base URL of {who} (default: api.openai.com)",
-            applies=applies)),
-        ("api_key_env", str, config_field(
-            DEFAULT_KEY_ENV,
-            f"environment variable holding {who}'s API key; the key is never written anywhere",
-            applies=applies)),
-        ("timeout", float, config_field(
-            DEFAULT_TIMEOUT_S, f"seconds per call to {who} (raise it for a slow server writing long answers)",
-            applies=applies, above=0)),
-        ("max_retries", int, config_field(
-            DEFAULT_MAX_RETRIES,
-            "retries on 429/5xx/timeouts/connection errors, honouring Retry-After (4: an "
-            "endpoint that never answers gives a one-line error within about five minutes)",
-            applies=applies, at_least=0)),
-    ]  # fmt: skip
-    return dataclasses.make_dataclass(
-        f"{prefix.title().strip('_')}Endpoint",
-        [(prefix + name, kind, f) for name, kind, f in fields],
-        kw_only=True,
+# The one options block of an OpenAI-compatible endpoint (api.openai.com, vLLM, `transformers
+# serve`, ...), written out twice: as the endpoint of eval and baseline, and under the prefix
+# judge_ as `fincheck score`'s judge (--judge-base-url, ...). `build_client` reads either by
+# its caller's prefix.
+RETRIES_HELP = (
+    "retries on 429/5xx/timeouts/connection errors, honouring Retry-After (4: an endpoint that "
+    "never answers gives a one-line error within about five minutes)"
+)
+KEY_HELP = "environment variable holding {}'s API key; the key is never written anywhere"
+
+
+@dataclass(kw_only=True)
+class Endpoint:
+    base_url: str | None = config_field(
+        None,
+        "OpenAI-compatible base URL of the endpoint (default: api.openai.com)",
+        applies=ENDPOINT,
     )
-
-
-Endpoint = endpoint_options("", "the endpoint", ENDPOINT)
+    api_key_env: str = config_field(
+        DEFAULT_KEY_ENV, KEY_HELP.format("the endpoint"), applies=ENDPOINT
+    )
+    timeout: float = config_field(
+        DEFAULT_TIMEOUT_S,
+        "seconds per call to the endpoint (raise it for a slow server writing long answers)",
+        applies=ENDPOINT,
+        above=0,
+    )
+    max_retries: int = config_field(DEFAULT_MAX_RETRIES, RETRIES_HELP, applies=ENDPOINT, at_least=0)
 
 
 @dataclass(kw_only=True)
@@ -265,8 +263,27 @@ JUDGE_API = {"judge_kind": ("openai",)}
 JUDGE_LOCAL = {"judge_kind": ("local",)}
 
 
+@dataclass(kw_only=True)
+class JudgeEndpoint:
+    judge_base_url: str | None = config_field(
+        None, "OpenAI-compatible base URL of the judge (default: api.openai.com)", applies=JUDGE_API
+    )
+    judge_api_key_env: str = config_field(
+        DEFAULT_KEY_ENV, KEY_HELP.format("the judge"), applies=JUDGE_API
+    )
+    judge_timeout: float = config_field(
+        DEFAULT_TIMEOUT_S,
+        "seconds per call to the judge (raise it for a slow server writing long answers)",
+        applies=JUDGE_API,
+        above=0,
+    )
+    judge_max_retries: int = config_field(
+        DEFAULT_MAX_RETRIES, RETRIES_HELP, applies=JUDGE_API, at_least=0
+    )
+
+
 @dataclass
-class ScoreOptions(endpoint_options("judge_", "the judge", JUDGE_API)):
+class ScoreOptions(JudgeEndpoint):
     """`fincheck score`: predictions against the gold, with a judge for FINAL's matching."""
 
     data_dir: Path = config_field(REQUIRED, "prepared data directory (the gold)", flag="data")

@@ -51,7 +51,7 @@ DEFAULT_MAX_RETRIES = 4
 @dataclass(frozen=True)
 class EndpointCaller:
     """Who calls the endpoint, so its messages name that caller's own options: the endpoint
-    block's flags under its prefix (`fincheck.eval.options.endpoint_options`)."""
+    block's flags under its prefix (`fincheck.eval.options.Endpoint`, `JudgeEndpoint`)."""
 
     name: str  # "the judge endpoint", "the endpoint"
     prefix: str = ""  # "judge_": --judge-base-url, ...
