@@ -423,7 +423,6 @@ def test_flex_attention_forward_on_the_cpu_gives_each_pair_its_own_loss(tiny_bas
     the CPU kernel takes about 30 s."""
     import torch
     from transformers import AutoModelForCausalLM
-
     from tree_exactness import max_token_loss_difference, synthetic_rows
 
     model = AutoModelForCausalLM.from_pretrained(
@@ -436,10 +435,11 @@ def test_flex_attention_forward_on_the_cpu_gives_each_pair_its_own_loss(tiny_bas
 def test_a_step_on_tree_batches_gives_the_lora_gradients_of_the_pairs_alone_cpu():
     """The GPU tier's gradient check (tests/test_tree_packing_gpu.py) with the CPU's kernel,
     the chunked SDPA: the same helper, so the GPU run tests FlexAttention, not the helper."""
-    from bench.workload import load_model_config
-    from fincheck.train.tree_attention import use_tree_attention
     from test_tree_packing_gpu import lora_model
     from tree_exactness import max_gradient_difference, synthetic_rows
+
+    from bench.workload import load_model_config
+    from fincheck.train.tree_attention import use_tree_attention
 
     config = load_model_config("tiny")
     model = lora_model(config, "sdpa", device="cpu").train()
