@@ -61,9 +61,16 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         client = NoLLM()
     else:
         client = build_client(
-            opts, opts.backend, opts.model, METHOD, max_new_tokens=opts.max_tokens,
-            device=opts.device, batch_size=opts.concurrency, window=opts.window, dtype=opts.dtype,
-        )  # fmt: skip
+            opts,
+            opts.backend,
+            opts.model,
+            METHOD,
+            max_new_tokens=opts.max_tokens,
+            device=opts.device,
+            batch_size=opts.concurrency,
+            window=opts.window,
+            dtype=opts.dtype,
+        )
     cache = RequestCache(opts.out_dir / "llm_cache.jsonl")
     llm = CachedLLM(client, cache, {"temperature": 0.0, "max_tokens": opts.max_tokens})
     method = METHODS[opts.method](opts, llm)
@@ -113,8 +120,9 @@ class PaperMethod(Answerer):
         drop_torn_last_line(trace_path)  # a crash or a full disk mid-write: that record is lost
 
         def done(pair: Pair, output: MethodOutput, n_calls: int) -> None:
-            writer.write_batch([Prediction(pair.id, task, output.output, output.p_yes,
-                                           cut=output.cut, reasoning=output.reasoning)])  # fmt: skip
+            answer = {"cut": output.cut, "reasoning": output.reasoning}
+            prediction = Prediction(pair.id, task, output.output, output.p_yes, **answer)
+            writer.write_batch([prediction])
             record = {"id": pair.id, "calls": n_calls, **output.trace}
             append_line(trace_path, json.dumps(record, ensure_ascii=False, default=str) + "\n")
 

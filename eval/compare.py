@@ -201,9 +201,11 @@ def compare_runs(
         metrics = [  # a figure no run recorded (a subset none scored) gets no column
             (key, label)
             for key, label in task.compare_metrics
-            if any(task.compare_figure(run.results["tasks"][name], key)[0] is not None
-                   for run in scored)
-        ]  # fmt: skip
+            if any(
+                task.compare_figure(run.results["tasks"][name], key)[0] is not None
+                for run in scored
+            )
+        ]
         unit = (units or {}).get(name) or task.resample_units[0]
         lines += [f"## {task.title}", ""]
         header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
@@ -254,11 +256,16 @@ def compare_runs(
                 continue
             diffs = [
                 paired_difference(
-                    name, scored[0].examples[name], run.examples[name], key, n_resamples, seed,
+                    name,
+                    scored[0].examples[name],
+                    run.examples[name],
+                    key,
+                    n_resamples,
+                    seed,
                     unit,
                 )
                 for key, _ in metrics
-            ]  # fmt: skip
+            ]
             parts = []
             for (_, label), d in zip(metrics, diffs, strict=True):
                 interval = f" [{fmt(d.ci95.low)}, {fmt(d.ci95.high)}]" if d.ci95 else ""

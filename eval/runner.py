@@ -93,8 +93,12 @@ def answer_tasks(
             finally:
                 writer.close()
             generated = len(todo) - len(counts["failed"])
-            summary[task] = {"total": len(pairs), "resumed": len(pairs) - len(todo),
-                             "generated": generated, **counts}  # fmt: skip
+            summary[task] = {
+                "total": len(pairs),
+                "resumed": len(pairs) - len(todo),
+                "generated": generated,
+                **counts,
+            }
             record_generation(opts.predictions_dir, task, summary[task])
             _record_served(opts, answerer, earlier)
     finally:  # a run stopped part-way (Ctrl-C, a breaker) records what answered it too

@@ -114,9 +114,14 @@ class Detector:
         if adapter is None and base is None:
             raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
         loaded = load_model(
-            base, adapter, dtype=dtype or "auto", device=device,
-            trust_remote_code=trust_remote_code, window=window, template_kwargs=template_kwargs,
-        )  # fmt: skip
+            base,
+            adapter,
+            dtype=dtype or "auto",
+            device=device,
+            trust_remote_code=trust_remote_code,
+            window=window,
+            template_kwargs=template_kwargs,
+        )
         return cls(loaded, **kwargs)
 
     @classmethod

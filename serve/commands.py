@@ -150,21 +150,39 @@ class PublishOptions:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     for name, options, handler, help_, description, epilog in (
-        ("detect", DetectOptions, _detect,
-         "run a trained adapter on a text and a summary (or a JSONL file of them)",
-         "Say what a summary (or answer) states that its grounding text does not support.",
-         DETECT_EXAMPLES),
-        ("merge", MergeOptions, _merge, "fold an adapter into its base and save one standalone model",
-         "Write base + LoRA as one model (safetensors), ready for any inference server.",
-         MERGE_EXAMPLES),
-        ("export", ExportOptions, _export, "write an adapter as a GGUF file that llama.cpp serves",
-         "Merge an adapter into its base and convert it for llama.cpp (CPU serving).",
-         EXPORT_EXAMPLES),
-        ("publish", PublishOptions, _publish,
-         "upload an adapter, its tokenizer and a model card to the Hugging Face Hub",
-         "Publish a trained adapter with a model card built from its run and results.",
-         PUBLISH_EXAMPLES),
-    ):  # fmt: skip
+        (
+            "detect",
+            DetectOptions,
+            _detect,
+            "run a trained adapter on a text and a summary (or a JSONL file of them)",
+            "Say what a summary (or answer) states that its grounding text does not support.",
+            DETECT_EXAMPLES,
+        ),
+        (
+            "merge",
+            MergeOptions,
+            _merge,
+            "fold an adapter into its base and save one standalone model",
+            "Write base + LoRA as one model (safetensors), ready for any inference server.",
+            MERGE_EXAMPLES,
+        ),
+        (
+            "export",
+            ExportOptions,
+            _export,
+            "write an adapter as a GGUF file that llama.cpp serves",
+            "Merge an adapter into its base and convert it for llama.cpp (CPU serving).",
+            EXPORT_EXAMPLES,
+        ),
+        (
+            "publish",
+            PublishOptions,
+            _publish,
+            "upload an adapter, its tokenizer and a model card to the Hugging Face Hub",
+            "Publish a trained adapter with a model card built from its run and results.",
+            PUBLISH_EXAMPLES,
+        ),
+    ):
         parser = subparsers.add_parser(name, help=help_, description=description, epilog=epilog)
         add_options(parser, options)
         parser.set_defaults(func=handler, options=options)

@@ -255,8 +255,9 @@ def copy_base_files(source: Path, target: Path) -> None:
         log.warning(
             "not uploading from %s (only a model's config, safetensors weights and tokenizer "
             "files, each a regular file without hard links, are shipped): %s",
-            source, ", ".join(left_out),
-        )  # fmt: skip
+            source,
+            ", ".join(left_out),
+        )
 
 
 def check_no_secrets(run: RunArtifacts) -> None:
@@ -332,8 +333,14 @@ def with_retries(
     def say(state: Any) -> None:
         e = state.outcome.exception()
         reason = f"HTTP {status(e)}" if isinstance(e, HfHubHTTPError) else type(e).__name__
-        log.warning("%s: %s, retrying in %.1fs (attempt %d/%d)", what, reason,
-                    state.upcoming_sleep, state.attempt_number, attempts)  # fmt: skip
+        log.warning(
+            "%s: %s, retrying in %.1fs (attempt %d/%d)",
+            what,
+            reason,
+            state.upcoming_sleep,
+            state.attempt_number,
+            attempts,
+        )
 
     end = time.monotonic() + deadline_s
     backoff = wait_exponential(multiplier=base_delay)

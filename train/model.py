@@ -225,9 +225,16 @@ def build_lora_config(recipe: SFTRecipe, base: Any):
 
 
 def run_metadata(
-    recipe: SFTRecipe, base_path: str, base_fp: str, output_dir: Path, base: Any, tokenizer: Any,
-    manifest: dict[str, Any], stats: dict[str, Any], tasks: list[str],
-) -> dict[str, Any]:  # fmt: skip
+    recipe: SFTRecipe,
+    base_path: str,
+    base_fp: str,
+    output_dir: Path,
+    base: Any,
+    tokenizer: Any,
+    manifest: dict[str, Any],
+    stats: dict[str, Any],
+    tasks: list[str],
+) -> dict[str, Any]:
     """fincheck_run.json: what the run trained (base, recipe, data, prompts, chat template),
     read back by eval, detect, merge, publish and a resume."""
     from fincheck import __version__

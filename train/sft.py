@@ -197,9 +197,16 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     manifest = folder.manifest
     data.check_prompt_hashes(manifest, mixture.tasks)
     metadata = model.run_metadata(
-        recipe, base_path, base_fp, output_dir, base, tokenizer, manifest, prepared.stats,
+        recipe,
+        base_path,
+        base_fp,
+        output_dir,
+        base,
+        tokenizer,
+        manifest,
+        prepared.stats,
         mixture.tasks,
-    )  # fmt: skip
+    )
     metadata["resumes"] = resume.resume_history(resume_from)  # how often it was restarted
     sigterm = callbacks.install(trainer, recipe, metadata, recipe_to_yaml(recipe))
     return Run(trainer, recipe, output_dir, resume_from, metadata, manifest, sigterm, lock)

@@ -166,8 +166,11 @@ class RecordStream:
             yield from (converted if isinstance(converted, list) else [converted])
 
     def convert_file(
-        self, label: str, path: Path, key: Callable[[dict], Any],
+        self,
+        label: str,
+        path: Path,
+        key: Callable[[dict], Any],
         convert: Callable[[RawRecord], Pair | list[Pair]],
-    ) -> list[Pair]:  # fmt: skip
+    ) -> list[Pair]:
         """`convert` over every record of the file at `path` (`iter_records`)."""
         return list(self.convert(label, iter_records(path), key, convert))

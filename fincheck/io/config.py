@@ -64,10 +64,15 @@ def config_field(
     """
     bounds = {"at_least": at_least, "above": above, "at_most": at_most, "below": below}
     metadata = {
-        "help": help, "flag": flag, "parse": parse, "applies": applies or {}, "cli": cli,
-        "positional": positional, "metavar": metavar,
+        "help": help,
+        "flag": flag,
+        "parse": parse,
+        "applies": applies or {},
+        "cli": cli,
+        "positional": positional,
+        "metavar": metavar,
         "bounds": {k: v for k, v in bounds.items() if v is not None},
-    }  # fmt: skip
+    }
     if isinstance(default, (list, dict, tuple)):
         return dataclasses.field(
             default_factory=functools.partial(copy.copy, default), metadata=metadata
@@ -268,9 +273,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} on line {line} was already given on line {seen[key]}",
+                    None,
+                    None,
+                    f"key {key!r} on line {line} was already given on line {seen[key]}",
                     key_node.start_mark,
-                )  # fmt: skip
+                )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 

@@ -137,9 +137,11 @@ class FhsumbenchTask(Task):
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
         prompt = self.prompt()
         samples = stream.convert_file(
-            DATA.name, files[DATA.name], lambda r: str(r["id"]),
+            DATA.name,
+            files[DATA.name],
+            lambda r: str(r["id"]),
             lambda raw: convert_fhsumbench(raw, "test", prompt),
-        )  # fmt: skip
+        )
         if not config.fhsumbench_eval_all:
             split_by_group(
                 samples,

@@ -135,9 +135,11 @@ class FinalTask(Task):
             if name not in files:
                 continue
             converted = stream.convert_file(
-                name, files[name], lambda r: r["doc_id"],
+                name,
+                files[name],
+                lambda r: r["doc_id"],
                 lambda raw, s=source_split, t=split: convert_defacto(raw, s, t, prompt),
-            )  # fmt: skip
+            )
             inconsistent = [p for p in converted if p.meta["label"] == "inconsistent"]
             explanation_stats[source_split] = {
                 "inconsistent": len(inconsistent),
@@ -147,9 +149,11 @@ class FinalTask(Task):
             pairs += converted
         if FINAL_FILE in files:
             pairs += stream.convert_file(
-                FINAL_FILE, files[FINAL_FILE], lambda r: r.get("id"),
+                FINAL_FILE,
+                files[FINAL_FILE],
+                lambda r: r.get("id"),
                 lambda raw: convert_final_item(raw, prompt),
-            )  # fmt: skip
+            )
         return Collected(pairs, {"defacto_explanations": explanation_stats})
 
     # --- score -----------------------------------------------------------------------------

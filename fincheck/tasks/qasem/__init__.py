@@ -134,18 +134,22 @@ class QasemTask(Task):
     def collect(self, config, files: dict[str, Path], stream) -> Collected:
         prompt = self.prompt()
         dev = stream.convert_file(
-            DEV.name, files[DEV.name], qasem_response_id,
+            DEV.name,
+            files[DEV.name],
+            qasem_response_id,
             lambda raw: convert_qasem_response(raw, "dev", "train", prompt),
-        )  # fmt: skip
+        )
         split_by_group(
             dev,
             {"train": 1 - config.qasem_dev_fraction, "dev": config.qasem_dev_fraction},
             config.seed,
         )
         test = stream.convert_file(
-            TEST.name, files[TEST.name], qasem_response_id,
+            TEST.name,
+            files[TEST.name],
+            qasem_response_id,
             lambda raw: convert_qasem_response(raw, "test", "test", prompt),
-        )  # fmt: skip
+        )
         return Collected(dev + test)
 
     # --- score -----------------------------------------------------------------------------
