@@ -35,14 +35,19 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MODEL = "smollm2-135m-instruct"
 RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
-# Per-task test examples: enough for a CI on every figure (n >= 30) within the time budget.
-# QASem draws whole reference documents (about 200 QAs of 14 references): its prefix tree
-# makes them cheap, and QAs of one reference are not independent evidence.
-LIMITS = "final=32,qasem=200,fhsumbench=36"
-# Answer budgets of both evaluations: the untuned base writes until the budget ends (a trained
-# adapter stops at its end-of-turn token), and on 2 cores every token of it costs ~20 ms per row.
-# 128 tokens hold 3-4 FINAL descriptions, 64 the FHSumBench JSON object five times over.
-MAX_NEW_TOKENS = "final=128,fhsumbench=64"
+
+
+def test_examples() -> str:
+    """Each task's test examples (`--limit`), from its demo plan (`Task.demo`, in its folder):
+    a new task joins the demo without an edit here."""
+    return ",".join(f"{name}={task.demo.test_examples}" for name, task in all_tasks().items())
+
+
+def answer_budgets() -> list[str]:
+    """`--max-new-tokens` of both evaluations, for the tasks whose demo plan sets one."""
+    plans = {name: task.demo.answer_tokens for name, task in all_tasks().items()}
+    budgets = ",".join(f"{name}={tokens}" for name, tokens in plans.items() if tokens)
+    return ["--max-new-tokens", budgets] if budgets else []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", type=Path, default=RECIPE, help="training recipe")
     parser.add_argument("--nproc", type=int, default=2, help="training processes (default 2)")
     parser.add_argument("--max-steps", type=int, help="override the recipe's max_steps")
+    limits = test_examples()
     parser.add_argument(
-        "--limit", default=LIMITS, help=f"test examples per task, N or task=N,... ({LIMITS})"
+        "--limit", default=limits, help=f"test examples per task, N or task=N,... ({limits})"
     )
     parser.add_argument("--launcher", choices=("deepspeed", "torchrun"), default="deepspeed")
     parser.add_argument(
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         stages.run("prepare", prepare)
 
     sample = ["--data", str(prepared), "--tasks", ",".join(task_names()), "--limit", args.limit]
-    sample += ["--max-new-tokens", MAX_NEW_TOKENS]
+    sample += answer_budgets()
     window = ["--window", str(recipe["max_length"])]  # the adapter's: the same prompts
     base_out = ["--out", str(runs["zero-shot base"])]
     stages.run(

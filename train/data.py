@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fincheck.data.pairs import Pair
 from fincheck.errors import FincheckError
@@ -49,6 +49,12 @@ class DataMixture:
         "for the built-in ones; 2.0 repeats each pair twice)",
     )
     max_examples: dict[str, int] = config_field({}, "task -> cap on its pairs after weighting")
+    plan: Literal["default", "demo"] = config_field(
+        "default",
+        "where a task's weight and cap come from when `weights` and `max_examples` leave it "
+        "out: default (its `train_weight`, no cap) or demo (its demo plan, `Task.demo`: the "
+        "demo's mixture, which a new task joins with its own)",
+    )
     balance_labels: list[str] = config_field(
         [],
         "tasks whose gold labels (meta.label: QASem Yes/No, FHSumBench's three classes) are "
@@ -78,7 +84,15 @@ class DataMixture:
             raise FincheckError("data mixture: weights must be >= 0")
 
     def weight(self, task: str) -> float:
-        return self.weights.get(task, get_task(task).train_weight)
+        if task in self.weights:
+            return self.weights[task]
+        own = get_task(task)
+        return own.demo.train_weight if self.plan == "demo" else own.train_weight
+
+    def cap(self, task: str) -> int | None:
+        if task in self.max_examples:
+            return self.max_examples[task]
+        return get_task(task).demo.train_cap if self.plan == "demo" else None
 
 
 def load_mixture_config(path: str | Path, prepared: PreparedFolder | None = None) -> DataMixture:
@@ -204,7 +218,7 @@ def mix_pairs(by_task: dict[str, list[Pair]], mixture: DataMixture, seed: int) -
         pairs = seeded_order(by_task.get(task, []), rng, mixture.whole_documents)
         whole, frac = divmod(mixture.weight(task), 1.0)
         chosen = pairs * int(whole) + take(pairs, round(frac * len(pairs)), mixture)
-        cap = mixture.max_examples.get(task)
+        cap = mixture.cap(task)
         if cap is not None:
             chosen = take(chosen, cap, mixture)
         if task in mixture.balance_labels:  # after the cap, which would otherwise cut repeats

@@ -56,6 +56,18 @@ class PaperNumber:
 
 
 @dataclass(frozen=True)
+class DemoPlan:
+    """A task's share of `make demo` (SmolLM2-135M, about 15 minutes on 2 cores): what the
+    adapter trains on (`plan: demo` in a data mixture) and how both evaluations sample it. A
+    new task joins the demo with the defaults, or with a plan of its own."""
+
+    test_examples: int = 32  # --limit of both evaluations: an interval on every figure (n >= 30)
+    answer_tokens: int | None = None  # --max-new-tokens of both (None: the task's own budget)
+    train_weight: float = 1.0  # share of its train pairs (whole documents), as a mixture weight
+    train_cap: int | None = None  # its train pairs at most
+
+
+@dataclass(frozen=True)
 class CardInfo:
     """How the task appears in a model card's model-index (the hub's eval results)."""
 
@@ -156,6 +168,7 @@ class Task(ABC):
     # task's name (qasem_dev_fraction); None when it has none
     prepare_options: type[PrepareSettings] | None = None
     train_weight: float = 1.0  # share of its pairs per epoch in the default training mixture
+    demo: DemoPlan = DemoPlan()  # its share of the demo
     paper_numbers: tuple[PaperNumber, ...] = ()
     comparability: str = ""  # when our figure can stand next to the papers', in one paragraph
     card: CardInfo

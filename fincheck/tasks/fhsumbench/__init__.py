@@ -24,6 +24,7 @@ from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
+    DemoPlan,
     Joined,
     PaperNumber,
     PrepareSettings,
@@ -91,6 +92,8 @@ class FhsumbenchTask(Task):
     listed = 3
     title = "FHSumBench"
     max_new_tokens = 96
+    # 64 tokens hold the label's JSON object five times over (the untuned base writes on)
+    demo = DemoPlan(test_examples=36, answer_tokens=64, train_cap=32)
     paper_numbers = (
         PaperNumber("GPT-4o vanilla", "precision", 0.4575, _T1),
         PaperNumber("GPT-4o vanilla", "recall", 0.4650, _T1),

@@ -26,6 +26,7 @@ from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
+    DemoPlan,
     Joined,
     PaperNumber,
     PrepareSettings,
@@ -77,6 +78,9 @@ class FinalTask(Task):
     judge_prompts = tuple(JUDGE_PROMPTS)
     title = "FINAL"
     max_new_tokens = 384
+    # The demo's untuned base writes until its budget ends (a trained adapter stops at its
+    # end-of-turn token), each token ~20 ms a row on 2 cores: 128 tokens hold 3-4 descriptions.
+    demo = DemoPlan(test_examples=32, answer_tokens=128, train_cap=32)
     # p_yes: a list opening ("A.") against "None" at the first answer position, read before the
     # list is written: the flag's score (its ROC-AUC, a threshold chosen on dev)
     first_word_share = FirstWordShare(("A", " A"), ("None", " None"))

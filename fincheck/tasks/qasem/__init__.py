@@ -27,6 +27,7 @@ from fincheck.metrics.figures import fmt, fmt_ci
 from fincheck.tasks.base import (
     CardInfo,
     Collected,
+    DemoPlan,
     Joined,
     PaperNumber,
     PrepareSettings,
@@ -99,6 +100,9 @@ class QasemTask(Task):
     max_new_tokens = 8
     first_word_share = YES_NO
     limit_by_document = True  # ~14 QAs per reference document
+    # The demo: about 200 QAs of 14 test references (its prefix tree makes them cheap; QAs of
+    # one reference are not independent evidence), a fifth of its train references, whole.
+    demo = DemoPlan(test_examples=200, train_weight=0.2)
     paper_numbers = (
         *_table4("GPT-4o", (75.7, 82.4, 79.2)),
         *_table4("MiniCheck-770M", (70.4, 78.0, 76.3), (80.8, 87.3, 83.4)),
