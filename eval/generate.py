@@ -188,15 +188,7 @@ class LocalBackend(Backend):
 
     def __init__(self, opts: EvalOptions) -> None:
         self.opts = opts
-        self.fitter: LoadedModel = load_model(
-            opts.model,
-            opts.adapter,
-            dtype=opts.dtype,
-            device=opts.device,
-            template_kwargs=opts.template_kwargs,
-            trust_remote_code=opts.trust_remote_code,
-            window=opts.window,
-        )
+        self.fitter: LoadedModel = load_model(opts.model, opts.adapter, opts)
 
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:

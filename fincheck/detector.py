@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import Fit, LoadedModel, answer_budgets
 from fincheck.inference.llm import ChatClient, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.model_options import ModelOptions
 from fincheck.models.loading import load_model, load_prompt_fitter
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
@@ -97,15 +98,14 @@ class Detector:
         cls,
         base: str | None = None,
         adapter: str | Path | None = None,
+        options: ModelOptions | None = None,
         *,
-        device: str | None = None,
-        dtype: str | None = None,
-        trust_remote_code: bool = False,
-        window: int | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
+        thresholds: dict[str, float] | None = None,
+        **settings: Any,
     ) -> Detector:
-        """Load `base` (default: the adapter's own base) plus the LoRA `adapter`.
+        """Load `base` (default: the adapter's own base) plus the LoRA `adapter`, as `options`
+        say (`fincheck detect`'s, whole), or the defaults with `settings` (its fields by name:
+        device, dtype, window, batch_size, max_new_tokens, ...; a batch of 4 by default).
 
         `adapter` is a run folder, an adapter folder or a hub repo id. Weights are read from
         safetensors only; the base's own Python code runs only with trust_remote_code=True.
@@ -113,16 +113,10 @@ class Detector:
         """
         if adapter is None and base is None:
             raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
-        loaded = load_model(
-            base,
-            adapter,
-            dtype=dtype or "auto",
-            device=device,
-            trust_remote_code=trust_remote_code,
-            window=window,
-            template_kwargs=template_kwargs,
-        )
-        return cls(loaded, **kwargs)
+        options = replace(options or ModelOptions(batch_size=4), **settings)
+        loaded = load_model(base, adapter, options)
+        budgets = options.max_new_tokens or None
+        return cls(loaded, options.max_input_tokens, options.batch_size, budgets, thresholds)
 
     @classmethod
     def from_endpoint(

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fincheck.inference.generation import parse_dtype
-from fincheck.io import jsonl
 from fincheck.io.config import config_field
+from fincheck.models.loading import LoadOptions
 from fincheck.tasks import all_tasks, per_task_budget
 
 _BUDGETS = ",".join(f"{name}={task.max_new_tokens}" for name, task in all_tasks().items())
@@ -18,7 +17,7 @@ LOADED_HERE = ("batch_size", "template_kwargs", "device", "dtype", "trust_remote
 
 
 @dataclass(kw_only=True)
-class ModelOptions:
+class ModelOptions(LoadOptions):
     batch_size: int = config_field(8, "prompts per generate call", at_least=1)
     max_new_tokens: dict[str, int] = config_field(
         {},
@@ -32,27 +31,4 @@ class ModelOptions:
         "window -- an adapter's training max_length, capped by the model's positions -- minus "
         "the task's --max-new-tokens)",
         at_least=1,
-    )
-    window: int | None = config_field(
-        None,
-        "tokens the model may see, prompt and answer (default: an adapter's training "
-        "max_length, capped by the model's positions): gives an untuned base the same prompts "
-        "as its adapter",
-        at_least=1,
-    )
-    template_kwargs: dict | None = config_field(
-        None,
-        "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for Qwen3 "
-        "(default: those the adapter was trained with, else none)",
-        flag="chat_template_kwargs",
-        parse=jsonl.loads_object,
-    )
-    device: str | None = config_field(None, "cpu, cuda, cuda:1 ... (default: cuda when available)")
-    dtype: str = config_field(
-        "auto",
-        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
-        parse=parse_dtype,
-    )
-    trust_remote_code: bool = config_field(
-        False, "allow the base model's own Python code from its repository (off by default)"
     )

@@ -12,13 +12,13 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from fincheck.errors import UsageError
-from fincheck.inference.generation import parse_dtype
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.model_options import ModelOptions
-from fincheck.serve.llama_cpp_converter import GGUF_TYPES
+from fincheck.serve.export import ExportOptions, export_gguf
+from fincheck.serve.merge import MergeOptions, merge_adapter
+from fincheck.serve.publish import PublishOptions, publish
 from fincheck.tasks import per_task_thresholds
 
 DETECT_EXAMPLES = """\
@@ -96,58 +96,6 @@ class DetectOptions(ModelOptions):
     )
 
 
-@dataclass
-class MergeOptions:
-    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
-    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
-    model: str | None = config_field(None, "base model (default: the adapter's own base)")
-    dtype: str = config_field("bf16", "saved dtype: bf16, fp16, fp32", parse=parse_dtype)
-    trust_remote_code: bool = config_field(False, "allow the base's own code")
-
-
-@dataclass
-class ExportOptions:
-    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
-    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
-    gguf: bool = config_field(False, "write a GGUF file for llama.cpp (the one format so far)")
-    type: Literal[GGUF_TYPES] = config_field(
-        "f16",
-        "the GGUF tensor type: f16, bf16, f32 keep full precision; q8_0 ... q4_0 are llama.cpp's "
-        "quantized types (smaller and faster on a CPU, a little less exact: see docs/serving.md)",
-    )
-    model: str | None = config_field(None, "base model (default: the adapter's own base)")
-    trust_remote_code: bool = config_field(False, "allow the base's own code")
-
-
-@dataclass
-class PublishOptions:
-    checkpoint: str = config_field(REQUIRED, "run folder (checkpoints/<run>/)")
-    repo_id: str = config_field(REQUIRED, "ORG/NAME on the hub")
-    private: bool = config_field(False, "create the repo as private")
-    revision: str | None = config_field(None, "branch to publish to (default: main)")
-    results: Path | None = config_field(
-        None, "results.json from `fincheck score` (its figures go into the model card)"
-    )
-    license: str = config_field(
-        "apache-2.0", "card license (must be compatible with the base model's)"
-    )
-    base_model_id: str | None = config_field(
-        None,
-        "the hub id of the base (default: the one training recorded; needed when the run "
-        "trained on a local folder it could not name)",
-    )
-    dry_run: Path | None = config_field(
-        None, "write the repo folder to DIR, upload nothing", metavar="DIR"
-    )
-    hub_timeout: float = config_field(
-        600.0,  # publish.HUB_DEADLINE_S (publish is imported only when it runs)
-        "seconds one hub call may take, all its retries included (the upload is one call: "
-        "raise it for a shipped base on a slow link)",
-        above=0,
-        metavar="SECONDS",
-    )
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     for name, options, handler, help_, description, epilog in (
         (
@@ -201,32 +149,19 @@ def _detect(args: argparse.Namespace) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     _setup_logging()
-    args = read_options(MergeOptions, args)
-    from fincheck.serve.merge import merge_adapter
-
-    report = merge_adapter(
-        args.adapter,
-        args.out,
-        dtype=args.dtype,
-        base=args.model,
-        trust_remote_code=args.trust_remote_code,
-    )
+    report = merge_adapter(read_options(MergeOptions, args))
     print(json.dumps(report, indent=2))
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
     _setup_logging()
-    args = read_options(ExportOptions, args)
-    if not args.gguf:
+    opts = read_options(ExportOptions, args)
+    if not opts.gguf:
         raise UsageError(
             "name the format: --gguf (the one so far; `fincheck merge` writes safetensors)"
         )
-    from fincheck.serve.export import export_gguf
-
-    record = export_gguf(
-        args.adapter, args.out, args.type, base=args.model, trust_remote_code=args.trust_remote_code
-    )
+    record = export_gguf(opts)
     print(json.dumps(record, indent=2))
     return 0
 
@@ -234,19 +169,7 @@ def _export(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     _setup_logging()
     args = read_options(PublishOptions, args)
-    from fincheck.serve.publish import publish
-
-    result = publish(
-        args.checkpoint,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        results_path=args.results,
-        dry_run=args.dry_run,
-        license=args.license,
-        base_model_id=args.base_model_id,
-        hub_timeout_s=args.hub_timeout,
-    )
+    result = publish(args)
     if result is None:
         print("not rank 0: nothing published", file=sys.stderr)
         return 0

@@ -125,19 +125,7 @@ def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | No
     place when complete), else to stdout."""
     from fincheck.detector import Detector
 
-    detector = Detector.from_pretrained(
-        args.model,
-        adapter=args.adapter,
-        device=args.device,
-        dtype=args.dtype,
-        trust_remote_code=args.trust_remote_code,
-        window=args.window,
-        template_kwargs=args.template_kwargs,
-        batch_size=args.batch_size,
-        max_input_tokens=args.max_input_tokens,
-        max_new_tokens=args.max_new_tokens or None,
-        thresholds=args.thresholds,
-    )
+    detector = Detector.from_pretrained(args.model, args.adapter, args, thresholds=args.thresholds)
     results = detect_records(detector, records)
     if single:
         del results[0]["id"]

@@ -16,37 +16,51 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import folder_sha256, sha256_file
+from fincheck.io.config import REQUIRED, config_field
 from fincheck.io.runs import adapter_sha256, load_run
 from fincheck.io.safe_files import new_folder, write_text
 from fincheck.models.loading import resolve_base, resolve_model
 from fincheck.serve import llama_cpp_converter as llama_cpp
-from fincheck.serve.merge import merge_adapter
+from fincheck.serve.merge import MergeOptions, merge_adapter
 
 log = logging.getLogger(__name__)
 
 EXPORT_RECORD = "fincheck_export.json"
 
 
-def export_gguf(
-    adapter: str | Path,
-    out: str | Path,
-    kind: str = "f16",
-    base: str | None = None,
-    trust_remote_code: bool = False,
-) -> dict[str, Any]:
+@dataclass
+class ExportOptions:
+    """`fincheck export`."""
+
+    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
+    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
+    gguf: bool = config_field(False, "write a GGUF file for llama.cpp (the one format so far)")
+    type: Literal[llama_cpp.GGUF_TYPES] = config_field(
+        "f16",
+        "the GGUF tensor type: f16, bf16, f32 keep full precision; q8_0 ... q4_0 are llama.cpp's "
+        "quantized types (smaller and faster on a CPU, a little less exact: see docs/serving.md)",
+    )
+    model: str | None = config_field(None, "base model (default: the adapter's own base)")
+    trust_remote_code: bool = config_field(False, "allow the base's own code")
+
+
+def export_gguf(opts: ExportOptions) -> dict[str, Any]:
     """Merge, convert (and quantize) into the new folder `out`; returns its record."""
+    adapter, out, kind, base = opts.adapter, Path(opts.out), opts.type, opts.model
     if kind not in llama_cpp.GGUF_TYPES:
         raise FincheckError(f"--type {kind}: choose one of {', '.join(llama_cpp.GGUF_TYPES)}")
     run = load_run(adapter)  # one line for a folder that holds no adapter
     base_path = resolve_base(run, base)
     with new_folder(out, "export") as staging:
         merged = staging / run.root.name  # the GGUF's general.name
-        merge_adapter(run.path, merged, "fp32", base, trust_remote_code)
+        trusted = opts.trust_remote_code
+        merge_adapter(MergeOptions(str(run.path), merged, base, "fp32", trusted))
         # named as the user named the adapter (a hub id's last part, not its snapshot's hash)
         name = llama_cpp.gguf_name(Path(str(adapter).rstrip("/")).name, kind)
         if kind in llama_cpp.FULL_TYPES:

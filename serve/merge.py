@@ -11,11 +11,13 @@ measured max |diff| 0.009 on logits within +-0.6, tested at atol 0.05.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
+from fincheck.io.config import REQUIRED, config_field
 from fincheck.io.runs import load_run
 from fincheck.io.safe_files import new_folder
 from fincheck.models.loading import load_adapter_model, resolve_base
@@ -23,20 +25,25 @@ from fincheck.models.loading import load_adapter_model, resolve_base
 log = logging.getLogger(__name__)
 
 
-def merge_adapter(
-    adapter: str | Path,
-    out: str | Path,
-    dtype: str = "bf16",
-    base: str | None = None,
-    trust_remote_code: bool = False,
-) -> dict[str, Any]:
+@dataclass
+class MergeOptions:
+    """`fincheck merge`, and the merge inside `fincheck export`."""
+
+    adapter: str = config_field(REQUIRED, "run folder or adapter folder")
+    out: Path = config_field(REQUIRED, "output folder (must be new or empty)")
+    model: str | None = config_field(None, "base model (default: the adapter's own base)")
+    dtype: str = config_field("bf16", "saved dtype: bf16, fp16, fp32", parse=parse_dtype)
+    trust_remote_code: bool = config_field(False, "allow the base's own code")
+
+
+def merge_adapter(opts: MergeOptions) -> dict[str, Any]:
     """Merge in fp32, cast to `dtype`, save safetensors + tokenizer to `out`; return a summary."""
-    dtype = parse_dtype(dtype)
+    dtype = parse_dtype(opts.dtype)
     if dtype == "auto":
         raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
-    out = Path(out)
+    out = Path(opts.out)
     with new_folder(out, "merge") as staging:
-        summary = _merge_into(staging, adapter, dtype, base, trust_remote_code)
+        summary = _merge_into(staging, opts.adapter, dtype, opts.model, opts.trust_remote_code)
     summary["out"] = str(out)
     return summary
 

@@ -34,6 +34,7 @@ import yaml
 
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
+from fincheck.io.config import REQUIRED, config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
@@ -425,35 +426,57 @@ def push_folder(
     return info.commit_url, info.oid != before
 
 
+@dataclass
+class PublishOptions:
+    """`fincheck publish`."""
+
+    checkpoint: str = config_field(REQUIRED, "run folder (checkpoints/<run>/)")
+    repo_id: str = config_field(REQUIRED, "ORG/NAME on the hub")
+    private: bool = config_field(False, "create the repo as private")
+    revision: str | None = config_field(None, "branch to publish to (default: main)")
+    results: Path | None = config_field(
+        None, "results.json from `fincheck score` (its figures go into the model card)"
+    )
+    license: str = config_field(
+        "apache-2.0", "card license (must be compatible with the base model's)"
+    )
+    base_model_id: str | None = config_field(
+        None,
+        "the hub id of the base (default: the one training recorded; needed when the run "
+        "trained on a local folder it could not name)",
+    )
+    dry_run: Path | None = config_field(
+        None, "write the repo folder to DIR, upload nothing", metavar="DIR"
+    )
+    hub_timeout: float = config_field(
+        HUB_DEADLINE_S,
+        "seconds one hub call may take, all its retries included (the upload is one call: "
+        "raise it for a shipped base on a slow link)",
+        above=0,
+        metavar="SECONDS",
+    )
+
+
 def publish(
-    checkpoint: str | Path,
-    repo_id: str,
-    private: bool = False,
-    revision: str | None = None,
-    results_path: str | Path | None = None,
-    dry_run: str | Path | None = None,
-    license: str = "apache-2.0",
-    attempts: int = 5,
-    base_delay: float = 2.0,
-    base_model_id: str | None = None,
-    hub_timeout_s: float = HUB_DEADLINE_S,
+    opts: PublishOptions, attempts: int = 5, base_delay: float = 2.0
 ) -> PublishResult | None:
-    """Publish a run folder as `repo_id`; None when this process is not rank 0."""
+    """Publish a run folder as `repo_id`; None when this process is not rank 0. `attempts`
+    and `base_delay`: the hub calls' retries and their first pause (doubling)."""
     if not is_main_process():
         log.info("not rank 0: skipping publish")
         return None
+    repo_id, license, base_id = opts.repo_id, opts.license, opts.base_model_id
     hub_repo_id(repo_id, "--repo-id")  # before anything is built or uploaded
-    run = load_run(checkpoint)
-    results = read_results(results_path) if results_path else None
-    rev = revision or "main"
-    if dry_run is not None:
-        files = build_upload_folder(run, repo_id, Path(dry_run), results, license, base_model_id)
+    run = load_run(opts.checkpoint)
+    results = read_results(opts.results) if opts.results else None
+    rev = opts.revision or "main"
+    if opts.dry_run is not None:
+        files = build_upload_folder(run, repo_id, Path(opts.dry_run), results, license, base_id)
         return PublishResult(repo_id, rev, None, False, files)
     token = resolve_token()
     with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
         folder = Path(tmp) / "repo"
-        files = build_upload_folder(run, repo_id, folder, results, license, base_model_id)
-        url, changed = push_folder(
-            folder, repo_id, token, private, revision, attempts, base_delay, hub_timeout_s
-        )
+        files = build_upload_folder(run, repo_id, folder, results, license, base_id)
+        retries = (attempts, base_delay, opts.hub_timeout)
+        url, changed = push_folder(folder, repo_id, token, opts.private, opts.revision, *retries)
     return PublishResult(repo_id, rev, url, changed, files)

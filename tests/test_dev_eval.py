@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fincheck.inference.generation import generate_batch  # noqa: E402
-from fincheck.models.loading import load_model  # noqa: E402
+from fincheck.models.loading import LoadOptions, load_model  # noqa: E402
 from fincheck.tasks import get_task  # noqa: E402
 from fincheck.tasks.prepared import PreparedFolder  # noqa: E402
 from fincheck.train import dev_eval  # noqa: E402
@@ -26,7 +26,7 @@ def test_final_dev_figure_is_the_flag_auc_and_counts_in_tasks_mean(
     overrides = [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path}", "--deepspeed="]
     overrides += ["--dev_figures=[final, fhsumbench]", "--dev_figures_limit={}", "--eval_steps=2"]
     recipe = load_recipe(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
-    loaded = load_model(str(tiny_base), device="cpu")
+    loaded = load_model(str(tiny_base), options=LoadOptions(device="cpu"))
     figures = dev_eval.DevFigures(
         recipe, "dev", loaded.tokenizer, PreparedFolder.open(small_prepared)
     )

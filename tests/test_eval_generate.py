@@ -24,6 +24,8 @@ from fincheck.models import loading
 from fincheck.tasks import task_names
 
 SHORT = "final=6,qasem=2,fhsumbench=6"
+CPU = loading.LoadOptions(device="cpu")
+CPU_FP32 = loading.LoadOptions(device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +43,7 @@ def tiny_adapter(tiny_base, tmp_path_factory) -> Path:
 
 
 def _load(tiny_base):
-    loaded = loading.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), options=CPU)
     return loaded.model, loaded.tokenizer
 
 
@@ -274,7 +276,7 @@ def test_rerun_with_another_model_into_the_same_dir_is_refused(tiny_base, prepar
 
 def test_missing_adapter_is_a_clear_error(tmp_path):
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
-        loading.load_model(None, str(tmp_path), device="cpu")
+        loading.load_model(None, str(tmp_path), CPU)
 
 
 def test_local_transformers_judge_records_parse_failures_and_caches(tiny_base, tmp_path):
@@ -421,7 +423,7 @@ def test_a_resumed_eval_reports_the_trimmed_prompts_of_an_uninterrupted_one(
 def test_counting_a_long_document_raises_no_sequence_length_warning(tiny_base, capfd):
     """The tiny tokenizer says model_max_length 512; prompts are fitted, never truncated, so
     transformers' "Token indices sequence length ..." warning would only be noise."""
-    loaded = loading.load_model(str(tiny_base), device="cpu")
+    loaded = loading.load_model(str(tiny_base), options=CPU)
     assert len(loaded.tokenizer("word " * 2000)["input_ids"]) > 512
     assert "Token indices sequence length" not in capfd.readouterr().err
 
@@ -439,7 +441,9 @@ def test_a_window_gives_the_base_the_adapters_prompts_and_fits_the_answer(
     assert config["max_new_tokens"] == {"final": 4, "qasem": 8, "fhsumbench": 96}
     assert config["limit"] == {"final": 2, "qasem": 2, "fhsumbench": 1}
     assert len(_lines(out / "predictions" / "fhsumbench.jsonl")) == 1
-    loaded = loading.load_model(str(tiny_base), device="cpu", window=1024)
+    loaded = loading.load_model(
+        str(tiny_base), options=loading.LoadOptions(device="cpu", window=1024)
+    )
     assert inference.fit_answer_budget(384, loaded.window) == 256
     assert loaded.prompt_budget(256) == 768
 
@@ -544,10 +548,8 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     bf16 keeps it apart (rounding would drop part of it)."""
     from peft import PeftModel
 
-    merged = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="fp32")
-    apart = loading.load_model(
-        adapter=str(tiny_adapter), device="cpu", dtype="fp32", merge_adapter=False
-    )
+    merged = loading.load_model(adapter=str(tiny_adapter), options=CPU_FP32)
+    apart = loading.load_model(adapter=str(tiny_adapter), options=CPU_FP32, merge_adapter=False)
     assert merged.adapter_merged and not isinstance(merged.model, PeftModel)
     assert not apart.adapter_merged and isinstance(apart.model, PeftModel)
     pair = next(iter(read_pairs(prepared_dir / "qasem" / "test.jsonl", task_names())))
@@ -555,7 +557,9 @@ def test_an_fp32_adapter_is_merged_for_inference_and_computes_the_same(tiny_adap
     with torch.no_grad():
         a, b = merged.model(input_ids=ids).logits, apart.model(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-4) and not torch.equal(a, b)  # measured: 1.8e-5
-    half = loading.load_model(adapter=str(tiny_adapter), device="cpu", dtype="bf16")
+    half = loading.load_model(
+        adapter=str(tiny_adapter), options=loading.LoadOptions(device="cpu", dtype="bf16")
+    )
     assert not half.adapter_merged and isinstance(half.model, PeftModel)
 
 

@@ -21,9 +21,9 @@ SUMMARY = "Eastbridge will open a new library in 2025."
 
 def test_the_fetched_model_is_the_real_one(smollm2):
     from fincheck.inference.generation import generate_batch, render_chat
-    from fincheck.models.loading import load_model
+    from fincheck.models.loading import LoadOptions, load_model
 
-    loaded = load_model(str(smollm2), device="cpu")
+    loaded = load_model(str(smollm2), options=LoadOptions(device="cpu"))
     info = json.loads((smollm2 / "fincheck_model.json").read_text())
     assert info["hub_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     prompt = render_chat(

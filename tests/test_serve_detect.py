@@ -264,10 +264,10 @@ def test_hub_adapter_id_fetches_the_published_repo_without_pickles(
     from huggingface_hub.utils import filter_repo_objects
 
     from fincheck.serve import Detector
-    from fincheck.serve.publish import publish
+    from fincheck.serve.publish import PublishOptions, publish
 
     repo = tmp_path / "repo"
-    publish(run_dir, "me/tiny-detector", dry_run=repo)
+    publish(PublishOptions(run_dir, "me/tiny-detector", dry_run=repo))
     (repo / "training_args.bin").write_bytes(b"a pickle that must never be fetched")
     calls = []
 

@@ -11,7 +11,7 @@ from serve_tiny_run import build_tiny_run
 from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
 from fincheck.models.loading import load_adapter_model
-from fincheck.serve.merge import merge_adapter
+from fincheck.serve.merge import MergeOptions, merge_adapter
 
 # fp32: same arithmetic up to reassociation of (W + s*B@A) @ x vs W@x + s*B@(A@x)
 # (measured max |diff| 5e-7 on the tiny model).
@@ -48,7 +48,7 @@ def test_merged_fp32_logits_match_base_plus_adapter(run_dir: Path, tmp_path: Pat
     # The adapter must change the output, or this test could not fail.
     assert (reference - base_only).abs().max() > 1e-2
 
-    report = merge_adapter(run_dir, tmp_path / "fp32", dtype="fp32")
+    report = merge_adapter(MergeOptions(run_dir, tmp_path / "fp32", dtype="fp32"))
     assert "model.safetensors" in report["files"] and not any(
         f.endswith(".bin") for f in report["files"]
     )
@@ -80,9 +80,9 @@ def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "f").write_text("x")
     with pytest.raises(FincheckError, match="not empty"):
-        merge_adapter(run_dir, tmp_path / "busy")
+        merge_adapter(MergeOptions(run_dir, tmp_path / "busy"))
     with pytest.raises(FincheckError, match=r"adapter_config\.json"):
-        merge_adapter(tmp_path, tmp_path / "out")
+        merge_adapter(MergeOptions(tmp_path, tmp_path / "out"))
 
 
 def test_a_merge_that_fails_midway_leaves_no_half_folder_and_a_rerun_works(
@@ -103,8 +103,8 @@ def test_a_merge_that_fails_midway_leaves_no_half_folder_and_a_rerun_works(
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        merge_adapter(run_dir, out, dtype="fp32")
+        merge_adapter(MergeOptions(run_dir, out, dtype="fp32"))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
-    summary = merge_adapter(run_dir, out, dtype="fp32")
+    summary = merge_adapter(MergeOptions(run_dir, out, dtype="fp32"))
     assert summary["out"] == str(out) and (out / "config.json").is_file()

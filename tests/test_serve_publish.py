@@ -15,7 +15,7 @@ from serve_tiny_run import build_tiny_run
 from fincheck.commands.cli import main
 from fincheck.errors import FincheckError
 from fincheck.serve.card import metrics_from_results, render_card
-from fincheck.serve.publish import is_main_process, publish
+from fincheck.serve.publish import PublishOptions, is_main_process, publish
 
 SENTINEL = "hf_SENTINELtoken0123456789abcdefSECRET"
 # The shape `fincheck score` writes (fincheck.eval.score): figures per task, CIs, counts.
@@ -222,13 +222,15 @@ def test_dry_run_writes_the_exact_repo_folder(
 def test_dry_run_refuses_a_non_empty_folder(run_dir: Path, tmp_path: Path):
     (tmp_path / "x.txt").write_text("keep me")
     with pytest.raises(FincheckError, match="not empty"):
-        publish(run_dir, "me/tiny", dry_run=tmp_path)
+        publish(PublishOptions(run_dir, "me/tiny", dry_run=tmp_path))
 
 
 def test_publish_to_fake_hub_then_republish_changes_nothing(
     run_dir: Path, results_file: Path, hub: FakeHub
 ):
-    first = publish(run_dir, "me/tiny", results_path=results_file, private=True, base_delay=0.01)
+    first = publish(
+        PublishOptions(run_dir, "me/tiny", results=results_file, private=True), base_delay=0.01
+    )
     assert first is not None and first.changed
     stored = hub.files("me/tiny")
     assert set(stored) == set(first.files)
@@ -236,7 +238,7 @@ def test_publish_to_fake_hub_then_republish_changes_nothing(
         stored["adapter_model.safetensors"] == (run_dir / "adapter_model.safetensors").read_bytes()
     )
     assert hub.repos["me/tiny"].private
-    second = publish(run_dir, "me/tiny", results_path=results_file, base_delay=0.01)
+    second = publish(PublishOptions(run_dir, "me/tiny", results=results_file), base_delay=0.01)
     assert second is not None and not second.changed
     assert hub.repos["me/tiny"].commits == 1  # no empty commit
 
@@ -244,9 +246,9 @@ def test_publish_to_fake_hub_then_republish_changes_nothing(
 def test_republish_removes_what_it_no_longer_ships_but_keeps_user_files(
     run_dir: Path, results_file: Path, hub: FakeHub
 ):
-    publish(run_dir, "me/tiny", results_path=results_file, base_delay=0.01)
+    publish(PublishOptions(run_dir, "me/tiny", results=results_file), base_delay=0.01)
     hub.files("me/tiny")["notes.md"] = b"added by hand on the hub"
-    result = publish(run_dir, "me/tiny", base_delay=0.01)  # now without results
+    result = publish(PublishOptions(run_dir, "me/tiny"), base_delay=0.01)  # now without results
     assert result is not None and result.changed
     stored = hub.files("me/tiny")
     assert "results.json" not in stored  # would contradict the new card
@@ -256,7 +258,7 @@ def test_republish_removes_what_it_no_longer_ships_but_keeps_user_files(
 
 
 def test_publish_to_a_branch(run_dir: Path, hub: FakeHub):
-    result = publish(run_dir, "me/tiny", revision="v1", base_delay=0.01)
+    result = publish(PublishOptions(run_dir, "me/tiny", revision="v1"), base_delay=0.01)
     assert result is not None and result.revision == "v1"
     assert "README.md" in hub.files("me/tiny", "v1")
     assert hub.files("me/tiny", "main") == {}
@@ -266,7 +268,7 @@ def test_transient_5xx_is_retried(run_dir: Path, hub: FakeHub, caplog):
     hub.fail_next("commit", 503)
     hub.fail_next("create", 502)
     with caplog.at_level(logging.WARNING):
-        result = publish(run_dir, "me/tiny", base_delay=0.01)
+        result = publish(PublishOptions(run_dir, "me/tiny"), base_delay=0.01)
     assert result is not None and result.changed
     assert hub.repos["me/tiny"].commits == 1
     assert "HTTP 503, retrying" in caplog.text
@@ -275,7 +277,7 @@ def test_transient_5xx_is_retried(run_dir: Path, hub: FakeHub, caplog):
 def test_persistent_5xx_gives_up_with_a_message(run_dir: Path, hub: FakeHub):
     hub.fail_next("commit", 500, 500, 500)
     with pytest.raises(FincheckError, match="upload failed: HTTP 500"):
-        publish(run_dir, "me/tiny", attempts=3, base_delay=0.01)
+        publish(PublishOptions(run_dir, "me/tiny"), attempts=3, base_delay=0.01)
 
 
 @pytest.mark.parametrize("silent", ["create", "commit"])
@@ -311,7 +313,7 @@ def test_forbidden_is_a_clear_403_message(run_dir: Path, hub: FakeHub):
     hub.fail_next("create", 403)
     hub.fail_next("info", 403)
     with pytest.raises(FincheckError, match="403 Forbidden"):
-        publish(run_dir, "other-org/tiny", base_delay=0.01)
+        publish(PublishOptions(run_dir, "other-org/tiny"), base_delay=0.01)
 
 
 def test_no_token_says_how_to_log_in(run_dir: Path, monkeypatch, tmp_path: Path):
@@ -323,7 +325,7 @@ def test_no_token_says_how_to_log_in(run_dir: Path, monkeypatch, tmp_path: Path)
         huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token")
     )
     with pytest.raises(FincheckError, match="HF_TOKEN"):
-        publish(run_dir, "me/tiny")
+        publish(PublishOptions(run_dir, "me/tiny"))
 
 
 def test_only_rank_zero_publishes(run_dir: Path, hub: FakeHub, monkeypatch):
@@ -331,7 +333,7 @@ def test_only_rank_zero_publishes(run_dir: Path, hub: FakeHub, monkeypatch):
     assert not is_main_process({"RANK": "1"}) and not is_main_process({"LOCAL_RANK": "3"})
     assert not is_main_process({"RANK": "2", "LOCAL_RANK": "0"})  # node 2's local rank 0
     monkeypatch.setenv("RANK", "1")
-    assert publish(run_dir, "me/tiny") is None
+    assert publish(PublishOptions(run_dir, "me/tiny")) is None
     assert hub.requests == []
 
 
@@ -399,7 +401,7 @@ def test_token_never_leaks(
 def test_card_rejected_by_the_hub_is_a_clear_error(run_dir: Path, hub: FakeHub):
     hub.fail_next("validate", 400)
     with pytest.raises(FincheckError, match=r"upload: Invalid metadata in README\.md"):
-        publish(run_dir, "me/tiny", base_delay=0.01)
+        publish(PublishOptions(run_dir, "me/tiny"), base_delay=0.01)
     assert hub.repos["me/tiny"].commits == 0
 
 
@@ -408,17 +410,17 @@ def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, result
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**results, "run": {**results["run"], "adapter_sha256": "0" * 64}}))
     with pytest.raises(FincheckError, match="computed with another adapter"):
-        publish(run_dir, "me/tiny", results_path=other, dry_run=tmp_path / "a")
+        publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "a"))
     other.write_text(json.dumps(RESULTS))  # no adapter recorded: a base model's results
     with pytest.raises(FincheckError, match="does not record which adapter"):
-        publish(run_dir, "me/tiny", results_path=other, dry_run=tmp_path / "b")
+        publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "b"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 @pytest.mark.parametrize("repo_id", ["me/x y", "me", "a/b/c", "me/x..y", "-me/x"])
 def test_an_invalid_repo_id_is_refused_before_anything_is_built(run_dir, tmp_path, repo_id):
     with pytest.raises(FincheckError, match="not a valid hub repo id"):
-        publish(run_dir, repo_id, dry_run=tmp_path / "repo")
+        publish(PublishOptions(run_dir, repo_id, dry_run=tmp_path / "repo"))
     assert not (tmp_path / "repo").exists()
 
 
@@ -432,14 +434,14 @@ def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
     (run / "tokenizer_config.json").unlink()
     (run / "tokenizer_config.json").symlink_to(secret)
     with pytest.raises(FincheckError, match="symlink or not a regular file"):
-        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+        publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     # refused half-way (the weights were already copied): nothing is left behind
     assert not (tmp_path / "repo").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
     (run / "tokenizer_config.json").unlink()
     shutil.copy2(run_dir / "tokenizer_config.json", run / "tokenizer_config.json")
     (run / "base" / "notes.txt").symlink_to(secret)  # inside the shipped base: skipped
-    publish(run, "me/tiny", dry_run=tmp_path / "repo2")
+    publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo2"))
     uploaded = [p for p in (tmp_path / "repo2").rglob("*") if p.is_file()]
     assert all("hf_SECRET" not in p.read_text(errors="ignore") for p in uploaded)
     assert not (tmp_path / "repo2" / "base" / "notes.txt").exists()
@@ -547,7 +549,7 @@ def test_a_checkpoint_folder_publishes_the_runs_base_and_no_local_path(run_dir, 
     metadata = json.loads((run / "fincheck_run.json").read_text())
     (checkpoint / COMPLETE_MARKER).write_text(json.dumps({**metadata, "step": 20}))
     out = tmp_path / "repo"
-    publish(checkpoint, "me/tiny", dry_run=out)
+    publish(PublishOptions(checkpoint, "me/tiny", dry_run=out))
     assert (out / "base" / "config.json").is_file() and (
         out / "base" / "model.safetensors"
     ).is_file()
@@ -569,10 +571,10 @@ def test_the_cards_snippet_reproduces_detect_without_fincheck(run_dir, tmp_path,
     import sys
 
     from fincheck.commands.cli import main
-    from fincheck.serve.publish import publish
+    from fincheck.serve.publish import PublishOptions, publish
 
     repo = tmp_path / "repo"
-    publish(run_dir, "me/tiny", dry_run=repo)
+    publish(PublishOptions(run_dir, "me/tiny", dry_run=repo))
     assert sorted(p.name for p in (repo / "prompts").iterdir()) == [
         "fhsumbench.txt",
         "final.txt",
@@ -619,7 +621,7 @@ def test_a_shipped_base_uploads_only_a_models_files(run_dir, tmp_path, caplog):
     os.link(outside, base / "generation_config.json")  # an allowed name, but a hard link
     out = tmp_path / "repo"
     with caplog.at_level(logging.WARNING):
-        publish(run, "me/tiny", dry_run=out)
+        publish(PublishOptions(run, "me/tiny", dry_run=out))
     shipped = sorted(p.name for p in (out / "base").iterdir())
     assert ".env" not in shipped and ".ssh" not in shipped
     assert "generation_config.json" not in shipped and "model.safetensors" in shipped
@@ -636,7 +638,7 @@ def test_an_adapter_that_is_not_safetensors_is_refused(run_dir, tmp_path):
     shutil.copytree(run_dir, run)
     (run / "adapter_model.safetensors").write_bytes(b"\x80\x04\x95 a pickle, renamed")
     with pytest.raises(FincheckError, match="is not a safetensors file"):
-        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+        publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
 
 
@@ -654,7 +656,7 @@ def test_a_hard_linked_file_of_the_run_is_refused(run_dir, tmp_path):
     (run / "tokenizer_config.json").unlink()
     os.link(secret, run / "tokenizer_config.json")
     with pytest.raises(FincheckError, match=r"tokenizer_config\.json is a hard link") as error:
-        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+        publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     assert "hf_SECRET" not in str(error.value)
     assert not (tmp_path / "repo").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
@@ -681,7 +683,7 @@ def test_an_adapter_whose_header_is_json_of_another_shape_is_one_line(header, ru
     data = struct.pack("<Q", len(header)) + header + b"\0" * 16
     (run / "adapter_model.safetensors").write_bytes(data)
     with pytest.raises(FincheckError, match="is not a safetensors file"):
-        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+        publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
 
 
 def test_a_run_whose_recorded_recipe_holds_a_secret_is_not_published(run_dir, tmp_path):
@@ -695,7 +697,7 @@ def test_a_run_whose_recorded_recipe_holds_a_secret_is_not_published(run_dir, tm
     recipe["model_init_kwargs"] = {"token": SENTINEL}
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     with pytest.raises(FincheckError, match=r"model_init_kwargs\.token holds a secret") as error:
-        publish(run, "me/tiny", dry_run=tmp_path / "repo")
+        publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     assert SENTINEL not in str(error.value)
     assert not (tmp_path / "repo").exists()
 
@@ -751,7 +753,7 @@ def test_a_token_anywhere_in_an_uploaded_file_is_refused_unechoed(run_dir: Path,
     with pytest.raises(
         FincheckError, match=r"adapter_config\.json of the upload holds a secret"
     ) as e:
-        publish(copy, "me/tiny", dry_run=tmp_path / "dry")
+        publish(PublishOptions(copy, "me/tiny", dry_run=tmp_path / "dry"))
     assert "ghp_" not in str(e.value)
 
 
@@ -772,13 +774,13 @@ def test_a_token_is_found_after_decoding_json_escapes_and_in_safetensors_metadat
     (copy / "adapter_config.json").write_text(text + f', "note": "{escaped}"}}')
     assert token not in (copy / "adapter_config.json").read_text()
     with pytest.raises(FincheckError, match=r"adapter_config\.json of the upload holds a secret"):
-        publish(copy, "me/tiny", dry_run=tmp_path / "dry1")
+        publish(PublishOptions(copy, "me/tiny", dry_run=tmp_path / "dry1"))
     copy = tmp_path / "metadata"
     shutil.copytree(run_dir, copy)
     weights = copy / "adapter_model.safetensors"
     save_file(load_file(weights), weights, metadata={"format": "pt", "note": token})
     with pytest.raises(FincheckError, match=r"adapter_model\.safetensors of the upload holds"):
-        publish(copy, "me/tiny", dry_run=tmp_path / "dry2")
+        publish(PublishOptions(copy, "me/tiny", dry_run=tmp_path / "dry2"))
 
 
 def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, capsys):

@@ -78,13 +78,13 @@ from fincheck.data.pairs import read_pairs  # noqa: E402
 from fincheck.data.prompting import YES_NO, YES_SPELLINGS  # noqa: E402
 from fincheck.inference import generation as inference  # noqa: E402
 from fincheck.inference.shared_prefix import answer_prompts  # noqa: E402
-from fincheck.models.loading import load_model  # noqa: E402
+from fincheck.models.loading import LoadOptions, load_model  # noqa: E402
 from fincheck.tasks import get_task, task_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_base):
-    loaded = load_model(str(tiny_base), device="cpu")
+    loaded = load_model(str(tiny_base), options=LoadOptions(device="cpu"))
     return loaded.model, loaded.tokenizer
 
 

@@ -38,7 +38,7 @@ from fincheck.io.checksums import folder_sha256
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url, redact
-from fincheck.models.loading import load_model, resolve_model
+from fincheck.models.loading import LoadOptions, load_model, resolve_model
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 LOCAL_REMEDY = "a model with a longer window, or a smaller answer budget"
@@ -551,7 +551,9 @@ class TransformersChatClient(ChatClient):
         window: int | None = None,
         dtype: str = "auto",
     ):
-        self.loaded = load_model(model_path, None, dtype=dtype, device=device, window=window)
+        self.loaded = load_model(
+            model_path, None, LoadOptions(dtype=dtype, device=device, window=window)
+        )
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.identity = {"backend": "transformers", "model": str(model_path)}

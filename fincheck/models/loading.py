@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from fincheck.inference.generation import (
     LoadedModel,
     default_device,
     one_line,
+    parse_dtype,
     torch_dtype,
 )
+from fincheck.io import jsonl
+from fincheck.io.config import config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 from fincheck.models.known import KNOWN, portable_base
@@ -40,6 +44,39 @@ VERY_LONG = int(1e30)  # transformers' own "no limit" value for model_max_length
 # A hub adapter's download as one call: a LoRA adapter is 10-100 MB, so 10 minutes allow a
 # link of about 170 kB/s for the largest; a hub that stalls or drips is given up on then
 HUB_ADAPTER_DEADLINE_S = 600.0
+
+
+@dataclass(kw_only=True)
+class LoadOptions:
+    """Loading the model here.
+
+    One block, passed whole to `load_model` by every command that loads a model and by
+    `Detector.from_pretrained`; each field is the flag of the same name (its group's heading is
+    the line above)."""
+
+    window: int | None = config_field(
+        None,
+        "tokens the model may see, prompt and answer (default: an adapter's training "
+        "max_length, capped by the model's positions): gives an untuned base the same prompts "
+        "as its adapter",
+        at_least=1,
+    )
+    template_kwargs: dict | None = config_field(
+        None,
+        "keyword arguments of the chat template, e.g. '{\"enable_thinking\": false}' for Qwen3 "
+        "(default: those the adapter was trained with, else none)",
+        flag="chat_template_kwargs",
+        parse=jsonl.loads_object,
+    )
+    device: str | None = config_field(None, "cpu, cuda, cuda:1 ... (default: cuda when available)")
+    dtype: str = config_field(
+        "auto",
+        "weights dtype: auto, bf16, fp16, fp32 (auto: bf16 on a GPU that has it, else fp32)",
+        parse=parse_dtype,
+    )
+    trust_remote_code: bool = config_field(
+        False, "allow the base model's own Python code from its repository (off by default)"
+    )
 
 
 def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
@@ -230,25 +267,23 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
 def load_model(
     model: str | None = None,
     adapter: str | Path | None = None,
+    options: LoadOptions | None = None,
     *,
-    dtype: str | None = "auto",
-    device: str | None = None,
-    trust_remote_code: bool = False,
-    template_kwargs: dict[str, Any] | None = None,
-    window: int | None = None,
     merge_adapter: bool | None = None,
 ) -> LoadedModel:
-    """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own).
-    Chat template kwargs: `template_kwargs`, else those the adapter's run trained with.
-    `window`: the tokens the model may see (default: the adapter's training length).
+    """A base (`model`) and optionally a LoRA adapter on it (base default: the adapter's own),
+    loaded as `options` say. Chat template kwargs: the options', else those the adapter's run
+    trained with. The window: the options', else the adapter's training length.
     `merge_adapter`: add the LoRA update into the base weights (W + B·A·scale) instead of
     running the adapter's two small matmuls beside every layer: the same function, 10% less time
     on a 2-core CPU (SmolLM2-135M, 800 tokens: 1.48 s vs 1.63 s a forward pass). Default
     (None): merged in fp32, where the sum rounds at ~1e-7 (logits agree to ~1e-5); kept apart
     in bf16/fp16, where rounding the sum to 8 (or 11) mantissa bits would drop part of the
     small update."""
-    device = device or default_device()
-    weights = torch_dtype(dtype, device)
+    options = options or LoadOptions()
+    device = options.device or default_device()
+    weights = torch_dtype(options.dtype, device)
+    trust_remote_code, template_kwargs = options.trust_remote_code, options.template_kwargs
     run = None
     if adapter is not None:
         run = load_run(local_adapter_dir(adapter))
@@ -282,7 +317,7 @@ def load_model(
         base,
         run,
         template_kwargs,
-        window,
+        options.window,
         adapter_merged=bool(adapter is not None and merge_adapter),
         position_limit=getattr(net.config, "max_position_embeddings", None) or None,
     )

@@ -150,9 +150,9 @@ def prompt_tokens(s: EvalPathSettings, sample: EvalRun) -> dict[str, tuple[int, 
     those the prefix-reuse path runs through the model (each shared prefix once)."""
     from fincheck.inference.generation import answer_budgets
     from fincheck.inference.prefix_tree import build_prefix_tree, count_prefill_tokens
-    from fincheck.models.loading import load_model
+    from fincheck.models.loading import LoadOptions, load_model
 
-    loaded = load_model(s.model, s.adapter, window=s.window, dtype=s.dtype)
+    loaded = load_model(s.model, s.adapter, LoadOptions(window=s.window, dtype=s.dtype))
     budgets = answer_budgets(all_tasks(), loaded.window)
     totals = {}
     for task in s.tasks:
