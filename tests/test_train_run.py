@@ -17,7 +17,7 @@ import yaml
 from fincheck.errors import FincheckError
 from fincheck.io.runs import load_run
 from fincheck.models.loading import load_adapter_model
-from fincheck.train.checkpoints import COMPLETE_MARKER, last_complete_checkpoint
+from fincheck.train.checkpoints import COMPLETE_MARKER, FINAL_SAVE, last_complete_checkpoint
 from fincheck.train.resume import resolve_resume
 
 REPO = Path(__file__).resolve().parents[1]
@@ -480,7 +480,7 @@ def test_a_full_disk_while_the_tokenizer_is_saved_is_one_line(
     out = tmp_path / "full"
 
     def full_disk_at_the_end(self, save_directory, *a, **k):
-        if Path(save_directory) == out:  # the run folder's final save
+        if Path(save_directory) == out / FINAL_SAVE:  # the run folder's final save
             raise Exception("No space left on device (os error 28)")
         return real(self, save_directory, *a, **k)
 
@@ -493,6 +493,41 @@ def test_a_full_disk_while_the_tokenizer_is_saved_is_one_line(
         )
     message = str(info.value)
     assert message.startswith("no space left on ") and "checkpoint-2 is still complete" in message
+
+
+def test_links_planted_in_the_run_folder_before_the_final_save_are_replaced(
+    prepared_dir, small_mixture, tmp_path
+):
+    """The libraries write the final save into a fresh folder of the run's own, whose files are
+    then renamed into the run folder: links planted after the claim at the adapter's and the
+    tokenizer's names (which the libraries would open and write through), and one at the save
+    folder's, are replaced; what they point at is untouched."""
+    from transformers import TrainerCallback
+
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    names = ("adapter_model.safetensors", "adapter_config.json", "tokenizer_config.json")
+    victims = {name: tmp_path / f"victim-{name}" for name in names}
+    for victim in victims.values():
+        victim.write_text("someone else's file")
+    elsewhere.mkdir()
+
+    class PlantLinks(TrainerCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            for name, victim in victims.items():
+                (out / name).symlink_to(victim)
+            (out / FINAL_SAVE).symlink_to(elsewhere, target_is_directory=True)
+
+    run = build_trainer(
+        tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=2", "--save_steps=2")
+    )
+    run.trainer.add_callback(PlantLinks())
+    assert train_and_save(run) == 0
+    assert {v.read_text() for v in victims.values()} == {"someone else's file"}
+    assert list(elsewhere.iterdir()) == []
+    for name in names:
+        assert (out / name).is_file() and not (out / name).is_symlink()
+    assert not (out / FINAL_SAVE).exists()
+    assert load_run(out).adapter_config  # every listed file matches its sha256
 
 
 def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_dir, tmp_path):

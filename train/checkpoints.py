@@ -37,7 +37,7 @@ from fincheck.io.runs import (
     run_save_files,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
-from fincheck.io.safe_files import copy_file, write_text
+from fincheck.io.safe_files import copy_file, fresh_folder, move_files_into, write_text
 from fincheck.train.recipe import recipe_to_yaml
 
 
@@ -135,12 +135,16 @@ ADAPTER_FILES = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
 
 
 RUN_OUTPUTS = (*ADAPTER_FILES, RUN_METADATA)
+# The final save's own folder in the run folder: the libraries write there, and its files are
+# renamed into the run folder (`save_final_adapter`); a kill mid-save leaves it, the next one
+# starts it afresh.
+FINAL_SAVE = ".final-save"
 
 
 # What a training run writes (`claim_out_dir`: an older folder holding only these is a run's;
 # one with fincheck_run.json is a run's whatever else it holds).
 RUN_FOLDER_NAMES = (*RUN_OUTPUTS, RECIPE_FILE, MANIFEST_FILE, "checkpoint-*", "base",
-                    "base.tmp-*", "runs", "wandb", LOCK_FILE)  # fmt: skip
+                    "base.tmp-*", "runs", "wandb", LOCK_FILE, FINAL_SAVE)  # fmt: skip
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main: bool) -> None:
@@ -277,16 +281,23 @@ def save_final_adapter(
     trainer: Any, recipe: Any, output_dir: Path, best: str | None, manifest: dict, metadata: dict
 ) -> None:
     """The run folder's adapter (the last one, or with load_best_model_at_end the best
-    checkpoint's), tokenizer and run files."""
+    checkpoint's), tokenizer and run files. The libraries save into a fresh folder of the run's
+    own (`FINAL_SAVE`), whose files are then renamed into the run folder: a link planted in the
+    run folder is replaced, never written through."""
+    staging = output_dir / FINAL_SAVE
+    if trainer.args.process_index == 0:
+        fresh_folder(staging, "the final save")
+    trainer.accelerator.wait_for_everyone()
     if best is None:
-        trainer.save_model(str(output_dir))  # every process: ZeRO-3 gathers the adapter here
+        trainer.save_model(str(staging))  # every process: ZeRO-3 gathers the adapter here
     if trainer.args.process_index != 0:
         return
     if best is not None:
-        copy_adapter(Path(best), output_dir)
-        trainer.processing_class.save_pretrained(str(output_dir))  # as save_model does
+        copy_adapter(Path(best), staging)
+        trainer.processing_class.save_pretrained(str(staging))  # as save_model does
         metric, value = recipe.metric_for_best_model, trainer.state.best_metric
         metadata["final_adapter"] = final_adapter_record(best, metric, value)
+    move_files_into(staging, output_dir, "the final save")
     write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
     where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
     print(f"adapter saved to {output_dir}{where}", file=sys.stderr)

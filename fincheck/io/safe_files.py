@@ -163,6 +163,49 @@ def new_folder(out: str | Path, what: str) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def fresh_folder(path: str | Path, what: str = "") -> Path:
+    """An empty folder of fincheck's own at PATH, inside a folder the command holds (a library's
+    save goes there, to be moved out by `move_files_into`): what was at PATH (a leftover of a
+    kill, or a planted link, which is removed, never followed) is gone first."""
+    path = Path(path)
+    folder = _open_folder(path.parent, what)
+    try:
+        mode = _lstat_mode(path.name, folder)
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(path)  # refuses a link at PATH; walks its own tree without following
+        elif mode:
+            os.unlink(path.name, dir_fd=folder)
+        os.mkdir(path.name, dir_fd=folder)
+    finally:
+        os.close(folder)
+    return path
+
+
+def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> list[str]:
+    """Each plain file a library saved into `staging` (a `fresh_folder`) renamed onto its name
+    in `folder`: a link planted there is replaced, never written through; a folder there is
+    refused. `staging` is removed; returns the names moved."""
+    source, target = _open_folder(Path(staging), what), _open_folder(Path(folder), what)
+    moved = []
+    try:
+        for name in sorted(os.listdir(source)):
+            if not stat.S_ISREG(_lstat_mode(name, source)):
+                raise FincheckError(_not_own(Path(staging) / name, what, "no plain file"))
+            if stat.S_ISDIR(_lstat_mode(name, target)):
+                raise FincheckError(_not_own(Path(folder) / name, what, "a folder"))
+            os.replace(name, name, src_dir_fd=source, dst_dir_fd=target)
+            moved.append(name)
+        parent = _open_folder(Path(staging).parent, what)
+        try:
+            os.rmdir(Path(staging).name, dir_fd=parent)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(source)
+        os.close(target)
+    return moved
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
