@@ -93,23 +93,18 @@ RETRIES_HELP = (
     "never answers gives a one-line error within about five minutes)"
 )
 KEY_HELP = "environment variable holding {}'s API key; the key is never written anywhere"
+URL_HELP = "OpenAI-compatible base URL of {} (default: api.openai.com)"
+TIMEOUT_HELP = "seconds per call to {} (raise it for a slow server writing long answers)"
 
 
 @dataclass(kw_only=True)
 class Endpoint:
-    base_url: str | None = config_field(
-        None,
-        "OpenAI-compatible base URL of the endpoint (default: api.openai.com)",
-        applies=ENDPOINT,
-    )
+    base_url: str | None = config_field(None, URL_HELP.format("the endpoint"), applies=ENDPOINT)
     api_key_env: str = config_field(
         DEFAULT_KEY_ENV, KEY_HELP.format("the endpoint"), applies=ENDPOINT
     )
     timeout: float = config_field(
-        DEFAULT_TIMEOUT_S,
-        "seconds per call to the endpoint (raise it for a slow server writing long answers)",
-        applies=ENDPOINT,
-        above=0,
+        DEFAULT_TIMEOUT_S, TIMEOUT_HELP.format("the endpoint"), applies=ENDPOINT, above=0
     )
     max_retries: int = config_field(DEFAULT_MAX_RETRIES, RETRIES_HELP, applies=ENDPOINT, at_least=0)
 
@@ -265,17 +260,12 @@ JUDGE_LOCAL = {"judge_kind": ("local",)}
 
 @dataclass(kw_only=True)
 class JudgeEndpoint:
-    judge_base_url: str | None = config_field(
-        None, "OpenAI-compatible base URL of the judge (default: api.openai.com)", applies=JUDGE_API
-    )
+    judge_base_url: str | None = config_field(None, URL_HELP.format("the judge"), applies=JUDGE_API)
     judge_api_key_env: str = config_field(
         DEFAULT_KEY_ENV, KEY_HELP.format("the judge"), applies=JUDGE_API
     )
     judge_timeout: float = config_field(
-        DEFAULT_TIMEOUT_S,
-        "seconds per call to the judge (raise it for a slow server writing long answers)",
-        applies=JUDGE_API,
-        above=0,
+        DEFAULT_TIMEOUT_S, TIMEOUT_HELP.format("the judge"), applies=JUDGE_API, above=0
     )
     judge_max_retries: int = config_field(
         DEFAULT_MAX_RETRIES, RETRIES_HELP, applies=JUDGE_API, at_least=0
