@@ -4,13 +4,14 @@ publish: create repo, create branch, repo info, file tree, validate-yaml, preupl
 
 It keeps repos in memory, checks the bearer token (401 otherwise), can be told to fail the next
 N requests to an endpoint with a given status (to test retries) or to answer nothing at all on
-an endpoint (`silent`: a hub that hangs), and records every request
+an endpoint (`silent`: a hub that hangs), or to send a raw reply (`raw`), and records every request
 (method, path, headers, body) so tests can check what was sent.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -48,6 +49,8 @@ class FakeHub:
         self.requests: list[Recorded] = []
         self.failures: dict[str, list[int]] = {}  # endpoint name -> statuses to answer first
         self.silent: set[str] = set()  # endpoints that accept the request and never answer
+        # endpoint name -> (body, headers) sent as its reply, as is (a reply too large)
+        self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # poll often: shutdown() waits up to one poll interval (0.5 s by default)
@@ -114,6 +117,15 @@ class FakeHub:
                 return self._send(h, 401, {"error": "Invalid credentials in Authorization header"})
             if name in self.silent:
                 self._stopping.wait(120)
+                return None
+            if name in self.raw:
+                body, headers = self.raw[name]
+                h.send_response(200)
+                for key, value in {"content-length": str(len(body)), **headers}.items():
+                    h.send_header(key, value)
+                h.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    h.wfile.write(body)  # the client may stop reading, as it should
                 return None
             if self.failures.get(name):
                 return self._send(h, self.failures[name].pop(0), {"error": "temporary failure"})

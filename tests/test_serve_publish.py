@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -298,6 +299,35 @@ def test_a_hub_that_never_answers_is_given_up_on_at_the_deadline(
     assert code == 1 and len(err) == 1
     what = {"create": "create repo", "commit": "upload"}[silent]
     assert f"{what}: no answer from the hub within 1.5 s" in err[0] and "--hub-timeout" in err[0]
+
+
+@pytest.mark.parametrize(
+    "body, headers, said",
+    [
+        (gzip.compress(b" " * 512 * 2**20), {"Content-Encoding": "gzip"}, "inflates to more than"),
+        (b"[" + b"0," * 10 * 2**20 + b"0]", {}, "a reply of more than 16,777,216 bytes"),
+    ],
+    ids=["gzip-bomb", "20-MiB-json"],
+)
+def test_a_hub_reply_too_large_is_one_line_and_costs_bounded_memory(
+    run_dir: Path, hub: FakeHub, capsys, body, headers, said
+):
+    """The hub's API replies are read as an LLM endpoint's are (every command, whichever
+    route: huggingface_hub's shared client is made bounded): a repo-info reply inflating to 512
+    MiB, or a 20 MiB one, is not read, and `fincheck publish` says so in one line."""
+    import tracemalloc
+
+    hub.raw["info"] = (body, headers)
+    tracemalloc.start()
+    code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("fincheck publish: error: the model hub's reply to GET http://")
+    assert said in err[0] and "/api/models/me/tiny" in err[0]
+    assert peak < 200 * 2**20  # the cap and its copies, never the half gigabyte
+    assert [r.path for r in hub.requests].count("/api/models/me/tiny") == 1  # not retried
 
 
 def test_bad_token_is_a_clear_401_message(run_dir: Path, hub: FakeHub, monkeypatch, capsys):

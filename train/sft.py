@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, library_errors_as_one_line
+from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import build_config, describe_config
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(launch.USAGE, file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    bound_hub_replies()  # every hub reply of this process read with bounds
     try:
         status = train_and_save(build_trainer(load_training_recipe(config, rest)))
     except FincheckError as e:

@@ -19,6 +19,7 @@ import yaml
 
 from fincheck import __version__
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
+from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import close_flags
 from fincheck.io.secrets import RedactingStream, redact
 
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f"; {hint}" for hint in moved)
         )
     args.overrides = extra
+    bound_hub_replies()  # every hub reply of the command read with bounds, whichever route
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     try:

@@ -1,5 +1,5 @@
-"""HTTP replies read with bounds: an LLM endpoint's in memory (`bounded_http_client`), a download
-in time (`copy_download`).
+"""HTTP replies read with bounds: an LLM endpoint's and the model hub's in memory
+(`bounded_http_client`, `bound_hub_replies`), a download in time (`copy_download`).
 
 An OpenAI-compatible endpoint is untrusted input. A reply's body is capped as it arrives and,
 when it comes compressed, as it is inflated (a 1 MB gzip reply can inflate to 1 GB): past
@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from fincheck.errors import FincheckError
+
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
 ACCEPTED = ("identity", "gzip", "x-gzip", "deflate")
@@ -29,7 +31,7 @@ class UnreadableReply(Exception):
 
 
 class _BoundedBody(httpx.SyncByteStream):
-    def __init__(self, raw: httpx.SyncByteStream, compressed: bool, cap: int) -> None:
+    def __init__(self, raw: Any, compressed: bool, cap: int) -> None:
         self.raw, self.cap = raw, cap
         self.inflate = (
             zlib.decompressobj(zlib.MAX_WBITS | 32) if compressed else None
@@ -62,15 +64,16 @@ def _ask_for_what_is_read(request: httpx.Request) -> None:
     request.headers["Accept-Encoding"] = "gzip, deflate"
 
 
-def _bound(cap: int):
+def _bound(cap: int, body: type = _BoundedBody):
     def bound(response: httpx.Response) -> None:
         """Runs before the body is read (an httpx response hook): the body is then read through
-        `_BoundedBody`, and httpx no longer inflates it (its Content-Encoding is consumed here)."""
+        `body` (a `_BoundedBody`), and httpx no longer inflates it (its Content-Encoding is
+        consumed here)."""
         coding = response.headers.get("Content-Encoding", "").strip().lower() or "identity"
         if coding not in ACCEPTED:
             response.close()
             raise UnreadableReply(f"a reply in the {coding!r} encoding, which was not asked for")
-        response.stream = _BoundedBody(response.stream, coding != "identity", cap)
+        response.stream = body(response.stream, coding != "identity", cap)
         response.headers.pop("Content-Encoding", None)
 
     return bound
@@ -82,6 +85,78 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
     them."""
     hooks = {"request": [_ask_for_what_is_read], "response": [_bound(cap)]}
     return httpx.Client(event_hooks=hooks, limits=LIMITS, follow_redirects=True, **client_options)
+
+
+def _is_file_download(request: Any) -> bool:
+    """A hub request for a file's content (`/resolve/`): read into a file by the hub's own
+    downloader, checked against the size and hash the hub announced, within the call's
+    deadline; every other hub reply (its API's JSON) is read into memory."""
+    return "/resolve/" in request.url.path
+
+
+def hub_error(where: str, problem: UnreadableReply) -> FincheckError:
+    return FincheckError(
+        f"the model hub's reply to {where}: {problem}, not read (a hub reply is capped at "
+        f"{MAX_REPLY_BYTES // 2**20} MiB); check HF_ENDPOINT and the hub's address"
+    )
+
+
+def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
+    """The model hub's API replies read as an LLM endpoint's are: capped at `cap` bytes as sent
+    and as inflated, in an encoding asked for, and one line when not read. One mechanism for
+    every hub call of the process, transformers' included: huggingface_hub makes its one shared
+    client (again after a fork, or a dropped connection) from a factory, which this replaces by
+    one that adds the bounds to what its own client holds. Called by each entry point (the
+    command line, training's processes, the Python API); once is enough."""
+    import httpx2
+    import huggingface_hub
+
+    if getattr(huggingface_hub.get_session(), "bounds_hub", False):
+        return
+    template = huggingface_hub.get_session()  # the library's own client: its hooks, settings
+
+    class HubBody(_BoundedBody, httpx2.SyncByteStream):
+        """The bounded body on huggingface_hub's HTTP library (httpx2)."""
+
+        where = "the model hub"
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                yield from super().__iter__()
+            except UnreadableReply as e:
+                raise hub_error(self.where, e) from None
+
+    api_reply = _bound(cap, HubBody)
+
+    def ask(request: Any) -> None:
+        if not _is_file_download(request):
+            _ask_for_what_is_read(request)
+
+    def bound(response: Any) -> None:
+        if _is_file_download(response.request):
+            return
+        where = f"{response.request.method} {response.request.url.copy_with(query=None)}"
+        try:
+            api_reply(response)
+        except UnreadableReply as e:
+            raise hub_error(where, e) from None
+        response.stream.where = where
+
+    hooks = template.event_hooks
+
+    def bounded_client() -> Any:
+        client = httpx2.Client(
+            event_hooks={
+                "request": [*hooks["request"], ask],
+                "response": [*hooks["response"], bound],
+            },
+            follow_redirects=template.follow_redirects,
+            timeout=template.timeout,
+        )
+        client.bounds_hub = True
+        return client
+
+    huggingface_hub.set_client_factory(bounded_client)
 
 
 # A download that brings fewer than this many bytes in this many seconds has stalled (a server
