@@ -338,12 +338,16 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_adapter(
     assert run.trainer.state.global_step == 0  # train() was never called
     assert (out / "adapter_model.safetensors").read_bytes() == before
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
-    # a kill -9 during the final save: the adapter half-written, the run files not yet: the
-    # resume finishes the save from the last checkpoint, the run record last
+    # a kill -9 during the final save: the adapter half-written, the run files not yet, the
+    # save's own folder left behind: the resume finishes the save from the last checkpoint, the
+    # run record last, and removes that folder
     (out / "adapter_model.safetensors").write_bytes(before[: len(before) // 2])
     for name in ("fincheck_run.json", "recipe.yaml", "data_manifest.json"):
         (out / name).unlink()
+    (out / FINAL_SAVE).mkdir()
+    (out / FINAL_SAVE / "adapter_model.safetensors").write_bytes(before[:100])
     assert train_and_save(build_trainer(recipe)) == 0
+    assert not (out / FINAL_SAVE).exists()
     assert "its adapter copied to" in capsys.readouterr().err
     last = (out / "checkpoint-6" / "adapter_model.safetensors").read_bytes()
     assert (out / "adapter_model.safetensors").read_bytes() == last

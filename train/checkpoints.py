@@ -267,6 +267,9 @@ def finish_completed_run(
     )
     copied = not saved
     if copied:
+        leftover = output_dir / FINAL_SAVE  # a final save cut short: written again from here
+        if leftover.exists() or leftover.is_symlink():
+            fresh_folder(leftover).rmdir()
         copy_adapter(best or checkpoint, output_dir)
         write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
     print(
