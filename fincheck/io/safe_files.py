@@ -181,12 +181,11 @@ def fresh_folder(path: str | Path, what: str = "") -> Path:
     return path
 
 
-def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> list[str]:
+def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> None:
     """Each plain file a library saved into `staging` (a `fresh_folder`) renamed onto its name
     in `folder`: a link planted there is replaced, never written through; a folder there is
-    refused. `staging` is removed; returns the names moved."""
+    refused. `staging` is removed."""
     source, target = _open_folder(Path(staging), what), _open_folder(Path(folder), what)
-    moved = []
     try:
         for name in sorted(os.listdir(source)):
             if not stat.S_ISREG(_lstat_mode(name, source)):
@@ -194,7 +193,6 @@ def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> 
             if stat.S_ISDIR(_lstat_mode(name, target)):
                 raise FincheckError(_not_own(Path(folder) / name, what, "a folder"))
             os.replace(name, name, src_dir_fd=source, dst_dir_fd=target)
-            moved.append(name)
         parent = _open_folder(Path(staging).parent, what)
         try:
             os.rmdir(Path(staging).name, dir_fd=parent)
@@ -203,7 +201,6 @@ def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> 
     finally:
         os.close(source)
         os.close(target)
-    return moved
 
 
 def _umask() -> int:
