@@ -111,9 +111,9 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
     import httpx2
     import huggingface_hub
 
-    if getattr(huggingface_hub.get_session(), "bounds_hub", False):
-        return
     template = huggingface_hub.get_session()  # the library's own client: its hooks, settings
+    if getattr(template, "bounds_hub", False):
+        return
 
     class HubBody(_BoundedBody, httpx2.SyncByteStream):
         """The bounded body on huggingface_hub's HTTP library (httpx2)."""
