@@ -534,6 +534,44 @@ def test_links_planted_in_the_run_folder_before_the_final_save_are_replaced(
     assert load_run(out).adapter_config  # every listed file matches its sha256
 
 
+def test_links_planted_where_a_checkpoint_will_be_saved_are_removed_not_written_through(
+    prepared_dir, small_mixture, tmp_path
+):
+    """Each checkpoint-N is made a fresh folder before transformers and PEFT save into it: a
+    link planted at checkpoint-2 (to a folder elsewhere), and links planted inside a leftover
+    checkpoint-4 at the names the libraries open, are removed; what they point at is untouched
+    and both checkpoints come out complete."""
+    from transformers import TrainerCallback
+
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    names = ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json", "rng_state.pth")
+    victims = {name: tmp_path / f"victim-{name}" for name in names}
+    for victim in victims.values():
+        victim.write_text("someone else's file")
+    elsewhere.mkdir()
+
+    class PlantLinks(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            (out / "checkpoint-2").symlink_to(elsewhere, target_is_directory=True)
+            (out / "checkpoint-4").mkdir()
+            for name, victim in victims.items():
+                (out / "checkpoint-4" / name).symlink_to(victim)
+
+    run = build_trainer(
+        tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=4", "--save_steps=2")
+    )
+    run.trainer.add_callback(PlantLinks())
+    assert train_and_save(run) == 0
+    assert {v.read_text() for v in victims.values()} == {"someone else's file"}
+    assert list(elsewhere.iterdir()) == []
+    for step in (2, 4):
+        checkpoint = out / f"checkpoint-{step}"
+        assert checkpoint.is_dir() and not checkpoint.is_symlink()
+        assert (checkpoint / COMPLETE_MARKER).is_file()
+        assert not any(path.is_symlink() for path in checkpoint.rglob("*"))
+    assert last_complete_checkpoint(out) == out / "checkpoint-4"
+
+
 def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_dir, tmp_path):
     """tree_packing + dev_figures + load_best_model_at_end: eval_<task>_<figure> at every
     evaluation, the best checkpoint survives rotation, and the final adapter is its adapter."""

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
+from fincheck.io.safe_files import fresh_folder
 from fincheck.train.callbacks import PackEpochCallback, any_rank
 
 
@@ -77,6 +79,20 @@ class FincheckSFTTrainer(SFTTrainer):
         open("w"), through a link planted there): a run's card is `fincheck publish`'s, built
         from the run's record and written through fincheck's one write path."""
         return None
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """checkpoint-N made a fresh, empty folder of the run's own before the libraries save
+        into it (transformers, PEFT and DeepSpeed open their files by name, following links):
+        a leftover of a kill, or a link planted there or inside it after the claim, is removed,
+        never written through. The processes that save wait for the folder to exist."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = Path(self._get_output_dir(trial=trial))
+        if self.args.should_save:
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            fresh_folder(run_dir / name, "a checkpoint")
+        self.accelerator.wait_for_everyone()
+        super()._save_checkpoint(model, trial)
 
     def __init__(
         self,
