@@ -1,6 +1,6 @@
 """A fake Hugging Face Hub on 127.0.0.1 speaking the HTTP API that huggingface_hub 2.x uses to
 publish: create repo, create branch, repo info, file tree, validate-yaml, preupload, commit
-(regular files and deletions).
+(regular files and deletions); and to download a file (`resolve`: its metadata, its content).
 
 It keeps repos in memory, checks the bearer token (401 otherwise), can be told to fail the next
 N requests to an endpoint with a given status (to test retries) or to answer nothing at all on
@@ -93,6 +93,9 @@ class FakeHub:
             def do_POST(self) -> None:
                 hub._dispatch(self, "POST")
 
+            def do_HEAD(self) -> None:
+                hub._dispatch(self, "HEAD")
+
         return Handler
 
     def _dispatch(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -108,6 +111,8 @@ class FakeHub:
             ("POST", r"/api/validate-yaml", "validate", self._validate),
             ("POST", rf"/api/models/{REPO}/preupload/(?P<rev>[^/]+)", "preupload", self._preupload),
             ("POST", rf"/api/models/{REPO}/commit/(?P<rev>[^/]+)", "commit", self._commit),
+            ("HEAD", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "metadata", self._metadata),
+            ("GET", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", self._resolve),
         ]
         for verb, pattern, name, handler in routes:
             match = re.fullmatch(pattern, path)
@@ -135,6 +140,15 @@ class FakeHub:
         self._send(h, 404, {"error": f"no route {method} {path}"})
 
     def _send(self, h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        if isinstance(payload, tuple):  # a file: (its bytes, its headers)
+            data, headers = payload
+            h.send_response(status)
+            for key, value in headers.items():
+                h.send_header(key, value)
+            h.end_headers()
+            if h.command != "HEAD":
+                h.wfile.write(data)
+            return
         data = json.dumps(payload).encode()
         h.send_response(status)
         h.send_header("content-type", "application/json")
@@ -174,6 +188,7 @@ class FakeHub:
 
     def _tree(self, body: bytes, repo: str, rev: str) -> tuple[int, Any]:
         r = self.repos.get(repo)
+        rev = next((branch for branch, sha in r.shas.items() if sha == rev), rev) if r else rev
         if r is None or rev not in r.branches:
             return 404, {"error": "repo not found"}
         files = r.branches[rev]
@@ -181,6 +196,27 @@ class FakeHub:
             {"type": "file", "path": p, "oid": git_hash(files[p]), "size": len(files[p])}
             for p in sorted(files)
         ]
+
+    def _metadata(self, body: bytes, repo: str, rev: str, path: str) -> tuple[int, Any]:
+        """A file's metadata, as the hub's HEAD gives it: commit, etag, size."""
+        r = self.repos.get(repo)
+        rev = next((branch for branch, sha in r.shas.items() if sha == rev), rev) if r else rev
+        if r is None or path not in r.branches.get(rev, {}):
+            return 404, {"error": "entry not found"}
+        data = r.branches[rev][path]
+        headers = {
+            "X-Repo-Commit": r.shas[rev],
+            "ETag": f'"{git_hash(data)}"',
+            "Content-Length": str(len(data)),
+        }
+        return 200, (b"", headers)
+
+    def _resolve(self, body: bytes, repo: str, rev: str, path: str) -> tuple[int, Any]:
+        status, meta = self._metadata(body, repo, rev, path)
+        if status != 200:
+            return status, meta
+        data = self.repos[repo].branches[rev][path]
+        return 200, (data, {"Content-Length": str(len(data))})
 
     def _validate(self, body: bytes) -> tuple[int, dict]:
         content = json.loads(body)["content"]

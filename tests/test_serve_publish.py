@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_hub import FakeHub
+from fake_hub import FakeHub, FakeRepo
 from serve_tiny_run import build_tiny_run
 
 from fincheck.commands.cli import main
@@ -328,6 +328,57 @@ def test_a_hub_reply_too_large_is_one_line_and_costs_bounded_memory(
     assert said in err[0] and "/api/models/me/tiny" in err[0]
     assert peak < 200 * 2**20  # the cap and its copies, never the half gigabyte
     assert [r.path for r in hub.requests].count("/api/models/me/tiny") == 1  # not retried
+
+
+ADAPTER_CONFIG_BYTES = json.dumps({"peft_type": "LORA", "r": 8}).encode()
+
+
+@pytest.mark.parametrize(
+    "body, headers, said",
+    [
+        (gzip.compress(ADAPTER_CONFIG_BYTES), {"Content-Encoding": "gzip"}, None),
+        (gzip.compress(b" " * 512 * 2**20), {"Content-Encoding": "gzip"}, "inflates to more than"),
+        (b" " * 3 * 2**20, {}, "a reply of more than 1,048,576 bytes"),
+    ],
+    ids=["gzip-file", "gzip-bomb", "3-MiB-file"],
+)
+def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
+    hub: FakeHub, monkeypatch, tmp_path: Path, body, headers, said
+):
+    """A file's content (`/resolve/`, streamed to disk by huggingface_hub) has a cap of its own
+    (the hub's 50 GB for a plain download, lowered here to 1 MiB), as sent and as inflated: a
+    hub adapter's config that inflates to 512 MiB, or one of 3 MiB, stops at the cap in one line
+    and leaves at most the cap on disk; a file sent gzipped within the cap arrives whole."""
+    import huggingface_hub.constants
+
+    from fincheck.io import bounded_http
+    from fincheck.models.loading import local_adapter_dir
+
+    cache = tmp_path / "hub-cache"
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(  # both read from HF_ENDPOINT once, when huggingface_hub is imported
+        huggingface_hub.constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(bounded_http, "MAX_HUB_FILE_BYTES", 2**20)
+    bounded_http.bound_hub_replies()
+    hub.repos["me/adapter"] = FakeRepo(private=False)
+    hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
+    hub.raw["resolve"] = (body, headers)
+    if said is None:
+        folder = local_adapter_dir("me/adapter")
+        assert (folder / "adapter_config.json").read_bytes() == ADAPTER_CONFIG_BYTES
+        return
+    with pytest.raises(FincheckError) as caught:
+        local_adapter_dir("me/adapter")
+    message = str(caught.value)
+    assert "\n" not in message and said in message, message
+    assert re.search(r"/me/adapter/resolve/\w+/adapter_config\.json", message)
+    assert "a hub file is capped at 1,048,576 bytes" in message
+    on_disk = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
+    assert on_disk <= 2**20
 
 
 def test_bad_token_is_a_clear_401_message(run_dir: Path, hub: FakeHub, monkeypatch, capsys):

@@ -1,5 +1,6 @@
 """HTTP replies read with bounds: an LLM endpoint's and the model hub's in memory
-(`bounded_http_client`, `bound_hub_replies`), a download in time (`copy_download`).
+(`bounded_http_client`, `bound_hub_replies`), a hub file in size, a download in time
+(`copy_download`).
 
 An OpenAI-compatible endpoint is untrusted input. A reply's body is capped as it arrives and,
 when it comes compressed, as it is inflated (a 1 MB gzip reply can inflate to 1 GB): past
@@ -21,6 +22,9 @@ from fincheck.errors import FincheckError
 
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
+# A file the hub sends (`/resolve/`), as sent and as inflated: the hub's own ceiling for a plain
+# download (huggingface_hub's MAX_HTTP_DOWNLOAD_SIZE; larger files go through its Xet client).
+MAX_HUB_FILE_BYTES = 50 * 10**9
 ACCEPTED = ("identity", "gzip", "x-gzip", "deflate")
 # as the openai client's own pool (its DEFAULT_CONNECTION_LIMITS)
 LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
@@ -88,22 +92,31 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
 
 
 def _is_file_download(request: Any) -> bool:
-    """A hub request for a file's content (`/resolve/`): read into a file by the hub's own
-    downloader, checked against the size and hash the hub announced, within the call's
-    deadline; every other hub reply (its API's JSON) is read into memory."""
+    """A hub request for a file's content (`/resolve/`): streamed into a file by the hub's own
+    downloader, then checked against the size and hash the hub announced; every other hub reply
+    (its API's JSON) is read into memory."""
     return "/resolve/" in request.url.path
 
 
-def hub_error(where: str, problem: UnreadableReply) -> FincheckError:
+def _ask_only_for_what_is_inflated(request: Any) -> None:
+    """A download keeps the encodings its library asked for (`identity`, to learn a file's
+    size), less those fincheck does not inflate itself."""
+    asked = request.headers.get("Accept-Encoding", "identity").split(",")
+    kept = [c.strip() for c in asked if c.split(";")[0].strip().lower() in ACCEPTED]
+    request.headers["Accept-Encoding"] = ", ".join(kept) or "identity"
+
+
+def hub_error(where: str, problem: UnreadableReply, cap: str) -> FincheckError:
     return FincheckError(
-        f"the model hub's reply to {where}: {problem}, not read (a hub reply is capped at "
-        f"{MAX_REPLY_BYTES // 2**20} MiB); check HF_ENDPOINT and the hub's address"
+        f"the model hub's reply to {where}: {problem}, not read (a hub {cap}); check "
+        "HF_ENDPOINT and the hub's address"
     )
 
 
 def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
-    """The model hub's API replies read as an LLM endpoint's are: capped at `cap` bytes as sent
-    and as inflated, in an encoding asked for, and one line when not read. One mechanism for
+    """The model hub's replies read as an LLM endpoint's are: capped as sent and as inflated,
+    in an encoding asked for, and one line when not read. An API reply, read into memory, at
+    `cap` bytes; a file's content, streamed to disk, at `MAX_HUB_FILE_BYTES`. One mechanism for
     every hub call of the process, transformers' included: huggingface_hub makes its one shared
     client (again after a fork, or a dropped connection) from a factory, which this replaces by
     one that adds the bounds to what its own client holds. Called by each entry point (the
@@ -118,29 +131,35 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
     class HubBody(_BoundedBody, httpx2.SyncByteStream):
         """The bounded body on huggingface_hub's HTTP library (httpx2)."""
 
-        where = "the model hub"
+        where, capped = "the model hub", ""
 
         def __iter__(self) -> Iterator[bytes]:
             try:
                 yield from super().__iter__()
             except UnreadableReply as e:
-                raise hub_error(self.where, e) from None
-
-    api_reply = _bound(cap, HubBody)
+                raise hub_error(self.where, e, self.capped) from None
 
     def ask(request: Any) -> None:
-        if not _is_file_download(request):
+        if _is_file_download(request):
+            _ask_only_for_what_is_inflated(request)
+        else:
             _ask_for_what_is_read(request)
 
     def bound(response: Any) -> None:
-        if _is_file_download(response.request):
-            return
-        where = f"{response.request.method} {response.request.url.copy_with(query=None)}"
+        request = response.request
+        if _is_file_download(request):  # read at each reply: a test may lower it
+            limit, capped = MAX_HUB_FILE_BYTES, f"file is capped at {MAX_HUB_FILE_BYTES:,} bytes"
+        else:
+            limit, capped = cap, f"reply is capped at {cap // 2**20} MiB"
+        where = f"{request.method} {request.url.copy_with(query=None)}"
+        inflated = response.headers.get("Content-Encoding", "identity").lower() != "identity"
         try:
-            api_reply(response)
+            _bound(limit, HubBody)(response)
         except UnreadableReply as e:
-            raise hub_error(where, e) from None
-        response.stream.where = where
+            raise hub_error(where, e, capped) from None
+        if inflated:  # the size sent is no longer the size read: the downloader uses the hub's
+            response.headers.pop("Content-Length", None)
+        response.stream.where, response.stream.capped = where, capped
 
     hooks = template.event_hooks
 
