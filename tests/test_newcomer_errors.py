@@ -771,6 +771,33 @@ def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
     assert "pw-7766554433" not in proc.stderr and "QUERYSECRET-1234" not in proc.stderr
 
 
+def test_the_process_list_shows_the_command_line_without_the_held_secrets():
+    """An endpoint URL given on the command line (its userinfo, a key in its query string) is
+    redacted in what the system shows for the process (`/proc/<pid>/cmdline`, which `ps`
+    reads) once the run holds it, as in `sys.argv`; a command line with no secret is left as
+    it was."""
+    import subprocess
+    import sys
+
+    url = "http://user:pw-7766554433@127.0.0.1:9/v1?subscription-key=QUERYSECRET-1234"
+    script = (
+        "import sys\n"
+        "from fincheck.io.secrets import hold_url_secrets\n"
+        "hold_url_secrets(sys.argv[-1])\n"
+        "print(open('/proc/self/cmdline', 'rb').read().decode())\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script, "--base-url", url], capture_output=True, text=True
+    ).stdout
+    assert "--base-url 'http://<redacted>@127.0.0.1:9/v1?subscription-key=<redacted>'" in shown
+    assert "pw-7766554433" not in shown and "QUERYSECRET-1234" not in shown
+    plain = "http://127.0.0.1:9/v1"
+    shown = subprocess.run(
+        [sys.executable, "-c", script, "--base-url", plain], capture_output=True, text=True
+    ).stdout
+    assert shown.split("\0") == [sys.executable, "-c", script, "--base-url", plain, "\n"]
+
+
 def test_an_export_is_one_line_without_an_adapter_or_a_format(tmp_path, capsys):
     """`fincheck export` of a folder with no adapter, or without naming the format: one line,
     before anything is merged or downloaded, and no export folder left behind."""

@@ -70,10 +70,27 @@ MIN_HELD_LENGTH = 6  # shorter values ("k", "none") would redact ordinary words
 def hold_secret(value: str | None) -> None:
     """Remember a secret value this run holds, so that `redact` removes it by value. The
     process's own command line is redacted too (the options were parsed already): a library
-    that records it (wandb stores `sys.argv` with every run) never sees the secret."""
+    that records it (wandb stores `sys.argv` with every run) never sees the secret, and neither
+    does anyone listing the machine's processes (`hide_from_process_list`)."""
     if value and len(value) >= MIN_HELD_LENGTH:
         _HELD.add(value)
         sys.argv[:] = [redact(arg) for arg in sys.argv]
+        hide_from_process_list()
+
+
+def hide_from_process_list() -> None:
+    """The command line the system shows for this process (`/proc/<pid>/cmdline`, `ps`)
+    rewritten with its secrets redacted: setproctitle writes over the process's own copy of its
+    arguments. Until then (the start-up, about a second) `ps` shows them; an API key given by
+    its environment variable (`--api-key-env`) never is on the command line."""
+    shown = [redact(arg) for arg in sys.orig_argv]
+    if shown != sys.orig_argv:
+        import shlex
+
+        import setproctitle
+
+        setproctitle.setproctitle(shlex.join(shown))
+        sys.orig_argv[:] = shown
 
 
 def hold_url_secrets(url: str | None) -> None:
