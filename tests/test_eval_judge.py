@@ -558,8 +558,11 @@ def completion(text: str) -> dict:
         (b"{}", {"Content-Encoding": "br"}, "in the 'br' encoding, which was not asked for"),
         # small, but deeper than the openai client's JSON reader goes (a RecursionError)
         (b'{"choices": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", {}, "nested too deep"),
+        # deflate without its zlib header, and a body that is no gzip at all
+        (zlib.compress(b"{}")[2:-4], {"Content-Encoding": "deflate"}, "does not inflate"),
+        (b"not gzip" * 100, {"Content-Encoding": "gzip"}, "does not inflate"),
     ],
-    ids=["gzip-bomb", "huge", "unasked-encoding", "nested"],
+    ids=["gzip-bomb", "huge", "unasked-encoding", "nested", "raw-deflate", "broken-gzip"],
 )
 def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
     """Replies cost bounded memory: a body past 16 MiB as sent, or once inflated, is not read

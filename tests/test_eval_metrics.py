@@ -489,12 +489,19 @@ def _seconds(read, text: str) -> float:
 
 
 GROWTH_SHAPES = ["✅\n", ",\n", "$", "\n $", "( ;\n", "\t {\n", "A. x B. x ", "all ", "\n", "- 1\n"]
+# a run of one unit between two words: white space that a pattern may try at every start
+WRAPPED_SHAPES = [("A", " ", "B"), ("- x", "\t", "y"), ("A. ", " \n", "B"), ("```json", " ", "```")]
 
 
-@pytest.mark.parametrize("unit", GROWTH_SHAPES)
-def test_the_answer_readers_take_linear_time_on_model_output(unit):
+@pytest.mark.parametrize(
+    "head, unit, tail",
+    [("", unit, "") for unit in GROWTH_SHAPES] + WRAPPED_SHAPES,
+    ids=[repr(unit) for unit in GROWTH_SHAPES] + [repr("".join(s)) for s in WRAPPED_SHAPES],
+)
+def test_the_answer_readers_take_linear_time_on_model_output(head, unit, tail):
     """A model's answer is untrusted input: four times the text may not take eight times the
-    time (a quadratic reader takes sixteen; one 60 KB answer of '✅' lines took 29 s before)."""
+    time (a quadratic reader takes sixteen; one 60 KB answer of '✅' lines took 29 s before, one
+    of 100 KB holding a run of spaces 22 s)."""
     from fincheck.tasks.fhsumbench.metrics import lenient_judgement
     from fincheck.tasks.final.judge import parse_matching
 
@@ -504,6 +511,6 @@ def test_the_answer_readers_take_linear_time_on_model_output(unit):
         "judge": lambda text: parse_matching(text, ["a", "b"], ["c"]),
     }
     for name, read in readers.items():
-        small, large = ((unit * (n // len(unit) + 1))[:n] for n in (20_000, 80_000))
+        small, large = (head + (unit * (n // len(unit) + 1))[:n] + tail for n in (20_000, 80_000))
         ratio_allowed = 8 * _seconds(read, small) + 0.05  # + 50 ms: timer noise on tiny times
         assert _seconds(read, large) < ratio_allowed, f"{name} reader on {unit!r} x 4"

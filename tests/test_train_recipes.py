@@ -266,7 +266,9 @@ def test_a_hub_token_in_a_recipe_is_refused_before_it_is_written_anywhere(where,
         ("lora_dropout: 1.5\n", "lora_dropout: must be at least 0 and below 1, got 1.5"),
         ("learning_rate: .nan\n", "learning_rate: expected a finite number"),
         ("learning_rate: -1.0e-4\n", "learning_rate: must be above 0"),
+        ("learning_rate: 1" + "0" * 400 + "\n", "learning_rate: expected a finite number"),
     ],
+    ids=["batch", "dropout", "nan", "negative", "too-large-for-a-float"],
 )
 def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said, tmp_path):
     path = tmp_path / "r.yaml"
@@ -314,6 +316,7 @@ def test_a_dev_sample_of_no_pairs_is_refused(tmp_path):
         ("adam_beta2: 1.0\n", "adam_beta2: must be at least 0 and below 1, got 1.0"),
         ("weight_decay: -0.1\n", "weight_decay: must be at least 0"),
         ("seed: -1\n", "seed: must be at least 0"),  # numpy refuses it only deep in training
+        ("seed: 4294967296\n", "seed: must be at least 0 and at most 4294967295"),
         ("logging_steps: 0\n", "logging_steps: must be above 0"),
         ("per_device_eval_batch_size: 0\n", "per_device_eval_batch_size: must be at least 1"),
         ("max_grad_norm: .inf\n", "max_grad_norm: expected a finite number"),

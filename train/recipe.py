@@ -243,9 +243,10 @@ class SFTRecipe(SFTConfig):
 # these only its range, checked wherever the value comes from and shown in --list-keys.
 AT_LEAST_0, ABOVE_0, AT_LEAST_1 = {"at_least": 0}, {"above": 0}, {"at_least": 1}
 FRACTION = {"at_least": 0, "below": 1}
+SEED = {"at_least": 0, "at_most": 2**32 - 1}  # numpy's seeds, which transformers sets too
 INHERITED_RANGES: dict[str, dict[str, float]] = {
     "warmup_steps": AT_LEAST_0, "weight_decay": AT_LEAST_0, "max_grad_norm": AT_LEAST_0,
-    "eval_steps": AT_LEAST_0, "seed": AT_LEAST_0, "data_seed": AT_LEAST_0,
+    "eval_steps": AT_LEAST_0, "seed": SEED, "data_seed": SEED,
     "dataloader_num_workers": AT_LEAST_0, "adam_beta1": FRACTION, "adam_beta2": FRACTION,
     "label_smoothing_factor": FRACTION, "adam_epsilon": ABOVE_0, "logging_steps": ABOVE_0,
     "ddp_timeout": ABOVE_0, "per_device_eval_batch_size": AT_LEAST_1,

@@ -51,7 +51,10 @@ class _BoundedBody(httpx.SyncByteStream):
                 yield chunk
                 continue
             while chunk:  # inflated a bounded piece at a time: never more than the cap + 1
-                out = self.inflate.decompress(chunk, self.cap + 1 - inflated)
+                try:
+                    out = self.inflate.decompress(chunk, self.cap + 1 - inflated)
+                except zlib.error as e:  # not gzip or zlib data (raw deflate, a broken body)
+                    raise UnreadableReply(f"a compressed reply that does not inflate ({e})") from None
                 inflated += len(out)
                 if inflated > self.cap:
                     raise UnreadableReply(

@@ -106,7 +106,9 @@ _BOUND_HOLDS = {"at_least": ge, "above": gt, "at_most": le, "below": lt}
 def describe_bounds(f: dataclasses.Field) -> str:
     """ "at least 1", "above 0 and below 1": a field's range in words ("" when it has none)."""
     bounds = f.metadata.get("bounds") or {}
-    return " and ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in bounds.items())
+    return " and ".join(
+        f"{k.replace('_', ' ')} {v if isinstance(v, int) else f'{v:g}'}" for k, v in bounds.items()
+    )
 
 
 def check_bounds(value: Any, f: dataclasses.Field, key: str) -> Any:
@@ -178,7 +180,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         raise FincheckError(f"{key}: expected an integer, got {value!r}")
     if annotation is float:
         number = None
-        with contextlib.suppress(TypeError, ValueError):  # a list, "ten"
+        with contextlib.suppress(TypeError, ValueError, OverflowError):  # a list, "ten", 10**400
             if not isinstance(value, bool):
                 number = float(value)
         if number is None or not math.isfinite(number):  # nan, inf: no option means them

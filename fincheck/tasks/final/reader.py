@@ -280,7 +280,7 @@ def _json_items(text: str) -> list[str] | None:
     """The descriptions of a JSON answer, in a ```json fence or not: a list of strings, or of
     objects each with one "description" string, or an object holding one such list (or the
     string "None"); else None."""
-    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    text = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
     if not text.startswith(("[", "{")):
         return None
     try:
