@@ -54,7 +54,9 @@ class _BoundedBody(httpx.SyncByteStream):
                 try:
                     out = self.inflate.decompress(chunk, self.cap + 1 - inflated)
                 except zlib.error as e:  # not gzip or zlib data (raw deflate, a broken body)
-                    raise UnreadableReply(f"a compressed reply that does not inflate ({e})") from None
+                    raise UnreadableReply(
+                        f"a compressed reply that does not inflate ({e})"
+                    ) from None
                 inflated += len(out)
                 if inflated > self.cap:
                     raise UnreadableReply(
