@@ -886,6 +886,31 @@ def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, ca
     assert "127.0.0.1" in err and "p4ss" not in err and "k3y" not in err
 
 
+def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
+    """An endpoint that echoes what it was sent prints nothing of the credentials: the password
+    as written and percent-decoded (one holding an "@" too), the Basic header an HTTP client
+    makes of the userinfo, a key in the fragment; an API key shorter than six characters is
+    redacted where it stands as a word, never inside another."""
+    import base64
+    import sys
+
+    from fincheck.io import secrets
+
+    monkeypatch.setattr(secrets, "_HELD", set())
+    monkeypatch.setattr(sys, "argv", ["fincheck"])
+    url = "http://alice:p%40ss@w0rdSECRET@127.0.0.1:9/v1#api_key=FRAGSECRET12345"
+    secrets.hold_url_secrets(url)
+    basic = base64.b64encode(b"alice:p@ss@w0rdSECRET").decode()
+    echoed = secrets.redact(
+        f"header Basic {basic}; decoded alice:p@ss@w0rdSECRET; as written p%40ss@w0rdSECRET; "
+        f"in a log line {url}; fragment FRAGSECRET12345"
+    )
+    assert "w0rdSECRET" not in echoed and basic not in echoed and "FRAG" not in echoed, echoed
+    assert secrets.public_url(url) == "http://<redacted>@127.0.0.1:9/v1"
+    secrets.hold_secret("Zq9x7")
+    assert secrets.redact("Bearer Zq9x7, monkeyZq9x7s") == "Bearer <redacted>, monkeyZq9x7s"
+
+
 def test_a_held_secret_leaves_the_process_s_command_line(monkeypatch):
     """Libraries record the command line (wandb stores sys.argv with each run): once a run holds
     a URL's credentials, its own argv no longer carries them, so wandb's record cannot."""

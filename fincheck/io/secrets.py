@@ -25,14 +25,16 @@ TOKEN = re.compile(
 )
 # Credentials a URL carries: user:password@ before the host, and keys in its query string.
 # (the scheme's slashes may have been normalised away: a URL passed where a path was expected)
-URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s@]+@", re.IGNORECASE)
+# (up to the last "@" before the path, as a URL reader takes it: a password may hold an "@")
+URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s]*@", re.IGNORECASE)
 URL_SECRET_QUERY = re.compile(
     r"(?P<key>[?&;][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
     r"|credential|session)[\w.~-]*=)[^&#;\s]*",
     re.IGNORECASE,
 )
-# Every value of a URL's query string (what an endpoint URL may be recorded and shown with).
-URL_QUERY_VALUE = re.compile(r"(?P<key>[?&;][^=&#;\s]+=)[^&#;\s]*")
+# Every value of a URL's query string or fragment (what an endpoint URL may be recorded and
+# shown with).
+URL_QUERY_VALUE = re.compile(r"(?P<key>[?&;#][^=&#;\s]+=)[^&#;\s]*")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
@@ -62,20 +64,24 @@ def has_secret(text: str) -> bool:
 
 
 # The secret values this process holds (an endpoint's API key, a hub token, a URL's
-# credentials): redacted by value wherever they appear, whatever their shape.
+# credentials): redacted by value wherever they appear, whatever their shape; one shorter than
+# MIN_HELD_LENGTH only where it stands as a whole word ("Bearer k3y", never inside "monkey").
 _HELD: set[str] = set()
-MIN_HELD_LENGTH = 6  # shorter values ("k", "none") would redact ordinary words
+MIN_HELD_LENGTH = 6
 
 
-def hold_secret(value: str | None) -> None:
-    """Remember a secret value this run holds, so that `redact` removes it by value. The
-    process's own command line is redacted too (the options were parsed already): a library
-    that records it (wandb stores `sys.argv` with every run) never sees the secret, and neither
-    does anyone listing the machine's processes (`hide_from_process_list`)."""
-    if value and len(value) >= MIN_HELD_LENGTH:
-        _HELD.add(value)
-        sys.argv[:] = [redact(arg) for arg in sys.argv]
-        hide_from_process_list()
+def hold_secret(value: str | None, *, short_too: bool = True) -> None:
+    """Remember a secret value this run holds, so that `redact` removes it by value (a value
+    that may be no secret, such as a URL's query value, only from MIN_HELD_LENGTH characters:
+    `short_too=False`). The process's own command line is redacted too (the options were
+    parsed already): a library that records it (wandb stores `sys.argv` with every run) never
+    sees the secret, and neither does anyone listing the machine's processes
+    (`hide_from_process_list`)."""
+    if not value or (len(value) < MIN_HELD_LENGTH and not short_too):
+        return
+    _HELD.add(value)
+    sys.argv[:] = [redact(arg) for arg in sys.argv]
+    hide_from_process_list()
 
 
 def hide_from_process_list() -> None:
@@ -94,15 +100,26 @@ def hide_from_process_list() -> None:
 
 
 def hold_url_secrets(url: str | None) -> None:
-    """Hold a URL's userinfo and every value of its query string."""
+    """Hold a URL's credentials in every form they travel in: its userinfo as written, its
+    password and user as sent (percent-decoded) and as a Basic authorization header (HTTP
+    clients send a URL's userinfo so), and every value of its query string and fragment."""
     if not url:
         return
-    found = re.search(r"://([^/\s@]+)@", url)
-    if found:
-        for part in found.group(1).split(":"):
+    import base64
+    from urllib.parse import unquote, urlsplit
+
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        hold_secret(userinfo)
+        for part in (password, unquote(password)):
             hold_secret(part)
+        for part in (user, unquote(user)):
+            hold_secret(part, short_too=False)
+        basic = f"{unquote(user)}:{unquote(password)}".encode()
+        hold_secret(base64.b64encode(basic).decode())
     for match in URL_QUERY_VALUE.finditer(url):
-        hold_secret(url[match.end("key") : match.end()])
+        hold_secret(url[match.end("key") : match.end()], short_too=False)
 
 
 def redact(text: str) -> str:
@@ -110,18 +127,23 @@ def redact(text: str) -> str:
     credentials replaced by <redacted>: what fincheck writes to a file, uploads or prints of a
     value it did not make."""
     for value in sorted(_HELD, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
+        if len(value) >= MIN_HELD_LENGTH:
+            text = text.replace(value, REDACTED)
+        else:
+            text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", REDACTED, text)
     text = TOKEN.sub(REDACTED, text)
     text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
     return URL_SECRET_QUERY.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
 
 
 def public_url(url: str | None) -> str | None:
-    """An endpoint URL as it may be recorded and shown: without its credentials, and without
-    any value of its query string (an API key may sit under any name there)."""
+    """An endpoint URL as it may be recorded and shown: without its credentials, without any
+    value of its query string (an API key may sit under any name there), and without its
+    fragment (which no request sends)."""
     if url is None:
         return None
-    return URL_QUERY_VALUE.sub(lambda m: f"{m.group('key')}{REDACTED}", redact(str(url)))
+    url = str(url).partition("#")[0]
+    return URL_QUERY_VALUE.sub(lambda m: f"{m.group('key')}{REDACTED}", redact(url))
 
 
 class RedactingStream:
