@@ -860,13 +860,14 @@ def test_a_prompt_that_cannot_fit_stops_the_eval_naming_the_pair(
     )
 
 
-@pytest.mark.parametrize("change", ["lora_alpha", "base weights"])
+@pytest.mark.parametrize("change", ["lora_alpha", "base weights", "base code"])
 def test_an_evaluation_resumed_after_its_model_changed_in_place_is_refused(
     change, tiny_adapter, tmp_path, capsys
 ):
     """Identity by content: an adapter whose adapter_config.json says another lora_alpha (the
     same weights, another function), or a base whose weights changed under the same folder
-    name, is another model; its answers are not mixed into the predictions made before."""
+    name, is another model, as is one whose own code (run with --trust-remote-code) changed;
+    its answers are not mixed into the predictions made before."""
     import json
     import shutil
 
@@ -879,6 +880,7 @@ def test_an_evaluation_resumed_after_its_model_changed_in_place_is_refused(
     shutil.copytree(config["base_model_name_or_path"], base)
     config["base_model_name_or_path"] = str(base)
     (adapter / "adapter_config.json").write_text(json.dumps(config))
+    (base / "modeling_remote.py").write_text("BOOST = 0.0\n")
     out = tmp_path / "eval"
     small = Path(__file__).parent / "assets" / "prepared"
     args = ["eval", "--adapter", str(adapter), "--data", str(small), "--out", str(out)]
@@ -892,6 +894,9 @@ def test_an_evaluation_resumed_after_its_model_changed_in_place_is_refused(
         config["lora_alpha"] = 2 * config["lora_alpha"]
         (adapter / "adapter_config.json").write_text(json.dumps(config))
         key = "adapter_content"
+    elif change == "base code":
+        (base / "modeling_remote.py").write_text("BOOST = 50.0\n")
+        key = "base_content"
     else:
         weights = next(base.glob("*.safetensors"))
         save_file({k: v * 1.5 for k, v in load_file(weights).items()}, weights)

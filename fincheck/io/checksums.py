@@ -16,7 +16,8 @@ def sha256_file(path: str | Path) -> str:
 
 
 # What decides a model folder's function: its configs and its weights (not its README).
-MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt")
+# (*.py: the code a model with remote code runs, `--trust-remote-code`)
+MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt", "*.py")
 # `fincheck models fetch`'s record of one machine's copy (file sizes and mtimes): not the model.
 # Counted, it made the same pinned wheel another model on every machine that fetched it.
 FETCH_RECORD = "fincheck_model.json"

@@ -177,7 +177,7 @@ def _changed_file(final: Path) -> str | None:
         for path in final.rglob("*"):
             if path.is_symlink():
                 return path.relative_to(final).as_posix()
-            if path.is_file() and path.name != MODEL_INFO:
+            if not path.is_dir() and path.name != MODEL_INFO:  # a file, a FIFO, a socket
                 listing.add(path.relative_to(final).as_posix())
         # the listing both ways: a file added (a stray weights file, a module a loader would
         # pick up) is as much a change as one missing
