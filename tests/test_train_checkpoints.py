@@ -342,3 +342,28 @@ def test_a_run_folder_is_loaded_only_with_the_files_its_record_lists(tmp_path):
     (run / "chat_template.jinja").write_text("{{ messages }}")
     with pytest.raises(FincheckError, match=r"chat_template\.jinja missing, changed or added"):
         load_run(run)
+
+
+def test_a_training_output_without_its_record_is_not_read_as_a_bare_adapter(tmp_path):
+    """A run folder whose final save was killed before fincheck_run.json (its recipe.yaml and
+    data_manifest.json may be an earlier run's, left by --overwrite_output_dir), and a
+    checkpoint killed before its record, are refused by every command that loads them, naming
+    what finishes them; a bare PEFT folder (no training output) still loads."""
+    from fincheck.io.out_lock import OWN_MARKER
+    from fincheck.io.runs import load_run
+
+    run = tmp_path / "run"
+    unfinished = make_checkpoint(run, 2, complete=False)
+    (unfinished / "adapter_config.json").write_text('{"r": 4}')
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        (run / name).write_bytes((unfinished / name).read_bytes())
+    (run / "recipe.yaml").write_text("lora_r: 8\n")  # an earlier run's
+    (run / OWN_MARKER).write_text("train")
+    with pytest.raises(FincheckError) as caught:
+        load_run(run)
+    assert "a training run that did not finish (no fincheck_run.json)" in str(caught.value)
+    assert "--resume_from_checkpoint=auto" in str(caught.value)
+    with pytest.raises(FincheckError, match=r"a training checkpoint that did not finish .*another"):
+        load_run(unfinished)
+    (run / OWN_MARKER).unlink()  # a bare PEFT folder: nothing says it is a training output
+    assert load_run(run).adapter_config == {"r": 4}

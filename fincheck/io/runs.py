@@ -31,6 +31,7 @@ from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
 from fincheck.io.jsonl import read_json_object
+from fincheck.io.out_lock import folder_kind
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -190,6 +191,16 @@ def load_run(path: str | Path) -> RunArtifacts:
             "use another checkpoint",
         )
         run.root = path.parent
+    elif folder_kind(path) == "train" or folder_kind(path.parent) == "train":
+        # a training output without its record: a final save or a checkpoint cut short (its
+        # recipe and manifest may be an earlier run's), never read as a bare adapter
+        what = "checkpoint" if folder_kind(path) != "train" else "run"
+        record, fix = (
+            (CHECKPOINT_METADATA, "use another checkpoint")
+            if what == "checkpoint"
+            else (RUN_METADATA, RERUN_FINAL_SAVE)
+        )
+        raise FincheckError(f"{path}: a training {what} that did not finish (no {record}); {fix}")
     base = run.root / run.base_name  # a base saved inside the run (random-init); an absolute
     inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
     if run.base_name and inside and (base / "config.json").is_file():
