@@ -32,7 +32,7 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
-from fincheck.io.safe_files import write_text
+from fincheck.io.safe_files import one_writer, write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,
     Interval,
@@ -382,22 +382,28 @@ def compare_command(args: argparse.Namespace) -> int:
         raise FincheckError(
             f"--out {args.out}: name the markdown file (.md); the JSON goes beside it"
         )
-    if args.out:
-        check_replaceable(args.out)  # before the runs are read and bootstrapped
     names = args.names or [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
-    runs = [load_scored_run(path, name) for path, name in zip(args.runs, names, strict=True)]
-    markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
-    print(markdown)
-    if args.out:
+    if not args.out:
+        print(compare_runs(load_runs(args.runs, names), args.bootstrap, args.seed, args.unit)[0])
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with one_writer(args.out, "--out"):  # from the check to the second write: one pair
+        check_replaceable(args.out)  # before the runs are read and bootstrapped
+        runs = load_runs(args.runs, names)
+        markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
+        print(markdown)
         data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         # The JSON first: it claims the pair (it holds the markdown's sha256), so a compare cut
         # short before its markdown (a full disk) is taken up again by the rerun.
         write_text(args.out.with_suffix(".json"), json.dumps(strict_json(data), indent=2), "--out")
         write_text(args.out, markdown, "--out")
     return 0
+
+
+def load_runs(paths: list[Path], names: list[str | None]) -> list[ScoredRun]:
+    return [load_scored_run(path, name) for path, name in zip(paths, names, strict=True)]
 
 
 # Recorded in NAME.json: the markdown beside it is compare's own, unedited, when this matches.

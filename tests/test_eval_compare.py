@@ -182,6 +182,26 @@ def test_compare_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     assert out.read_text().endswith("my edit\n")
 
 
+def test_one_compare_at_a_time_writes_a_pair(tmp_path, capsys):
+    """Two compares to one --out: the second is refused while the first holds the pair, from
+    its check to its second write, so the JSON and the markdown are always one run's; no lock
+    file is left behind."""
+    from fincheck.io.safe_files import one_writer
+
+    gold = ["Yes" if i % 2 else "No" for i in range(8)]
+    _write_run(tmp_path / "a", qasem_examples([0.5] * 8, gold), 0.5)
+    runs = [str(tmp_path / "a"), str(tmp_path / "a"), "--names", "x,y", "--bootstrap", "10"]
+    out = tmp_path / "cmp.md"
+    assert main(["compare", *runs, "--out", str(out)]) == 0
+    pair = (out.read_text(), out.with_suffix(".json").read_text())
+    with one_writer(out, "--out"):  # another compare is writing
+        capsys.readouterr()
+        assert main(["compare", *runs, "--seed", "7", "--out", str(out)]) == 1
+        assert "is being written by another fincheck command" in capsys.readouterr().err
+    assert (out.read_text(), out.with_suffix(".json").read_text()) == pair
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "cmp.json", "cmp.md"]
+
+
 def test_qasem_subsets_stand_in_the_table_and_are_paired_by_subset(tmp_path):
     """Each subset's AUC (the paper's columns) has a column when results.json recorded it, and
     is computed from the scored examples of that subset alone, for the table and the paired

@@ -712,6 +712,45 @@ def test_one_writer_per_output_file_and_nothing_overwritten(tmp_path):
     assert (tmp_path / "other.jsonl.partial").read_text() == "mine\n"
 
 
+def test_an_output_file_is_published_from_the_file_its_command_holds(tmp_path):
+    """The partial file's name is not trusted at the end: swapped for a link while the command
+    wrote, the output still lands at PATH as a regular file and the link's target is untouched;
+    removed and taken by a second writer, each writer keeps its own output (the first at PATH,
+    the second beside it) and neither removes the other's partial file."""
+    from fincheck.errors import FincheckError
+    from fincheck.io.safe_files import claimed_output_file
+
+    victim, results = tmp_path / "victim.txt", tmp_path / "swapped.jsonl"
+    victim.write_text("VICTIM\n")
+    with claimed_output_file(results, "--out") as f:
+        f.write("mine\n")
+        partial = tmp_path / "swapped.jsonl.partial"
+        partial.unlink()
+        partial.symlink_to(victim)
+    assert results.read_text() == "mine\n" and not results.is_symlink()
+    assert victim.read_text() == "VICTIM\n" and partial.is_symlink()  # not ours: left alone
+
+    results = tmp_path / "taken.jsonl"
+    partial = tmp_path / "taken.jsonl.partial"
+    with claimed_output_file(results, "--out") as first:
+        first.write("first\n")
+        partial.unlink()  # the first writer's lock now guards no name
+        second = claimed_output_file(results, "--out")
+        f2 = second.__enter__()
+        f2.write("second\n")
+    assert results.read_text() == "first\n"
+    assert partial.exists()  # the second writer's, still being written
+    with pytest.raises(
+        FincheckError, match=r"appeared while this command ran; .* kept in .*partial"
+    ):
+        second.__exit__(None, None, None)
+    assert results.read_text() == "first\n" and partial.read_text() == "second\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("taken")) == [
+        "taken.jsonl",
+        "taken.jsonl.partial",
+    ]
+
+
 @pytest.mark.parametrize(
     ("override", "said"),
     [

@@ -284,16 +284,64 @@ def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
         yield f
         f.flush()
         try:
-            # never replaces (fails if PATH appeared meanwhile); links the partial file itself,
-            # never what a link swapped in for it would point to
-            os.link(partial, path, follow_symlinks=False)
+            if _names_held_file(partial, fd):
+                # never replaces (fails if PATH appeared meanwhile): links the file this
+                # command holds, by a name checked to be its own
+                os.link(partial, path, follow_symlinks=False)
+            else:  # its name removed, or given to a link or another writer's file, meanwhile
+                f.seek(0)
+                out = open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
+                with os.fdopen(out, "w", encoding="utf-8") as copy:
+                    shutil.copyfileobj(f, copy)
         except FileExistsError:
+            kept = partial
+            if not _names_held_file(partial, fd):  # kept under a name of its own
+                kept = path.with_name(f"{path.name}.{os.getpid()}.partial")
+                f.seek(0)
+                out = open_own_file(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
+                with os.fdopen(out, "w", encoding="utf-8") as copy:
+                    shutil.copyfileobj(f, copy)
             raise FincheckError(
-                f"{flag} {path} appeared while this command ran; the output is kept in {partial}"
+                f"{flag} {path} appeared while this command ran; the output is kept in {kept}"
             ) from None
         done = True
     finally:
-        if done or f.tell() == 0:
-            partial.unlink(missing_ok=True)
+        if (done or f.tell() == 0) and _names_held_file(partial, fd):
+            partial.unlink()  # only this command's own partial file, never another's
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
+
+
+@contextlib.contextmanager
+def one_writer(path: str | Path, flag: str) -> Iterator[None]:
+    """One command at a time writes PATH (a pair of files named after it, as compare's): a
+    lock file beside it, `.NAME.lock`, held for the block and removed after; a second writer
+    is refused at once. A lock whose name was removed or replaced after it was opened guards
+    nothing, and is refused too."""
+    path = Path(path)
+    lock = path.with_name(f".{path.name}.lock")
+    fd = open_own_file(lock, os.O_RDWR | os.O_CREAT, flag)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not _names_held_file(lock, fd):
+            raise BlockingIOError
+    except BlockingIOError:
+        os.close(fd)
+        raise FincheckError(
+            f"{flag} {path} is being written by another fincheck command: wait for it to "
+            "finish, or write elsewhere"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while held: a writer that opened it since is refused
+        os.close(fd)
+
+
+def _names_held_file(path: Path, fd: int) -> bool:
+    """Whether PATH names the very file open as `fd` (not a link, not another file)."""
+    try:
+        named, held = os.lstat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
