@@ -572,6 +572,35 @@ def test_links_planted_where_a_checkpoint_will_be_saved_are_removed_not_written_
     assert last_complete_checkpoint(out) == out / "checkpoint-4"
 
 
+def test_a_link_made_inside_a_checkpoint_while_it_is_saved_stops_the_run_unmarked(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    """Libraries open their files by name: a link made inside checkpoint-N while they save
+    (another process racing them) is found before the checkpoint is marked complete. The run
+    stops with one line naming it; the checkpoint is never marked, so no resume trusts it."""
+    from transformers import Trainer
+
+    out, victim = tmp_path / "run", tmp_path / "victim.pth"
+    victim.write_text("someone else's file")
+    real_save_rng_state = Trainer._save_rng_state
+
+    def racing(self, output_dir):  # what a racer between two of the libraries' writes does
+        (Path(output_dir) / "rng_state.pth").symlink_to(victim)
+        return real_save_rng_state(self, output_dir)
+
+    monkeypatch.setattr(Trainer, "_save_rng_state", racing)
+    run = build_trainer(
+        tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=2", "--save_steps=2")
+    )
+    with pytest.raises(FincheckError) as caught:
+        train_and_save(run)
+    message = str(caught.value)
+    assert "checkpoint-2/rng_state.pth: a link, made while the checkpoint was saved" in message
+    assert "\n" not in message
+    assert not (out / "checkpoint-2" / COMPLETE_MARKER).exists()
+    assert last_complete_checkpoint(out) is None
+
+
 def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_dir, tmp_path):
     """tree_packing + dev_figures + load_best_model_at_end: eval_<task>_<figure> at every
     evaluation, the best checkpoint survives rotation, and the final adapter is its adapter."""

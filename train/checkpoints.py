@@ -37,7 +37,13 @@ from fincheck.io.runs import (
     run_save_files,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
-from fincheck.io.safe_files import copy_file, fresh_folder, move_files_into, write_text
+from fincheck.io.safe_files import (
+    copy_file,
+    fresh_folder,
+    move_files_into,
+    refuse_foreign_entries,
+    write_text,
+)
 from fincheck.train.recipe import recipe_to_yaml
 
 
@@ -92,7 +98,9 @@ def base_fingerprint(base_path: str) -> str:
 
 
 def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> None:
-    """The checkpoint's record, written last, listing every file saved before it (sha256)."""
+    """The checkpoint's record, written last, listing every file saved before it (sha256);
+    refused for a checkpoint holding anything but folders and plain files of one name."""
+    refuse_foreign_entries(checkpoint, "the checkpoint")
     write_text(checkpoint / RECIPE_FILE, recipe_yaml)
     record = {**info, LISTED_FILES: files_record(checkpoint, checkpoint_files(checkpoint))}
     write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))

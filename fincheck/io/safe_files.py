@@ -181,10 +181,31 @@ def fresh_folder(path: str | Path, what: str = "") -> Path:
     return path
 
 
+def refuse_foreign_entries(folder: str | Path, what: str) -> None:
+    """A folder a library has just saved into (a `fresh_folder`) holds only folders and plain
+    files of one name. Libraries open their files by name: an entry that is anything else was
+    put there by another process while they saved, and what it points to may have been
+    written; the save is not used."""
+    for root, folders, files in os.walk(folder):  # links are listed, never followed
+        for name in folders + files:
+            info = os.lstat(os.path.join(root, name))
+            mode = info.st_mode
+            if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and info.st_nlink == 1):
+                continue
+            kind = "a link" if stat.S_ISLNK(mode) else "a hard-linked file or no plain file"
+            raise FincheckError(
+                f"{Path(root) / name}: {kind}, made while {what} was saved: another process "
+                "writes into this folder, and what it points to may have been written; "
+                f"{what} is not used. Stop the other writer, then run the command again"
+            )
+
+
 def move_files_into(staging: str | Path, folder: str | Path, what: str = "") -> None:
     """Each plain file a library saved into `staging` (a `fresh_folder`) renamed onto its name
     in `folder`: a link planted there is replaced, never written through; a folder there is
-    refused. `staging` is removed."""
+    refused, as is a staging folder holding anything but plain files (`refuse_foreign_entries`).
+    `staging` is removed."""
+    refuse_foreign_entries(staging, what)
     source, target = _open_folder(Path(staging), what), _open_folder(Path(folder), what)
     try:
         for name in sorted(os.listdir(source)):
