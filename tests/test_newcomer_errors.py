@@ -790,6 +790,24 @@ def test_a_damaged_base_is_one_line_naming_its_file(tiny_base, prepared_dir, tmp
     assert code == 1 and f"{weights} is not a safetensors file, or is cut short" in err
 
 
+def test_a_base_without_its_tokenizer_files_is_one_line(tiny_base, prepared_dir, tmp_path, capsys):
+    """A base folder whose tokenizer files are missing loads an empty tokenizer: refused in one
+    line naming the folder, not an empty prompt met as a traceback inside the model."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base, base)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (base / name).unlink()
+    code, err = run_cli(
+        capsys, "eval", "--model", str(base), "--data", str(prepared_dir), "--tasks", "qasem",
+        "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
+    )  # fmt: skip
+    last = err.strip().splitlines()[-1]  # after the weights' progress bar
+    assert code == 1 and "Traceback" not in err
+    assert last.startswith(f"fincheck eval: error: {base}: its tokenizer turns text into no")
+
+
 def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
     """`--debug` prints Python's traceback after main has put its redacting streams back: the
     process's excepthook redacts it too, so an endpoint's credentials in the error never show."""

@@ -13,7 +13,7 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
 from fincheck.io.runs import looks_like_hub_id
 from fincheck.models.known import read_model_info
-from fincheck.models.loading import remote_code_explained, resolve_model
+from fincheck.models.loading import check_encodes, remote_code_explained, resolve_model
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base
 
@@ -86,6 +86,7 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
         tokenizer = AutoTokenizer.from_pretrained(
             source, trust_remote_code=recipe.trust_remote_code
         )
+    check_encodes(tokenizer, source)
     if recipe.chat_template_path:
         tokenizer.chat_template = Path(recipe.chat_template_path).read_text(encoding="utf-8")
     if not tokenizer.chat_template:

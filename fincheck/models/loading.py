@@ -255,6 +255,7 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
         raise FincheckError(
             f"{where}: its tokenizer files do not load ({type(e).__name__}: {one_line(e)})"
         ) from None
+    check_encodes(tokenizer, where)
     if tokenizer.chat_template:
         try:
             tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
@@ -263,6 +264,16 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
                 f"{where}: its chat template does not render ({type(e).__name__}: {one_line(e)})"
             ) from None
     return tokenizer
+
+
+def check_encodes(tokenizer: Any, where: str) -> None:
+    """A tokenizer that turns text into no tokens (a folder without its tokenizer files loads
+    as an empty one) is refused here, not met as an empty prompt deep in the model."""
+    if not tokenizer("A sentence.", add_special_tokens=False)["input_ids"]:
+        raise FincheckError(
+            f"{where}: its tokenizer turns text into no tokens (no tokenizer.json, vocabulary "
+            "or tokenizer.model there?): copy the model's tokenizer files into it"
+        )
 
 
 def load_model(
