@@ -62,6 +62,30 @@ def test_bad_final_record_names_file_line_field(tmp_path, data_dir, bad_line, ex
     assert manifest["counts"]["final"]["test"]["pairs"] == 2
 
 
+def test_a_final_file_not_in_utf8_names_its_line_and_one_with_a_bom_is_read(tmp_path, data_dir):
+    """A byte that is no UTF-8 (Latin-1 text, a raw surrogate) names the file and the line, as
+    JSONL or as a JSON array; a byte-order mark an editor put at the start is not a record's."""
+    lines = [json.dumps(GOOD).encode(), json.dumps({**GOOD, "id": "x2"}).encode()]
+    for bad in (b'{"id": "x3", "text": "caf\xe9"}', b'{"id": "x3", "text": "\xed\xa0\x80"}'):
+        final = tmp_path / "final.jsonl"
+        final.write_bytes(b"\n".join([*lines, bad]) + b"\n")
+        with pytest.raises(FincheckError, match=rf"{final}:3: <encoding>: not UTF-8 text"):
+            prepare_final(tmp_path, data_dir, final)
+        array = tmp_path / "final.json"
+        array.write_bytes(b"[\n" + b",\n".join([*lines, bad]) + b"\n]")
+        with pytest.raises(FincheckError, match=rf"{array}:4: not UTF-8 text"):
+            prepare_final(tmp_path, data_dir, array)
+    for name, body in (
+        ("bom.jsonl", b"\n".join(lines)),
+        ("bom.json", b"[" + b",".join(lines) + b"]"),
+    ):
+        final = tmp_path / name
+        final.write_bytes(b"\xef\xbb\xbf" + body + b"\n")
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        manifest = prepare_final(tmp_path, data_dir, final)
+        assert manifest["counts"]["final"]["test"]["pairs"] == 2
+
+
 def test_empty_file_is_an_error(tmp_path, data_dir):
     final = write_final_file(tmp_path / "final.jsonl", [])
     with pytest.raises(FincheckError, match=r"final.jsonl: the file is empty"):

@@ -31,15 +31,21 @@ class RawRecord:
 
 
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
-    """One record per non-blank line; a line that is not a JSON object is an error record."""
+    """One record per non-blank line; a line that is not a JSON object (or not UTF-8) is an
+    error record naming the file and line."""
     n = 0
-    with Path(path).open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
+    with Path(path).open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             n += 1
             try:
+                line = raw.decode("utf-8")
                 record = RawRecord(str(path), line_no, decode_object_line(path, line_no, line))
+            except UnicodeDecodeError as e:
+                problem = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                error = InvalidRecordError(str(path), line_no, "<encoding>", problem)
+                record = RawRecord(str(path), line_no, error=error)
             except InvalidRecordError as e:
                 record = RawRecord(str(path), line_no, error=e)
             yield record
@@ -49,7 +55,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
 
 def iter_json_array(path: Path) -> Iterator[RawRecord]:
     """Elements of a top-level JSON array (or of its `data` field), each with its start line."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = jsonl.read_utf8_text(path)
     if not text.strip():
         raise FincheckError(f"{path}: the file is empty (no records)")
     try:
@@ -95,8 +101,8 @@ def _element_lines(text: str, count: int) -> list[int]:
 def iter_records(path: Path) -> Iterator[RawRecord]:
     """JSONL or JSON array, by content: a file whose first character is '[' is a JSON array."""
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        head = f.read(4096).lstrip()
+    with path.open("rb") as f:  # only to tell the two apart: the readers check the encoding
+        head = f.read(4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if head.startswith("[") or (head.startswith("{") and path.suffix == ".json"):
         return iter_json_array(path)
     return iter_jsonl(path)

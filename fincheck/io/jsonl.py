@@ -82,7 +82,10 @@ def loads_object(text: str) -> dict[str, Any]:
 
 
 def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, Any]:
-    """One JSONL line as an object, or `InvalidRecordError` at `file:line`."""
+    """One JSONL line as an object, or `InvalidRecordError` at `file:line`. A byte-order mark
+    that opens the file (an editor's UTF-8 with BOM) is not part of the first record."""
+    if line_no == 1:
+        line = line.removeprefix("\ufeff")
     try:
         record = loads(line)
     except json.JSONDecodeError as e:
@@ -96,10 +99,11 @@ def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, A
 
 
 def read_utf8_text(path: str | Path) -> str:
-    """A whole text file, or a one-line error naming the line with the first non-UTF-8 byte."""
+    """A whole text file (without the byte-order mark an editor may open it with), or a one-line
+    error naming the line with the first non-UTF-8 byte."""
     raw = Path(path).read_bytes()
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line_no = raw.count(b"\n", 0, e.start) + 1
         raise FincheckError(

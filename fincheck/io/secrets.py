@@ -63,21 +63,23 @@ def has_secret(text: str) -> bool:
     return redact(text) != text
 
 
+# The credentials of an HTTP authorization header, whatever their length (an endpoint that
+# echoes the request it refused): "Bearer k3y", "Basic YWxp...".
+AUTH_HEADER = re.compile(r"(?P<scheme>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]+")
 # The secret values this process holds (an endpoint's API key, a hub token, a URL's
-# credentials): redacted by value wherever they appear, whatever their shape; one shorter than
-# MIN_HELD_LENGTH only where it stands as a whole word ("Bearer k3y", never inside "monkey").
+# credentials): redacted by value wherever they appear, whatever their shape.
 _HELD: set[str] = set()
+# Shorter values ("EMPTY", "none": a local server's placeholder keys) would redact ordinary
+# words from every line and file; such a key is redacted where it follows its header's scheme.
 MIN_HELD_LENGTH = 6
 
 
-def hold_secret(value: str | None, *, short_too: bool = True) -> None:
-    """Remember a secret value this run holds, so that `redact` removes it by value (a value
-    that may be no secret, such as a URL's query value, only from MIN_HELD_LENGTH characters:
-    `short_too=False`). The process's own command line is redacted too (the options were
-    parsed already): a library that records it (wandb stores `sys.argv` with every run) never
-    sees the secret, and neither does anyone listing the machine's processes
-    (`hide_from_process_list`)."""
-    if not value or (len(value) < MIN_HELD_LENGTH and not short_too):
+def hold_secret(value: str | None) -> None:
+    """Remember a secret value this run holds, so that `redact` removes it by value. The
+    process's own command line is redacted too (the options were parsed already): a library
+    that records it (wandb stores `sys.argv` with every run) never sees the secret, and neither
+    does anyone listing the machine's processes (`hide_from_process_list`)."""
+    if not value or len(value) < MIN_HELD_LENGTH:
         return
     _HELD.add(value)
     sys.argv[:] = [redact(arg) for arg in sys.argv]
@@ -115,23 +117,21 @@ def hold_url_secrets(url: str | None) -> None:
         for part in (password, unquote(password)):
             hold_secret(part)
         for part in (user, unquote(user)):
-            hold_secret(part, short_too=False)
+            hold_secret(part)
         basic = f"{unquote(user)}:{unquote(password)}".encode()
         hold_secret(base64.b64encode(basic).decode())
     for match in URL_QUERY_VALUE.finditer(url):
-        hold_secret(url[match.end("key") : match.end()], short_too=False)
+        hold_secret(url[match.end("key") : match.end()])
 
 
 def redact(text: str) -> str:
-    """`text` with every secret value this run holds, every token shape and every URL's
-    credentials replaced by <redacted>: what fincheck writes to a file, uploads or prints of a
+    """`text` with every secret value this run holds, every token shape, every authorization
+    header's credentials and every URL's credentials replaced by <redacted>: what fincheck writes to a file, uploads or prints of a
     value it did not make."""
     for value in sorted(_HELD, key=len, reverse=True):
-        if len(value) >= MIN_HELD_LENGTH:
-            text = text.replace(value, REDACTED)
-        else:
-            text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", REDACTED, text)
+        text = text.replace(value, REDACTED)
     text = TOKEN.sub(REDACTED, text)
+    text = AUTH_HEADER.sub(lambda m: f"{m.group('scheme')}{REDACTED}", text)
     text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
     return URL_SECRET_QUERY.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
 
