@@ -115,6 +115,34 @@ _NO_PROBLEM = re.compile(
     rf"|(?:supported|consistent|correct|accurate|verified|confirmed|true|verifiable)",
     re.IGNORECASE,
 )
+# A whole sentence that says there is nothing to report in a way the clauses cannot tell
+# (they are read one by one): a problem label with no count ("Unsupported claims: none",
+# "Hallucinations: 0"), "free of errors", "error-free", "zero inconsistencies", "not a single
+# error", double negatives ("The date is not incorrect", "No claim lacks support", "The summary
+# never contradicts the text", "... doesn't contain anything not found in the text").
+_SAYS_NONE = re.compile(
+    rf"(?:{_PROBLEM}|hallucinated\s+\w+)(?:\s+(?:found|detected|identified))?\s*[:=]\s*"
+    rf"(?:none|0|zero|no|nil|n/a|nothing)(?:\s+(?:found|detected|identified))?"
+    rf"|(?:the\s+)?summary\s+(?:is|seems|appears|looks)\s+(?:to\s+be\s+)?"
+    rf"(?:(?:entirely|completely|fully|totally)\s+)?"
+    rf"(?:free\s+(?:of|from)\s+(?:any\s+)?{_PROBLEM}|(?:error|mistake|hallucination)-free)"
+    rf"|(?:zero|0)\s+{_PROBLEM}(?:\s+(?:were\s+|was\s+)?(?:found|identified|detected|noted))?"
+    rf"|not\s+applicable"
+    rf"|there\s+(?:isn't|is\s+not|aren't|are\s+not)\s+(?:a\s+single|one|any)\s+{_PROBLEM}"
+    rf"(?:\s+in\s+(?:the\s+)?summary)?"
+    rf"|(?:the\s+)?summary\s+never\s+(?:contradicts|misstates|misrepresents|distorts)\s+"
+    rf"(?:the\s+)?(?:text|article|source|document)"
+    rf"|(?:the\s+)?summary\s+neither\s+adds\s+nor\s+(?:changes|alters|distorts|invents)"
+    rf"(?:\s+any)?\s+(?:facts?|details?|information|claims?)"
+    rf"|no\s+(?:claims?|details?|facts?|statements?)(?:\s+in\s+the\s+summary)?\s+lacks?\s+"
+    rf"(?:support|grounding|evidence)"
+    rf"|(?:the\s+)?summary\s+(?:does\s+not|doesn't)\s+(?:contain|include|say|state|add)\s+"
+    rf"anything\s+(?:that\s+is\s+)?not\s+(?:found\s+|stated\s+|supported\s+|mentioned\s+)?"
+    rf"(?:in|by)\s+the\s+(?:text|article|source|document)"
+    rf"|(?:the\s+)?(?:\w+\s+){{0,3}}(?:is|are|was|were)\s+not\s+(?:at\s+all\s+)?"
+    rf"{_NEGATED_ERROR}",
+    re.IGNORECASE,
+)
 # A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
 _AFFIRMS = re.compile(
     r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
@@ -180,6 +208,8 @@ def _sentence_says_nothing(sentence: str) -> bool:
     statement, I found no errors", "The location (Leeds) is correct") and nothing after it
     but clauses that report no problem either; or a remark on an omission alone."""
     if _OMISSION.search(sentence) and not _NAMES_AN_ERROR.search(_NOT_AN_ERROR.sub("", sentence)):
+        return True
+    if _SAYS_NONE.fullmatch(_plain(sentence)) and not _CONTRAST.search(sentence):
         return True
     clauses = _CLAUSE_SPLIT.split(sentence)
     kinds = [_clause_kind(clause) for clause in clauses]
@@ -259,20 +289,28 @@ def _english(text: str) -> bool:
     return not words or sum(w.isascii() for w in words) / len(words) >= 0.8
 
 
-def _table_rows(text: str) -> list[str] | None:
-    """The data rows of a markdown table in the answer (header and separator left out), None
-    when it has no table."""
+def _table_rows(text: str) -> tuple[str, list[str]] | None:
+    """The header and the data rows of a markdown table in the answer (its separator left
+    out), None when it has no table."""
     rows = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
     if len(rows) < 3 or not re.fullmatch(r"\|?[\s:|-]+\|?", rows[1]):
         return None
-    return rows[2:]
+    return rows[0], rows[2:]
 
 
-def _row_affirms(row: str) -> bool:
-    """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ..."""
-    verdict = row.strip("|").split("|")[-1].strip(" *").lower()
+def _verdict(row: str) -> str:
+    return row.strip("|").split("|")[-1].strip(" *").lower()
+
+
+def _row_affirms(row: str, asks_for_a_problem: bool) -> bool:
+    """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ...; under
+    a heading that asks for a problem ("Hallucinated?", "Unsupported?") only a plain "no"."""
+    if asks_for_a_problem:
+        return bool(re.fullmatch(r"(?:no|false|none)\.?", _verdict(row)))
     return bool(
-        re.fullmatch(r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", verdict)
+        re.fullmatch(
+            r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", _verdict(row)
+        )
     )
 
 
@@ -442,7 +480,9 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
         return APART  # empty: says nothing; another script: not read with confidence
     table = _table_rows(text)
     if table is not None:  # nothing to report only when every row affirms its claim
-        return NOTHING if table and all(map(_row_affirms, table)) else APART
+        header, rows = table
+        asks = bool(_NAMES_AN_ERROR.search(_verdict(header)) or _REPORTS.search(_verdict(header)))
+        return NOTHING if rows and all(_row_affirms(row, asks) for row in rows) else APART
     listed = _json_items(text)
     if listed is None:
         listed = _marked_items(text.splitlines(), inline_first)
