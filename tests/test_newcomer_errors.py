@@ -808,6 +808,25 @@ def test_a_base_without_its_tokenizer_files_is_one_line(tiny_base, prepared_dir,
     assert last.startswith(f"fincheck eval: error: {base}: its tokenizer turns text into no")
 
 
+def test_a_base_whose_config_is_a_folder_is_one_line_naming_it(
+    tiny_base, prepared_dir, tmp_path, capsys
+):
+    """A model file of the wrong kind (config.json a folder) is named as such, not read as a
+    config transformers cannot build a model from."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base, base)
+    (base / "config.json").unlink()
+    (base / "config.json").mkdir()
+    code, err = run_cli(
+        capsys, "eval", "--model", str(base), "--data", str(prepared_dir), "--tasks", "qasem",
+        "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
+    )  # fmt: skip
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"{base / 'config.json'}: a folder (or no plain file) where the model's file" in err
+
+
 def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
     """`--debug` prints Python's traceback after main has put its redacting streams back: the
     process's excepthook redacts it too, so an endpoint's credentials in the error never show."""

@@ -63,7 +63,7 @@ def _not_own(path: Path, what: str, kind: str) -> str:
     return (
         f"{what + ' ' if what else ''}{path}: {kind}; fincheck writes only plain files of its "
         "own, never through a link (another file would be written). Remove it or choose another "
-        "path (nothing was written)"
+        "path (nothing was written through it)"
     )
 
 

@@ -29,6 +29,7 @@ from fincheck.inference.generation import (
     torch_dtype,
 )
 from fincheck.io import jsonl
+from fincheck.io.checksums import MODEL_FILES
 from fincheck.io.config import config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
@@ -102,7 +103,13 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
 
         where, gguf = str(path.parent), {"gguf_file": path.name}
         weights = {**gguf, "quantization_config": GgufConfig(dequantize=True)}
-    if path.is_dir():  # a weights file cut short or replaced: one line naming it, up front
+    if path.is_dir():  # a model file of another kind, or cut short: one line naming it, up front
+        for entry in sorted(path.iterdir()):
+            if any(entry.match(pattern) for pattern in MODEL_FILES) and not entry.is_file():
+                raise FincheckError(
+                    f"{entry}: a folder (or no plain file) where the model's file of that name "
+                    "should be: fetch or copy the model again"
+                )
         for weights_file in sorted(path.glob("*.safetensors")):
             check_weights_file(weights_file, "the base model's weights")
     try:
