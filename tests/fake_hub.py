@@ -51,6 +51,9 @@ class FakeHub:
         self.silent: set[str] = set()  # endpoints that accept the request and never answer
         # endpoint name -> (body, headers) sent as its reply, as is (a reply too large)
         self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}
+        # a file's content sent from a path of its own ("/cdn/..."), as the hub redirects
+        # large files to its CDN: `resolve` then answers 302
+        self.redirect_files = False
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # poll often: shutdown() waits up to one poll interval (0.5 s by default)
@@ -114,6 +117,12 @@ class FakeHub:
             ("HEAD", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "metadata", self._metadata),
             ("GET", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", self._resolve),
         ]
+        if method == "GET" and path.startswith("/cdn/"):  # no token: a signed CDN URL
+            owner, name, rev, file = path.removeprefix("/cdn/").split("/", 3)
+            if "cdn" in self.raw:
+                body, headers = self.raw["cdn"]
+                return self._send(h, 200, (body, {"content-length": str(len(body)), **headers}))
+            return self._send(h, *self._file(f"{owner}/{name}", rev, file))
         for verb, pattern, name, handler in routes:
             match = re.fullmatch(pattern, path)
             if verb != method or not match:
@@ -215,7 +224,14 @@ class FakeHub:
         status, meta = self._metadata(body, repo, rev, path)
         if status != 200:
             return status, meta
-        data = self.repos[repo].branches[rev][path]
+        if self.redirect_files:
+            return 302, (b"", {"Location": f"/cdn/{repo}/{rev}/{path}"})  # no /resolve/
+        return self._file(repo, rev, path)
+
+    def _file(self, repo: str, rev: str, path: str) -> tuple[int, Any]:
+        r = self.repos[repo]
+        branch = next((name for name, sha in r.shas.items() if sha == rev), rev)
+        data = r.branches[branch][path]
         return 200, (data, {"Content-Length": str(len(data))})
 
     def _validate(self, body: bytes) -> tuple[int, dict]:

@@ -561,8 +561,9 @@ def completion(text: str) -> dict:
         # deflate without its zlib header, and a body that is no gzip at all
         (zlib.compress(b"{}")[2:-4], {"Content-Encoding": "deflate"}, "does not inflate"),
         (b"not gzip" * 100, {"Content-Encoding": "gzip"}, "does not inflate"),
+        (gzip.compress(b'{"choices": []}')[:-12], {"Content-Encoding": "gzip"}, "cut short"),
     ],
-    ids=["gzip-bomb", "huge", "unasked-encoding", "nested", "raw-deflate", "broken-gzip"],
+    ids=["gzip-bomb", "huge", "unasked-encoding", "nested", "raw-deflate", "broken-gzip", "cut"],
 )
 def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
     """Replies cost bounded memory: a body past 16 MiB as sent, or once inflated, is not read
@@ -595,6 +596,12 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
         assert server.calls_for("bomb") == 1  # not asked again by the openai client's retries
         answer = client.complete([{"role": "user", "content": "fine"}], {"max_tokens": 8})
         assert answer.text == "Yes"
+        # a gzip stream of two members (valid gzip: the second is read too)
+        body = json.dumps(completion("Yes, two members")).encode()
+        members = gzip.compress(body[:20]) + gzip.compress(body[20:])
+        server.script["two"] = [("raw", members, "always", {"Content-Encoding": "gzip"})]
+        answer = client.complete([{"role": "user", "content": "two"}], {"max_tokens": 8})
+        assert answer.text == "Yes, two members"
 
 
 def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeypatch):

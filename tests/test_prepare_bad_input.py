@@ -77,6 +77,7 @@ def test_a_final_file_not_in_utf8_names_its_line_and_one_with_a_bom_is_read(tmp_
             prepare_final(tmp_path, data_dir, array)
     for name, body in (
         ("bom.jsonl", b"\n".join(lines)),
+        ("bom-blank.jsonl", b"\r\n" + b"\n".join(lines)),  # a blank first line after the mark
         ("bom.json", b"[" + b",".join(lines) + b"]"),
     ):
         final = tmp_path / name

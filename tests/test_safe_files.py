@@ -260,3 +260,28 @@ def test_a_file_being_written_by_another_rank_does_not_make_a_folder_someone_els
     (mine / "notes.tmp").write_text("mine")
     with pytest.raises(FincheckError, match=r"holds files fincheck did not write \(notes\.tmp\)"):
         claim_out_dir(mine, "output_dir", "train", ("checkpoint-*",))
+
+
+@pytest.mark.parametrize("planted", ["link inside", "hard link inside", "the folder a link"])
+def test_what_a_library_saved_is_walked_before_it_is_used(planted, tmp_path):
+    """A folder a library saved into holds only folders and plain files of one name: a link
+    inside it, a hard link, or the folder itself swapped for a link (which a walk would
+    follow) is one line, and nothing is used."""
+    from fincheck.io.safe_files import refuse_foreign_entries
+
+    saved, elsewhere = tmp_path / "checkpoint-9", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "optimizer.pt").write_text("someone else's")
+    if planted == "the folder a link":
+        saved.symlink_to(elsewhere, target_is_directory=True)
+    else:
+        (saved / "global_step9").mkdir(parents=True)
+        (saved / "global_step9" / "states.pt").write_text("saved")
+        refuse_foreign_entries(saved, "the checkpoint")  # plain files and folders: fine
+        if planted == "link inside":
+            (saved / "global_step9" / "optim.pt").symlink_to(elsewhere / "optimizer.pt")
+        else:
+            os.link(elsewhere / "optimizer.pt", saved / "optimizer.pt")
+    with pytest.raises(FincheckError, match="checkpoint-9") as caught:
+        refuse_foreign_entries(saved, "the checkpoint")
+    assert "\n" not in str(caught.value)

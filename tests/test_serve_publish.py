@@ -333,6 +333,7 @@ def test_a_hub_reply_too_large_is_one_line_and_costs_bounded_memory(
 ADAPTER_CONFIG_BYTES = json.dumps({"peft_type": "LORA", "r": 8}).encode()
 
 
+@pytest.mark.parametrize("redirected", [False, True], ids=["resolve", "redirected-to-cdn"])
 @pytest.mark.parametrize(
     "body, headers, said",
     [
@@ -343,7 +344,7 @@ ADAPTER_CONFIG_BYTES = json.dumps({"peft_type": "LORA", "r": 8}).encode()
     ids=["gzip-file", "gzip-bomb", "3-MiB-file"],
 )
 def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
-    hub: FakeHub, monkeypatch, tmp_path: Path, body, headers, said
+    hub: FakeHub, monkeypatch, tmp_path: Path, body, headers, said, redirected
 ):
     """A file's content (`/resolve/`, streamed to disk by huggingface_hub) has a cap of its own
     (the hub's 50 GB for a plain download, lowered here to 1 MiB), as sent and as inflated: a
@@ -366,7 +367,8 @@ def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
     bounded_http.bound_hub_replies()
     hub.repos["me/adapter"] = FakeRepo(private=False)
     hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
-    hub.raw["resolve"] = (body, headers)
+    hub.redirect_files = redirected  # a large file comes from the hub's CDN, not /resolve/
+    hub.raw["cdn" if redirected else "resolve"] = (body, headers)
     if said is None:
         folder = local_adapter_dir("me/adapter")
         assert (folder / "adapter_config.json").read_bytes() == ADAPTER_CONFIG_BYTES
@@ -375,10 +377,38 @@ def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
         local_adapter_dir("me/adapter")
     message = str(caught.value)
     assert "\n" not in message and said in message, message
-    assert re.search(r"/me/adapter/resolve/\w+/adapter_config\.json", message)
+    assert re.search(r"/me/adapter/(?:resolve/)?\w+/adapter_config\.json", message)
     assert "a hub file is capped at 1,048,576 bytes" in message
     on_disk = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
     assert on_disk <= 2**20
+
+
+def test_a_large_file_from_the_hub_s_cdn_is_not_capped_as_an_api_reply(
+    hub: FakeHub, monkeypatch, tmp_path: Path
+):
+    """Only the hub's API replies (`/api/`) are read into memory and capped at 16 MiB: a file
+    of 20 MiB redirected from `/resolve/` to the CDN's own path arrives whole."""
+    import huggingface_hub.constants
+
+    from fincheck.io import bounded_http
+    from fincheck.models.loading import local_adapter_dir
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(
+        huggingface_hub.constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    bounded_http.bound_hub_replies()
+    weights = b"\0" * 20 * 2**20
+    hub.repos["me/adapter"] = FakeRepo(private=False)
+    hub.repos["me/adapter"].branches["main"].update(
+        {"adapter_config.json": ADAPTER_CONFIG_BYTES, "adapter_model.safetensors": weights}
+    )
+    hub.redirect_files = True
+    folder = local_adapter_dir("me/adapter")
+    assert (folder / "adapter_model.safetensors").stat().st_size == len(weights)
 
 
 def test_bad_token_is_a_clear_401_message(run_dir: Path, hub: FakeHub, monkeypatch, capsys):
@@ -889,8 +919,9 @@ def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, ca
 def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     """An endpoint that echoes what it was sent prints nothing of the credentials: the password
     as written and percent-decoded (one holding an "@" too), the Basic header an HTTP client
-    makes of the userinfo, a key in the fragment; an API key too short to be held by value (a
-    placeholder such as "EMPTY" would redact ordinary words) is redacted in an echoed header."""
+    makes of the userinfo, a key in the fragment or percent-encoded in the query; an API key
+    too short to be held by value (a placeholder such as "EMPTY" would redact ordinary words)
+    is redacted as an echoed header's value, and prose about bearer bonds is left alone."""
     import base64
     import sys
 
@@ -907,9 +938,16 @@ def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     )
     assert "w0rdSECRET" not in echoed and basic not in echoed and "FRAG" not in echoed, echoed
     assert secrets.public_url(url) == "http://<redacted>@127.0.0.1:9/v1"
+    secrets.hold_url_secrets("http://127.0.0.1:9/v1?api_key=abc%2Fdefghi")
+    assert secrets.redact("key abc/defghi") == "key <redacted>"
     secrets.hold_secret("Zq9x7")
-    said = "your header was Bearer Zq9x7; a Zq9x7 word"
-    assert secrets.redact(said) == "your header was Bearer <redacted>; a Zq9x7 word"
+    said = "got authorization: bearer Zq9x7, Proxy-Authorization='Zq9x7'; a Zq9x7 word"
+    expected = (
+        "got authorization: bearer <redacted>, Proxy-Authorization='<redacted>'; a Zq9x7 word"
+    )
+    assert secrets.redact(said) == expected
+    prose = "The fund holds Bearer bonds and Basic materials stocks."
+    assert secrets.redact(prose) == prose
 
 
 def test_a_held_secret_leaves_the_process_s_command_line(monkeypatch):

@@ -365,5 +365,11 @@ def test_a_training_output_without_its_record_is_not_read_as_a_bare_adapter(tmp_
     assert "--resume_from_checkpoint=auto" in str(caught.value)
     with pytest.raises(FincheckError, match=r"a training checkpoint that did not finish .*another"):
         load_run(unfinished)
+    (tmp_path / "latest").symlink_to(unfinished, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:  # given as a link to it, or as "." from inside it
+        for given in (tmp_path / "latest", Path(".")):
+            mp.chdir(unfinished)
+            with pytest.raises(FincheckError, match=r"a training checkpoint that did not finish"):
+                load_run(given)
     (run / OWN_MARKER).unlink()  # a bare PEFT folder: nothing says it is a training output
     assert load_run(run).adapter_config == {"r": 4}

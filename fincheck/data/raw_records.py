@@ -36,6 +36,8 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     n = 0
     with Path(path).open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
+            if line_no == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no record
             if not raw.strip():
                 continue
             n += 1

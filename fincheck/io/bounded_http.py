@@ -64,6 +64,11 @@ class _BoundedBody(httpx.SyncByteStream):
                     )
                 yield out
                 chunk = self.inflate.unconsumed_tail
+                if self.inflate.eof and self.inflate.unused_data:  # the next gzip member
+                    chunk = self.inflate.unused_data
+                    self.inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)
+        if self.inflate is not None and not self.inflate.eof:
+            raise UnreadableReply("a compressed reply cut short")
 
     def close(self) -> None:
         self.raw.close()
@@ -97,10 +102,11 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
 
 
 def _is_file_download(request: Any) -> bool:
-    """A hub request for a file's content (`/resolve/`): streamed into a file by the hub's own
-    downloader, then checked against the size and hash the hub announced; every other hub reply
-    (its API's JSON) is read into memory."""
-    return "/resolve/" in request.url.path
+    """A hub request for a file's content: streamed into a file by the hub's own downloader,
+    then checked against the size and hash the hub announced. Only the hub's API (`/api/`)
+    replies are read into memory; a file comes from `/resolve/` or from wherever that
+    redirects (a CDN's own paths)."""
+    return not request.url.path.startswith("/api/")
 
 
 def _ask_only_for_what_is_inflated(request: Any) -> None:

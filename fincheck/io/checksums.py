@@ -16,8 +16,17 @@ def sha256_file(path: str | Path) -> str:
 
 
 # What decides a model folder's function: its configs and its weights (not its README).
-# (*.py: the code a model with remote code runs, `--trust-remote-code`)
-MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.jinja", "*.txt", "*.py")
+# (*.py: the code a model with remote code runs, `--trust-remote-code`; *.tiktoken: a vocabulary)
+MODEL_FILES = (
+    "*.json",
+    "*.safetensors",
+    "*.bin",
+    "*.model",
+    "*.jinja",
+    "*.txt",
+    "*.py",
+    "*.tiktoken",
+)
 # `fincheck models fetch`'s record of one machine's copy (file sizes and mtimes): not the model.
 # Counted, it made the same pinned wheel another model on every machine that fetched it.
 FETCH_RECORD = "fincheck_model.json"

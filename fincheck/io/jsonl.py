@@ -116,6 +116,8 @@ def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     not UTF-8) raises `InvalidRecordError`."""
     with Path(path).open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
+            if line_no == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no record
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -191,10 +191,10 @@ def load_run(path: str | Path) -> RunArtifacts:
             "use another checkpoint",
         )
         run.root = path.parent
-    elif folder_kind(path) == "train" or folder_kind(path.parent) == "train":
+    elif folder_kind(path.resolve()) == "train" or folder_kind(path.resolve().parent) == "train":
         # a training output without its record: a final save or a checkpoint cut short (its
         # recipe and manifest may be an earlier run's), never read as a bare adapter
-        what = "checkpoint" if folder_kind(path) != "train" else "run"
+        what = "checkpoint" if folder_kind(path.resolve()) != "train" else "run"
         record, fix = (
             (CHECKPOINT_METADATA, "use another checkpoint")
             if what == "checkpoint"

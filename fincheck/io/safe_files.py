@@ -186,6 +186,8 @@ def refuse_foreign_entries(folder: str | Path, what: str) -> None:
     files of one name. Libraries open their files by name: an entry that is anything else was
     put there by another process while they saved, and what it points to may have been
     written; the save is not used."""
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):  # the folder itself swapped for a link
+        raise FincheckError(_not_own(Path(folder), what, "a link or no folder"))
     for root, folders, files in os.walk(folder):  # links are listed, never followed
         for name in folders + files:
             info = os.lstat(os.path.join(root, name))

@@ -64,13 +64,17 @@ def has_secret(text: str) -> bool:
 
 
 # The credentials of an HTTP authorization header, whatever their length (an endpoint that
-# echoes the request it refused): "Bearer k3y", "Basic YWxp...".
-AUTH_HEADER = re.compile(r"(?P<scheme>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]+")
+# echoes the request it refused): "Authorization: Bearer k3y", "authorization=Basic YWxp...".
+AUTH_HEADER = re.compile(
+    r"(?P<scheme>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
+    r"[^\s\"',;]+",
+    re.IGNORECASE,
+)
 # The secret values this process holds (an endpoint's API key, a hub token, a URL's
 # credentials): redacted by value wherever they appear, whatever their shape.
 _HELD: set[str] = set()
 # Shorter values ("EMPTY", "none": a local server's placeholder keys) would redact ordinary
-# words from every line and file; such a key is redacted where it follows its header's scheme.
+# words from every line and file; such a key is redacted where it stands as a header's value.
 MIN_HELD_LENGTH = 6
 
 
@@ -121,7 +125,9 @@ def hold_url_secrets(url: str | None) -> None:
         basic = f"{unquote(user)}:{unquote(password)}".encode()
         hold_secret(base64.b64encode(basic).decode())
     for match in URL_QUERY_VALUE.finditer(url):
-        hold_secret(url[match.end("key") : match.end()])
+        value = url[match.end("key") : match.end()]
+        hold_secret(value)
+        hold_secret(unquote(value))
 
 
 def redact(text: str) -> str:

@@ -128,19 +128,22 @@ _SAYS_NONE = re.compile(
     rf"(?:free\s+(?:of|from)\s+(?:any\s+)?{_PROBLEM}|(?:error|mistake|hallucination)-free)"
     rf"|(?:zero|0)\s+{_PROBLEM}(?:\s+(?:were\s+|was\s+)?(?:found|identified|detected|noted))?"
     rf"|not\s+applicable"
-    rf"|there\s+(?:isn't|is\s+not|aren't|are\s+not)\s+(?:a\s+single|one|any)\s+{_PROBLEM}"
-    rf"(?:\s+in\s+(?:the\s+)?summary)?"
+    rf"|(?:there\s+(?:isn't|is\s+not|aren't|are\s+not)\s+(?:a\s+single|one|any)"
+    rf"|not\s+(?:a\s+single|one))\s+{_PROBLEM}"
+    rf"(?:\s+in\s+(?:the\s+)?summary)?(?:\s+(?:was|were)\s+found)?"
     rf"|(?:the\s+)?summary\s+never\s+(?:contradicts|misstates|misrepresents|distorts)\s+"
     rf"(?:the\s+)?(?:text|article|source|document)"
     rf"|(?:the\s+)?summary\s+neither\s+adds\s+nor\s+(?:changes|alters|distorts|invents)"
     rf"(?:\s+any)?\s+(?:facts?|details?|information|claims?)"
-    rf"|no\s+(?:claims?|details?|facts?|statements?)(?:\s+in\s+the\s+summary)?\s+lacks?\s+"
-    rf"(?:support|grounding|evidence)"
+    rf"|(?:no|none\s+of\s+the)\s+(?:claims?|details?|facts?|statements?)"
+    rf"(?:\s+in\s+the\s+summary)?\s+lacks?\s+(?:support|grounding|evidence)"
     rf"|(?:the\s+)?summary\s+(?:does\s+not|doesn't)\s+(?:contain|include|say|state|add)\s+"
     rf"anything\s+(?:that\s+is\s+)?not\s+(?:found\s+|stated\s+|supported\s+|mentioned\s+)?"
     rf"(?:in|by)\s+the\s+(?:text|article|source|document)"
-    rf"|(?:the\s+)?(?:\w+\s+){{0,3}}(?:is|are|was|were)\s+not\s+(?:at\s+all\s+)?"
-    rf"{_NEGATED_ERROR}",
+    # a double negative about a detail named with a determiner ("The date is not incorrect";
+    # never "Only the date is not wrong", "Few claims are not fabricated")
+    rf"|(?:the|this|that|these|those|each|every|its|their)\s+(?:\w+\s+){{0,2}}"
+    rf"(?:is|are|was|were)\s+not\s+(?:at\s+all\s+)?{_NEGATED_ERROR}",
     re.IGNORECASE,
 )
 # A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
@@ -481,7 +484,10 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     table = _table_rows(text)
     if table is not None:  # nothing to report only when every row affirms its claim
         header, rows = table
-        asks = bool(_NAMES_AN_ERROR.search(_verdict(header)) or _REPORTS.search(_verdict(header)))
+        heading = _verdict(header)  # does its verdict column ask for a problem ("Hallucinated?")
+        names_a_problem = _NAMES_AN_ERROR.search(heading) or re.search(r"hallucinat", heading)
+        negated = re.search(r"\b(?:free|without|no|not|none)\b|-free", heading)
+        asks = bool(names_a_problem and not negated)
         return NOTHING if rows and all(_row_affirms(row, asks) for row in rows) else APART
     listed = _json_items(text)
     if listed is None:
