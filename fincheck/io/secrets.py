@@ -132,8 +132,8 @@ def hold_url_secrets(url: str | None) -> None:
 
 def redact(text: str) -> str:
     """`text` with every secret value this run holds, every token shape, every authorization
-    header's credentials and every URL's credentials replaced by <redacted>: what fincheck writes to a file, uploads or prints of a
-    value it did not make."""
+    header's value and every URL's credentials replaced by <redacted>: what fincheck writes to
+    a file, uploads or prints of a value it did not make."""
     for value in sorted(_HELD, key=len, reverse=True):
         text = text.replace(value, REDACTED)
     text = TOKEN.sub(REDACTED, text)
