@@ -312,18 +312,12 @@ def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
                 # command holds, by a name checked to be its own
                 os.link(partial, path, follow_symlinks=False)
             else:  # its name removed, or given to a link or another writer's file, meanwhile
-                f.seek(0)
-                out = open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
-                with os.fdopen(out, "w", encoding="utf-8") as copy:
-                    shutil.copyfileobj(f, copy)
+                _copy_to_new_file(f, path, flag)
         except FileExistsError:
             kept = partial
             if not _names_held_file(partial, fd):  # kept under a name of its own
                 kept = path.with_name(f"{path.name}.{os.getpid()}.partial")
-                f.seek(0)
-                out = open_own_file(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
-                with os.fdopen(out, "w", encoding="utf-8") as copy:
-                    shutil.copyfileobj(f, copy)
+                _copy_to_new_file(f, kept, flag)
             raise FincheckError(
                 f"{flag} {path} appeared while this command ran; the output is kept in {kept}"
             ) from None
@@ -359,6 +353,15 @@ def one_writer(path: str | Path, flag: str) -> Iterator[None]:
     finally:
         lock.unlink(missing_ok=True)  # while held: a writer that opened it since is refused
         os.close(fd)
+
+
+def _copy_to_new_file(held: IO[str], path: Path, flag: str) -> None:
+    """The whole content of an open file copied into a new file at PATH (FileExistsError if
+    there is one)."""
+    held.seek(0)
+    out = open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
+    with os.fdopen(out, "w", encoding="utf-8") as copy:
+        shutil.copyfileobj(held, copy)
 
 
 def _names_held_file(path: Path, fd: int) -> bool:
