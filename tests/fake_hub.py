@@ -54,6 +54,7 @@ class FakeHub:
         # a file's content sent from a path of its own ("/cdn/..."), as the hub redirects
         # large files to its CDN: `resolve` then answers 302
         self.redirect_files = False
+        self.moved: set[str] = set()  # endpoint names answered by a redirect out of /api/
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # poll often: shutdown() waits up to one poll interval (0.5 s by default)
@@ -117,6 +118,9 @@ class FakeHub:
             ("HEAD", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "metadata", self._metadata),
             ("GET", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", self._resolve),
         ]
+        if method == "GET" and path.startswith("/moved/"):
+            body, headers = self.raw["moved"]
+            return self._send(h, 200, (body, {"content-length": str(len(body)), **headers}))
         if method == "GET" and path.startswith("/cdn/"):  # no token: a signed CDN URL
             owner, name, rev, file = path.removeprefix("/cdn/").split("/", 3)
             if "cdn" in self.raw:
@@ -132,9 +136,12 @@ class FakeHub:
             if name in self.silent:
                 self._stopping.wait(120)
                 return None
+            if name in self.moved:  # answered elsewhere, out of /api/: "/moved/..." sends raw
+                return self._send(h, 302, (b"", {"Location": f"/moved{path}"}))
             if name in self.raw:
                 body, headers = self.raw[name]
-                h.send_response(200)
+                headers = dict(headers)
+                h.send_response(int(headers.pop(":status", 200)))
                 for key, value in {"content-length": str(len(body)), **headers}.items():
                     h.send_header(key, value)
                 h.end_headers()

@@ -488,7 +488,20 @@ def _seconds(read, text: str) -> float:
     return best
 
 
-GROWTH_SHAPES = ["✅\n", ",\n", "$", "\n $", "( ;\n", "\t {\n", "A. x B. x ", "all ", "\n", "- 1\n"]
+GROWTH_SHAPES = [
+    "✅\n",
+    ",\n",
+    "$",
+    "\n $",
+    "( ;\n",
+    "\t {\n",
+    "A. x B. x ",
+    "all ",
+    "\n",
+    "- 1\n",
+    "- neither ",
+    "- the x is not ",
+]
 # a run of one unit between two words: white space that a pattern may try at every start
 WRAPPED_SHAPES = [("A", " ", "B"), ("- x", "\t", "y"), ("A. ", " \n", "B"), ("```json", " ", "```")]
 

@@ -309,15 +309,20 @@ def test_a_hub_that_never_answers_is_given_up_on_at_the_deadline(
     ],
     ids=["gzip-bomb", "20-MiB-json"],
 )
+@pytest.mark.parametrize("route", ["direct", "redirected"])
 def test_a_hub_reply_too_large_is_one_line_and_costs_bounded_memory(
-    run_dir: Path, hub: FakeHub, capsys, body, headers, said
+    run_dir: Path, hub: FakeHub, capsys, body, headers, said, route
 ):
     """The hub's API replies are read as an LLM endpoint's are (every command, whichever
     route: huggingface_hub's shared client is made bounded): a repo-info reply inflating to 512
     MiB, or a 20 MiB one, is not read, and `fincheck publish` says so in one line."""
     import tracemalloc
 
-    hub.raw["info"] = (body, headers)
+    if route == "redirected":  # an API reply redirected out of /api/ keeps the API's cap
+        hub.moved.add("info")
+        hub.raw["moved"] = (body, headers)
+    else:
+        hub.raw["info"] = (body, headers)
     tracemalloc.start()
     code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"])
     peak = tracemalloc.get_traced_memory()[1]
@@ -325,7 +330,7 @@ def test_a_hub_reply_too_large_is_one_line_and_costs_bounded_memory(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("fincheck publish: error: the model hub's reply to GET http://")
-    assert said in err[0] and "/api/models/me/tiny" in err[0]
+    assert said in err[0] and "/api/models/me/tiny" in err[0]  # (after /moved when redirected)
     assert peak < 200 * 2**20  # the cap and its copies, never the half gigabyte
     assert [r.path for r in hub.requests].count("/api/models/me/tiny") == 1  # not retried
 
@@ -381,6 +386,32 @@ def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
     assert "a hub file is capped at 1,048,576 bytes" in message
     on_disk = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
     assert on_disk <= 2**20
+
+
+def test_an_error_reply_to_a_file_request_is_capped_as_an_api_reply(
+    hub: FakeHub, monkeypatch, tmp_path: Path
+):
+    """An error's body is read into memory to say what failed: a 403 of 20 MiB to a file's
+    GET keeps the 16 MiB cap, whatever the file cap."""
+    import huggingface_hub.constants
+
+    from fincheck.io import bounded_http
+    from fincheck.models.loading import local_adapter_dir
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(
+        huggingface_hub.constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(bounded_http, "MAX_HUB_FILE_BYTES", 64 * 2**20)
+    bounded_http.bound_hub_replies()
+    hub.repos["me/adapter"] = FakeRepo(private=False)
+    hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
+    hub.raw["resolve"] = (b" " * 20 * 2**20, {":status": "403"})
+    with pytest.raises(FincheckError, match="a reply of more than 16,777,216 bytes"):
+        local_adapter_dir("me/adapter")
 
 
 def test_a_large_file_from_the_hub_s_cdn_is_not_capped_as_an_api_reply(
@@ -941,13 +972,19 @@ def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     secrets.hold_url_secrets("http://127.0.0.1:9/v1?api_key=abc%2Fdefghi")
     assert secrets.redact("key abc/defghi") == "key <redacted>"
     secrets.hold_secret("Zq9x7")
-    said = "got authorization: bearer Zq9x7, Proxy-Authorization='Zq9x7'; a Zq9x7 word"
+    said = 'got authorization: bearer Zq9x7, {"Proxy-Authorization": "Zq9x7"}; a Zq9x7 word'
     expected = (
-        "got authorization: bearer <redacted>, Proxy-Authorization='<redacted>'; a Zq9x7 word"
+        'got authorization: bearer <redacted>, {"Proxy-Authorization": "<redacted>"}; a Zq9x7 word'
     )
     assert secrets.redact(said) == expected
-    prose = "The fund holds Bearer bonds and Basic materials stocks."
-    assert secrets.redact(prose) == prose
+    assert secrets.redact("Authorization: Zq9x7\nnext") == "Authorization: <redacted>\nnext"
+    for prose in (
+        "The fund holds Bearer bonds and Basic materials stocks.",
+        "Share repurchase authorization: $500 million remains.",
+    ):
+        assert secrets.redact(prose) == prose
+    secrets.hold_url_secrets("http://127.0.0.1:9/v1?key=ab;cdefghijkl")  # ";" is in the value
+    assert secrets.redact("sent ab;cdefghijkl") == "sent <redacted>"
 
 
 def test_a_held_secret_leaves_the_process_s_command_line(monkeypatch):

@@ -101,12 +101,21 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
     return httpx.Client(event_hooks=hooks, limits=LIMITS, follow_redirects=True, **client_options)
 
 
+# Set on a request's first hop and carried through its redirects (httpx passes a request's
+# extensions on): whether it asked for a file's content.
+FILE_REQUEST = "fincheck_hub_file"
+
+
 def _is_file_download(request: Any) -> bool:
-    """A hub request for a file's content: streamed into a file by the hub's own downloader,
-    then checked against the size and hash the hub announced. Only the hub's API (`/api/`)
-    replies are read into memory; a file comes from `/resolve/` or from wherever that
-    redirects (a CDN's own paths)."""
-    return not request.url.path.startswith("/api/")
+    """A hub request for a file's content (`/resolve/`, and wherever that redirects: the CDN's
+    own paths), streamed into a file by the hub's own downloader, then checked against the
+    size and hash the hub announced; every other hub reply (its API's JSON, an error) is read
+    into memory. Decided at the first hop, so a redirect cannot move an API reply out of its
+    cap."""
+    if FILE_REQUEST not in request.extensions:
+        path = request.url.path
+        request.extensions[FILE_REQUEST] = "/resolve/" in path and "/api/" not in path
+    return request.extensions[FILE_REQUEST]
 
 
 def _ask_only_for_what_is_inflated(request: Any) -> None:
@@ -158,7 +167,8 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
 
     def bound(response: Any) -> None:
         request = response.request
-        if _is_file_download(request):  # read at each reply: a test may lower it
+        # a file's content only in a reply that carries it (2xx): an error's body is read
+        if _is_file_download(request) and response.is_success:  # read now: a test may lower it
             limit, capped = MAX_HUB_FILE_BYTES, f"file is capped at {MAX_HUB_FILE_BYTES:,} bytes"
         else:
             limit, capped = cap, f"reply is capped at {cap // 2**20} MiB"

@@ -188,7 +188,13 @@ def refuse_foreign_entries(folder: str | Path, what: str) -> None:
     written; the save is not used."""
     if not stat.S_ISDIR(os.lstat(folder).st_mode):  # the folder itself swapped for a link
         raise FincheckError(_not_own(Path(folder), what, "a link or no folder"))
-    for root, folders, files in os.walk(folder):  # links are listed, never followed
+
+    def unlisted(error: OSError) -> None:  # a folder that cannot be listed is not clean
+        raise FincheckError(
+            f"{error.filename}: cannot be listed ({error.strerror}); {what} is not used"
+        )
+
+    for root, folders, files in os.walk(folder, onerror=unlisted):  # links listed, not followed
         for name in folders + files:
             info = os.lstat(os.path.join(root, name))
             mode = info.st_mode

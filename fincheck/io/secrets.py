@@ -28,13 +28,14 @@ TOKEN = re.compile(
 # (up to the last "@" before the path, as a URL reader takes it: a password may hold an "@")
 URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s]*@", re.IGNORECASE)
 URL_SECRET_QUERY = re.compile(
-    r"(?P<key>[?&;][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
-    r"|credential|session)[\w.~-]*=)[^&#;\s]*",
+    r"(?P<key>[?&][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
+    r"|credential|session)[\w.~-]*=)[^&#\s]*",
     re.IGNORECASE,
 )
 # Every value of a URL's query string or fragment (what an endpoint URL may be recorded and
 # shown with).
-URL_QUERY_VALUE = re.compile(r"(?P<key>[?&;#][^=&#;\s]+=)[^&#;\s]*")
+# (a value runs to "&" or "#", as an HTTP client sends it: a ";" is part of it)
+URL_QUERY_VALUE = re.compile(r"(?P<key>[?&#][^=&#\s]+=)[^&#\s]*")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
@@ -64,11 +65,13 @@ def has_secret(text: str) -> bool:
 
 
 # The credentials of an HTTP authorization header, whatever their length (an endpoint that
-# echoes the request it refused): "Authorization: Bearer k3y", "authorization=Basic YWxp...".
+# echoes the request it refused): a scheme's value ("Authorization: Bearer k3y"), or a header
+# field's whole value where the name stands as a header (a line's start, a quoted key);
+# prose ("the buyback authorization: $500 million") is left alone.
 AUTH_HEADER = re.compile(
-    r"(?P<scheme>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
-    r"[^\s\"',;]+",
-    re.IGNORECASE,
+    r"(?P<scheme>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+"
+    r"|(?:^[ \t]*|[\"'])(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+",
+    re.IGNORECASE | re.MULTILINE,
 )
 # The secret values this process holds (an endpoint's API key, a hub token, a URL's
 # credentials): redacted by value wherever they appear, whatever their shape.

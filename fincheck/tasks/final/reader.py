@@ -142,7 +142,8 @@ _SAYS_NONE = re.compile(
     rf"(?:in|by)\s+the\s+(?:text|article|source|document)"
     # a double negative about a detail named with a determiner ("The date is not incorrect";
     # never "Only the date is not wrong", "Few claims are not fabricated")
-    rf"|(?:the|this|that|these|those|each|every|its|their)\s+(?:\w+\s+){{0,2}}"
+    rf"|(?:the|this|that|these|those|each|every|its|their)\s+"
+    rf"(?:(?!(?:alone|only|just|first|last|remaining|other|rest|few)\b)\w+\s+){{0,2}}"
     rf"(?:is|are|was|were)\s+not\s+(?:at\s+all\s+)?{_NEGATED_ERROR}",
     re.IGNORECASE,
 )
@@ -250,6 +251,24 @@ _NAMES_AN_ERROR = re.compile(
 _COMPARED = re.compile(r"\b(?:summary|text|source|article|document|passage|original)\b", re.I)
 
 
+# A negation next to a word that names an error, which may deny it ("The date isn't wrong",
+# "Neither the date nor the name is invented", "It contains nothing false"), the shapes the
+# rules above do not read with confidence: a list holding one is counted apart.
+_DOUBLE_NEGATIVE = re.compile(
+    rf"\b(?:(?:is|are|was|were)(?:n't|\s+not)|never|nothing(?:'s)?|anything|neither\b[^.]{{0,200}}?\bnor)"
+    rf"\s+(?:(?:\w+\s+){{0,3}}(?:is|are|was|were)\s+)?(?:\w+\s+)?{_NEGATED_ERROR}\b"
+    rf"|\bnone\s+of\s+the\s+\w+\s+(?:is|are|was|were)\s+{_NEGATED_ERROR}\b",
+    re.IGNORECASE,
+)
+
+
+def _may_only_deny_an_error(item: str) -> bool:
+    """An item whose only words naming an error stand in a negation that may deny it ("The
+    date isn't wrong"); not "Nothing wrong with the date; the name is invented"."""
+    denied = _DOUBLE_NEGATIVE.sub("", item)
+    return denied != item and not _NAMES_AN_ERROR.search(denied)
+
+
 def _names_a_problem(item: str) -> bool:
     """Whether a description names a problem (a negation, a contrast, "wrong", "invented") or
     the texts it compares ("the summary says ..."): what a description of an inconsistency
@@ -305,16 +324,33 @@ def _verdict(row: str) -> str:
     return row.strip("|").split("|")[-1].strip(" *").lower()
 
 
-def _row_affirms(row: str, asks_for_a_problem: bool) -> bool:
-    """A table row whose verdict cell (the last) affirms the claim: yes, supported, ✓ ...; under
-    a heading that asks for a problem ("Hallucinated?", "Unsupported?") only a plain "no"."""
-    if asks_for_a_problem:
-        return bool(re.fullmatch(r"(?:no|false|none)\.?", _verdict(row)))
-    return bool(
-        re.fullmatch(
-            r"(?:yes|supported|consistent|correct|accurate|true|✓|✅|✔|ok)\.?", _verdict(row)
-        )
-    )
+# What a table's verdict column asks, by its heading: a question whose "yes" affirms the
+# claim, one whose "yes" flags it, or a label for verdicts that say what they mean. Any
+# other heading ("Issue?", "Not in the text?") leaves a bare yes or no unread.
+_AFFIRMING_HEADING = re.compile(
+    r"(?:is\s+it\s+)?(?:supported|correct|consistent|accurate|true|faithful|verified|grounded"
+    r"|error[- ]free|free\s+of\s+errors?|hallucination[- ]free)\??|verdict|status|label|result"
+    r"|judge?ment|assessment|support(?:ed\s+by\s+the\s+text)?\??",
+    re.IGNORECASE,
+)
+_FLAGGING_HEADING = re.compile(
+    r"(?:is\s+it\s+)?(?:hallucinat(?:ed|ion)|unsupported|inconsistent|incorrect|wrong|an?\s+error"
+    r"|error|contradicted|fabricated|invented)\??",
+    re.IGNORECASE,
+)
+_SAYS_WHAT_IT_MEANS = r"supported|consistent|correct|accurate|✓|✅|✔"
+
+
+def _row_affirms(row: str, heading: str) -> bool:
+    """A table row whose verdict cell (the last) affirms its claim: under a heading that asks
+    whether it is supported, "yes", "true" or a word that affirms; under one that asks whether
+    it is hallucinated, a plain "no"; under any other, only a word that affirms by itself."""
+    verdict = _verdict(row)
+    if _FLAGGING_HEADING.fullmatch(heading):
+        return bool(re.fullmatch(r"(?:no|false|none)\.?", verdict))
+    if _AFFIRMING_HEADING.fullmatch(heading):
+        return bool(re.fullmatch(rf"(?:yes|true|ok|{_SAYS_WHAT_IT_MEANS})\.?", verdict))
+    return bool(re.fullmatch(rf"(?:{_SAYS_WHAT_IT_MEANS})\.?", verdict))
 
 
 def _json_items(text: str) -> list[str] | None:
@@ -484,11 +520,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     table = _table_rows(text)
     if table is not None:  # nothing to report only when every row affirms its claim
         header, rows = table
-        heading = _verdict(header)  # does its verdict column ask for a problem ("Hallucinated?")
-        names_a_problem = _NAMES_AN_ERROR.search(heading) or re.search(r"hallucinat", heading)
-        negated = re.search(r"\b(?:free|without|no|not|none)\b|-free", heading)
-        asks = bool(names_a_problem and not negated)
-        return NOTHING if rows and all(_row_affirms(row, asks) for row in rows) else APART
+        heading = _verdict(header).strip(" *")
+        return NOTHING if rows and all(_row_affirms(row, heading) for row in rows) else APART
     listed = _json_items(text)
     if listed is None:
         listed = _marked_items(text.splitlines(), inline_first)
@@ -496,6 +529,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
         if listed and not any(item.strip(_DECORATION + ".") for item in listed):
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
         items = [item for item in listed if not says_nothing(item)]
+        if any(map(_may_only_deny_an_error, items)):
+            return APART  # an item that may deny an error ("The date isn't wrong"): not guessed
         # items none of which names a problem or the texts compared ("The co-pilot was Andreas
         # Lubitz."): a list of facts, not of inconsistencies; no description, counted apart
         return (
