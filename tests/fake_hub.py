@@ -163,7 +163,8 @@ class FakeHub:
                 h.send_header(key, value)
             h.end_headers()
             if h.command != "HEAD":
-                h.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    h.wfile.write(data)  # the client may stop reading, as it should
             return
         data = json.dumps(payload).encode()
         h.send_response(status)

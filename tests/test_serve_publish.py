@@ -92,6 +92,26 @@ def hub(monkeypatch: pytest.MonkeyPatch):
         yield fake
 
 
+@pytest.fixture
+def hub_downloads(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """huggingface_hub's downloads pointed at the fake hub, through fincheck's bounded client;
+    the hub cache folder."""
+    import huggingface_hub.constants
+
+    from fincheck.io import bounded_http
+
+    cache = tmp_path / "hub-cache"
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(  # both read from HF_ENDPOINT once, when huggingface_hub is imported
+        huggingface_hub.constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    bounded_http.bound_hub_replies()
+    return cache
+
+
 def _front_matter(card: str) -> dict:
     assert card.startswith("---\n")
     return yaml.safe_load(card.split("---\n")[1])
@@ -349,27 +369,17 @@ ADAPTER_CONFIG_BYTES = json.dumps({"peft_type": "LORA", "r": 8}).encode()
     ids=["gzip-file", "gzip-bomb", "3-MiB-file"],
 )
 def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
-    hub: FakeHub, monkeypatch, tmp_path: Path, body, headers, said, redirected
+    hub: FakeHub, hub_downloads: Path, monkeypatch, body, headers, said, redirected
 ):
     """A file's content (`/resolve/`, streamed to disk by huggingface_hub) has a cap of its own
     (the hub's 50 GB for a plain download, lowered here to 1 MiB), as sent and as inflated: a
     hub adapter's config that inflates to 512 MiB, or one of 3 MiB, stops at the cap in one line
     and leaves at most the cap on disk; a file sent gzipped within the cap arrives whole."""
-    import huggingface_hub.constants
-
     from fincheck.io import bounded_http
     from fincheck.models.loading import local_adapter_dir
 
-    cache = tmp_path / "hub-cache"
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(  # both read from HF_ENDPOINT once, when huggingface_hub is imported
-        huggingface_hub.constants,
-        "HUGGINGFACE_CO_URL_TEMPLATE",
-        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-    )
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    cache = hub_downloads
     monkeypatch.setattr(bounded_http, "MAX_HUB_FILE_BYTES", 2**20)
-    bounded_http.bound_hub_replies()
     hub.repos["me/adapter"] = FakeRepo(private=False)
     hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
     hub.redirect_files = redirected  # a large file comes from the hub's CDN, not /resolve/
@@ -389,24 +399,14 @@ def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
 
 
 def test_an_error_reply_to_a_file_request_is_capped_as_an_api_reply(
-    hub: FakeHub, monkeypatch, tmp_path: Path
+    hub: FakeHub, hub_downloads: Path, monkeypatch
 ):
     """An error's body is read into memory to say what failed: a 403 of 20 MiB to a file's
     GET keeps the 16 MiB cap, whatever the file cap."""
-    import huggingface_hub.constants
-
     from fincheck.io import bounded_http
     from fincheck.models.loading import local_adapter_dir
 
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(
-        huggingface_hub.constants,
-        "HUGGINGFACE_CO_URL_TEMPLATE",
-        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-    )
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(bounded_http, "MAX_HUB_FILE_BYTES", 64 * 2**20)
-    bounded_http.bound_hub_replies()
     hub.repos["me/adapter"] = FakeRepo(private=False)
     hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
     hub.raw["resolve"] = (b" " * 20 * 2**20, {":status": "403"})
@@ -415,23 +415,12 @@ def test_an_error_reply_to_a_file_request_is_capped_as_an_api_reply(
 
 
 def test_a_large_file_from_the_hub_s_cdn_is_not_capped_as_an_api_reply(
-    hub: FakeHub, monkeypatch, tmp_path: Path
+    hub: FakeHub, hub_downloads: Path
 ):
     """Only the hub's API replies (`/api/`) are read into memory and capped at 16 MiB: a file
     of 20 MiB redirected from `/resolve/` to the CDN's own path arrives whole."""
-    import huggingface_hub.constants
-
-    from fincheck.io import bounded_http
     from fincheck.models.loading import local_adapter_dir
 
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(
-        huggingface_hub.constants,
-        "HUGGINGFACE_CO_URL_TEMPLATE",
-        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-    )
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
-    bounded_http.bound_hub_replies()
     weights = b"\0" * 20 * 2**20
     hub.repos["me/adapter"] = FakeRepo(private=False)
     hub.repos["me/adapter"].branches["main"].update(
