@@ -263,10 +263,11 @@ _DOUBLE_NEGATIVE = re.compile(
 
 
 def _may_only_deny_an_error(item: str) -> bool:
-    """An item whose only words naming an error stand in a negation that may deny it ("The
-    date isn't wrong"); not "Nothing wrong with the date; the name is invented"."""
+    """An item whose only words naming an error, or a negation or a contrast, stand in a
+    negation that may deny it ("The date isn't wrong"); not "Nothing wrong with the date; the
+    name is invented", nor "Nothing inaccurate here, but his first name wasn't mentioned"."""
     denied = _DOUBLE_NEGATIVE.sub("", item)
-    return denied != item and not _NAMES_AN_ERROR.search(denied)
+    return denied != item and not (_NAMES_AN_ERROR.search(denied) or _REPORTS.search(denied))
 
 
 def _names_a_problem(item: str) -> bool:
