@@ -303,10 +303,7 @@ def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.close()
-        raise FincheckError(
-            f"{flag} {path} is being written by another fincheck command: wait for it to "
-            "finish, or write elsewhere"
-        ) from None
+        raise _being_written(path, flag) from None
     done = False
     try:
         f.truncate()
@@ -350,10 +347,7 @@ def one_writer(path: str | Path, flag: str) -> Iterator[None]:
             raise BlockingIOError
     except BlockingIOError:
         os.close(fd)
-        raise FincheckError(
-            f"{flag} {path} is being written by another fincheck command: wait for it to "
-            "finish, or write elsewhere"
-        ) from None
+        raise _being_written(path, flag) from None
     try:
         yield
     finally:
@@ -368,6 +362,13 @@ def _copy_to_new_file(held: IO[str], path: Path, flag: str) -> None:
     out = open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, flag)
     with os.fdopen(out, "w", encoding="utf-8") as copy:
         shutil.copyfileobj(held, copy)
+
+
+def _being_written(path: Path, flag: str) -> FincheckError:
+    return FincheckError(
+        f"{flag} {path} is being written by another fincheck command: wait for it to finish, "
+        "or write elsewhere"
+    )
 
 
 def _names_held_file(path: Path, fd: int) -> bool:
