@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.io.runs import load_run
+from fincheck.io.runs import CHECKPOINT_IN_PROGRESS, load_run
 from fincheck.models.loading import load_adapter_model
 from fincheck.train.checkpoints import COMPLETE_MARKER, FINAL_SAVE, last_complete_checkpoint
 from fincheck.train.resume import resolve_resume
@@ -418,6 +418,14 @@ def test_a_kill_while_saving_keeps_the_last_complete_checkpoint(
         train_and_save(build_trainer(tiny_recipe(prepared_dir, small_mixture, out, *args)))
     assert last_complete_checkpoint(out) == out / "checkpoint-2"
     assert resolve_resume("auto", out) == out / "checkpoint-2"
+    # The unfinished checkpoint, copied out of its run folder (the run's own mark left behind),
+    # is still refused by its own in-progress mark, never read as a bare adapter.
+    copied = shutil.copytree(out / "checkpoint-4", tmp_path / "elsewhere" / "checkpoint-4")
+    assert (copied / "adapter_model.safetensors").is_file()
+    with pytest.raises(FincheckError, match="training checkpoint that did not finish"):
+        load_run(copied)
+    assert not (out / "checkpoint-2" / CHECKPOINT_IN_PROGRESS).exists()  # complete: no mark
+    load_run(shutil.copytree(out / "checkpoint-2", tmp_path / "elsewhere" / "checkpoint-2"))
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(

@@ -25,6 +25,7 @@ from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
+    CHECKPOINT_IN_PROGRESS,
     LISTED_FILES,
     MANIFEST_FILE,
     RECIPE_FILE,
@@ -104,6 +105,7 @@ def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> N
     write_text(checkpoint / RECIPE_FILE, recipe_yaml)
     record = {**info, LISTED_FILES: files_record(checkpoint, checkpoint_files(checkpoint))}
     write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))
+    (checkpoint / CHECKPOINT_IN_PROGRESS).unlink(missing_ok=True)  # the record, now, says it
 
 
 def disk_of(path: Path) -> str:

@@ -11,7 +11,8 @@ A finished run folder (`checkpoints/<run>/`) holds:
     base/                                             a random-init base (tiny-cpu), which exists
                                                       nowhere else
 A `checkpoint-<step>/` folder inside it is a run folder too: its `fincheck_complete.json` holds
-the same metadata (base paths relative to the run folder around it).
+the same metadata (base paths relative to the run folder around it); while it is being saved it
+holds `fincheck_saving.json` instead, so that a copy of it made then is never read as an adapter.
 
 Completeness is written last: fincheck_run.json (and a checkpoint's fincheck_complete.json)
 lists the files written before it with their sha256 (`files`), and `load_run` checks them, so a
@@ -39,6 +40,9 @@ RECIPE_FILE = "recipe.yaml"
 MANIFEST_FILE = "data_manifest.json"
 RUN_METADATA = "fincheck_run.json"
 CHECKPOINT_METADATA = "fincheck_complete.json"  # a complete checkpoint's copy of the metadata
+# Written into each checkpoint-<step>/ before the libraries save into it and removed once its
+# record is written: a checkpoint copied out of its run folder mid-save carries its own mark.
+CHECKPOINT_IN_PROGRESS = "fincheck_saving.json"
 LISTED_FILES = "files"  # in both records: {relative path: sha256} of what was written before it
 RERUN_FINAL_SAVE = (
     "rerun the training command with --resume_from_checkpoint=auto to write the run's files "
@@ -191,10 +195,17 @@ def load_run(path: str | Path) -> RunArtifacts:
             "use another checkpoint",
         )
         run.root = path.parent
-    elif folder_kind(path.resolve()) == "train" or folder_kind(path.resolve().parent) == "train":
+    elif (
+        (path / CHECKPOINT_IN_PROGRESS).exists()
+        or folder_kind(path.resolve()) == "train"
+        or folder_kind(path.resolve().parent) == "train"
+    ):
         # a training output without its record: a final save or a checkpoint cut short (its
         # recipe and manifest may be an earlier run's), never read as a bare adapter
-        what = "checkpoint" if folder_kind(path.resolve()) != "train" else "run"
+        own = (
+            folder_kind(path.resolve()) == "train" and not (path / CHECKPOINT_IN_PROGRESS).exists()
+        )
+        what = "run" if own else "checkpoint"
         record, fix = (
             (CHECKPOINT_METADATA, "use another checkpoint")
             if what == "checkpoint"
@@ -224,8 +235,9 @@ def run_save_files(folder: Path) -> list[str]:
 
 
 def checkpoint_files(folder: Path) -> list[str]:
-    """Every file of a checkpoint folder but its record."""
-    return sorted(n for n in _files_under(folder, folder) if n != CHECKPOINT_METADATA)
+    """Every file of a checkpoint folder but its record and its in-progress mark."""
+    marks = (CHECKPOINT_METADATA, CHECKPOINT_IN_PROGRESS)
+    return sorted(n for n in _files_under(folder, folder) if n not in marks)
 
 
 def _files_under(root: Path, folder: Path) -> list[str]:
