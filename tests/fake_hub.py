@@ -55,6 +55,9 @@ class FakeHub:
         # large files to its CDN: `resolve` then answers 302
         self.redirect_files = False
         self.moved: set[str] = set()  # endpoint names answered by a redirect out of /api/
+        # files stored on Xet: their metadata names a Xet hash and token route, as the hub's does
+        # (huggingface_hub then fetches them with hf_xet unless told not to)
+        self.xet = False
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         # poll often: shutdown() waits up to one poll interval (0.5 s by default)
@@ -226,6 +229,9 @@ class FakeHub:
             "ETag": f'"{git_hash(data)}"',
             "Content-Length": str(len(data)),
         }
+        if self.xet:
+            headers["X-Xet-Hash"] = hashlib.sha256(data).hexdigest()
+            headers["X-Xet-Refresh-Route"] = f"/api/models/{repo}/xet-read-token/{r.shas[rev]}"
         return 200, (b"", headers)
 
     def _resolve(self, body: bytes, repo: str, rev: str, path: str) -> tuple[int, Any]:

@@ -398,6 +398,30 @@ def test_a_file_the_hub_sends_is_capped_as_sent_and_as_inflated(
     assert on_disk <= 2**20
 
 
+def test_a_file_stored_on_xet_comes_through_the_bounded_client(
+    hub: FakeHub, hub_downloads: Path, monkeypatch
+):
+    """A file whose metadata names a Xet hash (the hub's Xet storage) is fetched over the plain
+    download route, not by hf_xet's own client: it arrives whole, and past the file cap it
+    stops in the same one line as any hub file."""
+    from fincheck.io import bounded_http
+    from fincheck.models.loading import local_adapter_dir
+
+    hub.xet = True
+    hub.repos["me/adapter"] = FakeRepo(private=False)
+    hub.repos["me/adapter"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
+    folder = local_adapter_dir("me/adapter")
+    assert (folder / "adapter_config.json").read_bytes() == ADAPTER_CONFIG_BYTES
+    assert [r.path for r in hub.requests if "xet" in r.path] == []  # no Xet token asked for
+
+    monkeypatch.setattr(bounded_http, "MAX_HUB_FILE_BYTES", 2**20)
+    hub.repos["me/big"] = FakeRepo(private=False)
+    hub.repos["me/big"].branches["main"]["adapter_config.json"] = ADAPTER_CONFIG_BYTES
+    hub.raw["resolve"] = (b" " * 3 * 2**20, {})
+    with pytest.raises(FincheckError, match="a hub file is capped at 1,048,576 bytes"):
+        local_adapter_dir("me/big")
+
+
 def test_an_error_reply_to_a_file_request_is_capped_as_an_api_reply(
     hub: FakeHub, hub_downloads: Path, monkeypatch
 ):

@@ -11,6 +11,7 @@ them itself, so the HTTP library never inflates anything unbounded.
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from fincheck.errors import FincheckError
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
 # A file the hub sends (`/resolve/`), as sent and as inflated: the hub's own ceiling for a plain
-# download (huggingface_hub's MAX_HTTP_DOWNLOAD_SIZE; larger files go through its Xet client).
+# download (huggingface_hub's MAX_HTTP_DOWNLOAD_SIZE).
 MAX_HUB_FILE_BYTES = 50 * 10**9
 ACCEPTED = ("identity", "gzip", "x-gzip", "deflate")
 # as the openai client's own pool (its DEFAULT_CONNECTION_LIMITS)
@@ -140,10 +141,16 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
     every hub call of the process, transformers' included: huggingface_hub makes its one shared
     client (again after a fork, or a dropped connection) from a factory, which this replaces by
     one that adds the bounds to what its own client holds. Called by each entry point (the
-    command line, training's processes, the Python API); once is enough."""
+    command line, training's processes, the Python API); once is enough.
+
+    Every byte the hub sends passes this client: huggingface_hub's Xet client (`hf_xet`, Rust,
+    its own connections) is switched off, so a repository stored on Xet is fetched over the
+    hub's plain download route, bounded here, as huggingface_hub does without `hf_xet`."""
     import httpx2
     import huggingface_hub
 
+    huggingface_hub.constants.HF_HUB_DISABLE_XET = True  # read at each call (is_xet_available)
+    os.environ["HF_HUB_DISABLE_XET"] = "1"  # and in the processes this one starts
     template = huggingface_hub.get_session()  # the library's own client: its hooks, settings
     if getattr(template, "bounds_hub", False):
         return
