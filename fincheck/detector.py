@@ -33,7 +33,6 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import Fit, LoadedModel, answer_budgets
 from fincheck.inference.llm import ChatClient, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
-from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.model_options import ModelOptions
 from fincheck.models.loading import load_model, load_prompt_fitter
 from fincheck.tasks import all_tasks, get_task, load_prompt
@@ -114,7 +113,6 @@ class Detector:
         """
         if adapter is None and base is None:
             raise FincheckError("give an adapter (run folder or hub id), a base model, or both")
-        bound_hub_replies()  # the hub's replies read with bounds, as in every command
         options = replace(options or ModelOptions(batch_size=4), **settings)
         loaded = load_model(base, adapter, options)
         budgets = options.max_new_tokens or None

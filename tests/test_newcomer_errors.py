@@ -901,3 +901,39 @@ def test_building_llama_server_without_cmake_is_one_line(tmp_path, monkeypatch):
         llama_server_build.build_llama_server(jobs=1)
     assert "\n" not in str(error.value) and "llama-server of your own" in str(error.value)
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_installed_command_runs_in_a_fresh_process(tmp_path):
+    """The console script in a new interpreter, with nothing imported before it (in-process
+    tests share modules other tests loaded: a lazily loaded library submodule passes there and
+    fails here): a command that reaches the code past argument parsing exits 0."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "fincheck"
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    env["FINCHECK_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [str(script), "models", "list"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "qwen2.5-coder-0.5b-instruct" in done.stdout
+
+
+def test_loading_a_model_from_python_reads_the_hub_with_bounds(tmp_path):
+    """The Python API's routes (`Detector.from_pretrained`, `from_endpoint`, the scripts) all
+    import the model loader: in a fresh interpreter that import alone bounds the hub's replies
+    and switches huggingface_hub's own Xet client off."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import fincheck.detector, huggingface_hub\n"
+        "from huggingface_hub import constants\n"
+        "assert constants.HF_HUB_DISABLE_XET\n"
+        "assert getattr(huggingface_hub.get_session(), 'bounds_hub', False)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr

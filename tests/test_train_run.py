@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fincheck.errors import FincheckError
-from fincheck.io.runs import CHECKPOINT_IN_PROGRESS, load_run
+from fincheck.io.runs import TRAINING_OUTPUT_MARK, load_run
 from fincheck.models.loading import load_adapter_model
 from fincheck.train.checkpoints import COMPLETE_MARKER, FINAL_SAVE, last_complete_checkpoint
 from fincheck.train.resume import resolve_resume
@@ -419,13 +419,47 @@ def test_a_kill_while_saving_keeps_the_last_complete_checkpoint(
     assert last_complete_checkpoint(out) == out / "checkpoint-2"
     assert resolve_resume("auto", out) == out / "checkpoint-2"
     # The unfinished checkpoint, copied out of its run folder (the run's own mark left behind),
-    # is still refused by its own in-progress mark, never read as a bare adapter.
-    copied = shutil.copytree(out / "checkpoint-4", tmp_path / "elsewhere" / "checkpoint-4")
+    # is still refused by its own mark, never read as a bare adapter; so is a copy of a
+    # complete one that a listing made before its record (the mark is never removed).
+    elsewhere = tmp_path / "elsewhere"
+    copied = shutil.copytree(out / "checkpoint-4", elsewhere / "checkpoint-4")
     assert (copied / "adapter_model.safetensors").is_file()
     with pytest.raises(FincheckError, match="training checkpoint that did not finish"):
         load_run(copied)
-    assert not (out / "checkpoint-2" / CHECKPOINT_IN_PROGRESS).exists()  # complete: no mark
-    load_run(shutil.copytree(out / "checkpoint-2", tmp_path / "elsewhere" / "checkpoint-2"))
+    listed_early = shutil.copytree(
+        out / "checkpoint-2", elsewhere / "listed", ignore=shutil.ignore_patterns(COMPLETE_MARKER)
+    )
+    with pytest.raises(FincheckError, match="did not finish"):
+        load_run(listed_early)
+    assert (out / "checkpoint-2" / TRAINING_OUTPUT_MARK).is_file()  # kept: the record wins
+    load_run(shutil.copytree(out / "checkpoint-2", elsewhere / "checkpoint-2"))
+
+
+def test_a_final_save_copied_before_its_record_is_refused_wherever_it_goes(
+    prepared_dir, small_mixture, tmp_path, monkeypatch
+):
+    """Killed after the final save's files were moved into the run folder but before its
+    record: the run folder, copied without its hidden mark (`cp -r run/* elsewhere`), is still
+    a training output without its record, never a bare adapter that detect or publish use."""
+    from fincheck.train import checkpoints
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoints, "write_run_files", killed)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train_and_save(
+            build_trainer(tiny_recipe(prepared_dir, small_mixture, out, "--max_steps=2"))
+        )
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for entry in out.iterdir():  # what a shell glob copies: no hidden entries
+        if not entry.name.startswith(".") and entry.is_file():
+            shutil.copy2(entry, copy / entry.name)
+    assert (copy / "adapter_model.safetensors").is_file() and not (copy / ".fincheck-out").exists()
+    with pytest.raises(FincheckError, match="training run that did not finish"):
+        load_run(copy)
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(

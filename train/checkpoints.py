@@ -25,12 +25,12 @@ from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
-    CHECKPOINT_IN_PROGRESS,
     LISTED_FILES,
     MANIFEST_FILE,
     RECIPE_FILE,
     RUN_METADATA,
     TOKENIZER_FILES,
+    TRAINING_OUTPUT_MARK,
     changed_files,
     checkpoint_dirs,
     checkpoint_files,
@@ -98,6 +98,14 @@ def base_fingerprint(base_path: str) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def write_training_output_mark(folder: Path) -> None:
+    """The mark a training output carries from before the libraries save into it (and keeps):
+    without its record, it is an unfinished save wherever it is copied."""
+    note = "a fincheck training output: complete only with its record (fincheck_complete.json "
+    note += "in a checkpoint, fincheck_run.json in a run folder)"
+    write_text(folder / TRAINING_OUTPUT_MARK, json.dumps({"state": note}))
+
+
 def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> None:
     """The checkpoint's record, written last, listing every file saved before it (sha256);
     refused for a checkpoint holding anything but folders and plain files of one name."""
@@ -105,7 +113,6 @@ def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> N
     write_text(checkpoint / RECIPE_FILE, recipe_yaml)
     record = {**info, LISTED_FILES: files_record(checkpoint, checkpoint_files(checkpoint))}
     write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))
-    (checkpoint / CHECKPOINT_IN_PROGRESS).unlink(missing_ok=True)  # the record, now, says it
 
 
 def disk_of(path: Path) -> str:
@@ -300,6 +307,7 @@ def save_final_adapter(
     staging = output_dir / FINAL_SAVE
     if trainer.args.process_index == 0:
         fresh_folder(staging, "the final save")
+        write_training_output_mark(staging)  # moved into the run folder with the save
     trainer.accelerator.wait_for_everyone()
     if best is None:
         trainer.save_model(str(staging))  # every process: ZeRO-3 gathers the adapter here

@@ -4,7 +4,6 @@ and a stop on a non-finite loss."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Any
 from trl import SFTTrainer
 
 from fincheck.errors import FincheckError
-from fincheck.io.runs import CHECKPOINT_IN_PROGRESS
-from fincheck.io.safe_files import fresh_folder, write_text
+from fincheck.io.safe_files import fresh_folder
 from fincheck.train.callbacks import PackEpochCallback, any_rank
+from fincheck.train.checkpoints import write_training_output_mark
 
 
 class NonFiniteLossError(FincheckError):
@@ -86,17 +85,16 @@ class FincheckSFTTrainer(SFTTrainer):
         """checkpoint-N made a fresh, empty folder of the run's own before the libraries save
         into it (transformers, PEFT and DeepSpeed open their files by name, following links):
         a leftover of a kill, or a link planted there or inside it after the claim, is removed,
-        never written through. Its in-progress mark is written first (removed once the
-        checkpoint's record is), so a copy made mid-save is refused wherever it goes. The
-        processes that save wait for the folder to exist."""
+        never written through. The mark of a training output is written first, so a copy made
+        before its record is refused wherever it goes. The processes that save wait for the
+        folder to exist."""
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             fresh_folder(run_dir / name, "a checkpoint")
-            note = "a checkpoint being saved: complete once fincheck_complete.json is written"
-            write_text(run_dir / name / CHECKPOINT_IN_PROGRESS, json.dumps({"state": note}))
+            write_training_output_mark(run_dir / name)
         self.accelerator.wait_for_everyone()
         super()._save_checkpoint(model, trial)
 

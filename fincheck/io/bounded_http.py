@@ -140,16 +140,19 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
     `cap` bytes; a file's content, streamed to disk, at `MAX_HUB_FILE_BYTES`. One mechanism for
     every hub call of the process, transformers' included: huggingface_hub makes its one shared
     client (again after a fork, or a dropped connection) from a factory, which this replaces by
-    one that adds the bounds to what its own client holds. Called by each entry point (the
-    command line, training's processes, the Python API); once is enough.
+    one that adds the bounds to what its own client holds. Called once a process can load a
+    model (on import of `fincheck.models.loading`, which every route to a model goes through:
+    the commands, training's processes, `Detector`, the scripts) and by the command line for
+    what else reaches the hub; once is enough.
 
     Every byte the hub sends passes this client: huggingface_hub's Xet client (`hf_xet`, Rust,
     its own connections) is switched off, so a repository stored on Xet is fetched over the
     hub's plain download route, bounded here, as huggingface_hub does without `hf_xet`."""
     import httpx2
     import huggingface_hub
+    from huggingface_hub import constants as hub_constants  # a submodule: not loaded lazily
 
-    huggingface_hub.constants.HF_HUB_DISABLE_XET = True  # read at each call (is_xet_available)
+    hub_constants.HF_HUB_DISABLE_XET = True  # read at each call (is_xet_available)
     os.environ["HF_HUB_DISABLE_XET"] = "1"  # and in the processes this one starts
     template = huggingface_hub.get_session()  # the library's own client: its hooks, settings
     if getattr(template, "bounds_hub", False):

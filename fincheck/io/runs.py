@@ -11,8 +11,9 @@ A finished run folder (`checkpoints/<run>/`) holds:
     base/                                             a random-init base (tiny-cpu), which exists
                                                       nowhere else
 A `checkpoint-<step>/` folder inside it is a run folder too: its `fincheck_complete.json` holds
-the same metadata (base paths relative to the run folder around it); while it is being saved it
-holds `fincheck_saving.json` instead, so that a copy of it made then is never read as an adapter.
+the same metadata (base paths relative to the run folder around it). Both also hold
+`fincheck_training_output.json` from before the libraries write: a copy of either made while it
+was being saved is refused wherever it goes, never read as a bare adapter.
 
 Completeness is written last: fincheck_run.json (and a checkpoint's fincheck_complete.json)
 lists the files written before it with their sha256 (`files`), and `load_run` checks them, so a
@@ -40,9 +41,10 @@ RECIPE_FILE = "recipe.yaml"
 MANIFEST_FILE = "data_manifest.json"
 RUN_METADATA = "fincheck_run.json"
 CHECKPOINT_METADATA = "fincheck_complete.json"  # a complete checkpoint's copy of the metadata
-# Written into each checkpoint-<step>/ before the libraries save into it and removed once its
-# record is written: a checkpoint copied out of its run folder mid-save carries its own mark.
-CHECKPOINT_IN_PROGRESS = "fincheck_saving.json"
+# Written into each checkpoint-<step>/ and the final save before the libraries save into them,
+# and never removed: a folder holding it is a training output, complete only with its record,
+# so a copy made mid-save (whatever its listing caught) is never read as a bare adapter.
+TRAINING_OUTPUT_MARK = "fincheck_training_output.json"
 LISTED_FILES = "files"  # in both records: {relative path: sha256} of what was written before it
 RERUN_FINAL_SAVE = (
     "rerun the training command with --resume_from_checkpoint=auto to write the run's files "
@@ -196,16 +198,14 @@ def load_run(path: str | Path) -> RunArtifacts:
         )
         run.root = path.parent
     elif (
-        (path / CHECKPOINT_IN_PROGRESS).exists()
+        (path / TRAINING_OUTPUT_MARK).exists()
         or folder_kind(path.resolve()) == "train"
         or folder_kind(path.resolve().parent) == "train"
     ):
         # a training output without its record: a final save or a checkpoint cut short (its
         # recipe and manifest may be an earlier run's), never read as a bare adapter
-        own = (
-            folder_kind(path.resolve()) == "train" and not (path / CHECKPOINT_IN_PROGRESS).exists()
-        )
-        what = "run" if own else "checkpoint"
+        inside = folder_kind(path.resolve().parent) == "train"
+        what = "checkpoint" if inside or path.resolve().name.startswith("checkpoint-") else "run"
         record, fix = (
             (CHECKPOINT_METADATA, "use another checkpoint")
             if what == "checkpoint"
@@ -236,7 +236,7 @@ def run_save_files(folder: Path) -> list[str]:
 
 def checkpoint_files(folder: Path) -> list[str]:
     """Every file of a checkpoint folder but its record and its in-progress mark."""
-    marks = (CHECKPOINT_METADATA, CHECKPOINT_IN_PROGRESS)
+    marks = (CHECKPOINT_METADATA, TRAINING_OUTPUT_MARK)
     return sorted(n for n in _files_under(folder, folder) if n not in marks)
 
 

@@ -29,6 +29,7 @@ from fincheck.inference.generation import (
     torch_dtype,
 )
 from fincheck.io import jsonl
+from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.checksums import MODEL_FILES
 from fincheck.io.config import config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
@@ -37,6 +38,9 @@ from fincheck.models.known import KNOWN, portable_base
 from fincheck.models.wheels import fetch
 
 log = logging.getLogger(__name__)
+# Every route to a model passes this module (the commands, training's processes, `Detector`,
+# the scripts): from here on the process reads the model hub with bounds, its Xet client off.
+bound_hub_replies()
 # Files fetched when an adapter is a hub repo (weights only as safetensors).
 HUB_ADAPTER_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.yaml",
                         "base/*"]  # fmt: skip
