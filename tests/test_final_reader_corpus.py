@@ -211,3 +211,32 @@ def test_the_reader_on_the_labelled_corpus(readings):
         assert part_figures["exact"] >= 0.85, (part, "\n".join(misses))
         assert part_figures["unreadable_counted_apart"] >= 0.9 * part_figures["n_unreadable"]
     assert all(not r.structured and not r.items for r in no_final)
+
+
+HOSTILE = Path(__file__).resolve().parent / "assets" / "final_answers_hostile.jsonl"
+
+
+def test_the_reader_on_a_hostile_review_s_answers():
+    """92 answers a hostile review wrote against the reader in the phrasings small models use
+    (denials and affirmations inside lists, JSON verdicts, roman numerals, sub-items of
+    another kind, "the rest is correct", two "Final Output" labels), each labelled before the
+    reader ran: `none`, `list` with its item count, or `unreadable`. They were then read to
+    revise the reader, so they are seen, not held out. The promise: no "nothing wrong" answer
+    flagged, no list read as nothing, and the count right on at least 90% of the lists read;
+    anything else is counted apart."""
+    rows = [json.loads(line) for line in HOSTILE.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 92 and {r["label"] for r in rows} == set(LABELS)
+    flagged_none, read_as_nothing, counts = [], [], []
+    for row in rows:
+        parsed = read_descriptions(row["output"], reasoning=row["reasoning"])
+        if row["label"] == "unreadable":
+            assert not parsed.structured, row["id"]
+        elif parsed.structured and row["label"] == "none" and parsed.items:
+            flagged_none.append(row["id"])
+        elif parsed.structured and row["label"] == "list" and not parsed.items:
+            read_as_nothing.append(row["id"])
+        elif parsed.structured and row["label"] == "list":
+            counts.append(len(parsed.items) == row["count"])
+    print(f"hostile review: {len(counts)} lists read, count right {sum(counts)}")
+    assert not flagged_none and not read_as_nothing, (flagged_none, read_as_nothing)
+    assert len(counts) >= 20 and sum(counts) >= 0.9 * len(counts), counts

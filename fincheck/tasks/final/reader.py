@@ -21,27 +21,38 @@ from fincheck.io import jsonl
 #     at the start of a line counts; mid-line, "final output" is the answer's own words.
 #  2. A label that opens the answer ("Inconsistencies:", "Answer:", "Output:") is dropped.
 #  3. A JSON answer (in a code fence or not: strings, objects with a "description", an object
-#     holding such a list) gives the items.
+#     holding such a list) gives the items; a verdict as true or false is read by its key
+#     ("consistent": true is nothing to report; "hallucination": true with one explanation,
+#     that explanation).
 #  4. Marked items (lettered, numbered, bulleted lines) are the descriptions; an item that
 #     reports no problem ("None", "No errors in the date.", "The date is supported by the
 #     text.") is dropped; a preamble before the first item and a closing paragraph after a blank
-#     line are not items. A list none of whose items names a problem or the texts compared is
-#     read but counted as not in the asked-for format.
+#     line are not items; nor is a tally ("Total inconsistencies: 2"). An item whose only
+#     report is a negation governing a word that names an error ("I couldn't spot a single
+#     inconsistency") may deny it: the answer is counted apart, never flagged. A list none of
+#     whose items names a problem or the texts compared is read but counted as not in the
+#     asked-for format.
 #  5. Unmarked prose: its sentences that report no problem (an omission remarked on included:
-#     leaving something out is not unsupported information) are dropped; if nothing else is
-#     left the answer is "nothing to report" ("None. The summary is fully supported by the
-#     text."), else it gives no description and is counted apart.
+#     leaving something out is not unsupported information; a claim the next sentence affirms)
+#     are dropped; if nothing else is left the answer is "nothing to report" ("None. The
+#     summary is fully supported by the text."), unless it only affirms "the rest", else it
+#     gives no description and is counted apart. Two clauses that say what each text states
+#     compare them: a report.
 # Before these: `$\boxed{None}$` reads as `None`; an answer with no English words (another
 # language) is counted apart; a table reads as "nothing to report" only when every row affirms
 # its claim, else it is counted apart; a list of markers with no text is counted apart. In a
-# list, check-marked items (✅ ✓) are affirmations, crossed ones (❌ ✗) reports, indented
-# sub-items continue their item, and "A. ... B. ..." on one line are two items.
+# list, check-marked items (✅ ✓, anywhere in the item) are affirmations, crossed ones (❌ ✗)
+# reports, an arrowed verdict ("→ Supported") is a clause of its own, indented sub-items and
+# (in a lettered or numbered list) markers of another kind continue their item, and "A. ...
+# B. ..." or "1) ... 2) ..." on one line are two items.
 
-# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "- text",
+# "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "ii. text", "- text",
 # "### 1. text", "Inconsistency 1: text"; a marker alone on its line ("A.") opens an item whose
-# text follows (the paper's few-shot layout).
+# text follows (the paper's few-shot layout). A marker is one letter, two capitals or a small
+# roman numeral: "No.", "Mr." and "Dr." open no item.
 _ITEM = re.compile(
-    r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:[A-Z]{1,2}|\d{1,3})[.):](?:\*\*)?"
+    r"^\s*(?:#{1,6}\s*)?(?:[-*•]\s*)?(?:\*\*)?\(?(?:(?-i:[A-Z]{2}|[ivx]{2,4})|[A-Z]|\d{1,3})[.):]"
+    r"(?:\*\*)?"
     r"(?:\s+(?P<lettered>.+))?$"
     r"|^\s*(?:[-*•]\s+|[✅✔✓☑❌✗✘❎]\s*)(?P<bullet>.+)$"
     r"|^\s*(?:\*\*)?(?:inconsistenc(?:y|ies)|issue|error|problem|claim|statement)\s+\d{1,3}\s*(?:\*\*)?"
@@ -148,13 +159,37 @@ _SAYS_NONE = re.compile(
     re.IGNORECASE,
 )
 # A detail affirmed: "The date is supported by the text", "the summary correctly states ...".
+_TEXTS = r"(?:text|article|source|original|document|passage)"
 _AFFIRMS = re.compile(
-    r"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+)*"
-    r"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
-    r"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
-    r"|\b(?:match(?:es)?|agrees?\s+with|(?:is|are)\s+in\s+line\s+with)\s+the\s+text\b"
-    r"|\b(?:appears?|is\s+(?:stated|mentioned|given|found))\s+in\s+the\s+(?:text|article|source)\b"
-    r"|\bthe\s+(?:text|article|source)\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')",
+    rf"\b(?:is|are|was|were)\s+(?:\w+ly\s+|also\s+|all\s+|both\s+)*"
+    rf"(?:supported|consistent|accurate|correct|verified|confirmed|right|fine|true|backed)\b"
+    rf"|\b(?:correctly|accurately|rightly|faithfully)\s+\w+"
+    rf"|\b(?:match(?:es)?|agrees?\s+with|(?:is|are)\s+in\s+line\s+with)\s+the\s+{_TEXTS}\b"
+    rf"|\b(?:appears?|(?:is|are)\s+(?:both\s+|also\s+)?(?:stated|mentioned|given|found|reported))"
+    rf"\s+in\s+the\s+{_TEXTS}\b"
+    rf"|\bthe\s+{_TEXTS}\s+(?:confirms|supports)\s+(?:this|that|it)\b(?!')"
+    # "..., which the text confirms", "which paragraph two also states", "The text agrees",
+    # "the text also says two", "gets the date right", "both give the score as 2-1"
+    rf"|\b(?:which|as)\s+(?:the\s+)?(?:{_TEXTS}|paragraph\s+\w+)\s+(?:also\s+)?"
+    rf"(?:confirms|supports|states|says|reports|mentions|gives|shows)\b"
+    rf"|\bthe\s+{_TEXTS}\s+(?:agrees|concurs|also\s+(?:says|states|gives|reports|mentions))\b"
+    rf"|\bgets?\s+(?:\w+\s+){{0,3}}right\b|\bboth\s+(?:give|say|state|report|put)\b"
+    # a verdict clause of its own: "consistent with the source", "Supported", "matches"
+    rf"|^(?:fully\s+|entirely\s+|completely\s+)?(?:consistent|accurate|correct|supported"
+    rf"|confirmed|verified|matches|matching|agrees)(?:\s+(?:with|by|in)\s+the\s+{_TEXTS})?$",
+    re.IGNORECASE,
+)
+# A clause that says what one of the texts states ("the summary says 2am", "the text gives
+# 12,000"): two of them in one sentence compare the texts, which reports a difference.
+_CLAIM = re.compile(
+    rf"\b(?:summary|{_TEXTS})\s+(?:says|said|states|stated|gives|gave|reports|claims|puts|lists"
+    rf"|mentions|writes|calls|describes|has)\b",
+    re.IGNORECASE,
+)
+# An affirmation of "the rest": in an answer of its own it implies something else was reported
+_THE_REST = re.compile(
+    r"\b(?:the\s+rest|everything\s+else|all\s+else|otherwise|other\s+(?:details?|facts?|claims?"
+    r"|information|parts?)|remaining\s+\w+)\b",
     re.IGNORECASE,
 )
 # Words that name an error ("wrong", "invented", "unsupported").
@@ -171,12 +206,14 @@ _ERROR_WORDS = (
 _REPORTS = re.compile(
     r"\bnone\s+of\b|\bnothing\b|"
     r"\b(?:not|never|nor|no|without|n't|cannot|instead|rather|only|but|however|except|although|"
-    rf"though|whereas|yet|unclear|unstated|unmentioned|absent|missing|{_ERROR_WORDS})\b|n't\b",
+    r"though|whereas|yet|unclear|unstated|unmentioned|absent|missing|aside|exception|"
+    rf"{_ERROR_WORDS})\b|n't\b",
     re.IGNORECASE,
 )
-_CLAUSE_SPLIT = re.compile(r"[;,:()\u2013\u2014]|\s-\s")
+_CLAUSE_SPLIT = re.compile(r"[;,:()\u2013\u2014\u2192]|\s-\s|\s=?->?\s")
 _CONTRAST = re.compile(
-    r"\b(?:but|however|except|although|though|whereas|yet|apart from|other than)\b",
+    r"\b(?:but|however|except|exception|although|though|whereas|yet|apart from|aside from"
+    r"|other than|save for)\b",
     re.IGNORECASE,
 )
 
@@ -219,6 +256,9 @@ def _sentence_says_nothing(sentence: str) -> bool:
     kinds = [_clause_kind(clause) for clause in clauses]
     if "nothing" not in kinds or "report" in kinds:
         return False
+    neutral = " ; ".join(c for c, kind in zip(clauses, kinds, strict=True) if kind == "neutral")
+    if len(_CLAIM.findall(neutral)) > 1:  # "the summary says 2am, the text says 4am, the rest
+        return False  # is correct": a comparison, which reports a difference
     # lead-ins before the first no-problem clause, and neutral pieces of an enumeration after
     # it ("all names, dates and figures match the text"), as long as it ends on one
     last = [kind for kind, clause in zip(kinds, clauses, strict=True) if _plain(clause)][-1]
@@ -232,8 +272,24 @@ def says_nothing(text: str) -> bool:
     so, and no clause report a problem: "No errors in the date; the name 'John' is invented."
     reports one."""
     text = text.strip(_DECORATION).strip()
-    return not text or all(
-        _sentence_says_nothing(sentence) for sentence in split_sentences(" ".join(text.split()))
+    text = re.sub(r"^no\s*[.!]\s+(?=\S)", "", text, flags=re.IGNORECASE)  # "No. It is consistent."
+    sentences = split_sentences(" ".join(text.split()))
+    says = [_sentence_says_nothing(sentence) for sentence in sentences]
+    following = [*zip(sentences[1:], says[1:], strict=True), ("", False)][: len(sentences)]
+    return all(
+        nothing or _claim_then_verdict(sentence, *after)
+        for sentence, nothing, after in zip(sentences, says, following, strict=True)
+    )
+
+
+def _claim_then_verdict(claim: str, verdict: str, says_nothing: bool) -> bool:
+    """A sentence that only says what one text states, affirmed by the next ("The summary says
+    the fire started at 3am. The text agrees."); not when the next affirms "the rest"."""
+    return bool(
+        says_nothing
+        and not _THE_REST.search(verdict)
+        and len(_CLAIM.findall(claim)) == 1
+        and all(_clause_kind(clause) == "neutral" for clause in _CLAUSE_SPLIT.split(claim))
     )
 
 
@@ -262,11 +318,35 @@ _DOUBLE_NEGATIVE = re.compile(
 )
 
 
+# A negation that governs a word naming an error within one clause, with no verb of support
+# between them ("There's no inconsistency", "I haven't found any errors", "does not contradict
+# the text", "zero unsupported claims", "inconsistency-free"); "The text does not mention that
+# he made it up" is no denial (the negation governs "mention").
+_DENIED = (
+    rf"{_PROBLEM}|{_NEGATED_ERROR}|contradict\w*|misstat\w*|misrepresent\w*|invent\w*"
+    rf"|fabricat\w*|hallucinat\w*|mislead\w*|mak\w*\s+up|distort\w*|exaggerat\w*|incorrect\w*"
+    rf"|inaccura\w*|wrong\w*|false\w*"
+)
+_DENIAL = re.compile(
+    rf"(?:\b(?:no|not|never|nothing|none|zero|without|neither|nor)\b|n't)"
+    rf"(?:\s+(?!(?:mention\w*|say\w*|said|state\w*|support\w*|includ\w*|contain\w*|indicat\w*|confirm\w*"
+    rf"|specif\w*|give\w*|given|back\w*|correct\w*|accurat\w*|true|right\w*|consistent\w*"
+    rf"|valid\w*|faithful\w*|present|because|since|as|so|thus|hence|therefore|then|and|or|but|however"
+    rf"|except|only|while|whereas|though|although)\b)[\w'-]+){{0,4}}?"
+    rf"\s+(?:{_DENIED})\b"
+    rf"|\b(?:{_PROBLEM}|error|mistake|hallucination)-free\b",
+    re.IGNORECASE,
+)
+_ANSWER_WORD = re.compile(r"^\W*(?:no|yes)\b[,.!:;]*", re.IGNORECASE)  # "No, the summary ..."
+
+
 def _may_only_deny_an_error(item: str) -> bool:
     """An item whose only words naming an error, or a negation or a contrast, stand in a
-    negation that may deny it ("The date isn't wrong"); not "Nothing wrong with the date; the
-    name is invented", nor "Nothing inaccurate here, but his first name wasn't mentioned"."""
-    denied = _DOUBLE_NEGATIVE.sub("", item)
+    negation that may deny it ("The date isn't wrong", "The summary does not contradict the
+    text"); not "Nothing wrong with the date; the name is invented", nor "Nothing inaccurate
+    here, but his first name wasn't mentioned"."""
+    item = _ANSWER_WORD.sub("", item)
+    denied = _DENIAL.sub("", _DOUBLE_NEGATIVE.sub("", item))
     return denied != item and not (_NAMES_AN_ERROR.search(denied) or _REPORTS.search(denied))
 
 
@@ -354,10 +434,13 @@ def _row_affirms(row: str, heading: str) -> bool:
     return bool(re.fullmatch(rf"(?:{_SAYS_WHAT_IT_MEANS})\.?", verdict))
 
 
-def _json_items(text: str) -> list[str] | None:
+def _json_items(text: str) -> list[str] | bool | None:
     """The descriptions of a JSON answer, in a ```json fence or not: a list of strings, or of
     objects each with one "description" string, or an object holding one such list (or the
-    string "None"); else None."""
+    string "None"); None when it is no JSON answer. An object that gives its verdict as true or
+    false under a key that names it ({"consistent": true, "reason": "..."}) gives no item when
+    the verdict is no problem, its one explanation when it is one, and False (not read with
+    confidence) for any other shape."""
     text = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
     if not text.startswith(("[", "{")):
         return None
@@ -365,6 +448,8 @@ def _json_items(text: str) -> list[str] | None:
         value = jsonl.loads(text)
     except ValueError:
         return None
+    if isinstance(value, dict) and any(isinstance(v, bool) for v in value.values()):
+        return _json_verdict(value)
     if isinstance(value, dict):
         # the list under a key that names it ({"inconsistencies": [], "explanation": "..."}),
         # else the one list or string the object holds
@@ -380,6 +465,33 @@ def _json_items(text: str) -> list[str] | None:
     return [" ".join(v.split()) for v in value]
 
 
+def _json_verdict(value: dict) -> list[str] | bool:
+    """{"is_consistent": false, "explanation": "..."} -> ["..."]; {"hallucination": false} -> [];
+    False when the verdict is not one boolean under a key that says what true means, or a
+    problem comes with other than one explanation."""
+    verdicts = [(k, v) for k, v in value.items() if isinstance(v, bool)]
+    if len(verdicts) != 1:
+        return False
+    key, verdict = verdicts[0]
+    if _FINE_KEY.fullmatch(str(key)):
+        problem = not verdict
+    elif _PROBLEM_KEY.fullmatch(str(key)):
+        problem = verdict
+    else:
+        return False
+    texts = [v for v in value.values() if isinstance(v, str)]
+    if not problem:
+        return [] if all(says_nothing(t) for t in texts) else False
+    return [" ".join(texts[0].split())] if len(texts) == 1 and len(value) == 2 else False
+
+
+# Keys whose true says the summary is fine, and keys whose true says it is not
+_FINE_KEY = re.compile(
+    r"(?:is_?)?(?:consistent|faithful|supported|correct|accurate|grounded|factual)", re.I
+)
+_PROBLEM_KEY = re.compile(
+    r"(?:is_?|has_?)?(?:hallucinat\w*|inconsisten\w*|unsupported|errors?|contains_errors?)", re.I
+)
 _LIST_KEY = re.compile(
     r"(?:inconsistenc\w*|issues?|errors?|problems?|descriptions?|hallucinations?|findings?)",
     re.IGNORECASE,
@@ -394,32 +506,49 @@ def _clean(item: str) -> str:
 def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[str] | None:
     """The items of a lettered, numbered or bulleted answer (None when no line is marked): a line
     without a marker continues the item before it until a blank line; after a blank line it is
-    a closing remark; before the first marker, a preamble. A marker deeper than the list's own
-    opens a sub-item, which continues its item, unless it is the list's next marker ("B." after
-    "A.", "2." after "1.", the same bullet where the first item's indentation is unknown)."""
+    a closing remark; before the first marker, a preamble. A sub-item continues its item: a
+    marker deeper than the list's own, unless it is the list's next marker ("B." after "A.",
+    "2." after "1.", the same bullet where the first item's indentation is unknown) and no
+    sub-list of its depth is open; and, in a lettered or numbered list, a marker of another
+    kind ("- Summary: 43" or "a)" under "1.") when the list's next marker comes after it, its
+    item ends with a colon, or the list's items took such sub-items before."""
     items: list[str] = []
     open_item = False
     top = None  # the indentation of the list's own markers; deeper ones are sub-items
     last = None  # the marker of the list's last own item
-    for line in _split_inline_items(lines):
+    sub_list: tuple[int, tuple] | None = None  # (indentation, marker) of the open sub-list's last
+    lines = _split_inline_items(lines)
+    folded = False  # the list's items have taken sub-items of another kind
+    last_seen = {_marker(line): k for k, line in enumerate(lines) if _ITEM.match(line)}
+    for k, line in enumerate(lines):
         if not line.strip():
             open_item = False
             continue
         indent = len(line) - len(line.lstrip())
         match = _ITEM.match(line)
         marker = _marker(line) if match else None
+        if match and items and open_item and _another_kind(last, marker):
+            own_next = last_seen.get(_next_marker(last), -1) > k
+            if own_next or folded or items[-1].rstrip(" *").endswith(":"):
+                items[-1] = f"{items[-1]} {_item_text(match)}"  # "1. Age\n- Summary: 43\n2. ..."
+                folded = True
+                continue
         if match and items and top is not None and indent > top:
-            if _follows(last, marker, first_indent_unknown):
+            in_sub_list = sub_list is not None and sub_list[0] == indent
+            if not in_sub_list and _follows(last, marker, first_indent_unknown):
                 top, last = indent, marker  # the list's next item, indented
+                first_indent_unknown = False  # once: the first item's indentation is now known
                 items.append(_item_text(match))
                 open_item = True
                 continue
             if open_item:
                 items[-1] = f"{items[-1]} {_item_text(match)}"  # a sub-item continues its item
+                sub_list = (indent, marker)
                 continue
         if match:
             top = indent if top is None else top
             last = marker
+            sub_list = None
             items.append(_item_text(match))
             open_item = True
         elif items and (open_item or not items[-1].strip()):
@@ -449,6 +578,17 @@ def _marker(line: str) -> tuple[str, int | str]:
     return ("other", 0)
 
 
+def _next_marker(marker: tuple) -> tuple:
+    return (marker[0], marker[1] + 1) if marker[0] in ("letter", "number") else marker
+
+
+def _another_kind(last: tuple | None, marker: tuple | None) -> bool:
+    """A marker of another kind than a lettered or numbered list's own: one of its sub-items."""
+    if last is None or marker is None:
+        return False
+    return last[0] in ("letter", "number") and marker[0] != last[0]
+
+
 def _follows(last: tuple | None, marker: tuple | None, same_bullet: bool) -> bool:
     """Whether `marker` is the list's next one after `last`: the next letter or number, or the
     same bullet when `same_bullet` (the first item's own indentation was lost on a label's line)."""
@@ -464,27 +604,39 @@ def _item_text(match: re.Match) -> str:
     marker = match.group(0).lstrip()[:1]
     if marker in _CHECKED:  # "✅ The date is correct.": affirmed, whatever its words
         return "None"
+    if any(c in text for c in _CHECKED) and not any(c in text for c in _CROSSED):
+        return "None"  # "The fire started at 3am. ✅", "Date: ✔ matches"
     return text
 
 
+# A count, not a description: "Total inconsistencies: 2", "Number of errors = 0"
+_TALLY = re.compile(
+    rf"(?:total\s+)?(?:(?:number|count)\s+of\s+)?{_PROBLEM}(?:\s+found)?\s*[:=]\s*(?:\d+|zero|none)\.?",
+    re.IGNORECASE,
+)
+_TALLY_OF_NONE = re.compile(r".*[:=]\s*(?:0|zero|none)\.?", re.IGNORECASE)
 _CHECKED = "✅✔✓☑"
-# "A. text B. text" on one line: the next letter's marker after a sentence's end
-_INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{letter}[.)]\\s)"
+_CROSSED = "❌✗✘❎"
+# "A. text B. text" or "1) text 2) text" on one line: the next marker after a sentence's end
+_INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{marker}[.)]\\s)"
+_INLINE_FIRST = re.compile(r"\s*\(?([A-Y]|\d{1,2})[.)]\s")
 
 
 def _split_inline_items(lines: list[str]) -> list[str]:
-    """A line that opens with "A." and holds "B.", "C." ... after sentence ends, as lines."""
+    """A line that opens with "A." (or "1.") and holds "B.", "C." ... ("2.", "3." ...) after
+    sentence ends, as lines."""
     out = []
     for line in lines:
-        first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+        first = _INLINE_FIRST.match(line)
         while first:
-            letter = chr(ord(first.group(1)) + 1)
-            cut = re.search(_INLINE_NEXT.format(letter=letter), line)
+            mark = first.group(1)
+            after = str(int(mark) + 1) if mark.isdigit() else chr(ord(mark) + 1)
+            cut = re.search(_INLINE_NEXT.format(marker=after), line)
             if cut is None:
                 break
             out.append(line[: cut.start()])
             line = line[cut.end() :]
-            first = re.match(r"\s*\(?([A-Y])[.)]\s", line)
+            first = _INLINE_FIRST.match(line)
         out.append(line)
     return out
 
@@ -524,12 +676,17 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
         heading = _verdict(header).strip(" *")
         return NOTHING if rows and all(_row_affirms(row, heading) for row in rows) else APART
     listed = _json_items(text)
+    if listed is False:
+        return APART  # a verdict as true or false: not read by these rules with confidence
     if listed is None:
         listed = _marked_items(text.splitlines(), inline_first)
     if listed is not None:
         if listed and not any(item.strip(_DECORATION + ".") for item in listed):
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
-        items = [item for item in listed if not says_nothing(item)]
+        tallies = [item for item in listed if _TALLY.fullmatch(item)]
+        items = [item for item in listed if not says_nothing(item) and item not in tallies]
+        if not items and any(not _TALLY_OF_NONE.fullmatch(item) for item in tallies):
+            return APART  # "- Total inconsistencies: 2" and no description
         if any(map(_may_only_deny_an_error, items)):
             return APART  # an item that may deny an error ("The date isn't wrong"): not guessed
         # items none of which names a problem or the texts compared ("The co-pilot was Andreas
@@ -540,8 +697,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
             else APART
         )
     prose = " ".join(text.split())
-    if says_nothing(prose):
-        return NOTHING
+    if says_nothing(prose):  # "The rest is correct." alone implies what it leaves out
+        return APART if _THE_REST.search(prose) else NOTHING
     sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
     if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
         return NOTHING  # "None - the summary restates the text."
