@@ -474,13 +474,13 @@ def test_fhsumbench_non_factual_bacc_hand_computed():
     assert "factuality_bacc" in out["ci95"]
 
 
-def _seconds(read, text: str) -> float:
-    """The best of three timings of `read(text)` (a reader may raise its own parse error)."""
+def _seconds(read, text: str, tries: int = 3) -> float:
+    """The best of `tries` timings of `read(text)` (a reader may raise its own parse error)."""
     import contextlib
     import time
 
     best = float("inf")
-    for _ in range(3):
+    for _ in range(tries):
         start = time.perf_counter()
         with contextlib.suppress(Exception):  # only the time matters here
             read(text)
@@ -501,9 +501,17 @@ GROWTH_SHAPES = [
     "- 1\n",
     "- neither ",
     "- the x is not ",
+    "factual ",
+    "major ",
 ]
 # a run of one unit between two words: white space that a pattern may try at every start
-WRAPPED_SHAPES = [("A", " ", "B"), ("- x", "\t", "y"), ("A. ", " \n", "B"), ("```json", " ", "```")]
+WRAPPED_SHAPES = [
+    ("A", " ", "B"),
+    ("- x", "\t", "y"),
+    ("A. ", " \n", "B"),
+    ("```json", " ", "```"),
+    ("A. no ", "factual ", ""),
+]
 
 
 @pytest.mark.parametrize(
@@ -525,5 +533,8 @@ def test_the_answer_readers_take_linear_time_on_model_output(head, unit, tail):
     }
     for name, read in readers.items():
         small, large = (head + (unit * (n // len(unit) + 1))[:n] + tail for n in (20_000, 80_000))
-        ratio_allowed = 8 * _seconds(read, small) + 0.05  # + 50 ms: timer noise on tiny times
-        assert _seconds(read, large) < ratio_allowed, f"{name} reader on {unit!r} x 4"
+        # interleaved, the best of three each: a machine's load changes between the two
+        timings = [(_seconds(read, small, 1), _seconds(read, large, 1)) for _ in range(3)]
+        fastest_small, fastest_large = (min(t) for t in zip(*timings, strict=True))
+        ratio_allowed = 8 * fastest_small + 0.05  # + 50 ms: timer noise on tiny times
+        assert fastest_large < ratio_allowed, f"{name} reader on {unit!r} x 4"

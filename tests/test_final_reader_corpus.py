@@ -216,16 +216,17 @@ def test_the_reader_on_the_labelled_corpus(readings):
 HOSTILE = Path(__file__).resolve().parent / "assets" / "final_answers_hostile.jsonl"
 
 
-def test_the_reader_on_a_hostile_review_s_answers():
-    """92 answers a hostile review wrote against the reader in the phrasings small models use
-    (denials and affirmations inside lists, JSON verdicts, roman numerals, sub-items of
-    another kind, "the rest is correct", two "Final Output" labels), each labelled before the
-    reader ran: `none`, `list` with its item count, or `unreadable`. They were then read to
-    revise the reader, so they are seen, not held out. The promise: no "nothing wrong" answer
-    flagged, no list read as nothing, and the count right on at least 90% of the lists read;
-    anything else is counted apart."""
+def test_the_reader_on_two_hostile_reviews_answers():
+    """204 answers two hostile reviews wrote against the reader in the phrasings small models
+    use (92, then 112 against the reader revised on the first: denials and affirmations inside
+    lists, JSON verdicts, roman numerals, sub-items of another kind, "the rest is correct",
+    claims listed before a later "Inconsistencies:" label, "bar the year"), each labelled
+    before the reader ran: `none`, `list` with its item count, or `unreadable`. They were then
+    read to revise the reader, so they are seen, not held out. The promise: no "nothing wrong"
+    answer flagged, no list read as nothing, and the count right on at least 90% of the lists
+    read; anything else is counted apart."""
     rows = [json.loads(line) for line in HOSTILE.read_text(encoding="utf-8").splitlines()]
-    assert len(rows) == 92 and {r["label"] for r in rows} == set(LABELS)
+    assert len(rows) == 204 and {r["label"] for r in rows} == set(LABELS)
     flagged_none, read_as_nothing, counts = [], [], []
     for row in rows:
         parsed = read_descriptions(row["output"], reasoning=row["reasoning"])

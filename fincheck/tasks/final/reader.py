@@ -69,11 +69,14 @@ _FINAL_LABEL = re.compile(
 )
 # A label that introduces the answer: "Inconsistencies:" (the layout the few-shot prompts
 # teach: "Inconsistencies:\nNone"), "Factual inconsistencies found:", "Answer:", "Output:".
-_ANSWER_LABEL = re.compile(
-    r"^\s*(?:#{1,6}\s*)?(?:\*\*)?(?:(?:factual\s+)?inconsistenc(?:y|ies)(?:\s+found)?|answer"
-    r"|output)(?:\*\*)?\s*:(?:\*\*)?[ \t]*",
-    re.IGNORECASE,
+_LABEL = (
+    r"[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:(?:factual[ \t]+)?inconsistenc(?:y|ies)(?:[ \t]+found)?"
+    r"|answer|output)(?:\*\*)?(?:[ \t]*:(?:\*\*)?[ \t]*|[ \t]*(?=\n|$))"
 )
+_ANSWER_LABEL = re.compile(rf"\s*{_LABEL}", re.IGNORECASE)
+# The same label later in the answer, at a line's start: what came before it (the summary's
+# claims listed, an analysis) is not the answer ("Claims:\n1. ...\n\nInconsistencies:\nNone").
+_LATER_LABEL = re.compile(rf"^{_LABEL}", re.IGNORECASE | re.MULTILINE)
 _DESCRIPTION_LABEL = re.compile(r"^\s*(?:\*\*)?description(?:\*\*)?\s*:\s*", re.IGNORECASE)
 _DECORATION = "*#\"'`\u201c\u201d \n"
 
@@ -81,11 +84,14 @@ _DECORATION = "*#\"'`\u201c\u201d \n"
 # A clause is what lies between ; , : ( ) dashes. It reports no problem when it is "None" (or
 # "Nothing to report"), says there is no error, or affirms a detail without any negation.
 _NONE = re.compile(
+    r"(?:there\s+(?:are|is|were)\s+)?"
     r"(?:none|n/a|nil|nothing)(?:\s+(?:found|identified|detected|noted|reported|to report))?",
     re.IGNORECASE,
 )
+# (at most three words before it: a pattern searched at every word may not scan a whole run of
+# "factual factual ..." from each, which takes quadratic time)
 _PROBLEM = (
-    r"(?:(?:factual|significant|other|major|minor|notable|apparent|obvious)\s+)*"
+    r"(?:(?:factual|significant|other|major|minor|notable|apparent|obvious)\s+){0,3}"
     r"(?:inconsistenc\w*|errors?|issues?|problems?|hallucinations?|mistakes?|discrepanc\w*|"
     r"inaccurac\w*|unsupported\s+\w+|contradictions?)"
 )
@@ -174,9 +180,15 @@ _AFFIRMS = re.compile(
     rf"(?:confirms|supports|states|says|reports|mentions|gives|shows)\b"
     rf"|\bthe\s+{_TEXTS}\s+(?:agrees|concurs|also\s+(?:says|states|gives|reports|mentions))\b"
     rf"|\bgets?\s+(?:\w+\s+){{0,3}}right\b|\bboth\s+(?:give|say|state|report|put)\b"
-    # a verdict clause of its own: "consistent with the source", "Supported", "matches"
+    rf"|\b(?:is|are)\s+(?:\w+\s+)?(?:the\s+)?same\s+as\b|\bidentical\s+to\b|\bin\s+line\s+with\b"
+    rf"|\bword\s+for\s+word\b|\bso\s+does\s+the\s+{_TEXTS}\b"
+    rf"|\bmatch(?:es)?\s+(?:the\s+)?(?:paragraph|sentence|line)\s+\w+"
+    rf"|\b(?:is|are)\s+(?:taken\s+from\s+the\s+{_TEXTS}|what\s+the\s+{_TEXTS}\s+(?:says|states|gives))\b"
+    # a verdict clause of its own: "consistent with the source", "Supported by the first
+    # paragraph", "matches", "OK", "same as the text"
     rf"|^(?:fully\s+|entirely\s+|completely\s+)?(?:consistent|accurate|correct|supported"
-    rf"|confirmed|verified|matches|matching|agrees)(?:\s+(?:with|by|in)\s+the\s+{_TEXTS})?$",
+    rf"|confirmed|verified|matches|matching|agrees)(?:\s+(?:with|by|in|to)\s+[\w' ]{{1,40}})?$"
+    rf"|^(?:the\s+)?(?:same\s+as|identical\s+to|taken\s+from|as\s+in)\s+[\w' ]{{1,40}}$|^ok(?:ay)?$",
     re.IGNORECASE,
 )
 # A clause that says what one of the texts states ("the summary says 2am", "the text gives
@@ -218,6 +230,15 @@ _CONTRAST = re.compile(
 )
 
 
+# What makes an affirmation partial ("Everything is correct bar the year"): the contrast words
+# and the exceptions, checked only where a clause would otherwise report nothing
+_EXCEPT = re.compile(
+    rf"{_CONTRAST.pattern}|\b(?:bar|barring|excluding|besides|save|beyond|aside)\b", re.IGNORECASE
+)
+# A connective before a verdict ("so there are no inconsistencies")
+_LEAD = re.compile(r"^(?:so|therefore|thus|hence|overall|in\s+short|in\s+conclusion)\s+", re.I)
+
+
 def _plain(clause: str) -> str:
     return clause.strip(_DECORATION + ".!").strip()
 
@@ -228,8 +249,9 @@ def _clause_kind(clause: str) -> str:
     plain = _plain(clause)
     if not plain or plain.lower() in ("no", "yes"):  # "No, the summary does not contain ..."
         return "neutral"
-    if _NONE.fullmatch(plain) or _NO_PROBLEM.fullmatch(plain):
-        return "report" if _CONTRAST.search(plain) else "nothing"
+    verdict = _LEAD.sub("", plain)  # "so there are no inconsistencies"
+    if _NONE.fullmatch(verdict) or _NO_PROBLEM.fullmatch(verdict):
+        return "report" if _EXCEPT.search(plain) else "nothing"
     if _REPORTS.search(plain):
         return "report"
     return "nothing" if _AFFIRMS.search(plain) else "neutral"
@@ -250,7 +272,7 @@ def _sentence_says_nothing(sentence: str) -> bool:
     but clauses that report no problem either; or a remark on an omission alone."""
     if _OMISSION.search(sentence) and not _NAMES_AN_ERROR.search(_NOT_AN_ERROR.sub("", sentence)):
         return True
-    if _SAYS_NONE.fullmatch(_plain(sentence)) and not _CONTRAST.search(sentence):
+    if _SAYS_NONE.fullmatch(_plain(sentence)) and not _EXCEPT.search(sentence):
         return True
     clauses = _CLAUSE_SPLIT.split(sentence)
     kinds = [_clause_kind(clause) for clause in clauses]
@@ -271,7 +293,7 @@ def says_nothing(text: str) -> bool:
     "I found no inconsistencies.", "The date is supported by the text." Every sentence must say
     so, and no clause report a problem: "No errors in the date; the name 'John' is invented."
     reports one."""
-    text = text.strip(_DECORATION).strip()
+    text = _unquoted(text.strip("*#` \n"))
     text = re.sub(r"^no\s*[.!]\s+(?=\S)", "", text, flags=re.IGNORECASE)  # "No. It is consistent."
     sentences = split_sentences(" ".join(text.split()))
     says = [_sentence_says_nothing(sentence) for sentence in sentences]
@@ -280,6 +302,15 @@ def says_nothing(text: str) -> bool:
         nothing or _claim_then_verdict(sentence, *after)
         for sentence, nothing, after in zip(sentences, says, following, strict=True)
     )
+
+
+def _unquoted(text: str) -> str:
+    """The text without the quotes around all of it: a quote that opens its first sentence only
+    ("\"Three people were injured\" - the text says so.") stays."""
+    quotes = "\"'\u201c\u201d"
+    if text[:1] in quotes and text[-1:] in quotes and not any(q in text[1:-1] for q in quotes):
+        return text[1:-1].strip()
+    return text.strip()
 
 
 def _claim_then_verdict(claim: str, verdict: str, says_nothing: bool) -> bool:
@@ -619,7 +650,7 @@ _CHECKED = "✅✔✓☑"
 _CROSSED = "❌✗✘❎"
 # "A. text B. text" or "1) text 2) text" on one line: the next marker after a sentence's end
 _INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{marker}[.)]\\s)"
-_INLINE_FIRST = re.compile(r"\s*\(?([A-Y]|\d{1,2})[.)]\s")
+_INLINE_FIRST = re.compile(r"\s*\(?([A-Ya-y]|\d{1,2})[.)]\s")
 
 
 def _split_inline_items(lines: list[str]) -> list[str]:
@@ -664,6 +695,9 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     elif reasoning:
         return APART
     text = _BOXED.sub(r"\1", text)
+    later = [m for m in _LATER_LABEL.finditer(text) if m.start() > 0]
+    if later:
+        text = text[later[-1].start() :]
     label = _ANSWER_LABEL.match(text)
     # "Answer: - x\n - y": the first item shares the label's line, its own indentation unknown
     inline_first = bool(label and text[label.end() :].split("\n", 1)[0].strip())
