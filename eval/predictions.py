@@ -27,7 +27,7 @@ from fincheck.io import jsonl
 from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.jsonl import iter_json_objects, read_json_object
 from fincheck.io.safe_files import open_own_file, write_text
-from fincheck.io.secrets import redact
+from fincheck.io.secrets import redacted_value
 from fincheck.tasks import task_names
 
 EVAL_CONFIG = "eval_config.json"
@@ -151,7 +151,7 @@ class PredictionWriter:
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, redact(json.dumps(record, indent=2)) + "\n")
+    write_text(path, json.dumps(redacted_value(record), indent=2) + "\n")
 
 
 def read_eval_config(predictions_dir: Path) -> dict[str, Any]:
@@ -205,6 +205,7 @@ def path_identity(value: str | None) -> str | None:
 def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
     """Record what produces the predictions; refuse to mix two runs' outputs in one folder."""
     previous = read_eval_config(predictions_dir)
+    config = redacted_value(config)  # as it was recorded: a held value is never written
     changed = [
         k for k in SAME_RUN_KEYS if k in previous and k in config and previous[k] != config[k]
     ]
@@ -315,7 +316,11 @@ def record_loaded(predictions_dir: Path, **fields: Any) -> None:
     results.json and `fincheck publish` checks results against the adapter it uploads. A
     folder holding predictions made with another adapter, window or budget is refused."""
     record = read_eval_config(predictions_dir)
-    now = {k: json.loads(json.dumps(v)) for k, v in fields.items() if k in SAME_LOADED_KEYS}
+    now = {
+        k: redacted_value(json.loads(json.dumps(v)))  # as it is recorded
+        for k, v in fields.items()
+        if k in SAME_LOADED_KEYS
+    }
     changed = [k for k in now if k in record and _differs(k, record[k], now[k])]
     if changed and _holds_predictions(Path(predictions_dir)):
         raise FincheckError(

@@ -25,7 +25,7 @@ from fincheck.eval.predictions import (
 from fincheck.eval.report import render_report
 from fincheck.io.jsonl import strict_json
 from fincheck.io.safe_files import replaced_file, write_text
-from fincheck.io.secrets import redact
+from fincheck.io.secrets import redact, redacted_value
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
 from fincheck.tasks.prepared import read_manifest, read_split, split_path
@@ -107,7 +107,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     write_text(
         opts.out_dir / "results.json",
-        redact(json.dumps(strict_json(results), indent=2, ensure_ascii=False)) + "\n",
+        json.dumps(redacted_value(strict_json(results)), indent=2, ensure_ascii=False) + "\n",
     )
     write_text(opts.out_dir / "report.md", redact(render_report(results, plot_paths, examples)))
     return results, judge["errors"]

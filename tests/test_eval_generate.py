@@ -1010,3 +1010,24 @@ def test_a_damaged_adapter_tokenizer_or_template_is_one_line_in_every_command(
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if "error:" in line]
         assert len(lines) == 1 and said in lines[0] and "Traceback" not in err, (argv, err)
+
+
+def test_a_rerun_whose_identity_holds_a_secret_is_the_same_run(tmp_path, monkeypatch):
+    """The record is written redacted: a rerun compares its own identity redacted the same way
+    (an endpoint deployment named like the API key it holds), never "a different run" for the
+    same command; another model is still refused."""
+    from fincheck.io import secrets
+
+    monkeypatch.setattr(secrets, "_HELD", {"mymodel42secret"})
+    config = {
+        "backend": "openai",
+        "model": "openai/mymodel42secret/http://h/v1",
+        "tasks": ["qasem"],
+    }
+    generate_predictions.check_eval_config(tmp_path, config)
+    assert "mymodel42secret" not in (tmp_path / generate_predictions.EVAL_CONFIG).read_text()
+    generate_predictions.check_eval_config(tmp_path, dict(config))
+    generate_predictions.record_loaded(tmp_path, base="mymodel42secret")
+    generate_predictions.record_loaded(tmp_path, base="mymodel42secret")
+    with pytest.raises(FincheckError, match="different run"):
+        generate_predictions.check_eval_config(tmp_path, {**config, "model": "openai/other/x"})

@@ -314,7 +314,9 @@ def test_endpoint_secrets_reach_no_file_and_no_printed_line(
 ):
     """Secrets by value and by shape: an API key of no known shape, and keys in a URL's query
     under names no list holds, are in no file the score writes and no line it prints, whether
-    the judge answers or fails (the exit-3 summary line included)."""
+    the judge answers or fails (the exit-3 summary line included); nor in its escaped form in
+    JSON (a key holding a quote and a backslash), and every JSON file written still parses (a
+    query key named like a secret, `?token=`, is redacted without cutting the JSON around it)."""
     pairs = [
         p
         for p in read_pairs(prepared_dir / "final" / "test.jsonl", task_names())
@@ -324,12 +326,14 @@ def test_endpoint_secrets_reach_no_file_and_no_printed_line(
         tmp_path / "run" / "predictions" / "final.jsonl",
         [{"id": p.id, "task": "final", "output": p.target} for p in pairs],
     )
-    key, in_query = "plain words key 8842", ("QUERYSECRET4242", "sub-secret-9191")
+    key = 'plain "words\\ key 8842'
+    in_query = ("QUERYSECRET4242", "sub-secret-9191", "tok-secret-7373")
     monkeypatch.setenv("ODD_JUDGE_KEY", key)
     with FakeJudgeServer() as server:
         server.script[pairs[0].target.splitlines()[0][3:]] = [("ok", '{"A": "A"}')]
         server.script[pairs[1].target.splitlines()[0][3:]] = [("status", 503, {})]
         url = f"{server.base_url}?x-api-key={in_query[0]}&subscription-key={in_query[1]}"
+        url += f"&token={in_query[2]}"
         code = main(
             ["score", "--data", str(prepared_dir), "--predictions",
              str(tmp_path / "run" / "predictions"), "--out", str(tmp_path / "run"),
@@ -339,8 +343,10 @@ def test_endpoint_secrets_reach_no_file_and_no_printed_line(
     printed = "".join(capsys.readouterr())
     assert code in (0, 3)
     written = [f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file()]
-    for secret in (key, *in_query):
+    for secret in (key, json.dumps(key)[1:-1], *in_query):
         assert secret not in printed and not any(secret in text for text in written), secret
+    for path in tmp_path.rglob("*.json"):
+        json.loads(path.read_text())  # whole: no redaction cut into it
 
 
 def test_text_only_qasem_predictions_are_flagged_in_the_report(prepared_dir, tmp_path):

@@ -27,15 +27,18 @@ TOKEN = re.compile(
 # (the scheme's slashes may have been normalised away: a URL passed where a path was expected)
 # (up to the last "@" before the path, as a URL reader takes it: a password may hold an "@")
 URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s]*@", re.IGNORECASE)
+# (a value runs to "&" or "#", as an HTTP client sends it: a ";" is part of it; never over a
+# quote, a backslash or a bracket, which a URL holds only percent-encoded: the text around
+# a URL written into JSON or markdown stays whole)
+_QUERY_VALUE = r"[^&#\s\"'`<>\\]*"
 URL_SECRET_QUERY = re.compile(
     r"(?P<key>[?&][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
-    r"|credential|session)[\w.~-]*=)[^&#\s]*",
+    rf"|credential|session)[\w.~-]*=){_QUERY_VALUE}",
     re.IGNORECASE,
 )
 # Every value of a URL's query string or fragment (what an endpoint URL may be recorded and
 # shown with).
-# (a value runs to "&" or "#", as an HTTP client sends it: a ";" is part of it)
-URL_QUERY_VALUE = re.compile(r"(?P<key>[?&#][^=&#\s]+=)[^&#\s]*")
+URL_QUERY_VALUE = re.compile(rf"(?P<key>[?&#][^=&#\s\"'`<>\\]+=){_QUERY_VALUE}")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
@@ -143,6 +146,19 @@ def redact(text: str) -> str:
     text = AUTH_HEADER.sub(lambda m: f"{m.group('scheme')}{REDACTED}", text)
     text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
     return URL_SECRET_QUERY.sub(lambda m: f"{m.group('key')}{REDACTED}", text)
+
+
+def redacted_value(value: Any) -> Any:
+    """A JSON-able record with every string in it (keys too) redacted before it is serialised:
+    a secret is found as the run holds it, not in its escaped form (a quote or backslash in
+    it, non-ASCII under `ensure_ascii`), and no redaction can cut the JSON around it."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redacted_value(k): redacted_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted_value(v) for v in value]
+    return value
 
 
 def public_url(url: str | None) -> str | None:
