@@ -37,6 +37,7 @@ class FakeJudgeServer:
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests being handled at once
         self.openapi: dict | None = None  # served at /openapi.json when set (else 404)
+        self.openapi_drip_s: float = 0.0  # > 0: the schema sent one byte every that many seconds
         self._lock = threading.Lock()
         server = self
 
@@ -53,7 +54,16 @@ class FakeJudgeServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not server.openapi_drip_s:
+                    self.wfile.write(data)
+                    return
+                for byte in data[:60]:  # each read in time, the reply never
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(server.openapi_drip_s)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

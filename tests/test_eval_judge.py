@@ -674,3 +674,22 @@ def test_a_penalty_a_server_turns_on_by_default_is_sent_neutral(schema, sent):
         else "repeat_penalty" not in server.requests[-1]
     )
     assert client.identity.get("neutral_sampling") == (sent or None)
+
+
+def test_a_schema_dripped_byte_by_byte_costs_no_more_than_the_probe_s_time():
+    """A server that sends its /openapi.json one byte a second answers each read in time: the
+    probe's limit is on the whole reply, so the client starts after PROBE_TIMEOUT_S with no
+    penalty to neutralize (before: as long as the server dripped)."""
+    import time
+
+    from fincheck.models.llm_clients import METHOD, PROBE_TIMEOUT_S, OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.openapi = _chat_schema(repeat_penalty=1.1)
+        server.openapi_drip_s = 1.0
+        server.script["hi"] = [("ok", "Yes")]
+        start = time.monotonic()
+        client = OpenAIChatClient("m", base_url=server.base_url, caller=METHOD)
+        client.complete([{"role": "user", "content": "hi"}], {"temperature": 0.0})
+        took = time.monotonic() - start
+    assert client.neutral_sampling == {} and took < PROBE_TIMEOUT_S + 10, took

@@ -471,10 +471,15 @@ def openai_arguments(sampling: dict) -> dict:
 def declared_penalties(client: Any, base_url: str) -> dict[str, float]:
     """The penalties the server's own OpenAPI schema (`/openapi.json`, served by FastAPI-based
     servers) declares for chat completions with a default other than neutral, each at its
-    neutral value; {} when the server publishes no schema (or none in time) or none differs."""
+    neutral value; {} when the server publishes no schema (or none in time: the whole reply
+    within PROBE_TIMEOUT_S, not each read, so a server that drips it costs no more) or none
+    differs."""
     root = str(base_url).rstrip("/").removesuffix("/v1")
     try:
-        reply = client._client.get(f"{root}/openapi.json", timeout=PROBE_TIMEOUT_S)
+        url = f"{root}/openapi.json"
+        reply = within_deadline(
+            lambda: client._client.get(url, timeout=PROBE_TIMEOUT_S), PROBE_TIMEOUT_S
+        )
         if reply.status_code != 200:
             return {}
         schema = reply.json()
