@@ -58,7 +58,16 @@ def _merge_into(
     )
     if getattr(model.config, "quantization_config", None):
         raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
+    import torch
+
     merged = model.merge_and_unload().to(torch_dtype(dtype))
+    not_finite = [n for n, t in merged.state_dict().items() if not bool(torch.isfinite(t).all())]
+    if not_finite:  # a merged model that would answer NaN is not written
+        raise FincheckError(
+            f"the merged weights hold NaN or inf in {len(not_finite)} tensors ({not_finite[0]}, "
+            f"...): the adapter ({adapter}) or the base ({base_path}) holds non-finite values, or "
+            f"{dtype} overflowed; nothing was written"
+        )
     # One pad id everywhere: the tokenizer's (training chose one distinct from EOS), not the one
     # the base shipped in its config and generation config (often EOS itself).
     merged.config.pad_token_id = tokenizer.pad_token_id

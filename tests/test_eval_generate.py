@@ -967,13 +967,18 @@ def test_a_tokenizer_only_folder_fits_a_served_evals_prompts(tiny_base, tmp_path
     assert load_prompt_fitter(str(folder)).position_limit == 1024
 
 
-@pytest.mark.parametrize("damage", ["weights cut", "tokenizer.json cut", "chat template"])
+@pytest.mark.parametrize(
+    "damage",
+    ["weights cut", "tokenizer.json cut", "chat template", "tensors renamed", "weights NaN"],
+)
 def test_a_damaged_adapter_tokenizer_or_template_is_one_line_in_every_command(
     damage, tiny_adapter, tiny_base, tmp_path, capsys
 ):
     """eval, detect and merge load an adapter through one loader: weights cut short, a
-    tokenizer file cut short or a chat template that does not render are one line naming the
-    file, never a library's traceback."""
+    tokenizer file cut short, a chat template that does not render, tensors whose names match
+    no module (PEFT only warns: the base alone would answer) or NaN weights (scores that score
+    would refuse, a merged model that answers NaN) are one line, never a library's traceback
+    and never an exit 0."""
     import json
     import shutil
 
@@ -990,6 +995,18 @@ def test_a_damaged_adapter_tokenizer_or_template_is_one_line_in_every_command(
         tok = adapter / "tokenizer.json"
         tok.write_bytes(tok.read_bytes()[: len(tok.read_bytes()) // 2])
         said = "its tokenizer files do not load"
+    elif damage in ("tensors renamed", "weights NaN"):
+        from safetensors.torch import load_file, save_file
+
+        weights = adapter / "adapter_model.safetensors"
+        tensors = load_file(weights)
+        if damage == "tensors renamed":
+            tensors = {f"x.{name}": t for name, t in tensors.items()}
+            said = "do not name the modules its config adapts"
+        else:
+            tensors = {name: torch.full_like(t, float("nan")) for name, t in tensors.items()}
+            said = "NaN"
+        save_file(tensors, weights)
     else:
         config = json.loads((adapter / "tokenizer_config.json").read_text())
         config["chat_template"] = "{% for m in messages %}{{ m.content }"

@@ -398,7 +398,14 @@ def yes_share(first_logits, yes, no, continuation) -> list[float]:
         return value
 
     p_yes, p_no = total(yes), total(no)
-    return (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
+    shares = p_yes / (p_yes + p_no).clamp(min=1e-30)
+    if not bool(torch.isfinite(shares).all()):  # never written as NaN: score would refuse it
+        raise FincheckError(
+            "the model's P(Yes) is not a number (NaN or inf): its weights (base or adapter) hold "
+            "NaN or inf, or its logits overflowed in this dtype; try --dtype fp32, or check the "
+            "weights"
+        )
+    return shares.tolist()
 
 
 def generate_batch(

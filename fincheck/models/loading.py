@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,9 +222,17 @@ def load_adapter_model(
     if device:
         model = model.to(device)
     try:
-        model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
+        with warnings.catch_warnings():  # PEFT only warns: the base alone would answer
+            warnings.filterwarnings("error", message="Found missing adapter keys")
+            model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
     except FincheckError:
         raise
+    except UserWarning:
+        raise FincheckError(
+            f"{run.path}: the adapter's weights do not name the modules its config adapts (LoRA "
+            "tensors missing): it was saved for another base, or its tensors were renamed; "
+            "loaded, it would answer as the base alone"
+        ) from None
     except Exception as e:  # any library error: a config of another shape, damaged weights
         raise FincheckError(
             f"{run.path}: the adapter does not load on its base ({type(e).__name__}: "
