@@ -4,6 +4,7 @@ no traceback (unless --debug)."""
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 import pytest
@@ -315,6 +316,30 @@ def test_a_key_given_twice_in_a_recipe_is_an_error_naming_both_lines(tmp_path):
         FincheckError, match="'learning_rate' on line 3 was already given on line 1"
     ):
         read_yaml_mapping(path)
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("? [a, b]\n: 1\n", "the key on line 1 is not a name (list)"),
+        ("{a: 1}: 2\n", "is not a name (dict)"),
+        ("max_steps: 3\n2024-01-01: 3\n", "the key on line 2 is not a name (date)"),
+        ("~: 3\n", "is not a name (NoneType)"),
+        ('run_name: "\\ud800x"\n', "lone surrogate"),
+    ],
+)
+def test_a_key_that_is_no_name_or_a_lone_surrogate_is_one_line(tmp_path, text, said):
+    """A config's keys are names: a list, mapping, date or null as a key (PyYAML builds them;
+    a dict refuses the unhashable ones with a traceback) and a lone surrogate escape in a
+    string (which no file or terminal can encode) are one line naming the file and line."""
+    from fincheck.errors import FincheckError
+    from fincheck.io.config import read_yaml_mapping
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    with pytest.raises(FincheckError, match=re.escape(said)) as caught:
+        read_yaml_mapping(path)
+    assert str(caught.value).startswith(f"{path}:") and "\n" not in str(caught.value)
 
 
 def test_training_never_writes_into_a_folder_that_is_not_its_own(tmp_path, monkeypatch):

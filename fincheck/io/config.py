@@ -268,11 +268,29 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 node.start_mark,
             ) from None
 
+    def construct_scalar(self, node):
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate written as an escape ("\ud800")
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a string holding a lone surrogate escape", node.start_mark
+                ) from None
+        return value
+
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, str):  # a list, a mapping, a date or null as a key
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key on line {line} is not a name ({type(key).__name__})",
+                    key_node.start_mark,
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None,
