@@ -30,7 +30,7 @@ URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s]*@", re.
 # (a value runs to "&" or "#", as an HTTP client sends it: a ";" is part of it; never over a
 # quote, a backslash or a bracket, which a URL holds only percent-encoded: the text around
 # a URL written into JSON or markdown stays whole)
-_QUERY_VALUE = r"[^&#\s\"'`<>\\]*"
+_QUERY_VALUE = r"[^&#\s\"'`<>\\]+"  # (not empty: "key=<redacted>" is left as it is)
 URL_SECRET_QUERY = re.compile(
     r"(?P<key>[?&][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
     rf"|credential|session)[\w.~-]*=){_QUERY_VALUE}",
