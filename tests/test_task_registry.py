@@ -305,6 +305,14 @@ NAMED_OUTSIDE: dict[str, list[str]] = {
         "qasem",
         "qasem",
     ],
+    "configs/data/three-tasks-final-third.yaml": [
+        "fhsumbench",
+        "fhsumbench",
+        "final",
+        "final",
+        "qasem",
+        "qasem",
+    ],
     # per-task caps
     "configs/data/tiny.yaml": ["fhsumbench", "final", "qasem"],
     "configs/prepare/detector.yaml": [
