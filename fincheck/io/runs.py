@@ -235,7 +235,7 @@ def run_save_files(folder: Path) -> list[str]:
 
 
 def checkpoint_files(folder: Path) -> list[str]:
-    """Every file of a checkpoint folder but its record and its in-progress mark."""
+    """Every file of a checkpoint folder but its record and its mark of a training output."""
     marks = (CHECKPOINT_METADATA, TRAINING_OUTPUT_MARK)
     return sorted(n for n in _files_under(folder, folder) if n not in marks)
 
