@@ -33,6 +33,7 @@ class FakeJudgeServer:
         self.script: dict[str, list[tuple]] = {}
         self.stopping = False  # ends the dripping answers
         self.requests: list[dict] = []  # every request body received, in order
+        self.paths: list[str] = []  # ... and the path (with its query) it was sent to
         self.auth_headers: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests being handled at once
@@ -71,6 +72,7 @@ class FakeJudgeServer:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     server.requests.append(body)
+                    server.paths.append(self.path)
                     server.auth_headers.append(self.headers.get("Authorization", ""))
                     action = server._next_action(body)
                 try:

@@ -693,3 +693,17 @@ def test_a_schema_dripped_byte_by_byte_costs_no_more_than_the_probe_s_time():
         client.complete([{"role": "user", "content": "hi"}], {"temperature": 0.0})
         took = time.monotonic() - start
     assert client.neutral_sampling == {} and took < PROBE_TIMEOUT_S + 10, took
+
+
+def test_a_base_url_with_a_query_string_keeps_its_path():
+    """An endpoint whose URL carries a query (Azure's `?api-version=`): every request goes to
+    the URL's path plus the call's own (`/v1/chat/completions?api-version=7`), not after the
+    query (`/v1?api-version=7chat/completions`); the identity keeps the query's key."""
+    from fincheck.models.llm_clients import METHOD, OpenAIChatClient
+
+    with FakeJudgeServer() as server:
+        server.script["hi"] = [("ok", "Yes")]
+        client = OpenAIChatClient("m", base_url=f"{server.base_url}?api-version=7", caller=METHOD)
+        client.complete([{"role": "user", "content": "hi"}], {"temperature": 0.0})
+    assert server.paths[-1].endswith("/chat/completions?api-version=7"), server.paths
+    assert client.identity["base_url"].endswith("?api-version=<redacted>")

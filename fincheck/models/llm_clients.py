@@ -105,9 +105,11 @@ class OpenAIChatClient(ChatClient):
                     f"{caller.flag('api_key_env')} at the variable that holds it)"
                 )
             key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
+        address, query = _without_query(base_url)
         self._client = openai.OpenAI(
             api_key=key,
-            base_url=base_url,
+            base_url=address,
+            default_query=query,  # sent with every request, after its path (Azure's api-version)
             timeout=timeout_s,
             max_retries=max_retries,
             http_client=bounded_http_client(),  # replies capped as sent and as inflated
@@ -121,7 +123,7 @@ class OpenAIChatClient(ChatClient):
         self.identity = {
             "backend": "openai",
             "model": model,
-            "base_url": public_url(str(self._client.base_url)),
+            "base_url": public_url(str(self._client.base_url) + _query_of(base_url)),
         }
         # Penalties a server applies unless told otherwise (llama-cpp-python's server: a repeat
         # penalty of 1.1) make "temperature 0" something other than the model's greedy answer:
@@ -466,6 +468,22 @@ def openai_arguments(sampling: dict) -> dict:
     extra = {k: sampling[k] for k in OUTSIDE_OPENAI_API if k in sampling}
     rest = {k: v for k, v in sampling.items() if k not in extra}
     return {**rest, "extra_body": extra} if extra else rest
+
+
+def _without_query(base_url: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """A base URL's query string apart: the openai client appends each request's path to the
+    base URL as a string, after the query (`/v1?api-version=1chat/completions`)."""
+    if base_url is None or "?" not in base_url:
+        return base_url, None
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    parts = urlsplit(base_url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit(parts._replace(query="", fragment="")), query or None
+
+
+def _query_of(base_url: str | None) -> str:
+    return "?" + base_url.split("?", 1)[1].partition("#")[0] if base_url and "?" in base_url else ""
 
 
 def declared_penalties(client: Any, base_url: str) -> dict[str, float]:
