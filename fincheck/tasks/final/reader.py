@@ -85,7 +85,8 @@ _DECORATION = "*#\"'`\u201c\u201d \n"
 # "Nothing to report"), says there is no error, or affirms a detail without any negation.
 _NONE = re.compile(
     r"(?:there\s+(?:are|is|were)\s+)?"
-    r"(?:none|n/a|nil|nothing)(?:\s+(?:found|identified|detected|noted|reported|to report))?",
+    r"(?:none|n/a|nil|nothing)(?:\s+(?:found|identified|detected|noted|reported|to report"
+    r"|to flag))?",
     re.IGNORECASE,
 )
 # (at most three words before it: a pattern searched at every word may not scan a whole run of
@@ -181,14 +182,19 @@ _AFFIRMS = re.compile(
     rf"|\bthe\s+{_TEXTS}\s+(?:agrees|concurs|also\s+(?:says|states|gives|reports|mentions))\b"
     rf"|\bgets?\s+(?:\w+\s+){{0,3}}right\b|\bboth\s+(?:give|say|state|report|put)\b"
     rf"|\b(?:is|are)\s+(?:\w+\s+)?(?:the\s+)?same\s+as\b|\bidentical\s+to\b|\bin\s+line\s+with\b"
-    rf"|\bword\s+for\s+word\b|\bso\s+does\s+the\s+{_TEXTS}\b"
+    rf"|\bword\s+for\s+word\b|\bso\s+does\s+the\s+{_TEXTS}\b|\blines?\s+up\s+with\b"
+    rf"|\b(?:is|are)\s+(?:also\s+)?(?:present|found|contained)\s+in\s+the\s+(?:\w+\s+)?{_TEXTS}\b"
+    rf"|\bthe\s+{_TEXTS}\s+(?:says|states|gives)\s+(?:this|so|the\s+same)(?:\s+too)?\b"
+    rf"|\baccurately\b|\bbacked\s+up\s+by\b"
     rf"|\bmatch(?:es)?\s+(?:the\s+)?(?:paragraph|sentence|line)\s+\w+"
     rf"|\b(?:is|are)\s+(?:taken\s+from\s+the\s+{_TEXTS}|what\s+the\s+{_TEXTS}\s+(?:says|states|gives))\b"
     # a verdict clause of its own: "consistent with the source", "Supported by the first
     # paragraph", "matches", "OK", "same as the text"
     rf"|^(?:fully\s+|entirely\s+|completely\s+)?(?:consistent|accurate|correct|supported"
     rf"|confirmed|verified|matches|matching|agrees)(?:\s+(?:with|by|in|to)\s+[\w' ]{{1,40}})?$"
-    rf"|^(?:the\s+)?(?:same\s+as|identical\s+to|taken\s+from|as\s+in)\s+[\w' ]{{1,40}}$|^ok(?:ay)?$",
+    rf"|^(?:the\s+)?(?:same\s+as|identical\s+to|taken\s+from|as\s+in|found\s+in|present\s+in"
+    rf"|backed\s+up\s+by)\s+[\w' ]{{1,40}}$|^ok(?:ay)?$|^identical\b[\w' ]{{0,30}}$"
+    rf"|\bhas\s+the\s+same\b",
     re.IGNORECASE,
 )
 # A clause that says what one of the texts states ("the summary says 2am", "the text gives
@@ -233,7 +239,8 @@ _CONTRAST = re.compile(
 # What makes an affirmation partial ("Everything is correct bar the year"): the contrast words
 # and the exceptions, checked only where a clause would otherwise report nothing
 _EXCEPT = re.compile(
-    rf"{_CONTRAST.pattern}|\b(?:bar|barring|excluding|besides|save|beyond|aside)\b", re.IGNORECASE
+    rf"{_CONTRAST.pattern}|\b(?:bar|barring|excluding|besides|save|beyond|aside|while|only|just)\b",
+    re.IGNORECASE,
 )
 # A connective before a verdict ("so there are no inconsistencies")
 _LEAD = re.compile(r"^(?:so|therefore|thus|hence|overall|in\s+short|in\s+conclusion)\s+", re.I)
@@ -241,6 +248,16 @@ _LEAD = re.compile(r"^(?:so|therefore|thus|hence|overall|in\s+short|in\s+conclus
 
 def _plain(clause: str) -> str:
     return clause.strip(_DECORATION + ".!").strip()
+
+
+# A clause saying what the summary does ("the summary places", "the summary inflates"), not one
+# naming a detail of it ("the summary's date")
+_SUMMARY_DOES = re.compile(r"\bsummary\s+(?!(?:is|was|has|and|as|its)\b)\w{2,}(?:s|ed)\b", re.I)
+# Where in a text a verdict points ("(paragraph 2)"): nothing said of its own
+_LOCATOR = re.compile(r"(?:paragraph|para|line|sentence|section)\s+\w+", re.IGNORECASE)
+_SAME = re.compile(r"\b(?:the\s+same|too|also|as\s+well)\b", re.IGNORECASE)
+# An affirmation of what came just before it ("which the text confirms", "this is correct")
+_REFERS_BACK = re.compile(r"(?:which|this|that|as|it|so|and\s+(?:this|that|it))\b", re.IGNORECASE)
 
 
 def _clause_kind(clause: str) -> str:
@@ -254,7 +271,9 @@ def _clause_kind(clause: str) -> str:
         return "report" if _EXCEPT.search(plain) else "nothing"
     if _REPORTS.search(plain):
         return "report"
-    return "nothing" if _AFFIRMS.search(plain) else "neutral"
+    if _AFFIRMS.search(plain):  # "while dates and names are accurate": partial
+        return "report" if _EXCEPT.search(plain) else "nothing"
+    return "neutral"
 
 
 # A remark on what the summary leaves out ("it omits the second vote, but omissions aren't
@@ -281,9 +300,21 @@ def _sentence_says_nothing(sentence: str) -> bool:
     neutral = " ; ".join(c for c, kind in zip(clauses, kinds, strict=True) if kind == "neutral")
     if len(_CLAIM.findall(neutral)) > 1:  # "the summary says 2am, the text says 4am, the rest
         return False  # is correct": a comparison, which reports a difference
+    first = kinds.index("nothing")
+    before = [c for c in clauses[:first] if _plain(c)]
+    # what the summary does, then an affirmation of other details ("The summary places it in
+    # Leeds; the crowd size is correct", "...; everything else is correct"): a report; an
+    # affirmation that refers back to it ("..., which the text confirms") is none
+    verdict = _plain(clauses[first])
+    if before and _THE_REST.search(verdict):
+        return False
+    if before and any(_SUMMARY_DOES.search(c) for c in before):  # a bare verdict ("- correct")
+        back = _REFERS_BACK.match(verdict) or _SAME.search(verdict)
+        return bool(back) or len(verdict.split()) <= 3  # refers back too
     # lead-ins before the first no-problem clause, and neutral pieces of an enumeration after
     # it ("all names, dates and figures match the text"), as long as it ends on one
-    last = [kind for kind, clause in zip(kinds, clauses, strict=True) if _plain(clause)][-1]
+    said = [(k, c) for k, c in zip(kinds, clauses, strict=True) if _plain(c)]
+    last = [kind for kind, clause in said if not _LOCATOR.fullmatch(_plain(clause))][-1]
     return last == "nothing"
 
 
@@ -311,6 +342,25 @@ def _unquoted(text: str) -> str:
     if text[:1] in quotes and text[-1:] in quotes and not any(q in text[1:-1] for q in quotes):
         return text[1:-1].strip()
     return text.strip()
+
+
+# An item that only says the answerer does not know
+_HEDGE = re.compile(
+    r"(?:i'?m\s+)?(?:not\s+sure|unsure|uncertain|unclear|(?:i\s+)?(?:can(?:not|'t)|could\s*n[o']t)"
+    r"\s+tell|(?:i\s+)?don'?t\s+know)\W*",
+    re.IGNORECASE,
+)
+
+
+def _closing_says_none(text: str) -> bool:
+    """The answer's last paragraph, after a list, says there is nothing to report ("Therefore,
+    there are no inconsistencies."): the items above it were the summary's claims, checked."""
+    paragraphs = re.split(r"\n[ \t]*\n", text.strip())
+    closing = paragraphs[-1] if len(paragraphs) > 1 else ""
+    if not closing or any(_ITEM.match(line) for line in closing.splitlines()):
+        return False
+    further = re.search(r"\b(?:other|further|more|additional|else|remaining)\b", closing, re.I)
+    return bool(re.search(_PROBLEM, closing, re.I)) and not further and says_nothing(closing)
 
 
 def _claim_then_verdict(claim: str, verdict: str, says_nothing: bool) -> bool:
@@ -356,19 +406,19 @@ _DOUBLE_NEGATIVE = re.compile(
 _DENIED = (
     rf"{_PROBLEM}|{_NEGATED_ERROR}|contradict\w*|misstat\w*|misrepresent\w*|invent\w*"
     rf"|fabricat\w*|hallucinat\w*|mislead\w*|mak\w*\s+up|distort\w*|exaggerat\w*|incorrect\w*"
-    rf"|inaccura\w*|wrong\w*|false\w*"
+    rf"|inaccura\w*|wrong\w*|false\w*|conflict\w*|deviat\w*|disagree\w*"
 )
 _DENIAL = re.compile(
     rf"(?:\b(?:no|not|never|nothing|none|zero|without|neither|nor)\b|n't)"
     rf"(?:\s+(?!(?:mention\w*|say\w*|said|state\w*|support\w*|includ\w*|contain\w*|indicat\w*|confirm\w*"
     rf"|specif\w*|give\w*|given|back\w*|correct\w*|accurat\w*|true|right\w*|consistent\w*"
-    rf"|valid\w*|faithful\w*|present|because|since|as|so|thus|hence|therefore|then|and|or|but|however"
+    rf"|valid\w*|faithful\w*|present|because|since|so|thus|hence|therefore|then|and|or|but|however"
     rf"|except|only|while|whereas|though|although)\b)[\w'-]+){{0,4}}?"
     rf"\s+(?:{_DENIED})\b"
     rf"|\b(?:{_PROBLEM}|error|mistake|hallucination)-free\b",
     re.IGNORECASE,
 )
-_ANSWER_WORD = re.compile(r"^\W*(?:no|yes)\b[,.!:;]*", re.IGNORECASE)  # "No, the summary ..."
+_ANSWER_WORD = re.compile(r"^\W*(?:no|yes)\b[,.!:;]+", re.IGNORECASE)  # "No, the summary ..."
 
 
 def _may_only_deny_an_error(item: str) -> bool:
@@ -487,8 +537,8 @@ def _json_items(text: str) -> list[str] | bool | None:
         named = [v for k, v in value.items() if _LIST_KEY.fullmatch(str(k)) and isinstance(v, list)]
         inner = named or [v for v in value.values() if isinstance(v, (list, str))]
         value = inner[0] if len(inner) == 1 else None
-        if isinstance(value, str):
-            value = [value]  # {"inconsistencies": "None"}
+        if isinstance(value, str):  # {"inconsistencies": "None"}, {"inconsistencies_found": "no"}
+            value = [] if value.strip().lower() in ("no", "none", "false", "0") else [value]
     if isinstance(value, list) and all(isinstance(v, dict) for v in value):
         value = [v.get("description") for v in value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -635,8 +685,9 @@ def _item_text(match: re.Match) -> str:
     marker = match.group(0).lstrip()[:1]
     if marker in _CHECKED:  # "✅ The date is correct.": affirmed, whatever its words
         return "None"
-    if any(c in text for c in _CHECKED) and not any(c in text for c in _CROSSED):
-        return "None"  # "The fire started at 3am. ✅", "Date: ✔ matches"
+    marked = any(c in text for c in _CHECKED) and not any(c in text for c in _CROSSED)
+    if marked and not _CONTRAST.search(text):
+        return "None"  # "The fire started at 3am. ✅", "Date: ✔ matches"; not "✅, but ..."
     return text
 
 
@@ -647,7 +698,7 @@ _TALLY = re.compile(
 )
 _TALLY_OF_NONE = re.compile(r".*[:=]\s*(?:0|zero|none)\.?", re.IGNORECASE)
 _CHECKED = "✅✔✓☑"
-_CROSSED = "❌✗✘❎"
+_CROSSED = "❌✗✘❎⚠"
 # "A. text B. text" or "1) text 2) text" on one line: the next marker after a sentence's end
 _INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{marker}[.)]\\s)"
 _INLINE_FIRST = re.compile(r"\s*\(?([A-Ya-y]|\d{1,2})[.)]\s")
@@ -719,6 +770,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
         tallies = [item for item in listed if _TALLY.fullmatch(item)]
         items = [item for item in listed if not says_nothing(item) and item not in tallies]
+        if items and (_closing_says_none(text) or any(map(_HEDGE.fullmatch, items))):
+            return APART  # items, then "No inconsistencies found."; or "- Not sure"
         if not items and any(not _TALLY_OF_NONE.fullmatch(item) for item in tallies):
             return APART  # "- Total inconsistencies: 2" and no description
         if any(map(_may_only_deny_an_error, items)):
@@ -734,7 +787,12 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     if says_nothing(prose):  # "The rest is correct." alone implies what it leaves out
         return APART if _THE_REST.search(prose) else NOTHING
     sentences = [s for s in split_sentences(prose) if not says_nothing(s)]
-    if _leads_with_none(text) and not _CONTRAST.search(prose) and not _NAMES_AN_ERROR.search(prose):
+    if (
+        _leads_with_none(text)
+        and not _EXCEPT.search(prose)  # "None, only the year: ..."
+        and not _NAMES_AN_ERROR.search(prose)
+        and len(_CLAIM.findall(prose)) < 2  # "None. Wait, the summary says 2pm, the text 3pm"
+    ):
         return NOTHING  # "None - the summary restates the text."
     last_line = text.rsplit("\n", 1)[-1]  # one line: a search over all would be quadratic
     if re.fullmatch(r"[\W_]*none[\W_]*", last_line, re.IGNORECASE) and not any(
