@@ -267,11 +267,10 @@ def _clause_kind(clause: str) -> str:
     if not plain or plain.lower() in ("no", "yes"):  # "No, the summary does not contain ..."
         return "neutral"
     verdict = _LEAD.sub("", plain)  # "so there are no inconsistencies"
-    if _NONE.fullmatch(verdict) or _NO_PROBLEM.fullmatch(verdict):
-        return "report" if _EXCEPT.search(plain) else "nothing"
-    if _REPORTS.search(plain):
+    says_none = _NONE.fullmatch(verdict) or _NO_PROBLEM.fullmatch(verdict)
+    if not says_none and _REPORTS.search(plain):
         return "report"
-    if _AFFIRMS.search(plain):  # "while dates and names are accurate": partial
+    if says_none or _AFFIRMS.search(plain):  # "while dates and names are accurate": partial
         return "report" if _EXCEPT.search(plain) else "nothing"
     return "neutral"
 
