@@ -1029,6 +1029,33 @@ def test_a_damaged_adapter_tokenizer_or_template_is_one_line_in_every_command(
         assert len(lines) == 1 and said in lines[0] and "Traceback" not in err, (argv, err)
 
 
+@pytest.mark.parametrize("reuse", [True, False], ids=["prefix-tree", "generate"])
+def test_nan_logits_in_a_task_scored_by_its_text_are_one_line(
+    reuse, tiny_adapter, tmp_path, capsys
+):
+    """A task read from the answer's text alone (FHSumBench's labels) has no P(Yes) to check:
+    NaN logits would still decode (argmax picks a token) into a label the model never
+    computed. Both decoders refuse them, in one line, and write no predictions."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_adapter, adapter)
+    weights = adapter / "adapter_model.safetensors"
+    save_file({k: torch.full_like(t, float("nan")) for k, t in load_file(weights).items()}, weights)
+    small = Path(__file__).parent / "assets" / "prepared"
+    argv = ["eval", "--adapter", str(adapter), "--data", str(small), "--tasks", "fhsumbench"]
+    argv += ["--out", str(tmp_path / "e")] + ([] if reuse else ["--no-prefix-reuse"])
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "next-token score is not a number" in lines[0], err
+    assert "Traceback" not in err
+    assert not list((tmp_path / "e").rglob("predictions*.jsonl"))
+
+
 def test_a_rerun_whose_identity_holds_a_secret_is_the_same_run(tmp_path, monkeypatch):
     """The record is written redacted: a rerun compares its own identity redacted the same way
     (an endpoint deployment named like the API key it holds), never "a different run" for the

@@ -374,6 +374,37 @@ def exact_answer_logits(model, hidden, spellings: Sequence[tuple[int, ...]], rou
     return full
 
 
+NOT_A_NUMBER = (
+    "the model's {what} is not a number (NaN or inf): its weights (base or adapter) hold NaN or "
+    "inf, or its logits overflowed in this dtype; try --dtype fp32, or check the weights"
+)
+
+
+def greedy_tokens(logits):
+    """The argmax token of each row of `logits` (rows, vocab), refused when a row holds NaN or
+    +inf: argmax would still pick a token, and a task scored by its text alone (FHSumBench's
+    labels, FINAL's lists) would be given an answer the model never computed. -inf is a masked
+    token, and allowed. Every greedy step of both decoders goes through here
+    (`RefuseNonFiniteLogits` for transformers' `generate`)."""
+    import torch
+
+    if bool((torch.isnan(logits) | torch.isposinf(logits)).any()):
+        raise FincheckError(NOT_A_NUMBER.format(what="next-token score"))
+    return logits.argmax(-1)
+
+
+def refuse_non_finite_logits():
+    """`greedy_tokens`' check as a logits processor for transformers' `generate`."""
+    from transformers import LogitsProcessor
+
+    class RefuseNonFiniteLogits(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            greedy_tokens(scores)
+            return scores
+
+    return RefuseNonFiniteLogits()
+
+
 def yes_share(first_logits, yes, no, continuation) -> list[float]:
     """P(Yes) / (P(Yes) + P(No)) per row, each summed over its spellings' token sequences.
 
@@ -400,11 +431,7 @@ def yes_share(first_logits, yes, no, continuation) -> list[float]:
     p_yes, p_no = total(yes), total(no)
     shares = p_yes / (p_yes + p_no).clamp(min=1e-30)
     if not bool(torch.isfinite(shares).all()):  # never written as NaN: score would refuse it
-        raise FincheckError(
-            "the model's P(Yes) is not a number (NaN or inf): its weights (base or adapter) hold "
-            "NaN or inf, or its logits overflowed in this dtype; try --dtype fp32, or check the "
-            "weights"
-        )
+        raise FincheckError(NOT_A_NUMBER.format(what="P(Yes)"))
     return shares.tolist()
 
 
@@ -436,7 +463,9 @@ def generate_batch(
     config = greedy_config(model, tokenizer, max_new_tokens)
     config.output_logits = share is not None
     with torch.no_grad(), output_head_inputs(model) as hidden:
-        out = model.generate(**enc, generation_config=config)
+        out = model.generate(
+            **enc, generation_config=config, logits_processor=[refuse_non_finite_logits()]
+        )
     if share:
         yes, no = (answer_spellings(tokenizer, w) for w in (share.yes, share.no))
         with torch.no_grad():  # hidden[0]: the prompt's pass, its last position the answer's

@@ -33,6 +33,7 @@ from fincheck.data.prompting import FirstWordShare
 from fincheck.inference.generation import (
     answer_spellings,
     exact_answer_logits,
+    greedy_tokens,
     output_head_inputs,
     stop_tokens,
     yes_share,
@@ -211,7 +212,7 @@ class _TreeRunner:
             p_yes = self.p_yes(first, logits[n:])
         if len(rows) > n:
             cache.batch_select_indices(torch.arange(n, device=dev))
-        texts, cut = self.decode(last.argmax(-1), cache, mask[:n], positions[:n, -1])
+        texts, cut = self.decode(greedy_tokens(last), cache, mask[:n], positions[:n, -1])
         return Answers(members, texts, p_yes, cut)
 
     def p_yes(self, last, extra) -> list[float]:
@@ -264,5 +265,5 @@ class _TreeRunner:
                 attention_mask=mask,
                 position_ids=last_position[:, None],
             )
-            next_ids = logits[:, -1].argmax(-1)
+            next_ids = greedy_tokens(logits[:, -1])
         return [self.tokenizer.decode(t, skip_special_tokens=True).strip() for t in generated], cut
