@@ -707,3 +707,22 @@ def test_a_base_url_with_a_query_string_keeps_its_path():
         client.complete([{"role": "user", "content": "hi"}], {"temperature": 0.0})
     assert server.paths[-1].endswith("/chat/completions?api-version=7"), server.paths
     assert client.identity["base_url"].endswith("?api-version=<redacted>")
+
+
+def test_a_url_s_user_and_password_never_replace_the_api_key(monkeypatch):
+    """httpx sends a URL's userinfo as `Authorization: Basic`, in place of the key's Bearer
+    token: with a key set, such a URL is one line naming both (the key never shown); with no
+    key, the URL's credentials are the endpoint's (a server behind Basic authentication)."""
+    import base64
+
+    with FakeJudgeServer() as server:
+        server.script = {"": [("ok", "Yes")]}
+        url = server.base_url.replace("http://", "http://al:pw-secret-99@")
+        monkeypatch.setenv("FINCHECK_TEST_JUDGE_KEY", SENTINEL_KEY)
+        with pytest.raises(FincheckError, match="in place of the API key") as refused:
+            OpenAIChatClient("m", base_url=url, api_key_env="FINCHECK_TEST_JUDGE_KEY")
+        assert "pw-secret-99" not in str(refused.value) and SENTINEL_KEY not in str(refused.value)
+        monkeypatch.delenv("FINCHECK_TEST_JUDGE_KEY")
+        client = OpenAIChatClient("m", base_url=url, api_key_env="FINCHECK_TEST_JUDGE_KEY")
+        client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
+        assert server.auth_headers == ["Basic " + base64.b64encode(b"al:pw-secret-99").decode()]

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
@@ -105,6 +106,15 @@ class OpenAIChatClient(ChatClient):
                     f"{caller.flag('api_key_env')} at the variable that holds it)"
                 )
             key = "not-needed"  # local OpenAI-compatible servers (vLLM, llama.cpp) ignore it
+        elif base_url and urlsplit(base_url).netloc.rpartition("@")[0]:
+            # httpx sends a URL's user:password as `Authorization: Basic`, in place of the key's
+            # `Bearer`: the key would never reach the endpoint, and it would answer 401s
+            raise FincheckError(
+                f"{caller.name} {public_url(base_url)}: the URL holds a user and password, "
+                f"which would be sent in place of the API key in ${api_key_env}: give one of "
+                f"the two (drop user:password@ from the URL, or unset ${api_key_env} for an "
+                "endpoint behind Basic authentication)"
+            )
         address, query = _without_query(base_url)
         self._client = openai.OpenAI(
             api_key=key,
@@ -475,7 +485,7 @@ def _without_query(base_url: str | None) -> tuple[str | None, dict[str, str] | N
     base URL as a string, after the query (`/v1?api-version=1chat/completions`)."""
     if base_url is None or "?" not in base_url:
         return base_url, None
-    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+    from urllib.parse import parse_qsl, urlunsplit
 
     parts = urlsplit(base_url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
