@@ -833,6 +833,28 @@ def test_a_base_without_its_tokenizer_files_is_one_line(tiny_base, prepared_dir,
     assert last.startswith(f"fincheck eval: error: {base}: its tokenizer turns text into no")
 
 
+@pytest.mark.parametrize("value", ["float99", 12, ["bfloat16"]])
+def test_a_dtype_that_is_no_dtype_in_a_base_s_config_is_blamed_on_its_config(
+    value, tiny_base, tmp_path, capsys
+):
+    """The tokenizer reads config.json too: a `torch_dtype` that names no dtype was reported as
+    "its tokenizer files do not load". It is one line naming config.json."""
+    import json
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base, base)
+    config = json.loads((base / "config.json").read_text())
+    config.pop("dtype", None)
+    (base / "config.json").write_text(json.dumps({**config, "torch_dtype": value}))
+    code, err = run_cli(
+        capsys, "eval", "--model", str(base), "--data", str(Path(__file__).parent / "assets" / "prepared"), "--tasks", "qasem",
+        "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
+    )  # fmt: skip
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "its config.json" in err and "tokenizer" not in err
+
+
 def test_a_base_whose_config_is_a_folder_is_one_line_naming_it(
     tiny_base, prepared_dir, tmp_path, capsys
 ):

@@ -90,7 +90,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
     `fincheck models` knows (fetched on first use)."""
     from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     name_or_path = resolve_model(name_or_path, log=log.info)
     path = Path(name_or_path)
@@ -119,6 +119,8 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             check_weights_file(weights_file, "the base model's weights")
     try:
         with remote_code_explained(name_or_path):
+            config = AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code, **gguf)
+            check_dtype_field(config, name_or_path)
             model = AutoModelForCausalLM.from_pretrained(
                 where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
             )
@@ -130,7 +132,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             f"cannot load base model {name_or_path!r} (safetensors or GGUF weights required): "
             f"{one_line(e)}"
         ) from None
-    except (ValueError, KeyError, TypeError, AttributeError, StrictDataclassError) as e:
+    except (ValueError, LookupError, TypeError, AttributeError, StrictDataclassError) as e:
         raise FincheckError(  # a config field missing or mistyped
             f"cannot load base model {name_or_path!r}: its config.json is not one transformers "
             f"can build a model from ({type(e).__name__}: {one_line(e)}); check model_type and "
@@ -258,6 +260,22 @@ def check_weights_file(path: Path, what: str) -> None:
             f"{path} is not a safetensors file, or is cut short ({what}: {one_line(e)}): copy "
             "or train them again"
         ) from None
+
+
+def check_dtype_field(config: Any, name_or_path: str) -> None:
+    """A config's `dtype` (`torch_dtype` in older files) names a torch dtype, or is absent or
+    "auto": the model loads at the dtype asked for whatever it says, but the tokenizer reads it
+    too, and a bad value would be blamed on the tokenizer's files."""
+    import torch
+
+    value = getattr(config, "dtype", None)
+    if value in (None, "auto") or isinstance(value, torch.dtype):
+        return
+    if not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+        raise FincheckError(
+            f"cannot load base model {name_or_path!r}: its config.json gives dtype "
+            f"{value!r:.40}, which is no torch dtype (float32, bfloat16, float16); correct it"
+        )
 
 
 def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
