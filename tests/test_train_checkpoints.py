@@ -55,6 +55,29 @@ def test_rotation_keeps_the_complete_checkpoint_until_the_new_one_is_complete(tm
     assert [p.name for p in run.iterdir()] == ["checkpoint-4"]
 
 
+def test_each_node_that_saves_completes_and_rotates_its_own_checkpoints(tmp_path):
+    """With `save_on_each_node` and no shared disk, each node's first process saves a copy:
+    it, not only world rank 0, writes the record and rotates, or the other nodes' checkpoints
+    would stay unfinished and pile up. On a shared disk the second finds the record written."""
+    from types import SimpleNamespace
+
+    from fincheck.train.callbacks import CompleteCheckpointCallback
+
+    callback = CompleteCheckpointCallback({"run": "x"}, "max_steps: 10\n", keep=1)
+    state = SimpleNamespace(global_step=4, best_model_checkpoint=None, is_world_process_zero=False)
+    node_disk = tmp_path / "node1"
+    make_checkpoint(node_disk, 2)
+    make_checkpoint(node_disk, 4, complete=False)
+    callback.on_save(SimpleNamespace(should_save=False, output_dir=str(node_disk)), state, None)
+    assert not (node_disk / "checkpoint-4" / COMPLETE_MARKER).exists()  # not a saving process
+    callback.on_save(SimpleNamespace(should_save=True, output_dir=str(node_disk)), state, None)
+    record = (node_disk / "checkpoint-4" / COMPLETE_MARKER).read_bytes()
+    assert json.loads(record)["step"] == 4
+    assert [p.name for p in node_disk.iterdir()] == ["checkpoint-4"]
+    callback.on_save(SimpleNamespace(should_save=True, output_dir=str(node_disk)), state, None)
+    assert (node_disk / "checkpoint-4" / COMPLETE_MARKER).read_bytes() == record
+
+
 def test_a_full_disk_is_named_with_the_checkpoint_still_complete(tmp_path):
     run = tmp_path / "run"
     make_checkpoint(run, 10)
