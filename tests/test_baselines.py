@@ -519,6 +519,27 @@ def test_fizz_reads_each_label_style_of_a_saved_nli_model(
     assert config_seen["nli_labels"] == (list(labels) if labels else None)
 
 
+def test_an_nli_model_that_scores_nan_is_one_line_not_a_label(tiny_nli, tmp_path):
+    """FIZZ turns entailment probabilities into FHSumBench's labels: NaN from the NLI model
+    (its head's weights NaN) would read as "not entailed", a label never computed."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from fincheck.errors import FincheckError
+    from fincheck.eval.baselines.fizz import NLIScorer
+
+    folder = tmp_path / "nli"
+    shutil.copytree(tiny_nli, folder)
+    tensors = load_file(folder / "model.safetensors")
+    for name in [k for k in tensors if k.startswith("classifier")]:
+        tensors[name] = torch.full_like(tensors[name], float("nan"))
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(FincheckError, match="NLI score is not a number"):
+        NLIScorer(str(folder), "cpu")([("The sky is blue.", "The sky is green.")])
+
+
 def test_unnamed_nli_labels_without_an_order_fail_clearly(tiny_base, tmp_path, capsys):
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -1053,7 +1054,21 @@ def test_nan_logits_in_a_task_scored_by_its_text_are_one_line(
     lines = [line for line in err.splitlines() if "error:" in line]
     assert len(lines) == 1 and "next-token score is not a number" in lines[0], err
     assert "Traceback" not in err
-    assert not list((tmp_path / "e").rglob("predictions*.jsonl"))
+    assert not [path for path in (tmp_path / "e").rglob("*.jsonl") if path.read_text().strip()]
+
+
+def test_greedy_decoding_takes_only_scores_the_model_computed():
+    """A row with NaN or +inf, or with no finite score at all (every token -inf), is refused
+    whatever the other rows hold; -inf beside finite scores is a masked token."""
+    from fincheck.inference.generation import greedy_tokens
+
+    fine = torch.tensor([[0.0, 2.0, -math.inf], [1.0, -math.inf, 0.5]])
+    assert greedy_tokens(fine).tolist() == [1, 0]
+    for bad in (float("nan"), math.inf):
+        with pytest.raises(FincheckError, match="not a number"):
+            greedy_tokens(torch.tensor([[0.0, 2.0, 1.0], [1.0, bad, 0.5]]))
+    with pytest.raises(FincheckError, match="not a number"):
+        greedy_tokens(torch.tensor([[0.0, 2.0, 1.0], [-math.inf, -math.inf, -math.inf]]))
 
 
 def test_a_rerun_whose_identity_holds_a_secret_is_the_same_run(tmp_path, monkeypatch):

@@ -722,6 +722,15 @@ def test_a_url_s_user_and_password_never_replace_the_api_key(monkeypatch):
         with pytest.raises(FincheckError, match="in place of the API key") as refused:
             OpenAIChatClient("m", base_url=url, api_key_env="FINCHECK_TEST_JUDGE_KEY")
         assert "pw-secret-99" not in str(refused.value) and SENTINEL_KEY not in str(refused.value)
+        monkeypatch.setenv("OPENAI_BASE_URL", url)  # read by the openai client when none given
+        with pytest.raises(FincheckError, match="in place of the API key"):
+            OpenAIChatClient("m", api_key_env="FINCHECK_TEST_JUDGE_KEY")
+        monkeypatch.delenv("OPENAI_BASE_URL")
+        for cut in ("\t", "\n", " "):  # urlsplit drops tabs and newlines from what it parses
+            tabbed = url.replace("pw-secret", f"pw{cut}-secret")
+            with pytest.raises(FincheckError, match="a space or a control character") as refused:
+                OpenAIChatClient("m", base_url=tabbed, api_key_env="FINCHECK_TEST_JUDGE_KEY")
+            assert "secret" not in str(refused.value) and "\n" not in str(refused.value)
         monkeypatch.delenv("FINCHECK_TEST_JUDGE_KEY")
         client = OpenAIChatClient("m", base_url=url, api_key_env="FINCHECK_TEST_JUDGE_KEY")
         client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})

@@ -838,7 +838,8 @@ def test_a_dtype_that_is_no_dtype_in_a_base_s_config_is_blamed_on_its_config(
     value, tiny_base, tmp_path, capsys
 ):
     """The tokenizer reads config.json too: a `torch_dtype` that names no dtype was reported as
-    "its tokenizer files do not load". It is one line naming config.json."""
+    "its tokenizer files do not load", or as a traceback in training. Every route to a base's
+    tokenizer (eval, a served eval's `--tokenizer`, train) gives one line naming config.json."""
     import json
     import shutil
 
@@ -847,12 +848,27 @@ def test_a_dtype_that_is_no_dtype_in_a_base_s_config_is_blamed_on_its_config(
     config = json.loads((base / "config.json").read_text())
     config.pop("dtype", None)
     (base / "config.json").write_text(json.dumps({**config, "torch_dtype": value}))
-    code, err = run_cli(
-        capsys, "eval", "--model", str(base), "--data", str(Path(__file__).parent / "assets" / "prepared"), "--tasks", "qasem",
-        "--limit", "2", "--out", str(tmp_path / "eval"), "--no-progress",
-    )  # fmt: skip
-    assert code == 1 and len(err.strip().splitlines()) == 1, err
-    assert "its config.json" in err and "tokenizer" not in err
+    small = str(Path(__file__).parent / "assets" / "prepared")
+    served = ["--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    trained = ["--config", "configs/train/tiny-cpu.yaml", "--data_config=configs/data/tiny.yaml"]
+    routes = {
+        "eval": ["--model", str(base), "--data", small, "--tasks", "qasem", "--limit", "2"],
+        "served eval": [*served, "--tokenizer", str(base), "--data", small, "--tasks", "qasem"],
+        "train": [
+            *trained,
+            f"--model_name_or_path={base}",
+            f"--dataset_dir={small}",
+            "--deepspeed=",
+        ],
+    }
+    for route, argv in routes.items():
+        command = route.split()[-1]
+        out = ["--out", str(tmp_path / route)] if command == "eval" else []
+        out = out or [f"--output_dir={tmp_path / route}"]
+        code, err = run_cli(capsys, command, *argv, *out)
+        last = err.strip().splitlines()[-1]
+        assert code == 1 and "Traceback" not in err, (route, err)
+        assert "its config.json" in last and "tokenizer files" not in last, (route, err)
 
 
 def test_a_base_whose_config_is_a_folder_is_one_line_naming_it(

@@ -13,7 +13,12 @@ from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
 from fincheck.io.runs import looks_like_hub_id
 from fincheck.models.known import read_model_info
-from fincheck.models.loading import check_encodes, remote_code_explained, resolve_model
+from fincheck.models.loading import (
+    base_config,
+    check_encodes,
+    remote_code_explained,
+    resolve_model,
+)
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base
 
@@ -82,6 +87,7 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
     from transformers import AutoTokenizer
 
     source = recipe.tokenizer_name_or_path or base_path
+    base_config(base_path, base_path, recipe.trust_remote_code)  # the tokenizer reads it too
     with remote_code_explained(source):
         tokenizer = AutoTokenizer.from_pretrained(
             source, trust_remote_code=recipe.trust_remote_code

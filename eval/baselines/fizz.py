@@ -35,7 +35,7 @@ from typing import Any
 from fincheck.data.sentences import split_sentences
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
-from fincheck.inference.generation import default_device
+from fincheck.inference.generation import computed_scores, default_device
 from fincheck.inference.llm import CachedLLM
 from fincheck.metrics.classification import balanced_accuracy
 from fincheck.tasks import all_tasks, get_task
@@ -105,7 +105,8 @@ class NLIScorer:
                     padding=True,
                     return_tensors="pt",
                 ).to(self.device)
-                probs = torch.softmax(self.model(**enc).logits.float(), dim=-1).tolist()
+                logits = computed_scores(self.model(**enc).logits.float(), "NLI score")
+                probs = torch.softmax(logits, dim=-1).tolist()
                 out += [Entailment(*(row[self.index[k]] for k in NLI_LABELS)) for row in probs]
         return out
 

@@ -380,17 +380,25 @@ NOT_A_NUMBER = (
 )
 
 
-def greedy_tokens(logits):
-    """The argmax token of each row of `logits` (rows, vocab), refused when a row holds NaN or
-    +inf: argmax would still pick a token, and a task scored by its text alone (FHSumBench's
-    labels, FINAL's lists) would be given an answer the model never computed. -inf is a masked
-    token, and allowed. Every greedy step of both decoders goes through here
-    (`RefuseNonFiniteLogits` for transformers' `generate`)."""
+def computed_scores(logits, what: str = "next-token score"):
+    """`logits` (rows, classes) as the model computed them, refused when a row holds NaN or
+    +inf, or no finite value at all: argmax (or a softmax's comparison) would still pick a
+    token or a class, and a task scored by its text alone (FHSumBench's labels, FINAL's lists)
+    would be given an answer the model never computed. -inf beside finite values is a masked
+    token, and allowed. Every greedy step of both decoders (`greedy_tokens`, and
+    `RefuseNonFiniteLogits` for transformers' `generate`) and every NLI score goes through
+    here."""
     import torch
 
-    if bool((torch.isnan(logits) | torch.isposinf(logits)).any()):
-        raise FincheckError(NOT_A_NUMBER.format(what="next-token score"))
-    return logits.argmax(-1)
+    broken = torch.isnan(logits) | torch.isposinf(logits)
+    if bool(broken.any()) or bool(torch.isneginf(logits).all(-1).any()):
+        raise FincheckError(NOT_A_NUMBER.format(what=what))
+    return logits
+
+
+def greedy_tokens(logits):
+    """The argmax token of each row of `logits` (rows, vocab), computed ones only."""
+    return computed_scores(logits).argmax(-1)
 
 
 def refuse_non_finite_logits():
@@ -399,8 +407,7 @@ def refuse_non_finite_logits():
 
     class RefuseNonFiniteLogits(LogitsProcessor):
         def __call__(self, input_ids, scores):
-            greedy_tokens(scores)
-            return scores
+            return computed_scores(scores)
 
     return RefuseNonFiniteLogits()
 

@@ -98,6 +98,14 @@ class OpenAIChatClient(ChatClient):
 
         key = os.environ.get(api_key_env)
         hold_secret(key)  # redacted by value in every line printed and file written
+        # the openai client would read $OPENAI_BASE_URL itself: read here, it is checked,
+        # held and recorded as a given URL is
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        if base_url and any(ch <= " " or ch == "\x7f" for ch in base_url):
+            raise FincheckError(  # urlsplit drops tabs and newlines: never echoed, never parsed
+                f"{caller.name}: its URL holds a space or a control character (a tab, a "
+                "newline): give it without"
+            )
         hold_url_secrets(base_url)
         if not key:
             if base_url is None:

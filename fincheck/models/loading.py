@@ -90,7 +90,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
     """(model, tokenizer) of a base: a folder, a hub id, a `.gguf` file (dequantized), or a name
     `fincheck models` knows (fetched on first use)."""
     from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     name_or_path = resolve_model(name_or_path, log=log.info)
     path = Path(name_or_path)
@@ -119,8 +119,7 @@ def load_base(name_or_path: str, dtype: Any, trust_remote_code: bool = False):
             check_weights_file(weights_file, "the base model's weights")
     try:
         with remote_code_explained(name_or_path):
-            config = AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code, **gguf)
-            check_dtype_field(config, name_or_path)
+            base_config(where, name_or_path, trust_remote_code, **gguf)  # before the tokenizer
             model = AutoModelForCausalLM.from_pretrained(
                 where, dtype=dtype, trust_remote_code=trust_remote_code, **weights
             )
@@ -262,6 +261,31 @@ def check_weights_file(path: Path, what: str) -> None:
         ) from None
 
 
+def base_config(where: str, name: str, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+    """A model's config, read before its tokenizer (which reads config.json too, and would take
+    the blame for it): a field missing or mistyped, or a dtype that is none, is one line naming
+    config.json. Every route to a base's tokenizer reads it here first: eval, detect, merge,
+    `--tokenizer` and training."""
+    from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
+    from transformers import AutoConfig
+
+    try:
+        with remote_code_explained(name):
+            config = AutoConfig.from_pretrained(
+                where, trust_remote_code=trust_remote_code, **kwargs
+            )
+    except FincheckError:
+        raise
+    except (ValueError, LookupError, TypeError, AttributeError, StrictDataclassError) as e:
+        raise FincheckError(
+            f"cannot load base model {name!r}: its config.json is not one transformers can "
+            f"build a model from ({type(e).__name__}: {one_line(e)}); check model_type and the "
+            "field types"
+        ) from None
+    check_dtype_field(config, name)
+    return config
+
+
 def check_dtype_field(config: Any, name_or_path: str) -> None:
     """A config's `dtype` (`torch_dtype` in older files) names a torch dtype, or is absent or
     "auto": the model loads at the dtype asked for whatever it says, but the tokenizer reads it
@@ -397,7 +421,6 @@ def load_prompt_fitter(
     prompts sent to a server as `fincheck eval` fits them locally. `source` is an adapter's run
     folder (its tokenizer, its training length as the window, its template kwargs: the prompts
     its local eval would build) or a tokenizer's folder or name (its config's positions)."""
-    from transformers import AutoConfig
 
     run = None
     if is_adapter(source):
@@ -408,19 +431,17 @@ def load_prompt_fitter(
     else:
         where = config_from = resolve_model(source, log=log.info)
         base = source
+    # The positions come from the model's config when there is one; a tokenizer-only folder (a
+    # fetched tokenizer, a served model's tokenizer files) has none: its own length limit then.
+    has_config = not Path(config_from).is_dir() or (Path(config_from) / "config.json").is_file()
     try:
+        config = base_config(config_from, source, trust_remote_code) if has_config else None
         tokenizer = load_tokenizer(where, trust_remote_code)
     except FincheckError as error:
         raise FincheckError(f"--tokenizer {source}: {error}") from None
-    # The positions come from the model's config when there is one; a tokenizer-only folder (a
-    # fetched tokenizer, a served model's tokenizer files) has none: its own length limit then.
-    positions = None
-    if not Path(config_from).is_dir() or (Path(config_from) / "config.json").is_file():
-        try:
-            config = AutoConfig.from_pretrained(config_from, trust_remote_code=trust_remote_code)
-            positions = getattr(config, "max_position_embeddings", None) or None
-        except (OSError, ValueError) as error:
-            raise FincheckError(f"--tokenizer {source}: its model config ({error})") from None
+    except OSError as error:
+        raise FincheckError(f"--tokenizer {source}: its model config ({error})") from None
+    positions = getattr(config, "max_position_embeddings", None) or None
     if positions is None and tokenizer.model_max_length < VERY_LONG:
         positions = int(tokenizer.model_max_length)
     tokenizer.model_max_length = VERY_LONG  # counted, never truncated (see load_model)
