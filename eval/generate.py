@@ -48,7 +48,7 @@ from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256
 from fincheck.io.secrets import public_url
-from fincheck.models.llm_clients import METHOD, build_client
+from fincheck.models.llm_clients import METHOD, build_client, endpoint_url
 from fincheck.models.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
 
@@ -259,7 +259,8 @@ class EndpointBackend(Backend):
 
     @staticmethod
     def requested(opts: EvalOptions) -> dict[str, Any]:
-        return {"base_url": public_url(opts.base_url), "tokenizer": path_identity(opts.tokenizer)}
+        url = endpoint_url(opts.base_url, METHOD)  # checked before it is recorded
+        return {"base_url": public_url(url), "tokenizer": path_identity(opts.tokenizer)}
 
     def loaded(self) -> dict[str, Any]:
         return {

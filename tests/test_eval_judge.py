@@ -731,7 +731,34 @@ def test_a_url_s_user_and_password_never_replace_the_api_key(monkeypatch):
             with pytest.raises(FincheckError, match="a space or a control character") as refused:
                 OpenAIChatClient("m", base_url=tabbed, api_key_env="FINCHECK_TEST_JUDGE_KEY")
             assert "secret" not in str(refused.value) and "\n" not in str(refused.value)
+        host = server.base_url.removeprefix("http://")
+        for bad in (  # forms URL readers disagree on: what is held would not be what is shown
+            f"al:pw-secret-99@{host}",  # no scheme: no host part to find the password in
+            f"http://al:pw/secret-99@{host}",  # a "/" in the password: a port of "pw"
+            f"http://al:12/secret-99@{host}",  # ... or a valid port, and the rest a path
+            f"http://al:pw#secret-99@{host}",
+            f"ftp://al:pw-secret-99@{host}",
+        ):
+            with pytest.raises(FincheckError, match="its URL") as refused:
+                OpenAIChatClient("m", base_url=bad, api_key_env="FINCHECK_TEST_JUDGE_KEY")
+            assert "secret" not in str(refused.value), bad
         monkeypatch.delenv("FINCHECK_TEST_JUDGE_KEY")
         client = OpenAIChatClient("m", base_url=url, api_key_env="FINCHECK_TEST_JUDGE_KEY")
         client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
         assert server.auth_headers == ["Basic " + base64.b64encode(b"al:pw-secret-99").decode()]
+
+
+def test_an_endpoint_url_that_is_refused_is_written_nowhere(tmp_path, capsys):
+    """A served eval records its endpoint before it asks anything: a URL the client refuses
+    (a "/" in its password, which a URL reader takes for the end of the host) is refused
+    before any file is written, so no unheld piece of the password reaches a record."""
+    from fincheck.commands.cli import main
+
+    out = tmp_path / "eval"
+    small = Path(__file__).parent / "assets" / "prepared"
+    url = "http://al:pw/secret-99@127.0.0.1:9/v1"
+    argv = ["eval", "--backend", "openai", "--model", "m", "--base-url", url, "--data"]
+    assert main([*argv, str(small), "--tasks", "qasem", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "its URL" in err and "secret" not in err
+    assert not [f for f in out.rglob("*") if f.is_file() and "secret" in f.read_text()]

@@ -833,13 +833,14 @@ def test_a_base_without_its_tokenizer_files_is_one_line(tiny_base, prepared_dir,
     assert last.startswith(f"fincheck eval: error: {base}: its tokenizer turns text into no")
 
 
-@pytest.mark.parametrize("value", ["float99", 12, ["bfloat16"]])
-def test_a_dtype_that_is_no_dtype_in_a_base_s_config_is_blamed_on_its_config(
+@pytest.mark.parametrize("value", ["float99", 12, ["bfloat16"], "config.json that is no JSON"])
+def test_a_config_that_does_not_load_is_blamed_on_it_on_every_route(
     value, tiny_base, tmp_path, capsys
 ):
     """The tokenizer reads config.json too: a `torch_dtype` that names no dtype was reported as
-    "its tokenizer files do not load", or as a traceback in training. Every route to a base's
-    tokenizer (eval, a served eval's `--tokenizer`, train) gives one line naming config.json."""
+    "its tokenizer files do not load", or as a traceback in training and FIZZ. Every route to a
+    model's tokenizer (eval, a served eval's `--tokenizer`, train's base and its
+    `tokenizer_name_or_path`, FIZZ's NLI model) gives one line naming config.json."""
     import json
     import shutil
 
@@ -847,24 +848,24 @@ def test_a_dtype_that_is_no_dtype_in_a_base_s_config_is_blamed_on_its_config(
     shutil.copytree(tiny_base, base)
     config = json.loads((base / "config.json").read_text())
     config.pop("dtype", None)
-    (base / "config.json").write_text(json.dumps({**config, "torch_dtype": value}))
+    text = json.dumps({**config, "torch_dtype": value})
+    (base / "config.json").write_text(text if "JSON" not in str(value) else "{not json")
     small = str(Path(__file__).parent / "assets" / "prepared")
     served = ["--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
     trained = ["--config", "configs/train/tiny-cpu.yaml", "--data_config=configs/data/tiny.yaml"]
+    trained += [f"--dataset_dir={small}", "--deepspeed="]
+    fizz = ["--method", "fizz", "--model", str(tiny_base), "--data", small, "--limit", "1"]
     routes = {
         "eval": ["--model", str(base), "--data", small, "--tasks", "qasem", "--limit", "2"],
         "served eval": [*served, "--tokenizer", str(base), "--data", small, "--tasks", "qasem"],
-        "train": [
-            *trained,
-            f"--model_name_or_path={base}",
-            f"--dataset_dir={small}",
-            "--deepspeed=",
-        ],
+        "train": [*trained, f"--model_name_or_path={base}"],
+        "its tokenizer train": [*trained, f"--tokenizer_name_or_path={base}"],
+        "fizz baseline": [*fizz, "--tasks", "fhsumbench", "--nli-model", str(base)],
     }
     for route, argv in routes.items():
         command = route.split()[-1]
-        out = ["--out", str(tmp_path / route)] if command == "eval" else []
-        out = out or [f"--output_dir={tmp_path / route}"]
+        out = [f"--output_dir={tmp_path / 'run'}"] if command == "train" else []
+        out = out or ["--out", str(tmp_path / route.replace(" ", "-"))]
         code, err = run_cli(capsys, command, *argv, *out)
         last = err.strip().splitlines()[-1]
         assert code == 1 and "Traceback" not in err, (route, err)

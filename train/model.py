@@ -87,7 +87,9 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
     from transformers import AutoTokenizer
 
     source = recipe.tokenizer_name_or_path or base_path
-    base_config(base_path, base_path, recipe.trust_remote_code)  # the tokenizer reads it too
+    for folder in dict.fromkeys([base_path, source]):  # the tokenizer reads their configs too
+        if not Path(folder).is_dir() or (Path(folder) / "config.json").is_file():
+            base_config(folder, folder, recipe.trust_remote_code)
     with remote_code_explained(source):
         tokenizer = AutoTokenizer.from_pretrained(
             source, trust_remote_code=recipe.trust_remote_code

@@ -38,6 +38,7 @@ from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, 
 from fincheck.inference.generation import computed_scores, default_device
 from fincheck.inference.llm import CachedLLM
 from fincheck.metrics.classification import balanced_accuracy
+from fincheck.models.loading import base_config
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import Task
 
@@ -81,6 +82,7 @@ class NLIScorer:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.device = device or default_device()
+        base_config(model_name, model_name, what="the NLI model")  # before its tokenizer
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_name)
             self.model = AutoModelForSequenceClassification.from_pretrained(model_name)

@@ -100,13 +100,7 @@ class OpenAIChatClient(ChatClient):
         hold_secret(key)  # redacted by value in every line printed and file written
         # the openai client would read $OPENAI_BASE_URL itself: read here, it is checked,
         # held and recorded as a given URL is
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        if base_url and any(ch <= " " or ch == "\x7f" for ch in base_url):
-            raise FincheckError(  # urlsplit drops tabs and newlines: never echoed, never parsed
-                f"{caller.name}: its URL holds a space or a control character (a tab, a "
-                "newline): give it without"
-            )
-        hold_url_secrets(base_url)
+        base_url = endpoint_url(base_url or os.environ.get("OPENAI_BASE_URL") or None, caller)
         if not key:
             if base_url is None:
                 raise FincheckError(
@@ -486,6 +480,39 @@ def openai_arguments(sampling: dict) -> dict:
     extra = {k: sampling[k] for k in OUTSIDE_OPENAI_API if k in sampling}
     rest = {k: v for k, v in sampling.items() if k not in extra}
     return {**rest, "extra_body": extra} if extra else rest
+
+
+def endpoint_url(url: str | None, caller: EndpointCaller) -> str | None:
+    """`url` if it has the one form an endpoint URL is read in: http or https, a host (and a
+    port that is a number), an optional user:password@ whose reserved characters are
+    percent-encoded, no space or control character, no "@" after the host; its credentials
+    held from then on (`hold_url_secrets`). Anything else is one line that never echoes it:
+    URL readers disagree on such URLs (tabs and newlines dropped, a password cut at its "/"),
+    so what is held would not be what is printed or recorded."""
+    if url is None:
+        return None
+    problem = None
+    if any(ch <= " " or ch == "\x7f" for ch in url):
+        problem = "holds a space or a control character (a tab, a newline)"
+    else:
+        parts = urlsplit(url)
+        try:
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok = False
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            problem = "is not http:// or https:// followed by a host"
+        elif not port_ok:
+            problem = "has a port that is no number (a ':', '/', '?' or '#' in a password?)"
+        elif "@" in url.partition("://")[2][len(parts.netloc) :].split("#")[0].split("?")[0]:
+            problem = "has an '@' after its host (a '/' in a password? percent-encode it)"
+    if problem:
+        raise FincheckError(
+            f"{caller.name}: its URL {problem}: percent-encode what belongs to a user or a "
+            "password, and give the URL without anything else"
+        )
+    hold_url_secrets(url)
+    return url
 
 
 def _without_query(base_url: str | None) -> tuple[str | None, dict[str, str] | None]:

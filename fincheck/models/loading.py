@@ -261,11 +261,14 @@ def check_weights_file(path: Path, what: str) -> None:
         ) from None
 
 
-def base_config(where: str, name: str, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+def base_config(
+    where: str, name: str, trust_remote_code: bool = False, what: str = "base model", **kwargs: Any
+) -> Any:
     """A model's config, read before its tokenizer (which reads config.json too, and would take
-    the blame for it): a field missing or mistyped, or a dtype that is none, is one line naming
-    config.json. Every route to a base's tokenizer reads it here first: eval, detect, merge,
-    `--tokenizer` and training."""
+    the blame for it): a config that does not load, a field missing or mistyped, or a dtype
+    that is none, is one line naming config.json. Every route to a model's tokenizer reads it
+    here first: eval, detect, merge, `--tokenizer`, training (its base and its tokenizer's
+    folder) and FIZZ's NLI model."""
     from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
     from transformers import AutoConfig
 
@@ -276,17 +279,21 @@ def base_config(where: str, name: str, trust_remote_code: bool = False, **kwargs
             )
     except FincheckError:
         raise
+    except OSError as e:  # no config.json, one that is no JSON, a hub that cannot be reached
+        raise FincheckError(
+            f"cannot load {what} {name!r}: its config.json does not load ({one_line(e)})"
+        ) from None
     except (ValueError, LookupError, TypeError, AttributeError, StrictDataclassError) as e:
         raise FincheckError(
-            f"cannot load base model {name!r}: its config.json is not one transformers can "
+            f"cannot load {what} {name!r}: its config.json is not one transformers can "
             f"build a model from ({type(e).__name__}: {one_line(e)}); check model_type and the "
             "field types"
         ) from None
-    check_dtype_field(config, name)
+    check_dtype_field(config, name, what)
     return config
 
 
-def check_dtype_field(config: Any, name_or_path: str) -> None:
+def check_dtype_field(config: Any, name_or_path: str, what: str = "base model") -> None:
     """A config's `dtype` (`torch_dtype` in older files) names a torch dtype, or is absent or
     "auto": the model loads at the dtype asked for whatever it says, but the tokenizer reads it
     too, and a bad value would be blamed on the tokenizer's files."""
@@ -297,7 +304,7 @@ def check_dtype_field(config: Any, name_or_path: str) -> None:
         return
     if not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
         raise FincheckError(
-            f"cannot load base model {name_or_path!r}: its config.json gives dtype "
+            f"cannot load {what} {name_or_path!r}: its config.json gives dtype "
             f"{value!r:.40}, which is no torch dtype (float32, bfloat16, float16); correct it"
         )
 
@@ -435,7 +442,7 @@ def load_prompt_fitter(
     # fetched tokenizer, a served model's tokenizer files) has none: its own length limit then.
     has_config = not Path(config_from).is_dir() or (Path(config_from) / "config.json").is_file()
     try:
-        config = base_config(config_from, source, trust_remote_code) if has_config else None
+        config = base_config(config_from, base, trust_remote_code) if has_config else None
         tokenizer = load_tokenizer(where, trust_remote_code)
     except FincheckError as error:
         raise FincheckError(f"--tokenizer {source}: {error}") from None
