@@ -43,3 +43,31 @@ def test_final_dev_figure_is_the_flag_auc_and_counts_in_tasks_mean(
     assert values["final_flag_auc"] == by_hand
     mean = (values["final_flag_auc"] + values["fhsumbench_f"]) / 2
     assert values["tasks_mean"] == pytest.approx(mean, abs=1e-4)
+
+
+def test_the_answers_behind_the_dev_figures_are_written_and_score_to_the_same_figures(
+    tiny_base, small_prepared, tmp_path
+):
+    """Each dev evaluation's answers are written as predictions (`write_dev_predictions`):
+    `fincheck score` reads them and gets the figures training logged, so two epochs or two runs
+    can be compared paired, from files, without a second pass over the dev split."""
+    import json
+
+    from fincheck.commands.cli import main
+
+    overrides = [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path}", "--deepspeed="]
+    overrides += ["--dev_figures=[final, fhsumbench]", "--dev_figures_limit={}", "--eval_steps=2"]
+    recipe = load_recipe(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
+    loaded = load_model(str(tiny_base), options=LoadOptions(device="cpu"))
+    figures = dev_eval.DevFigures(
+        recipe, "dev", loaded.tokenizer, PreparedFolder.open(small_prepared)
+    )
+    values, _ = figures.compute(loaded.model)
+    folder = tmp_path / "dev-predictions" / "step-2"
+    dev_eval.write_dev_predictions(folder, figures.answers)
+    assert sorted(p.name for p in folder.iterdir()) == ["fhsumbench.jsonl", "final.jsonl"]
+    argv = ["score", "--data", str(small_prepared), "--split", "dev", "--judge", "none"]
+    assert main([*argv, "--predictions", str(folder), "--out", str(tmp_path / "scored")]) == 0
+    scored = json.loads((tmp_path / "scored" / "results.json").read_text())["tasks"]
+    assert scored["final"]["flag_auc"] == pytest.approx(values["final_flag_auc"], abs=1e-4)
+    assert scored["fhsumbench"]["f"] == pytest.approx(values["fhsumbench_f"], abs=1e-4)

@@ -356,6 +356,11 @@ def test_tree_packed_zero2_run_trains_and_resumes_to_the_same_losses(
     expected = step_losses(zero2_tree_run / f"checkpoint-{STEPS}")
     assert sorted(expected) == list(range(1, STEPS + 1))
     assert sorted(dev_figures(zero2_tree_run / f"checkpoint-{STEPS}")) == [8, 16, 24]
+    written = zero2_tree_run / "dev-predictions"  # the answers behind each evaluation's figures
+    assert sorted(p.name for p in written.iterdir()) == ["step-16", "step-24", "step-8"]
+    answers = [json.loads(line) for line in (written / "step-24" / "qasem.jsonl").open()]
+    assert answers and len({a["id"] for a in answers}) == len(answers)  # both ranks' shares
+    assert all(0.0 <= a["p_yes"] <= 1.0 for a in answers)
     first, last = sum(expected[s] for s in range(1, 7)), sum(expected[s] for s in range(19, 25))
     assert last < first, expected
     copy = tmp_path / "run"

@@ -22,11 +22,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fincheck.data.pairs import Pair, Prediction, sample
 from fincheck.inference.generation import LoadedModel, answer_budgets
 from fincheck.inference.shared_prefix import answer_in_order
+from fincheck.io.safe_files import write_text
 from fincheck.tasks import all_tasks, get_task
 from fincheck.tasks.base import ScoreSettings, Task
 from fincheck.tasks.prepared import PreparedFolder
@@ -81,6 +83,8 @@ class DevFigures:
             ]
             self.tasks.append(DevTask(task, pairs, prompts, budgets[name]))
 
+    answers: dict[str, list[Prediction]]  # the last `compute`'s, in the sample's order
+
     def sizes(self) -> dict[str, int]:
         return {t.name: len(t.pairs) for t in self.tasks}
 
@@ -93,6 +97,7 @@ class DevFigures:
         was_training = model.training
         model.eval()
         figures: dict[str, float] = {}
+        self.answers = {}
         try:
             for task in self.tasks:
                 mine = shard(task.pairs, rank, world) if sharded and world > 1 else None
@@ -115,6 +120,7 @@ class DevFigures:
                     torch.distributed.all_gather_object(gathered, answers)
                     answers = [a for part in gathered for a in part]
                 by_id = {a.id: a for a in answers}
+                self.answers[task.name] = [by_id[pair.id] for pair in task.pairs]
                 joined = [(pair, by_id[pair.id]) for pair in task.pairs]
                 score = task.task.score(
                     joined, ScoreSettings(bootstrap_resamples=0, progress=False)
@@ -132,6 +138,16 @@ class DevFigures:
         finally:
             model.train(was_training)
         return figures, time.perf_counter() - start
+
+
+def write_dev_predictions(folder: Path, answers: dict[str, list[Prediction]]) -> None:
+    """One evaluation's answers as `fincheck eval` writes predictions (`<task>.jsonl`, with
+    QASem's P(Yes)): `fincheck score --split dev --predictions FOLDER` scores them, and
+    `fincheck compare` sets two epochs, or two runs, side by side, paired by document, with no
+    second pass over the dev split."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for task, predictions in answers.items():
+        write_text(folder / f"{task}.jsonl", "".join(a.to_json() + "\n" for a in predictions))
 
 
 def shard(pairs: list[Pair], rank: int, world: int) -> list[int]:

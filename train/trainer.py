@@ -15,6 +15,9 @@ from fincheck.errors import FincheckError
 from fincheck.io.safe_files import fresh_folder
 from fincheck.train.callbacks import PackEpochCallback, any_rank
 from fincheck.train.checkpoints import write_training_output_mark
+from fincheck.train.dev_eval import write_dev_predictions
+
+DEV_PREDICTIONS = "dev-predictions"  # in the run folder: step-<N>/<task>.jsonl, one an evaluation
 
 
 class NonFiniteLossError(FincheckError):
@@ -158,6 +161,9 @@ class FincheckSFTTrainer(SFTTrainer):
             sharded=not self.is_fsdp_enabled
             and not (self.is_deepspeed_enabled and self.args.hf_deepspeed_config.is_zero3()),
         )
+        if self.args.process_index == 0:  # the answers behind the figures, to score and pair
+            step = f"{DEV_PREDICTIONS}/step-{self.state.global_step}"
+            write_dev_predictions(Path(self.args.output_dir) / step, self.dev_figures.answers)
         figures = {f"{metric_key_prefix}_{k}": v for k, v in figures.items()}
         figures[f"{metric_key_prefix}_figures_seconds"] = round(seconds, 1)
         self.log(figures)
