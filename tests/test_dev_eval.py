@@ -20,16 +20,21 @@ from fincheck.train.recipe import load_recipe  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_final_dev_figure_is_the_flag_auc_and_counts_in_tasks_mean(
-    tiny_base, small_prepared, tmp_path
-):
-    overrides = [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path}", "--deepspeed="]
+def final_and_fhsumbench_figures(tiny_base: Path, prepared: Path, out: Path):
+    """The tiny model, and the dev figures of FINAL and FHSumBench on the small prepared data."""
+    overrides = [f"--dataset_dir={prepared}", f"--output_dir={out}", "--deepspeed="]
     overrides += ["--dev_figures=[final, fhsumbench]", "--dev_figures_limit={}", "--eval_steps=2"]
     recipe = load_recipe(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
     loaded = load_model(str(tiny_base), options=LoadOptions(device="cpu"))
-    figures = dev_eval.DevFigures(
-        recipe, "dev", loaded.tokenizer, PreparedFolder.open(small_prepared)
+    return loaded, dev_eval.DevFigures(
+        recipe, "dev", loaded.tokenizer, PreparedFolder.open(prepared)
     )
+
+
+def test_final_dev_figure_is_the_flag_auc_and_counts_in_tasks_mean(
+    tiny_base, small_prepared, tmp_path
+):
+    loaded, figures = final_and_fhsumbench_figures(tiny_base, small_prepared, tmp_path)
     values, _ = figures.compute(loaded.model)
     final = next(t for t in figures.tasks if t.name == "final")
     share = get_task("final").first_word_share
@@ -55,13 +60,7 @@ def test_the_answers_behind_the_dev_figures_are_written_and_score_to_the_same_fi
 
     from fincheck.commands.cli import main
 
-    overrides = [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path}", "--deepspeed="]
-    overrides += ["--dev_figures=[final, fhsumbench]", "--dev_figures_limit={}", "--eval_steps=2"]
-    recipe = load_recipe(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
-    loaded = load_model(str(tiny_base), options=LoadOptions(device="cpu"))
-    figures = dev_eval.DevFigures(
-        recipe, "dev", loaded.tokenizer, PreparedFolder.open(small_prepared)
-    )
+    loaded, figures = final_and_fhsumbench_figures(tiny_base, small_prepared, tmp_path)
     values, _ = figures.compute(loaded.model)
     folder = tmp_path / "dev-predictions" / "step-2"
     dev_eval.write_dev_predictions(folder, figures.answers)
