@@ -428,7 +428,6 @@ def load_prompt_fitter(
     prompts sent to a server as `fincheck eval` fits them locally. `source` is an adapter's run
     folder (its tokenizer, its training length as the window, its template kwargs: the prompts
     its local eval would build) or a tokenizer's folder or name (its config's positions)."""
-
     run = None
     if is_adapter(source):
         run = load_run(local_adapter_dir(source))
@@ -444,10 +443,8 @@ def load_prompt_fitter(
     try:
         config = base_config(config_from, base, trust_remote_code) if has_config else None
         tokenizer = load_tokenizer(where, trust_remote_code)
-    except FincheckError as error:
+    except FincheckError as error:  # base_config and load_tokenizer turn every error into one
         raise FincheckError(f"--tokenizer {source}: {error}") from None
-    except OSError as error:
-        raise FincheckError(f"--tokenizer {source}: its model config ({error})") from None
     positions = getattr(config, "max_position_embeddings", None) or None
     if positions is None and tokenizer.model_max_length < VERY_LONG:
         positions = int(tokenizer.model_max_length)
