@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fincheck.data.pairs import Pair, sample
+from fincheck.data.pairs import EVAL_SAMPLE_SEED, Pair, sample
 from fincheck.errors import FincheckError
 from fincheck.eval.baselines.final_methods import check_step1
 from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
@@ -58,7 +58,7 @@ class EvalRun:
         "their examples); QASem's N draws whole reference documents, about N QAs (default: all)",
         parse=per_task_numbers,
     )
-    sample_seed: int = config_field(0, "seed of the --limit sample")
+    sample_seed: int = config_field(EVAL_SAMPLE_SEED, "seed of the --limit sample")
     progress: bool = config_field(True, "no progress bars")
 
     @property

@@ -70,3 +70,21 @@ def test_the_answers_behind_the_dev_figures_are_written_and_score_to_the_same_fi
     scored = json.loads((tmp_path / "scored" / "results.json").read_text())["tasks"]
     assert scored["final"]["flag_auc"] == pytest.approx(values["final_flag_auc"], abs=1e-4)
     assert scored["fhsumbench"]["f"] == pytest.approx(values["fhsumbench_f"], abs=1e-4)
+
+
+def test_the_dev_figures_answer_the_sample_fincheck_eval_draws(tiny_base, prepared_dir, tmp_path):
+    """Training's dev figures and `fincheck eval --split dev --limit` draw one sample (the same
+    seed): an epoch's written dev answers and an eval's pair up item for item in `fincheck
+    compare`. With the recipe's seed, 22 of FINAL's 96 were shared."""
+    from transformers import AutoTokenizer
+
+    from fincheck.eval.options import EvalRun
+
+    overrides = [f"--dataset_dir={prepared_dir}", f"--output_dir={tmp_path}", "--deepspeed="]
+    overrides += ["--dev_figures=[final]", "--dev_figures_limit={final: 96}", "--eval_steps=2"]
+    recipe = load_recipe(REPO / "configs" / "train" / "tiny-cpu.yaml", overrides)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base)
+    figures = dev_eval.DevFigures(recipe, "dev", tokenizer, PreparedFolder.open(prepared_dir))
+    opts = EvalRun(data_dir=prepared_dir, out_dir=tmp_path / "e", limit={"final": 96})
+    evaluated = [pair.id for pair in opts.sample("final", "dev")]
+    assert [pair.id for pair in figures.tasks[0].pairs] == evaluated and len(evaluated) == 96

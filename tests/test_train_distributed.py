@@ -327,7 +327,7 @@ def tree_args(prepared_dir: Path, mixture: Path, out: Path) -> list[str]:
     args = common_args(prepared_dir, mixture, out)
     args[args.index("--per_device_train_batch_size=2")] = "--per_device_train_batch_size=1"
     return [*args, "--tree_packing=true", "--tree_packing_max_tokens=1024", "--eval_steps=8",
-            "--eval_max_examples=4", "--dev_figures=[qasem]", "--dev_figures_limit={qasem: 20}"]  # fmt: skip
+            "--eval_max_examples=4", "--dev_figures=[qasem]", "--dev_figures_limit={qasem: 40}"]  # fmt: skip
 
 
 def dev_figures(checkpoint: Path) -> dict[int, float]:

@@ -660,7 +660,7 @@ def test_a_tree_packed_run_logs_dev_figures_and_keeps_the_best_adapter(prepared_
         "--save_total_limit=1",
         "--eval_max_examples=6",
         "--dev_figures=[qasem, fhsumbench]",
-        "--dev_figures_limit={qasem: 20, fhsumbench: 6}",
+        "--dev_figures_limit={qasem: 40, fhsumbench: 6}",  # 48 QAs of both labels (seed 0)
         "--metric_for_best_model=qasem_auc",
         "--load_best_model_at_end=true",
         "--lr_scheduler_type=cosine",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fincheck.data.pairs import Pair, Prediction, sample
+from fincheck.data.pairs import EVAL_SAMPLE_SEED, Pair, Prediction, sample
 from fincheck.inference.generation import LoadedModel, answer_budgets
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.io.safe_files import write_text
@@ -70,7 +70,7 @@ class DevFigures:
             task = get_task(name)
             pairs = prepared.split(name, split)
             limit = recipe.dev_figures_limit.get(name)
-            pairs = sample(pairs, limit, recipe.seed, task.limit_by_document)
+            pairs = sample(pairs, limit, EVAL_SAMPLE_SEED, task.limit_by_document)  # eval's
             prompts = [
                 fitter.fit_for_answer(
                     pair.prompt_messages,

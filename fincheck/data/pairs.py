@@ -141,6 +141,11 @@ def read_pairs(path: Path, tasks: Collection[str]) -> Iterator[Pair]:
         )
 
 
+# The seed of `fincheck eval --limit`'s sample and of training's dev figures: one sample, so
+# an epoch's dev answers and an eval's pair up item for item.
+EVAL_SAMPLE_SEED = 0
+
+
 def sample_documents(pairs: Sequence[Pair], limit: int, seed: int) -> list[Pair]:
     """About `limit` pairs made of whole documents (`Pair.document_key`), in file order: the
     documents in a seeded order, taken while fewer than `limit` pairs are chosen (so the count
