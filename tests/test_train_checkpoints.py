@@ -78,6 +78,34 @@ def test_each_node_that_saves_completes_and_rotates_its_own_checkpoints(tmp_path
     assert (node_disk / "checkpoint-4" / COMPLETE_MARKER).read_bytes() == record
 
 
+def test_each_node_that_saves_writes_the_final_adapter_on_its_disk(tmp_path, monkeypatch):
+    """With `save_on_each_node`, a node's first process (not world rank 0) gets the final
+    adapter and the run record on its own disk, and a final save cut short before is made
+    fresh, not reused. (A disk the nodes share is refused before the first step:
+    `launch.check_each_saving_node_has_its_own_disk`.)"""
+    from types import SimpleNamespace
+
+    from fincheck.io.runs import load_run
+    from fincheck.train import checkpoints
+
+    def save_model(folder: str) -> None:
+        (Path(folder) / "adapter_model.safetensors").write_bytes(b"w")
+        (Path(folder) / "adapter_config.json").write_text('{"r": 4}')
+
+    node_first = SimpleNamespace(should_save=True, process_index=1)  # not world rank 0
+    wait = SimpleNamespace(wait_for_everyone=lambda: None)
+    trainer = SimpleNamespace(args=node_first, save_model=save_model, accelerator=wait)
+    monkeypatch.setattr(checkpoints, "recipe_to_yaml", lambda r: "max_steps: 4\n")
+    recipe = SimpleNamespace(final_adapter_from_best=False, max_steps=4)
+
+    node_disk = tmp_path / "node1"
+    leftover = node_disk / checkpoints.FINAL_SAVE
+    leftover.mkdir(parents=True)
+    (leftover / "stale.bin").write_bytes(b"s")  # a final save killed before
+    checkpoints.save_final_adapter(trainer, recipe, node_disk, None, {}, {"tasks": ["qasem"]})
+    assert load_run(node_disk).tasks == ["qasem"] and not (node_disk / "stale.bin").exists()
+
+
 def test_a_full_disk_is_named_with_the_checkpoint_still_complete(tmp_path):
     run = tmp_path / "run"
     make_checkpoint(run, 10)

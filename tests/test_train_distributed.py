@@ -554,3 +554,45 @@ def test_a_node_started_with_another_recipe_or_data_stops_every_rank(
         assert status != 0, log[-2000:]
         assert f"were not started with the same {differ}" in log, log[-3000:]
     assert not list(out.glob("checkpoint-*"))
+
+
+def two_nodes(out: str, cwds: tuple[Path, Path], timeout: int = 300) -> list[tuple[int, str]]:
+    """Two one-process "nodes" on this machine (torchrun --nnodes=2), each in its own working
+    folder: a relative --output_dir lands on a disk of each node's own, an absolute one on a
+    shared disk. (exit status, stderr) of each node."""
+    port, torchrun = free_port(), Path(sys.executable).parent / "torchrun"
+    args = [f"--config={REPO / TINY}", f"--dataset_dir={REPO / 'tests' / 'assets' / 'prepared'}"]
+    args += [f"--data_config={REPO / 'configs' / 'data' / 'tiny.yaml'}", f"--output_dir={out}"]
+    args += ["--save_on_each_node=true", "--max_steps=4", "--save_steps=2", "--deepspeed="]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    nodes = []
+    for rank, cwd in enumerate(cwds):
+        launch = [str(torchrun), "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1"]
+        launch += ["--master_addr=127.0.0.1", f"--master_port={port}", str(REPO / "train/sft.py")]
+        with open(cwd / "stderr.txt", "w") as stderr:  # a pipe could fill and stall the run
+            nodes.append(subprocess.Popen([*launch, *args], cwd=cwd, env=env, stderr=stderr))
+    status = [node.wait(timeout) for node in nodes]
+    return [(s, (cwd / "stderr.txt").read_text()) for s, cwd in zip(status, cwds, strict=True)]
+
+
+def test_save_on_each_node_gives_each_node_its_final_adapter_and_refuses_a_shared_disk(tmp_path):
+    """`save_on_each_node` across two nodes: each node's run folder, on its own disk, ends with
+    its complete checkpoints and the final adapter with its record (not world rank 0's alone).
+    On a disk both share, both would write one folder at once: every rank stops, before the
+    first step, in one line."""
+    from fincheck.io.runs import load_run
+
+    cwds = (tmp_path / "node0", tmp_path / "node1")
+    for cwd in cwds:
+        cwd.mkdir()
+    assert [status for status, _ in two_nodes("run", cwds)] == [0, 0]
+    for cwd in cwds:
+        assert (
+            load_run(cwd / "run").tasks
+            and (cwd / "run" / "checkpoint-4" / COMPLETE_MARKER).is_file()
+        )
+    shared = tmp_path / "shared" / "run"
+    ended = two_nodes(str(shared), cwds)
+    assert [status for status, _ in ended] == [1, 1]
+    message = "sees world rank 0's files in " + str(shared)
+    assert message in ended[0][1] + ended[1][1] and not list(shared.glob("checkpoint-*"))

@@ -14,7 +14,12 @@ from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
 from fincheck.io.safe_files import write_text
-from fincheck.train.checkpoints import is_complete, mark_complete, rotate_checkpoints
+from fincheck.train.checkpoints import (
+    in_turn,
+    is_complete,
+    mark_complete,
+    rotate_checkpoints,
+)
 from fincheck.train.host_memory import release_freed_memory
 
 
@@ -110,23 +115,14 @@ class CompleteCheckpointCallback(TrainerCallback):
     """After every process has written checkpoint-N, mark it complete (resume only trusts these),
     then, and only then, remove the checkpoints beyond save_total_limit (`keep`), never the
     best one. Done by each process that saved (`should_save`: world rank 0, or each node's first
-    process with `save_on_each_node`, whose disk may be its own), one at a time: on a shared
-    disk the first writes the record and the others find it."""
+    process with `save_on_each_node`, on its own disk), in turn."""
 
     def __init__(self, info: dict[str, Any], recipe_yaml: str, keep: int | None) -> None:
         self.info, self.recipe_yaml, self.keep = info, recipe_yaml, keep
 
     def on_save(self, args, state, control, **kwargs):
-        import torch.distributed as dist
-
-        distributed = dist.is_available() and dist.is_initialized()
-        if distributed:
-            dist.barrier()
-        for turn in range(dist.get_world_size() if distributed else 1):
-            if args.should_save and (not distributed or dist.get_rank() == turn):
-                self.complete(Path(args.output_dir), state)
-            if distributed:
-                dist.barrier()
+        for _ in in_turn(args.should_save):
+            self.complete(Path(args.output_dir), state)
 
     def complete(self, output_dir: Path, state) -> None:
         checkpoint = output_dir / f"checkpoint-{state.global_step}"

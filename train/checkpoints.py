@@ -106,6 +106,22 @@ def write_training_output_mark(folder: Path) -> None:
     write_text(folder / TRAINING_OUTPUT_MARK, json.dumps({"state": note}))
 
 
+def in_turn(saves: bool) -> Iterator[None]:
+    """Once on each process that saves (`should_save`: world rank 0, or each node's first
+    process with `save_on_each_node`, on a disk of its own: `launch`'s check), one at a time,
+    every process waiting before and after each turn. Every process must iterate it."""
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized()
+    if distributed:
+        dist.barrier()
+    for turn in range(dist.get_world_size() if distributed else 1):
+        if saves and (not distributed or dist.get_rank() == turn):
+            yield
+        if distributed:
+            dist.barrier()
+
+
 def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> None:
     """The checkpoint's record, written last, listing every file saved before it (sha256);
     refused for a checkpoint holding anything but folders and plain files of one name."""
@@ -303,16 +319,22 @@ def save_final_adapter(
     """The run folder's adapter (the last one, or with load_best_model_at_end the best
     checkpoint's), tokenizer and run files. The libraries save into a fresh folder of the run's
     own (`FINAL_SAVE`), whose files are then renamed into the run folder: a link planted in the
-    run folder is replaced, never written through."""
+    run folder is replaced, never written through. Every process that saves does so in its turn:
+    with `save_on_each_node`, each node's run folder gets the final adapter."""
     staging = output_dir / FINAL_SAVE
-    if trainer.args.process_index == 0:
+    for _ in in_turn(trainer.args.should_save):
         fresh_folder(staging, "the final save")
         write_training_output_mark(staging)  # moved into the run folder with the save
-    trainer.accelerator.wait_for_everyone()
     if best is None:
         trainer.save_model(str(staging))  # every process: ZeRO-3 gathers the adapter here
-    if trainer.args.process_index != 0:
-        return
+    for _ in in_turn(trainer.args.should_save):
+        _finish_final_save(trainer, recipe, output_dir, best, manifest, metadata)
+
+
+def _finish_final_save(
+    trainer: Any, recipe: Any, output_dir: Path, best: str | None, manifest: dict, metadata: dict
+) -> None:
+    staging = output_dir / FINAL_SAVE
     if best is not None:
         copy_adapter(Path(best), staging)
         trainer.processing_class.save_pretrained(str(staging))  # as save_model does

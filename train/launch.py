@@ -18,6 +18,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import folder_sha256, sha256_file
+from fincheck.io.safe_files import write_text
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe
 
 USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
@@ -143,6 +144,36 @@ def check_one_run_on_every_rank(identity: dict[str, str | Callable[[], str]]) ->
             f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
             f"differ{'' if len(ranks) > 1 else 's'} from rank 0): start every node with the same recipe, overrides, prepared data and base (this is "
             f"rank {dist.get_rank()}); nothing was trained"
+        )
+
+
+def check_each_saving_node_has_its_own_disk(recipe: SFTRecipe, output_dir: Path) -> None:
+    """With `save_on_each_node`, each node's first process saves under the same names, which on
+    a disk the nodes share would be one folder written by several nodes at once (transformers
+    says so: not on shared storage). A file world rank 0 writes in the run folder, looked for
+    by every other saving process, tells: a shared disk stops every rank before the first step."""
+    import torch.distributed as dist
+
+    if not recipe.save_on_each_node or not dist.is_available() or not dist.is_initialized():
+        return
+    probe = output_dir / f".fincheck-node-probe-{os.getpid()}-{dist.get_rank()}"
+    probes = [str(probe)]
+    dist.broadcast_object_list(probes, src=0)  # world rank 0's name, on every process
+    if dist.get_rank() == 0:
+        write_text(probes[0], "a file only world rank 0's disk should hold\n")
+    dist.barrier()
+    rank = dist.get_rank()
+    sees = rank != 0 and recipe.should_save and Path(probes[0]).exists()
+    seen: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, sees)
+    if rank == 0:
+        Path(probes[0]).unlink()
+    if any(seen):
+        ranks = ", ".join(str(r) for r, saw in enumerate(seen) if saw)
+        raise FincheckError(
+            f"save_on_each_node: rank {ranks} (a node's first process) sees world rank 0's "
+            f"files in {output_dir}, so the nodes share this disk and would write one checkpoint "
+            "at once: leave save_on_each_node off on a shared disk; nothing was trained"
         )
 
 

@@ -136,6 +136,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
             "base": lambda: launch.base_identity(base_path),
         }
     )
+    launch.check_each_saving_node_has_its_own_disk(recipe, output_dir)
     resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp)
     if resume_from is not None and "wandb" in recipe.report_to:
         callbacks.continue_wandb_run(output_dir)
@@ -228,7 +229,7 @@ def _train_and_save(r: Run) -> int:
     main = trainer.args.process_index == 0
     done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
     if done:  # resuming would train one step past the end and overwrite the adapter
-        if main:
+        for _ in checkpoints.in_turn(trainer.args.should_save):  # each node's disk, in turn
             checkpoints.finish_completed_run(
                 r.resume_from, done, r.output_dir, recipe, r.manifest, r.metadata
             )
