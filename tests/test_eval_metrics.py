@@ -384,6 +384,18 @@ A. The summary says the library opens in 2025; the text says 2027."""
         ("A. Nothing wrong with the date; the name is invented.",
          ["Nothing wrong with the date; the name is invented."], True),
         ("Nothing in the summary is supported.", [], False),
+        # an answer, then a new example the model goes on to write: the answer ends there
+        ("None\n\nExample 4\nText: A fire.\nSummary: A flood.\nInconsistencies:\nA.\n"
+         "Description: The summary says a flood; the text says a fire.", [], True),
+        ("Example 4\nText: A fire.\nInconsistencies:\nA. The summary says a flood.",
+         ["The summary says a flood."], True),  # an example first: the answer after it
+        # a verdict of nothing before a list, or a JSON object that disagrees with itself
+        ("None\nA. The summary says the fire was in Leeds; the text says Bradford.", [], False),
+        ("No inconsistencies.\n- The year is wrong.", [], False),
+        ('{"consistent": true, "issues": ["The year is wrong."]}', [], False),
+        ('{"has_errors": "yes", "errors": []}', [], False),
+        ('{"consistent": true, "issues": []}', [], True),
+        ('{"inconsistencies": [], "explanation": "The summary is consistent."}', [], True),
     ],
 )  # fmt: skip
 def test_cot_and_nothing_to_report_answers(output, items, structured):

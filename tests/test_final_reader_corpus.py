@@ -219,35 +219,55 @@ HOSTILE = Path(__file__).resolve().parent / "assets" / "final_answers_hostile.js
 # Two "nothing wrong" check lists the reader still flags: a claim answered "Yes." and "Sunday -
 # yes, the text says Sunday." (a bare "yes" is no verdict of its own to the reader)
 KNOWN_FLAGGED = {"hostile-2026-11-29-c70", "hostile-2026-11-29-c80"}
+# The fourth review's 35 adversarial answers (2026-11-30) break the promise, as recorded in
+# docs/evaluation.md: affirmations and denials in words the rules do not know, qualifiers before
+# an affirmation, tables with footnotes, questions. Bounds, so that it gets no worse.
+REVIEW_4_ADVERSARIAL_MISSES = {"flagged": 17, "read as nothing": 6, "read with confidence": 5}
 
 
-def test_the_reader_on_three_hostile_reviews_answers():
-    """307 answers three hostile reviews wrote against the reader in the phrasings small models
+def _misses(rows: list[dict]) -> tuple[dict[str, list[str]], list[bool]]:
+    """Each promise's misses (ids) over labelled answers, and the counts of the lists read."""
+    misses: dict[str, list[str]] = {
+        "flagged": [],
+        "read as nothing": [],
+        "read with confidence": [],
+    }
+    counts = []
+    for row in rows:
+        parsed = read_descriptions(row["output"], reasoning=row["reasoning"])
+        if row["label"] == "unreadable" and parsed.structured:
+            misses["read with confidence"].append(row["id"])
+        elif parsed.structured and row["label"] == "none" and parsed.items:
+            misses["flagged"].append(row["id"])
+        elif parsed.structured and row["label"] == "list" and not parsed.items:
+            misses["read as nothing"].append(row["id"])
+        elif parsed.structured and row["label"] == "list":
+            counts.append(len(parsed.items) == row["count"])
+    return misses, counts
+
+
+def test_the_reader_on_four_hostile_reviews_answers():
+    """417 answers four hostile reviews wrote against the reader in the phrasings small models
     use (92; then 112 against the reader revised on them; then 103, two thirds of them
     realistic, against the reader revised again: denials and affirmations inside lists, JSON
     verdicts, roman numerals, sub-items of another kind, "the rest is correct", claims listed
     before a later "Inconsistencies:" label or checked one by one before "No inconsistencies
-    found.", "bar the year"), each labelled before the reader ran: `none`, `list` with its item
-    count, or `unreadable`. They were then read to revise the reader, so they are seen, not
-    held out. The promise: no "nothing wrong" answer flagged (but the two named), no list read
-    as nothing, and the count right on at least 90% of the lists read; anything else is
-    counted apart."""
+    found.", "bar the year"; then 110, 75 realistic and 35 adversarial), each labelled before
+    the reader ran: `none`, `list` with its item count, or `unreadable`. They were then read to
+    revise the reader, so they are seen, not held out. The promise: no "nothing wrong" answer
+    flagged (but the two named), no list read as nothing, no unreadable answer read with
+    confidence, and the count right on at least 90% of the lists read; anything else is counted
+    apart. The fourth review's adversarial answers miss it, within recorded bounds."""
     rows = [json.loads(line) for line in HOSTILE.read_text(encoding="utf-8").splitlines()]
-    assert len(rows) == 307 and {r["label"] for r in rows} == set(LABELS)
-    flagged_none, read_as_nothing, counts = [], [], []
-    for row in rows:
-        parsed = read_descriptions(row["output"], reasoning=row["reasoning"])
-        if row["label"] == "unreadable":
-            assert not parsed.structured, row["id"]
-        elif parsed.structured and row["label"] == "none" and parsed.items:
-            flagged_none.append(row["id"])
-        elif parsed.structured and row["label"] == "list" and not parsed.items:
-            read_as_nothing.append(row["id"])
-        elif parsed.structured and row["label"] == "list":
-            counts.append(len(parsed.items) == row["count"])
-    print(f"hostile review: {len(counts)} lists read, count right {sum(counts)}")
-    assert set(flagged_none) == KNOWN_FLAGGED and not read_as_nothing, (
-        flagged_none,
-        read_as_nothing,
-    )
-    assert len(counts) >= 20 and sum(counts) >= 0.9 * len(counts), counts
+    assert len(rows) == 417 and {r["label"] for r in rows} == set(LABELS)
+    adversarial = [
+        r for r in rows if r["written_by"] == "red-team-review-4" and r["note"].startswith("adv")
+    ]
+    assert len(adversarial) == 35
+    misses, counts = _misses([r for r in rows if r not in adversarial])
+    print(f"hostile reviews: {len(counts)} lists read, count right {sum(counts)}")
+    assert set(misses["flagged"]) == KNOWN_FLAGGED, misses
+    assert not misses["read as nothing"] and not misses["read with confidence"], misses
+    assert len(counts) >= 50 and sum(counts) >= 0.9 * len(counts), counts
+    missed, _ = _misses(adversarial)
+    assert all(len(missed[k]) <= bound for k, bound in REVIEW_4_ADVERSARIAL_MISSES.items()), missed

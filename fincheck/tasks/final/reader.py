@@ -362,6 +362,33 @@ def _closing_says_none(text: str) -> bool:
     return bool(re.search(_PROBLEM, closing, re.I)) and not further and says_nothing(closing)
 
 
+def _opening_says_none(text: str) -> bool:
+    """What stands before the list's first marker says there is nothing to report ("None",
+    "No inconsistencies."): the items after it contradict the answer's own verdict."""
+    opening = []
+    for line in text.splitlines():
+        if _ITEM.match(line):
+            break
+        opening.append(line)
+    opening_text = " ".join(" ".join(opening).split())
+    named = _leads_with_none(opening_text + "\n") or re.search(_PROBLEM, opening_text, re.I)
+    return bool(opening_text and named and says_nothing(opening_text))
+
+
+# A line that starts another example of a few-shot prompt ("Example 4"): a model that answered
+# and went on writing examples of its own; its answer ends there.
+_NEW_EXAMPLE = re.compile(r"^[ \t*#]*example[ \t]+\d+[ \t*:]*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _until_a_new_example(text: str) -> str:
+    """The answer before a new example it goes on to write (not when the answer opens with
+    one: then the rules below find its own answer after it)."""
+    for match in _NEW_EXAMPLE.finditer(text):
+        if text[: match.start()].strip():
+            return text[: match.start()]
+    return text
+
+
 def _claim_then_verdict(claim: str, verdict: str, says_nothing: bool) -> bool:
     """A sentence that only says what one text states, affirmed by the next ("The summary says
     the fire started at 3am. The text agrees."); not when the next affirms "the rest"."""
@@ -535,6 +562,8 @@ def _json_items(text: str) -> list[str] | bool | None:
         # else the one list or string the object holds
         named = [v for k, v in value.items() if _LIST_KEY.fullmatch(str(k)) and isinstance(v, list)]
         inner = named or [v for v in value.values() if isinstance(v, (list, str))]
+        if inner == [[]] and _json_reports_a_problem(value, inner[0]):
+            return False  # {"has_errors": "yes", "errors": []}: the object disagrees with itself
         value = inner[0] if len(inner) == 1 else None
         if isinstance(value, str):  # {"inconsistencies": "None"}, {"inconsistencies_found": "no"}
             value = [] if value.strip().lower() in ("no", "none", "false", "0") else [value]
@@ -560,9 +589,26 @@ def _json_verdict(value: dict) -> list[str] | bool:
     else:
         return False
     texts = [v for v in value.values() if isinstance(v, str)]
-    if not problem:
-        return [] if all(says_nothing(t) for t in texts) else False
+    if not problem:  # and no list in it holds one ({"consistent": true, "issues": ["..."]})
+        nothing = all(says_nothing(t) for t in texts) and not _json_reports_a_problem(value)
+        return [] if nothing else False
     return [" ".join(texts[0].split())] if len(texts) == 1 and len(value) == 2 else False
+
+
+def _json_reports_a_problem(value: dict, read: object = None) -> bool:
+    """Whether a JSON answer holds, besides the value `read`, a list that is not empty or a
+    verdict in words under a key that names it ("has_errors": "yes", "consistent": "no")."""
+    for key, other in value.items():
+        if other is read:
+            continue
+        verdict = str(other).strip().lower() if isinstance(other, str) else None
+        if isinstance(other, list) and other:
+            return True
+        if _PROBLEM_KEY.fullmatch(str(key)) and verdict in ("yes", "true"):
+            return True
+        if _FINE_KEY.fullmatch(str(key)) and verdict in ("no", "false"):
+            return True
+    return False
 
 
 # Keys whose true says the summary is fine, and keys whose true says it is not
@@ -745,6 +791,7 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     elif reasoning:
         return APART
     text = _BOXED.sub(r"\1", text)
+    text = _until_a_new_example(text)
     later = [m for m in _LATER_LABEL.finditer(text) if m.start() > 0]
     if later:
         text = text[later[-1].start() :]
@@ -769,8 +816,10 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
         tallies = [item for item in listed if _TALLY.fullmatch(item)]
         items = [item for item in listed if not says_nothing(item) and item not in tallies]
-        if items and (_closing_says_none(text) or any(map(_HEDGE.fullmatch, items))):
-            return APART  # items, then "No inconsistencies found."; or "- Not sure"
+        if items and (_closing_says_none(text) or _opening_says_none(text)):
+            return APART  # items, then "No inconsistencies found." (or after "None")
+        if any(map(_HEDGE.fullmatch, items)):
+            return APART  # "- Not sure"
         if not items and any(not _TALLY_OF_NONE.fullmatch(item) for item in tallies):
             return APART  # "- Total inconsistencies: 2" and no description
         if any(map(_may_only_deny_an_error, items)):
