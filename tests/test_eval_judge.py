@@ -604,19 +604,31 @@ def test_a_reply_too_large_as_sent_or_inflated_is_not_read(body, headers, said):
         assert answer.text == "Yes, two members"
 
 
-def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeypatch):
-    """An endpoint (or a proxy) that echoes the API key in its answer: the answer fincheck keeps
-    (predictions, caches, traces) carries it redacted."""
+def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeypatch, tmp_path):
+    """An endpoint (or a proxy) that echoes the API key in its answer, or in the name of the
+    model it says served it: what fincheck keeps (predictions, caches, traces, the served
+    models) carries it redacted."""
+    from fincheck.inference.llm import RequestCache
     from fincheck.models.llm_clients import METHOD, OpenAIChatClient
 
     monkeypatch.setenv("ECHO_TEST_KEY", "echoed-key-5566778899")
     with FakeJudgeServer() as server:
-        server.script = {"": [("ok", "Yes. (auth: echoed-key-5566778899)")]}
+        # the model name the reply says served it is the endpoint's to fill in too
+        served = {**completion("Yes."), "model": "served-by-echoed-key-5566778899"}
+        server.script = {
+            "name": [("raw", json.dumps(served), "always")],
+            "": [("ok", "Yes. (auth: echoed-key-5566778899)")],
+        }
         client = OpenAIChatClient(
             "m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY", max_retries=0, caller=METHOD
         )
         answer = client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
+        named = client.complete([{"role": "user", "content": "name"}], {"max_tokens": 8})
     assert answer.text == "Yes. (auth: <redacted>)"
+    assert named.served == "served-by-<redacted>" and named.served in client.served_models
+    cache = RequestCache(tmp_path / "cache.jsonl")  # and what a cache is given: written redacted
+    cache.put("k", "echoed-key-5566778899", served="echoed-key-5566778899")
+    assert "5566778899" not in (tmp_path / "cache.jsonl").read_text()
 
 
 def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge):

@@ -23,6 +23,7 @@ from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
 from fincheck.io.safe_files import append_line, read_own_text
+from fincheck.io.secrets import redacted_value
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ class RequestCache:
                 record["served"] = served
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                append_line(self.path, json.dumps(record, ensure_ascii=False) + "\n")
+                line = json.dumps(redacted_value(record), ensure_ascii=False)  # held keys: nowhere
+                append_line(self.path, line + "\n")
 
 
 class _ThreadCalls(threading.local):

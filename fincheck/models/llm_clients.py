@@ -66,6 +66,13 @@ METHOD = EndpointCaller("the endpoint")
 SERVED_DETECTOR = EndpointCaller("the served detector")
 
 
+def served_model(response: Any) -> str | None:
+    """The model name a reply says answered it, as it may be recorded: redacted (an endpoint
+    may put anything there, a key it was sent included) and without lone surrogates."""
+    served = getattr(response, "model", None)
+    return redact(without_lone_surrogates(served)) if isinstance(served, str) else None
+
+
 def build_client(opts, kind: str, model: str, caller: EndpointCaller, **local):
     """The one builder of an LLM client: an OpenAI-compatible endpoint set by the options'
     endpoint block under the caller's prefix, or a local model (`local`: the settings of
@@ -167,11 +174,10 @@ class OpenAIChatClient(ChatClient):
         choice = response.choices[0]  # checked by `reply_problem`: one, with a text message
         # stripped as the local path strips its decoded answer: the same tokens, the same text
         # (a served answer cut at the budget may end in the newline a local one loses)
-        served = getattr(response, "model", None)
         return Completion(  # redacted: an endpoint that echoes a held key writes it nowhere
             redact(without_lone_surrogates(choice.message.content)).strip(),
             hit_budget(choice, response, sampling.get("max_tokens")),
-            served if isinstance(served, str) else None,
+            served_model(response),
         )
 
     def p_yes(
@@ -280,7 +286,7 @@ class OpenAIChatClient(ChatClient):
             retry_error_callback=lambda state: self._malformed(state.outcome.result()[1]),
         )
         response, _ = retrying(checked)
-        served = getattr(response, "model", None)
+        served = served_model(response)
         if self.expected_served and served not in self.expected_served:  # None: unnamed
             raise FincheckError(
                 f"{self.where} answered as {served!r}, but the predictions already in this "
@@ -289,7 +295,7 @@ class OpenAIChatClient(ChatClient):
             )
         with self._lock:
             self._in_a_row.clear()
-            if isinstance(served, str):
+            if served is not None:
                 self.served_models.add(served)
         return response
 
