@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fincheck.errors import FincheckError
+from fincheck.io import jsonl
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
 from fincheck.io.safe_files import one_writer, write_text
@@ -420,12 +421,12 @@ def check_replaceable(markdown_path: Path) -> None:
     if not present:
         return
     recorded = None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        recorded = json.loads(json_path.read_text(encoding="utf-8")).get(MARKDOWN_SHA256)
+    with contextlib.suppress(OSError, ValueError, AttributeError, FincheckError):
+        recorded = jsonl.loads(jsonl.read_utf8_text(json_path)).get(MARKDOWN_SHA256)
     if recorded is not None and present == [json_path]:
         return
-    with contextlib.suppress(OSError):
-        if recorded == hashlib.sha256(markdown_path.read_bytes()).hexdigest():
+    with contextlib.suppress(OSError, FincheckError):  # a FIFO or a folder: not an earlier output
+        if recorded == hashlib.sha256(jsonl.read_bytes(markdown_path)).hexdigest():
             return
     raise FincheckError(
         f"--out {markdown_path}: {' and '.join(str(p) for p in present)} exist and are not an "

@@ -705,6 +705,43 @@ def test_no_write_goes_through_a_hard_link_a_fifo_or_a_symlink(tmp_path):
     assert victim.read_text() == "keep me\n"
 
 
+def test_a_fifo_where_a_file_is_read_is_one_line_not_a_wait(tmp_path, small_prepared, capsys):
+    """A FIFO (or a folder) where a command reads a file: predictions, a JSON record, compare's
+    earlier output it would replace. One line at once, never a wait for a writer that never
+    comes (an alarm fails the test instead of hanging it)."""
+    import os
+    import signal
+
+    from fincheck.errors import FincheckError
+    from fincheck.io.jsonl import iter_json_objects, read_json_object
+
+    def waited(signum, frame):
+        raise AssertionError("waited on a FIFO")
+
+    fifo = tmp_path / "x.jsonl"
+    os.mkfifo(fifo)
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(30)
+    try:
+        for read in (lambda p: list(iter_json_objects(p)), read_json_object):
+            for planted in (fifo, tmp_path):
+                with pytest.raises(FincheckError, match="not a regular file"):
+                    read(planted)
+        (tmp_path / "predictions").mkdir()
+        os.mkfifo(tmp_path / "predictions" / "qasem.jsonl")
+        score = ["score", "--data", str(small_prepared), "--predictions"]
+        assert main([*score, str(tmp_path / "predictions"), "--out", str(tmp_path / "s")]) == 1
+        assert "qasem.jsonl: not a regular file" in capsys.readouterr().err
+        (tmp_path / "o").mkdir()
+        os.mkfifo(tmp_path / "o" / "c.json")
+        runs = [str(tmp_path / "s"), str(tmp_path / "s")]
+        assert main(["compare", *runs, "--names", "a,b", "--out", str(tmp_path / "o" / "c.md")])
+        assert "are not an earlier `fincheck compare` output" in capsys.readouterr().err
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_one_writer_per_output_file_and_nothing_overwritten(tmp_path):
     """`detect --out F` twice at once: the second is refused while the first writes; the first
     moves its complete output into place; a file that appeared meanwhile is never replaced."""

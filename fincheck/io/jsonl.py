@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.io.safe_files import open_own_file
+from fincheck.io.safe_files import open_own_file, open_regular_file
 
 
 def loads(text: str, **kwargs: Any) -> Any:
@@ -98,10 +98,16 @@ def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, A
     return record
 
 
+def read_bytes(path: str | Path) -> bytes:
+    """A whole regular file (`open_regular_file`)."""
+    with os.fdopen(open_regular_file(path), "rb") as f:
+        return f.read()
+
+
 def read_utf8_text(path: str | Path) -> str:
     """A whole text file (without the byte-order mark an editor may open it with), or a one-line
     error naming the line with the first non-UTF-8 byte."""
-    raw = Path(path).read_bytes()
+    raw = read_bytes(path)
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
@@ -114,7 +120,7 @@ def read_utf8_text(path: str | Path) -> str:
 def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; a bad line (not JSON, not an object,
     not UTF-8) raises `InvalidRecordError`."""
-    with Path(path).open("rb") as f:
+    with os.fdopen(open_regular_file(path), "rb") as f:
         for line_no, raw in enumerate(f, start=1):
             if line_no == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no record

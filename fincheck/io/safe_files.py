@@ -59,6 +59,20 @@ def open_own_file(path: str | Path, flags: int, what: str = "") -> int:
     return fd
 
 
+def open_regular_file(path: str | Path) -> int:
+    """A descriptor for reading `path`, refused in one line unless it is a regular file (a link
+    to one is followed): a FIFO would wait for a writer forever, a device never ends. Checked
+    on the opened descriptor; opening a FIFO this way does not wait."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FincheckError(
+            f"{path}: not a regular file (a FIFO, a device or a folder); give a file"
+        )
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _not_own(path: Path, what: str, kind: str) -> str:
     return (
         f"{what + ' ' if what else ''}{path}: {kind}; fincheck writes only plain files of its "
