@@ -181,6 +181,34 @@ def test_cache_survives_a_torn_last_line(tmp_path):
     assert third.get("k1") == "answer one" and third.get("k3") == "answer three"
 
 
+@pytest.mark.parametrize("response", [5, ["a"], {"a": 1}, None])
+def test_a_cache_record_of_another_shape_is_a_damaged_line(tmp_path, response):
+    """A cached answer that is no text (an edited cache) is skipped like a torn line (the call
+    is made again), never handed to a reader that expects text."""
+    path = tmp_path / "cache.jsonl"
+    RequestCache(path).put("k1", "answer one")
+    with path.open("a") as f:
+        f.write(json.dumps({"key": "k2", "response": response}) + "\n")
+    cache = RequestCache(path)
+    assert cache.get("k1") == "answer one" and cache.get("k2") is None
+
+
+@pytest.mark.parametrize("cached", ["abc", "nan", "inf", "1.5", "-0.1"])
+def test_a_cached_p_yes_that_is_no_share_is_one_line(tmp_path, cached):
+    """A P(Yes) read back from an edited or damaged cache must be a share in [0, 1]: a NaN or
+    a word would otherwise become a score (or a traceback)."""
+    from fincheck.inference.llm import CachedLLM
+    from fincheck.models.llm_clients import OpenAIChatClient
+
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1")
+    cache = RequestCache(tmp_path / "cache.jsonl")
+    messages = [{"role": "user", "content": "Supported? Yes or No"}]
+    key = RequestCache.key(client.identity, "v1", messages, {"read": "p_yes"})
+    cache.put(key, cached)
+    with pytest.raises(FincheckError, match=r"cache\.jsonl: a cached P\(Yes\) of .*not a share"):
+        CachedLLM(client, RequestCache(tmp_path / "cache.jsonl"), {}).p_yes(messages, "v1")
+
+
 def test_cache_remembers_which_answers_were_cut(tmp_path):
     path = tmp_path / "cache.jsonl"
     first = RequestCache(path)

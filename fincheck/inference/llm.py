@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -94,7 +95,10 @@ class RequestCache:
             for number, line in enumerate(text.splitlines(), start=1):
                 try:
                     record = jsonl.loads(line)
-                    self._entries[record["key"]] = record["response"]
+                    key, response = record["key"], record["response"]
+                    if not (isinstance(key, str) and isinstance(response, str)):
+                        raise TypeError("a record's key and response are texts")  # else damaged
+                    self._entries[key] = response
                     if "cut" in record:
                         self._cut[record["key"]] = bool(record["cut"])
                     if isinstance(record.get("served"), str):
@@ -232,7 +236,22 @@ class CachedLLM:
             value = self.client.p_yes(messages, span, share)
             cached = "none" if value is None else repr(float(value))
             self.cache.put(key, cached)
-        return None if cached == "none" else float(cached)
+        return None if cached == "none" else self._share(cached)
+
+    def _share(self, cached: str) -> float:
+        """A cached P(Yes): a share in [0, 1], or one line naming the cache (edited, or
+        damaged: a NaN or a word would become a score)."""
+        try:
+            value = float(cached)
+        except ValueError:
+            value = math.nan
+        if not 0.0 <= value <= 1.0:
+            raise FincheckError(
+                f"{self.cache.path}: a cached P(Yes) of {cached[:40]!r}, not a share in [0, 1]; "
+                "the cache was edited or damaged: remove it or give another (nothing was scored "
+                "from it)"
+            )
+        return value
 
 
 def run_concurrently(items: list, work, concurrency: int, on_done, progress: bool, desc: str):
