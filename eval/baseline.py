@@ -22,10 +22,12 @@ from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity, record_loaded
 from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
-from fincheck.io import jsonl
-from fincheck.io.jsonl import drop_torn_last_line
+from fincheck.io.jsonl import check_shape, drop_torn_last_line, iter_json_objects
 from fincheck.io.safe_files import append_line
 from fincheck.models.llm_clients import METHOD, build_client
+
+# What a rerun reads back of each trace record (its calls and the method's own counts)
+TRACE_SHAPE = {"id": str, "calls": int, "counts": {str: int}}
 
 
 class NoLLM(ChatClient):
@@ -140,8 +142,8 @@ class PaperMethod(Answerer):
         wanted = {p.id for p in pairs}
         per_id, counts_per_id = {}, {}
         if trace_path.is_file():
-            for line in trace_path.read_text(encoding="utf-8").splitlines():
-                record = jsonl.loads(line)
+            for line_no, record in iter_json_objects(trace_path):
+                check_shape(record, TRACE_SHAPE, f"{trace_path}:{line_no}", ("id", "calls"))
                 if record.get("id") in wanted:
                     per_id[record["id"]] = record["calls"]
                     counts_per_id[record["id"]] = record.get("counts") or {}

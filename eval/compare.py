@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io import jsonl
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
-from fincheck.io.jsonl import iter_json_objects, read_json_object, strict_json
+from fincheck.io.jsonl import check_shape, iter_json_objects, read_json_object, strict_json
 from fincheck.io.safe_files import one_writer, write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,
@@ -61,12 +61,21 @@ def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
     if not results_path.is_file():
         raise FincheckError(f"{path}: no results.json (run `fincheck score --out {path}` first)")
     results = read_json_object(results_path)
+    check_shape(results, {"tasks": {str: dict}}, str(results_path))
     run = ScoredRun(name or path.name, path, results)
     for task in results.get("tasks", {}):
         scored = path / "scored" / f"{task}.jsonl"
         if scored.is_file():
-            run.examples[task] = [record for _, record in iter_json_objects(scored)]
+            run.examples[task] = []
+            for line_no, record in iter_json_objects(scored):
+                check_shape(record, SCORED_SHAPE, f"{scored}:{line_no}")
+                run.examples[task].append(record)
     return run
+
+
+# What every task's scored record holds for compare to pair and group it (its figures' own
+# fields are read by the task: a record of another shape there is one line, `compare_command`)
+SCORED_SHAPE = {"id": (str, int), "units": {str: (str, int, float, type(None))}}
 
 
 @dataclass(frozen=True)
@@ -386,14 +395,19 @@ def compare_command(args: argparse.Namespace) -> int:
     names = args.names or [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
+    scored = f"the scored runs {', '.join(map(str, args.runs))}"
+    redo = "each must be a `fincheck score --out` folder as it wrote it: score it again"
     if not args.out:
-        print(compare_runs(load_runs(args.runs, names), args.bootstrap, args.seed, args.unit)[0])
+        with library_errors_as_one_line(scored, redo):  # a figure or field of another shape
+            runs = load_runs(args.runs, names)
+            print(compare_runs(runs, args.bootstrap, args.seed, args.unit)[0])
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with one_writer(args.out, "--out"):  # from the check to the second write: one pair
         check_replaceable(args.out)  # before the runs are read and bootstrapped
-        runs = load_runs(args.runs, names)
-        markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
+        with library_errors_as_one_line(scored, redo):
+            runs = load_runs(args.runs, names)
+            markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
         print(markdown)
         data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}
         # The JSON first: it claims the pair (it holds the markdown's sha256), so a compare cut

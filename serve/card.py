@@ -21,7 +21,7 @@ import yaml
 from markupsafe import Markup
 
 from fincheck.errors import FincheckError
-from fincheck.io.jsonl import read_json_object
+from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.io.runs import RunArtifacts
 from fincheck.serve.llama_cpp_converter import gguf_name
 from fincheck.tasks import all_tasks, get_task, task_names
@@ -415,6 +415,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FincheckError(f"results file not found: {path} (written by `fincheck score`)")
     data = read_json_object(path)
+    check_shape(data, {"tasks": {str: dict}, "run": dict, "counts": dict}, str(path))
     if not metrics_from_results(data):
         raise FincheckError(f"{path}: no metrics found under any of the tasks {list(all_tasks())}")
     return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -393,7 +394,7 @@ def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path
     assert config["served_models"] == ["served-7b"]
 
 
-def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path):
+def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path, capsys):
     out = tmp_path / "pipe"
     with FakeJudgeServer() as server:
         server.script = {
@@ -403,6 +404,15 @@ def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_pa
             "remove duplicates": [("ok", "A. The year is wrong.\nB. The place is not stated.")],
         }
         assert _eval(out, server, "pipeline", "--tasks", "final") == 0
+        trace_file = out / "predictions" / "final.trace.jsonl"
+        written = trace_file.read_text()
+        for damaged in ("[1]", '{"id": "x"}', '{"id": "x", "calls": "2"}'):  # edited, resumed
+            trace_file.write_text(written + damaged + "\n")
+            capsys.readouterr()
+            assert _eval(out, server, "pipeline", "--tasks", "final") == 1
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and re.search(r"final\.trace\.jsonl:\d+: ", err[0]), err
+        trace_file.write_text(written)
     outputs = {r["id"]: r["output"] for r in _lines(out / "predictions" / "final.jsonl")}
     assert set(outputs.values()) == {"A. The year is wrong.\nB. The place is not stated."}
     traces = _lines(out / "predictions" / "final.trace.jsonl")

@@ -146,6 +146,26 @@ def test_one_run_or_a_folder_without_results_is_a_clear_error(tmp_path):
         compare_runs([load_scored_run(tmp_path)])
 
 
+def test_scored_runs_edited_into_another_shape_are_one_line(tmp_path, capsys):
+    """results.json or a scored record of another shape than `fincheck score` writes (a list of
+    tasks, a record without its gold, units that are no mapping): one line naming the run, not
+    a traceback in the bootstrap."""
+    gold = ["Yes" if i % 2 else "No" for i in range(8)]
+    examples = qasem_examples([0.5] * 8, gold)
+    _write_run(tmp_path / "good", examples, 0.5)
+    edits = {
+        "tasks-a-list": ("results.json", json.dumps({"tasks": ["qasem"]})),
+        "no-gold": ("scored/qasem.jsonl", '{"id": "x"}\n'),
+        "units-a-number": ("scored/qasem.jsonl", json.dumps({**examples[0], "units": 5}) + "\n"),
+    }
+    for name, (file, text) in edits.items():
+        _write_run(tmp_path / name, examples, 0.5)
+        (tmp_path / name / file).write_text(text)
+        assert main(["compare", str(tmp_path / "good"), str(tmp_path / name)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and name in err[0], err
+
+
 def test_undefined_figures_are_null_in_the_json_and_out_names_the_markdown(tmp_path, capsys):
     """`NaN` is not JSON (strict readers refuse it): an undefined difference is written null."""
     from fincheck.io.jsonl import strict_json

@@ -826,6 +826,13 @@ def test_an_eval_folder_names_its_backend_endpoint_and_failures(tmp_path):
             check_eval_config(tmp_path, {**config, "base_url": "http://a/v1", **other})
     record_generation(tmp_path, "qasem", {"total": 5, "trimmed": 1, "failed": ["q1: timeout"]})
     assert read_eval_summary(tmp_path)["qasem"] == {"n_predictions": 4, "trimmed": 1, "failed": 1}
+    # either record edited into another shape: one line naming it where a resume or score reads it
+    for name, edited in (("eval_summary.json", {"qasem": 5}), ("eval_config.json", {"tasks": 5})):
+        (tmp_path / name).write_text(json.dumps(edited))
+        with pytest.raises(FincheckError, match=rf"{name.replace('.', '[.]')}: .* is an integer"):
+            read_eval_summary(tmp_path)
+            check_eval_config(tmp_path, {**config, "base_url": "http://a/v1"})
+        (tmp_path / name).unlink()
 
 
 def test_results_name_the_base_an_adapter_only_eval_loaded(tmp_path):

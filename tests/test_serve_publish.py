@@ -570,6 +570,10 @@ def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, result
     with pytest.raises(FincheckError, match="does not record which adapter"):
         publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "b"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    for edited, where in (({"tasks": ["final"]}, "tasks"), ({"run": 5}, "run")):
+        other.write_text(json.dumps({**results, **edited}))  # of another shape: one line
+        with pytest.raises(FincheckError, match=rf"other\.json: {where} is "):
+            publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "c"))
 
 
 @pytest.mark.parametrize("repo_id", ["me/x y", "me", "a/b/c", "me/x..y", "-me/x"])

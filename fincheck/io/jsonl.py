@@ -148,6 +148,51 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     return data
 
 
+_JSON_KINDS = {
+    dict: "an object",
+    list: "a list",
+    str: "a text",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
+def check_shape(value: Any, shape: Any, where: str, required: tuple[str, ...] = ()) -> None:
+    """A record read back (fincheck wrote it; a user may have edited it) has the shape its
+    readers rely on, or one line naming `where` and the place in it. `shape`: a type or a tuple
+    of types; {key: shape} for an object whose listed keys, where present, have theirs; {str:
+    shape} for an object of any keys; [shape] for a list. A bool is no number here. `required`:
+    the top-level keys it must have."""
+    missing = [key for key in required if not isinstance(value, dict) or key not in value]
+    if missing:
+        raise FincheckError(f"{where}: no {', '.join(missing)} (edited or damaged since written)")
+    stack: list[tuple[Any, Any, str]] = [(value, shape, "")]
+    while stack:
+        value, shape, at = stack.pop()
+        if isinstance(shape, dict) and list(shape) == [str]:
+            expected: Any = dict
+        elif isinstance(shape, (dict, list)):
+            expected = type(shape)
+        else:
+            expected = shape
+        number = expected in (int, float) or (isinstance(expected, tuple) and float in expected)
+        if not isinstance(value, expected) or (number and isinstance(value, bool)):
+            names = expected if isinstance(expected, tuple) else (expected,)
+            kind = " or ".join(_JSON_KINDS[t] for t in names)
+            raise FincheckError(
+                f"{where}: {at.lstrip('.') or 'the whole'} is {_JSON_KINDS[type(value)]}, not "
+                f"{kind} (edited or damaged since fincheck wrote it)"
+            )
+        if isinstance(shape, dict) and list(shape) == [str]:
+            stack += [(v, shape[str], f"{at}.{k}") for k, v in value.items()]
+        elif isinstance(shape, dict):
+            stack += [(value[k], s, f"{at}.{k}") for k, s in shape.items() if k in value]
+        elif isinstance(shape, list):
+            stack += [(v, shape[0], f"{at}[{i}]") for i, v in enumerate(value)]
+
+
 def strict_json(value: Any) -> Any:
     """NaN (an undefined figure) -> null, recursively: `json.dumps` would write `NaN`, which
     is not JSON and breaks strict readers (jq, JavaScript, other languages)."""
