@@ -1038,3 +1038,45 @@ def test_loading_a_model_from_python_reads_the_hub_with_bounds(tmp_path):
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[" * 100_000, r"sheet\.jsonl:1: "),  # nested past the recursion limit
+        ('{"summary": ' + "9" * 5000 + "}", r"sheet\.jsonl:1: "),  # past the digit limit
+        ('{"summary": "\\ud800"}', r"sheet\.jsonl:1: .*lone surrogate"),
+        (b'{"summary": "caf\xe9"}', r"sheet\.jsonl:1: .*not UTF-8"),
+    ],
+)
+def test_a_judge_check_set_is_read_by_the_one_reader(tmp_path, text, said):
+    """--judge-check's hand matches are read as every JSONL file is: bounded, each line's text
+    checked once, a byte-order mark skipped; what cannot be read is one line at file:line."""
+    from fincheck.errors import FincheckError
+    from fincheck.tasks.final.judge_sanity import read_sanity_set
+
+    sheet = tmp_path / "sheet.jsonl"
+    sheet.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(FincheckError, match=said):
+        read_sanity_set(sheet)
+    sheet.write_bytes(b"\xef\xbb\xbf" + b'{"summary": 1}\n')  # a BOM is no part of the record
+    with pytest.raises(FincheckError, match=r"sheet\.jsonl:1: summary: expected a str"):
+        read_sanity_set(sheet)
+
+
+def test_a_chat_template_file_is_read_as_utf8_text_without_its_bom(tiny_base, tmp_path):
+    """chat_template_path saved by an editor with a byte-order mark: the template starts at its
+    first character (a BOM would open every training prompt); one not in UTF-8 is one line
+    naming the file and the line."""
+    from fincheck.errors import FincheckError
+    from fincheck.train.model import load_tokenizer
+    from fincheck.train.recipe import load_recipe
+
+    template = tmp_path / "template.jinja"
+    template.write_bytes(b"\xef\xbb\xbf{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    config = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny-cpu.yaml"
+    recipe = load_recipe(config, [f"--chat_template_path={template}", "--deepspeed="])
+    assert load_tokenizer(recipe, str(tiny_base)).chat_template.startswith("{% for")
+    template.write_bytes(b"{# caf\xe9 #}")
+    with pytest.raises(FincheckError, match=r"template\.jinja:1: not UTF-8"):
+        load_tokenizer(recipe, str(tiny_base))

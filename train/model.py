@@ -11,6 +11,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype, torch_dtype
+from fincheck.io.jsonl import read_utf8_text
 from fincheck.io.runs import looks_like_hub_id
 from fincheck.models.known import read_model_info
 from fincheck.models.loading import (
@@ -96,7 +97,7 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
         )
     check_encodes(tokenizer, source)
     if recipe.chat_template_path:
-        tokenizer.chat_template = Path(recipe.chat_template_path).read_text(encoding="utf-8")
+        tokenizer.chat_template = read_utf8_text(recipe.chat_template_path)
     if not tokenizer.chat_template:
         raise FincheckError(
             f"{base_path}: the tokenizer has no chat template; set chat_template_path to the "

@@ -16,12 +16,12 @@ matching has too, and match recall, the share of the hand matching's pairs the j
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
+from fincheck.io.jsonl import iter_json_objects
 
 SANITY_SET = Path(__file__).with_name("judge_sanity.jsonl")
 UNFILLED = "?"  # a worksheet's verdict not yet given by hand (scripts/final_hand_match_sheet.py)
@@ -35,13 +35,7 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
     if not Path(path).is_file():
         raise FincheckError(f"judge check set not found: {path}")
     items = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FincheckError(f"{path}:{number}: not JSON ({e.msg})") from None
+    for number, item in iter_json_objects(path):  # the one reader: bounded, text checked once
         for key, kind in (
             ("summary", str),
             ("predicted", list),
