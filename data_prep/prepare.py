@@ -20,13 +20,14 @@ from typing import Any
 from fincheck import __version__
 from fincheck.data.pairs import SPLITS, Pair, write_pairs
 from fincheck.data.raw_records import RecordStream
-from fincheck.data.trimming import load_token_counter, trim_pair
+from fincheck.data.trimming import TokenCounter, count_whitespace_tokens, trim_pair
 from fincheck.data_prep.contamination import drop_contaminated
 from fincheck.errors import FincheckError
 from fincheck.io.config import config_field, config_to_dict
 from fincheck.io.out_lock import LOCK_FILE, hold_out_dir
 from fincheck.io.safe_files import write_text
 from fincheck.io.sources import Source, default_cache_dir, resolve_source, sha256_file
+from fincheck.models.loading import load_prompt_fitter
 from fincheck.tasks import all_tasks, get_task, prompt_hashes, task_names
 from fincheck.tasks.base import PrepareSettings, UserFile
 from fincheck.tasks.prepared import files_fingerprint
@@ -108,10 +109,20 @@ def label_counts(pairs: list[Pair], tasks: list[str]) -> dict[str, dict[str, dic
     return counts
 
 
+def token_counter(tokenizer: str | None) -> TokenCounter:
+    """Count with a tokenizer (a known name, a folder or a hub name) when given, else by words.
+    It is loaded by the one route to a tokenizer: its model's config read first, every failure
+    one line."""
+    if not tokenizer:
+        return count_whitespace_tokens
+    tok = load_prompt_fitter(tokenizer).tokenizer
+    return lambda text: len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
 def trim_all(pairs: list[Pair], config: PrepareConfig) -> tuple[list[Pair], dict]:
     if config.max_pair_tokens is None:
         return pairs, {}
-    count = load_token_counter(config.tokenizer)
+    count = token_counter(config.tokenizer)
     kept: list[Pair] = []
     stats: dict[str, Counter[str]] = defaultdict(Counter)
     for pair in pairs:

@@ -872,12 +872,13 @@ def test_a_base_without_its_tokenizer_files_is_one_line(tiny_base, prepared_dir,
 
 @pytest.mark.parametrize("value", ["float99", 12, ["bfloat16"], "config.json that is no JSON"])
 def test_a_config_that_does_not_load_is_blamed_on_it_on_every_route(
-    value, tiny_base, tmp_path, capsys
+    value, tiny_base, data_dir, tmp_path, capsys
 ):
     """The tokenizer reads config.json too: a `torch_dtype` that names no dtype was reported as
     "its tokenizer files do not load", or as a traceback in training and FIZZ. Every route to a
     model's tokenizer (eval, a served eval's `--tokenizer`, train's base and its
-    `tokenizer_name_or_path`, FIZZ's NLI model) gives one line naming config.json."""
+    `tokenizer_name_or_path`, FIZZ's NLI model, prepare's token counter) gives one line naming
+    config.json."""
     import json
     import shutil
 
@@ -892,12 +893,14 @@ def test_a_config_that_does_not_load_is_blamed_on_it_on_every_route(
     trained = ["--config", "configs/train/tiny-cpu.yaml", "--data_config=configs/data/tiny.yaml"]
     trained += [f"--dataset_dir={small}", "--deepspeed="]
     fizz = ["--method", "fizz", "--model", str(tiny_base), "--data", small, "--limit", "1"]
+    counted = ["--tasks=[qasem]", "--max_pair_tokens=2048"]
     routes = {
         "eval": ["--model", str(base), "--data", small, "--tasks", "qasem", "--limit", "2"],
         "served eval": [*served, "--tokenizer", str(base), "--data", small, "--tasks", "qasem"],
         "train": [*trained, f"--model_name_or_path={base}"],
         "its tokenizer train": [*trained, f"--tokenizer_name_or_path={base}"],
         "fizz baseline": [*fizz, "--tasks", "fhsumbench", "--nli-model", str(base)],
+        "its token counter prepare": [f"--data-dir={data_dir}", *counted, f"--tokenizer={base}"],
     }
     for route, argv in routes.items():
         command = route.split()[-1]

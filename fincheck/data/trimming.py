@@ -26,16 +26,6 @@ def count_whitespace_tokens(text: str) -> int:
     return len(text.split())
 
 
-def load_token_counter(tokenizer: str | None) -> TokenCounter:
-    """Count with a Hugging Face tokenizer (name or path) when given, else by words."""
-    if not tokenizer:
-        return count_whitespace_tokens
-    from transformers import AutoTokenizer  # heavy import only when asked for
-
-    tok = AutoTokenizer.from_pretrained(tokenizer)
-    return lambda text: len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
-
-
 def messages_text(messages: Sequence[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
 
