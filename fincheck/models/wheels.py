@@ -166,13 +166,13 @@ def _changed_file(final: Path) -> str | None:
     link, another size or another sha256), None when all are. The origin record is a claim, not a
     proof, and so are a file's size and mtime (a file swapped for a link to an edited copy
     keeps both): each file's content is hashed, once per process (about a second per GiB),
-    and a link anywhere in the folder is refused (nothing fincheck installs is one). A folder
-    fetched before records were kept is trusted as it is; one whose record is unreadable
-    counts as changed."""
+    and a link anywhere in the folder is refused (nothing fincheck installs is one). A record
+    that lists no files (unreadable, edited, or written before files were listed) counts as
+    changed: what it would vouch for is fetched again, never trusted unlisted."""
     try:
         info = read_model_info(final)
         if info is None or info.files is None:
-            return None if info is not None else MODEL_INFO
+            return f"{MODEL_INFO} (lists no files)"
         listing = set()
         for path in final.rglob("*"):
             if path.is_symlink():
