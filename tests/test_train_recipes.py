@@ -370,3 +370,13 @@ def test_the_nodes_of_a_launch_compare_the_files_a_recipe_names_by_content(tmp_p
     (node1 / "configs" / "mix.yaml").write_text("max_examples: {qasem: 8}\n")
     assert identity(node0, "configs/mix.yaml") == identity(node1, "configs/mix.yaml")
     assert identity(node0, "configs/mix.yaml") == identity(node1, str(node0 / "configs/mix.yaml"))
+
+
+@pytest.mark.parametrize("value", [".nan", "1.5", "x", "[3]", "true"])
+def test_a_data_config_s_mapping_values_are_checked_like_its_keys(value, tmp_path):
+    """A mapping's values are checked against its type as any key's value is (`max_examples`
+    maps tasks to integers): a NaN or a word was found only by the slicing in training."""
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(f"max_examples: {{qasem: {value}}}\n")
+    with pytest.raises(FincheckError, match=r"max_examples\.qasem: expected an integer"):
+        load_mixture_config(mixture)

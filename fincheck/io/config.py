@@ -159,7 +159,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise FincheckError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+        keys, values = args or (Any, Any)  # each entry checked as a field of its type is
+        return {coerce(k, keys, key): coerce(v, values, f"{key}.{k}") for k, v in value.items()}
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         try:
             return annotation(value)
