@@ -380,3 +380,23 @@ def test_a_data_config_s_mapping_values_are_checked_like_its_keys(value, tmp_pat
     mixture.write_text(f"max_examples: {{qasem: {value}}}\n")
     with pytest.raises(FincheckError, match=r"max_examples\.qasem: expected an integer"):
         load_mixture_config(mixture)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"zero_optimization": {"stage": 2', r"ds\.json:1: not valid JSON"),
+        ("[1, 2]", r"ds\.json: expected a JSON object"),
+        ('{"zero_optimization": {"stage": 7}}', r"ds\.json: zero_optimization\.stage is 7"),
+        ('{"zero_optimization": []}', r"ds\.json: zero_optimization is a list"),
+    ],
+)
+def test_the_deepspeed_config_a_recipe_names_is_read_before_deepspeed_reads_it(
+    text, said, tmp_path
+):
+    """A DeepSpeed JSON cut short, of another shape or naming no ZeRO stage: one line naming the
+    file when the recipe is read, not a traceback from every rank at the trainer's start."""
+    config = tmp_path / "ds.json"
+    config.write_text(text)
+    with pytest.raises(FincheckError, match=said):
+        load_recipe(None, [f"--deepspeed={config}"])

@@ -9,6 +9,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype
+from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.io.secrets import secret_places
 from fincheck.tasks import check_task_names, get_task
 
@@ -32,8 +33,8 @@ def validate_recipe(values: dict[str, Any]) -> None:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
     if values["lora_r"] <= 0:
         raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
-    if isinstance(values["deepspeed"], str) and not Path(values["deepspeed"]).is_file():
-        raise FincheckError(f"deepspeed config not found: {values['deepspeed']}")
+    if isinstance(values["deepspeed"], str) and values["deepspeed"]:
+        check_deepspeed_config(values["deepspeed"])
     if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
         raise FincheckError(f"chat template not found: {values['chat_template_path']}")
     check_evaluation_keys(values)
@@ -73,6 +74,19 @@ def validate_recipe(values: dict[str, Any]) -> None:
                 f"tree_packing needs an attention kernel that takes a custom mask (sdpa, eager, "
                 f"flex_attention), not attn_implementation={values['attn_implementation']}"
             )
+
+
+def check_deepspeed_config(path: str) -> None:
+    """The DeepSpeed JSON a recipe names, read by fincheck's JSON reader before DeepSpeed reads
+    it: no JSON, no object, or a ZeRO stage that is none is one line naming the file (DeepSpeed
+    would stop every rank with its own traceback)."""
+    if not Path(path).is_file():
+        raise FincheckError(f"deepspeed config not found: {path}")
+    config = read_json_object(path)
+    check_shape(config, {"zero_optimization": {"stage": int}}, path)
+    stage = (config.get("zero_optimization") or {}).get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise FincheckError(f"{path}: zero_optimization.stage is {stage}, not a ZeRO stage (0-3)")
 
 
 def check_evaluation_keys(values: dict[str, Any]) -> None:
