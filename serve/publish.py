@@ -164,7 +164,9 @@ def _write_upload_files(
             metadata[LISTED_FILES] = files_record(out_dir, list(metadata[LISTED_FILES]))
         write_text(out_dir / RUN_METADATA, json.dumps(metadata, indent=2) + "\n")
     if results is not None:
-        write_text(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        write_text(
+            out_dir / "results.json", json.dumps(jsonl.strict_json(results), indent=2) + "\n"
+        )
     # the task prompts, so the adapter can be used without fincheck (the card's snippet)
     (out_dir / "prompts").mkdir()
     for task in task_names():
@@ -293,17 +295,26 @@ def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None
         )
 
 
-def resolve_token() -> str:
-    """The user's token: HF_TOKEN, else the saved `hf auth login` token."""
+def held_token() -> str | None:
+    """The user's token if there is one (HF_TOKEN, else the saved `hf auth login` token), held
+    to be redacted by value in every line printed and file written, and searched for in every
+    file about to go up: a dry run checks what the upload it previews would check."""
     from huggingface_hub import get_token
 
     token = get_token()
+    if token:
+        hold_secret(token)
+    return token
+
+
+def resolve_token() -> str:
+    """The user's token (`held_token`), which an upload needs."""
+    token = held_token()
     if not token:
         raise FincheckError(
             "no Hugging Face token: set HF_TOKEN to a token with write access, "
             "or run `hf auth login` once"
         )
-    hold_secret(token)  # redacted by value in every line printed and file written
     return token
 
 
@@ -471,6 +482,7 @@ def publish(
     results = read_results(opts.results) if opts.results else None
     rev = opts.revision or "main"
     if opts.dry_run is not None:
+        held_token()  # its value is searched for as the upload would search for it
         files = build_upload_folder(run, repo_id, Path(opts.dry_run), results, license, base_id)
         return PublishResult(repo_id, rev, None, False, files)
     token = resolve_token()

@@ -576,6 +576,28 @@ def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, result
             publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "c"))
 
 
+def test_a_dry_run_refuses_the_user_s_token_as_the_upload_would(
+    run_dir, results_file, tmp_path, monkeypatch
+):
+    """The token a user holds (of any shape) inside a file of the upload: the dry run, which
+    reads no token to upload with, refuses it as the upload would, and writes nothing; its
+    results are strict JSON (an undefined figure is null, not NaN)."""
+    monkeypatch.setenv("HF_TOKEN", "plainTOKvalue98765")  # no token shape: found by its value
+    results = json.loads(results_file.read_text())
+    holding = tmp_path / "holding.json"
+    holding.write_text(json.dumps({**results, "note": "plainTOKvalue98765"}))
+    with pytest.raises(FincheckError, match=r"results\.json of the upload holds a secret"):
+        publish(PublishOptions(run_dir, "me/tiny", results=holding, dry_run=tmp_path / "a"))
+    assert not (tmp_path / "a").exists()
+    task = next(iter(results["tasks"]))
+    undefined = {**results["tasks"][task], "undefined_figure": float("nan")}
+    holding.write_text(json.dumps({**results, "tasks": {**results["tasks"], task: undefined}}))
+    publish(PublishOptions(run_dir, "me/tiny", results=holding, dry_run=tmp_path / "b"))
+    strict = {"parse_constant": lambda constant: pytest.fail(f"{constant} is no JSON")}
+    written = json.loads((tmp_path / "b" / "results.json").read_text(), **strict)
+    assert written["tasks"][task]["undefined_figure"] is None
+
+
 @pytest.mark.parametrize("repo_id", ["me/x y", "me", "a/b/c", "me/x..y", "-me/x"])
 def test_an_invalid_repo_id_is_refused_before_anything_is_built(run_dir, tmp_path, repo_id):
     with pytest.raises(FincheckError, match="not a valid hub repo id"):
