@@ -710,6 +710,7 @@ def test_a_fifo_where_a_file_is_read_is_one_line_not_a_wait(tmp_path, small_prep
     earlier output it would replace. One line at once, never a wait for a writer that never
     comes (an alarm fails the test instead of hanging it)."""
     import os
+    import shutil
     import signal
 
     from fincheck.errors import FincheckError
@@ -732,6 +733,16 @@ def test_a_fifo_where_a_file_is_read_is_one_line_not_a_wait(tmp_path, small_prep
         score = ["score", "--data", str(small_prepared), "--predictions"]
         assert main([*score, str(tmp_path / "predictions"), "--out", str(tmp_path / "s")]) == 1
         assert "qasem.jsonl: not a regular file" in capsys.readouterr().err
+        data = tmp_path / "data"  # a prepared folder whose manifest is a FIFO: not "no manifest"
+        shutil.copytree(small_prepared, data)
+        (data / "manifest.json").unlink()
+        os.mkfifo(data / "manifest.json")
+        answers = tmp_path / "answers"  # predictions to score: the word overlap's, no model
+        baseline = ["baseline", "--method", "overlap", "--data", str(small_prepared)]
+        assert main([*baseline, "--out", str(answers), "--no-progress"]) == 0
+        scored = ["score", "--data", str(data), "--predictions", str(answers / "predictions")]
+        assert main([*scored, "--out", str(tmp_path / "m"), "--no-progress"]) == 1
+        assert "manifest.json: not a regular file" in capsys.readouterr().err
         (tmp_path / "o").mkdir()
         os.mkfifo(tmp_path / "o" / "c.json")
         runs = [str(tmp_path / "s"), str(tmp_path / "s")]

@@ -82,10 +82,10 @@ def check_recorded_sha256(
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
     """The manifest, or {} (with a warning) for a folder that has none."""
     path = Path(dataset_dir) / MANIFEST
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
         return {}
-    manifest = read_json_object(path)
+    manifest = read_json_object(path)  # a FIFO, a folder or a dangling link: one line
     files, recorded = manifest.get("files"), manifest.get("fingerprint")
     if isinstance(files, dict) and recorded is not None and files_fingerprint(files) != recorded:
         # results and runs name the data by this fingerprint: it must be the files' own
