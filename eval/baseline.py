@@ -141,7 +141,7 @@ class PaperMethod(Answerer):
         # trace) and the method's own counts (the pipeline's merge fallbacks, ...) summed alike
         wanted = {p.id for p in pairs}
         per_id, counts_per_id = {}, {}
-        if trace_path.is_file():
+        if trace_path.exists() or trace_path.is_symlink():  # a FIFO there: one line
             for line_no, record in iter_json_objects(trace_path):
                 check_shape(record, TRACE_SHAPE, f"{trace_path}:{line_no}", ("id", "calls"))
                 if record.get("id") in wanted:

@@ -26,7 +26,7 @@ from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
 from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.jsonl import check_shape, iter_json_objects, read_json_object
-from fincheck.io.safe_files import open_own_file, write_text
+from fincheck.io.safe_files import open_own_file, open_regular_file, write_text
 from fincheck.io.secrets import redacted_value
 from fincheck.tasks import task_names
 
@@ -123,7 +123,7 @@ class PredictionWriter:
 
     def _recover(self) -> None:
         good: list[str] = []
-        with self.path.open(encoding="utf-8") as f:
+        with open(open_regular_file(self.path), encoding="utf-8") as f:  # a FIFO: one line
             for line_no, line in enumerate(f, start=1):
                 try:
                     prediction = _validate(jsonl.loads(line), str(self.path), line_no, self.task)
@@ -157,7 +157,7 @@ def _write_json(path: Path, record: dict[str, Any]) -> None:
 def read_eval_config(predictions_dir: Path) -> dict[str, Any]:
     """What produced the predictions in this folder ({} when another tool wrote them)."""
     path = Path(predictions_dir) / EVAL_CONFIG
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # anything else there: read, or one line
         return {}
     config = read_json_object(path)
     check_shape(config, EVAL_CONFIG_SHAPE, str(path))
@@ -261,7 +261,7 @@ def _sample_by(config: dict[str, Any], task: str) -> str:
 
 def read_eval_summary(predictions_dir: Path) -> dict[str, Any]:
     path = Path(predictions_dir) / EVAL_SUMMARY
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # anything else there: read, or one line
         return {}
     summary = read_json_object(path)
     check_shape(summary, EVAL_SUMMARY_SHAPE, str(path))

@@ -156,4 +156,4 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_file(path) as f:
         for record in records:
-            f.write(json.dumps(strict_json(record), ensure_ascii=False) + "\n")
+            f.write(json.dumps(redacted_value(strict_json(record)), ensure_ascii=False) + "\n")

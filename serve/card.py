@@ -410,12 +410,20 @@ def _anchor_only_rows() -> list[dict[str, str]]:
     ]
 
 
+# What the card and publish's provenance check read of results.json, as `fincheck score` writes it
+RESULTS_SHAPE = {
+    "tasks": {str: dict},
+    "run": {"adapter_sha256": (str, type(None)), "model": (str, type(None))},
+    "counts": {str: dict},
+}
+
+
 def read_results(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FincheckError(f"results file not found: {path} (written by `fincheck score`)")
     data = read_json_object(path)
-    check_shape(data, {"tasks": {str: dict}, "run": dict, "counts": dict}, str(path))
+    check_shape(data, RESULTS_SHAPE, str(path))
     if not metrics_from_results(data):
         raise FincheckError(f"{path}: no metrics found under any of the tasks {list(all_tasks())}")
     return data

@@ -49,7 +49,7 @@ from fincheck.io.runs import (
     files_record,
     load_run,
 )
-from fincheck.io.safe_files import copy_file, write_text
+from fincheck.io.safe_files import copy_file, open_regular_file, write_text
 from fincheck.io.secrets import has_secret, hold_secret, secret_places
 from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
@@ -162,7 +162,7 @@ def _write_upload_files(
     if metadata:
         if isinstance(metadata.get(LISTED_FILES), dict):  # now of the uploaded files
             metadata[LISTED_FILES] = files_record(out_dir, list(metadata[LISTED_FILES]))
-        write_text(out_dir / RUN_METADATA, json.dumps(metadata, indent=2) + "\n")
+        write_text(out_dir / RUN_METADATA, json.dumps(jsonl.strict_json(metadata), indent=2) + "\n")
     if results is not None:
         write_text(
             out_dir / "results.json", json.dumps(jsonl.strict_json(results), indent=2) + "\n"
@@ -299,8 +299,11 @@ def held_token() -> str | None:
     """The user's token if there is one (HF_TOKEN, else the saved `hf auth login` token), held
     to be redacted by value in every line printed and file written, and searched for in every
     file about to go up: a dry run checks what the upload it previews would check."""
-    from huggingface_hub import get_token
+    from huggingface_hub import constants, get_token
 
+    saved = Path(constants.HF_TOKEN_PATH)
+    if not os.environ.get("HF_TOKEN") and (saved.exists() or saved.is_symlink()):
+        os.close(open_regular_file(saved))  # a FIFO there: one line, not a wait in the library
     token = get_token()
     if token:
         hold_secret(token)

@@ -654,6 +654,10 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
         named = client.complete([{"role": "user", "content": "name"}], {"max_tokens": 8})
     assert answer.text == "Yes. (auth: <redacted>)"
     assert named.served == "served-by-<redacted>" and named.served in client.served_models
+    from fincheck.inference.llm import LLMCallError
+
+    # an endpoint's error body quoting the key: the failure recorded beside the example
+    assert "5566778899" not in str(LLMCallError("HTTP 400: bad key echoed-key-5566778899"))
     cache = RequestCache(tmp_path / "cache.jsonl")  # and what a cache is given: written redacted
     cache.put("k", "echoed-key-5566778899", served="echoed-key-5566778899")
     assert "5566778899" not in (tmp_path / "cache.jsonl").read_text()
@@ -692,6 +696,7 @@ def _chat_schema(**defaults: float) -> dict:
         (_chat_schema(repeat_penalty=1.1, presence_penalty=0.0), {"repeat_penalty": 1.0}),
         (_chat_schema(repeat_penalty=1.0, frequency_penalty=0.0), {}),
         (None, {}),  # no schema: nothing is sent that the server might refuse
+        ({**_chat_schema(), "components": {"schemas": {"Req": {"properties": [1]}}}}, {}),
     ],
 )
 def test_a_penalty_a_server_turns_on_by_default_is_sent_neutral(schema, sent):

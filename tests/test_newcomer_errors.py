@@ -923,6 +923,38 @@ def test_a_config_that_does_not_load_is_blamed_on_it_on_every_route(
         assert "its config.json" in last and "tokenizer files" not in last, (route, err)
 
 
+def test_a_tokenizer_that_does_not_load_is_one_line_on_every_route(tiny_base, tmp_path, capsys):
+    """A tokenizer.json the tokenizers library cannot read (a model type it has none of): one
+    line naming the folder on train's `tokenizer_name_or_path` and FIZZ's NLI model too, as on
+    eval's, never a KeyError traceback."""
+    import shutil
+
+    folder = tmp_path / "tk"
+    shutil.copytree(tiny_base, folder)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nope"}}')
+    small = str(Path(__file__).parent / "assets" / "prepared")
+    trained = ["--config", "configs/train/tiny-cpu.yaml", "--data_config=configs/data/tiny.yaml"]
+    trained += [f"--dataset_dir={small}", "--deepspeed=", f"--output_dir={tmp_path / 'run'}"]
+    fizz = ["--method", "fizz", "--model", str(tiny_base), "--data", small, "--limit", "1"]
+    routes = {
+        "train": [*trained, f"--tokenizer_name_or_path={folder}"],
+        "baseline": [
+            *fizz,
+            "--tasks",
+            "fhsumbench",
+            "--nli-model",
+            str(folder),
+            "--out",
+            str(tmp_path / "f"),
+        ],
+    }
+    for command, argv in routes.items():
+        code, err = run_cli(capsys, command, *argv)
+        assert (
+            code == 1 and "Traceback" not in err and str(folder) in err.strip().splitlines()[-1]
+        ), err
+
+
 def test_a_base_whose_config_is_a_folder_is_one_line_naming_it(
     tiny_base, prepared_dir, tmp_path, capsys
 ):
@@ -1094,3 +1126,82 @@ def test_a_chat_template_file_is_read_as_utf8_text_without_its_bom(tiny_base, tm
     template.write_bytes(b"{# caf\xe9 #}")
     with pytest.raises(FincheckError, match=r"template\.jinja:1: not UTF-8"):
         load_tokenizer(recipe, str(tiny_base))
+
+
+def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monkeypatch):
+    """The routes a second hostile round found reading around the one regular-file check: a
+    resumed predictions file, eval's own records, a checkpoint's `latest`, the saved hub token
+    a dry run reads. Each is one line at once (an alarm fails the test instead of hanging it);
+    a record that is a FIFO is never read as "no record"."""
+    import os
+    import signal
+
+    import huggingface_hub.constants
+
+    from fincheck.errors import FincheckError
+    from fincheck.eval.predictions import PredictionWriter, read_eval_config, read_eval_summary
+    from fincheck.serve.publish import held_token
+    from fincheck.train.resume import check_checkpoint_layout
+
+    def waited(signum, frame):
+        raise AssertionError("waited on a FIFO")
+
+    for name in ("qasem.jsonl", "eval_config.json", "eval_summary.json", "latest", "token"):
+        os.mkfifo(tmp_path / name)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    routes = {
+        "qasem.jsonl": lambda: PredictionWriter(tmp_path / "qasem.jsonl", "qasem"),
+        "eval_config.json": lambda: read_eval_config(tmp_path),
+        "eval_summary.json": lambda: read_eval_summary(tmp_path),
+        "latest": lambda: check_checkpoint_layout(tmp_path),
+        "token": held_token,
+    }
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(30)
+    try:
+        for name, route in routes.items():
+            with pytest.raises(FincheckError, match=f"{name}: not a regular file"):
+                route()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("record", "edit", "said"),
+    [
+        ("manifest.json", {"files": None}, "files is null, not an object"),
+        ("manifest.json", {"files": [1]}, "files is a list, not an object"),
+        ("fincheck_run.json", {"data": "x"}, "data is a text, not an object"),
+        ("fincheck_run.json", {"prompt_hashes": 5}, "prompt_hashes is an integer"),
+    ],
+)
+def test_a_record_edited_into_another_shape_is_one_line(
+    small_prepared, record, edit, said, tmp_path
+):
+    """A prepared folder's manifest and a run's record are read for what they vouch for (the
+    split files' sha256, the tasks and prompts of the run): a record edited to list none, or
+    holding a value of another shape, is one line naming it, never a record that vouches for
+    nothing or a traceback in the card."""
+    import json
+    import shutil
+
+    from fincheck.errors import FincheckError
+    from fincheck.io.runs import load_run
+    from fincheck.tasks.prepared import read_manifest
+
+    if record == "manifest.json":
+        folder = tmp_path / "prepared"
+        shutil.copytree(small_prepared, folder)
+        read = read_manifest
+    else:
+        folder = tmp_path / "run"
+        shutil.copytree(
+            Path(__file__).parents[1] / "docs/bench/qwen2.5-0.5b-three-tasks-cpu/detector", folder
+        )
+        read = load_run
+    path = folder / record
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    with pytest.raises(FincheckError, match=f"{record}: {said}"):
+        read(folder)

@@ -570,7 +570,10 @@ def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, result
     with pytest.raises(FincheckError, match="does not record which adapter"):
         publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "b"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-    for edited, where in (({"tasks": ["final"]}, "tasks"), ({"run": 5}, "run")):
+    shapes = {"tasks": ["final"], "run": 5, "counts.final": {"final": "x"}}
+    shapes |= {"run.adapter_sha256": {**results["run"], "adapter_sha256": 12345}}
+    for where, value in shapes.items():
+        edited = {where.split(".")[0]: value}
         other.write_text(json.dumps({**results, **edited}))  # of another shape: one line
         with pytest.raises(FincheckError, match=rf"other\.json: {where} is "):
             publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "c"))

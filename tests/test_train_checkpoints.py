@@ -337,6 +337,11 @@ def test_a_checkpoint_whose_files_changed_since_its_record_is_passed_over(tmp_pa
     (newest / "latest").write_text("global_step9")  # added since: DeepSpeed would read it
     assert resolve_resume("auto", run) == run / "checkpoint-2"
     (newest / "latest").unlink()
+    record = (newest / COMPLETE_MARKER).read_text()  # a record of another shape: passed over
+    (newest / COMPLETE_MARKER).write_text(json.dumps({**json.loads(record), "data_fingerprint": 5}))
+    assert resolve_resume("auto", run) == run / "checkpoint-2"
+    assert "data_fingerprint is an integer, not a text" in capsys.readouterr().err
+    (newest / COMPLETE_MARKER).write_text(record)
     (newest / "global_step4" / "optim_states.pt").write_bytes(b"stat")  # same size, changed
     assert resolve_resume("auto", run) == run / "checkpoint-2"
     assert "global_step4/optim_states.pt missing or changed" in capsys.readouterr().err

@@ -389,6 +389,8 @@ def test_a_data_config_s_mapping_values_are_checked_like_its_keys(value, tmp_pat
         ("[1, 2]", r"ds\.json: expected a JSON object"),
         ('{"zero_optimization": {"stage": 7}}', r"ds\.json: zero_optimization\.stage is 7"),
         ('{"zero_optimization": []}', r"ds\.json: zero_optimization is a list"),
+        ('{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}', r"ds\.json: zero_opt"),
+        ('{"train_micro_batch_size_per_gpu": "lots"}', r"ds\.json: train_micro_batch_size_per_gpu"),
     ],
 )
 def test_the_deepspeed_config_a_recipe_names_is_read_before_deepspeed_reads_it(
@@ -400,3 +402,22 @@ def test_the_deepspeed_config_a_recipe_names_is_read_before_deepspeed_reads_it(
     config.write_text(text)
     with pytest.raises(FincheckError, match=said):
         load_recipe(None, [f"--deepspeed={config}"])
+    with pytest.raises(FincheckError, match=r"deepspeed \(the recipe's mapping\): zero_opt"):
+        load_recipe(None, ["--deepspeed={zero_optimization: {stage: 9}}"])  # given inline
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("weights: {final: 1.0e+300}", r"weights\.final: 1e\+300 is not in \[0, 1000"),
+        ("weights: {final: -1}", r"weights\.final: -1\.0 is not in \[0, 1000"),
+        ("max_examples: {final: -5}", r"max_examples\.final: -5 is below 0"),
+    ],
+)
+def test_a_data_config_s_weights_and_caps_are_in_range(text, said, tmp_path):
+    """A weight repeats a task's pairs (1e300 would exhaust memory, or overflow), a cap keeps at
+    most that many: out of range is one line naming the task."""
+    mixture = tmp_path / "mix.yaml"
+    mixture.write_text(text + "\n")
+    with pytest.raises(FincheckError, match=said):
+        load_mixture_config(mixture)

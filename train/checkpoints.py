@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, free_on_disk
-from fincheck.io.jsonl import read_json_object
+from fincheck.io.jsonl import read_json_object, strict_json
 from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
@@ -35,6 +35,7 @@ from fincheck.io.runs import (
     checkpoint_dirs,
     checkpoint_files,
     files_record,
+    read_run_record,
     run_save_files,
 )
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
@@ -58,7 +59,11 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     for path in checkpoint_dirs(output_dir):
         if not is_complete(path):
             continue
-        record = read_json_object(path / COMPLETE_MARKER)
+        try:
+            record = read_run_record(path / COMPLETE_MARKER)
+        except FincheckError as damaged:  # a record of another shape: passed over too
+            print(f"{damaged}: resuming from an earlier checkpoint", file=sys.stderr)
+            continue
         if changed := changed_files(path, record, checkpoint_files(path)):
             print(
                 f"{path}: {', '.join(changed[:4])} missing or changed since the checkpoint was "
@@ -128,7 +133,7 @@ def mark_complete(checkpoint: Path, info: dict[str, Any], recipe_yaml: str) -> N
     refuse_foreign_entries(checkpoint, "the checkpoint")
     write_text(checkpoint / RECIPE_FILE, recipe_yaml)
     record = {**info, LISTED_FILES: files_record(checkpoint, checkpoint_files(checkpoint))}
-    write_text(checkpoint / COMPLETE_MARKER, json.dumps(record, indent=2))
+    write_text(checkpoint / COMPLETE_MARKER, json.dumps(strict_json(record), indent=2))  # no NaN
 
 
 def disk_of(path: Path) -> str:
@@ -255,7 +260,8 @@ def write_run_files(
     write_text(output_dir / RECIPE_FILE, recipe_yaml)
     write_text(output_dir / MANIFEST_FILE, json.dumps(manifest, indent=2))
     listed = files_record(output_dir, run_save_files(output_dir))
-    write_text(output_dir / RUN_METADATA, json.dumps({**metadata, LISTED_FILES: listed}, indent=2))
+    record = strict_json({**metadata, LISTED_FILES: listed})  # JSON, no NaN, for every reader
+    write_text(output_dir / RUN_METADATA, json.dumps(record, indent=2))
 
 
 @contextlib.contextmanager
@@ -296,7 +302,7 @@ def finish_completed_run(
     saved = (
         record.is_file()
         and (output_dir / ADAPTER_WEIGHTS).is_file()
-        and not changed_files(output_dir, read_json_object(record), run_save_files(output_dir))
+        and not changed_files(output_dir, read_run_record(record), run_save_files(output_dir))
     )
     copied = not saved
     if copied:

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# A task's weight repeats its pairs: beyond this, one task's copies would fill any memory
+MAX_WEIGHT = 1000.0
+
+
 @dataclass
 class DataMixture:
     tasks: list[str] | None = config_field(
@@ -80,8 +84,12 @@ class DataMixture:
         named = [*(self.tasks or []), *self.weights, *self.max_examples, *self.balance_labels]
         if named or self.tasks is not None:
             check_task_names(named, "data mixture")
-        if any(w < 0 for w in self.weights.values()):
-            raise FincheckError("data mixture: weights must be >= 0")
+        for task, weight in self.weights.items():  # 2.0 repeats each pair twice
+            if not 0 <= weight <= MAX_WEIGHT:
+                raise FincheckError(f"weights.{task}: {weight} is not in [0, {MAX_WEIGHT}]")
+        for task, cap in self.max_examples.items():
+            if cap < 0:
+                raise FincheckError(f"max_examples.{task}: {cap} is below 0 (0 takes no pair)")
 
     def weight(self, task: str) -> float:
         if task in self.weights:

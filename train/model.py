@@ -16,10 +16,10 @@ from fincheck.io.runs import looks_like_hub_id
 from fincheck.models.known import read_model_info
 from fincheck.models.loading import (
     base_config,
-    check_encodes,
     remote_code_explained,
     resolve_model,
 )
+from fincheck.models.loading import load_tokenizer as load_tokenizer_files
 from fincheck.train.recipe import TINY_RANDOM, SFTRecipe
 from fincheck.train.tiny_model import ASSETS, CHAT_TEMPLATE_FILE, save_tiny_base
 
@@ -85,17 +85,13 @@ def ensure_tiny_base(base_path: str) -> None:
 
 def load_tokenizer(recipe: SFTRecipe, base_path: str):
     """The base's tokenizer with a pad token distinct from EOS, and the recipe's chat template."""
-    from transformers import AutoTokenizer
 
     source = recipe.tokenizer_name_or_path or base_path
     for folder in dict.fromkeys([base_path, source]):  # the tokenizer reads their configs too
         if not Path(folder).is_dir() or (Path(folder) / "config.json").is_file():
             base_config(folder, folder, recipe.trust_remote_code)
-    with remote_code_explained(source):
-        tokenizer = AutoTokenizer.from_pretrained(
-            source, trust_remote_code=recipe.trust_remote_code
-        )
-    check_encodes(tokenizer, source)
+    with remote_code_explained(source):  # the one loader: every failure one line naming it
+        tokenizer = load_tokenizer_files(source, recipe.trust_remote_code)
     if recipe.chat_template_path:
         tokenizer.chat_template = read_utf8_text(recipe.chat_template_path)
     if not tokenizer.chat_template:

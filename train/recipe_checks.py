@@ -4,10 +4,11 @@ on the values before the recipe is built, so a CPU machine can check a GPU recip
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.io.secrets import secret_places
@@ -33,7 +34,7 @@ def validate_recipe(values: dict[str, Any]) -> None:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
     if values["lora_r"] <= 0:
         raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
-    if isinstance(values["deepspeed"], str) and values["deepspeed"]:
+    if values["deepspeed"]:
         check_deepspeed_config(values["deepspeed"])
     if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():
         raise FincheckError(f"chat template not found: {values['chat_template_path']}")
@@ -76,17 +77,32 @@ def validate_recipe(values: dict[str, Any]) -> None:
             )
 
 
-def check_deepspeed_config(path: str) -> None:
-    """The DeepSpeed JSON a recipe names, read by fincheck's JSON reader before DeepSpeed reads
-    it: no JSON, no object, or a ZeRO stage that is none is one line naming the file (DeepSpeed
-    would stop every rank with its own traceback)."""
-    if not Path(path).is_file():
-        raise FincheckError(f"deepspeed config not found: {path}")
-    config = read_json_object(path)
-    check_shape(config, {"zero_optimization": {"stage": int}}, path)
-    stage = (config.get("zero_optimization") or {}).get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        raise FincheckError(f"{path}: zero_optimization.stage is {stage}, not a ZeRO stage (0-3)")
+def check_deepspeed_config(config: str | dict) -> None:
+    """The DeepSpeed config a recipe names (a JSON file, or a mapping in the recipe), read by
+    fincheck before DeepSpeed reads it: no JSON, no object, a batch size that is neither a
+    number nor "auto", or ZeRO options DeepSpeed's own model refuses, is one line naming it
+    (DeepSpeed would stop every rank with its own traceback)."""
+    where = config if isinstance(config, str) else "deepspeed (the recipe's mapping)"
+    if isinstance(config, str):
+        if not Path(config).is_file():
+            raise FincheckError(f"deepspeed config not found: {config}")
+        config = read_json_object(config)
+    check_shape(config, {"zero_optimization": dict, **dict.fromkeys(BATCH_KEYS, (int, str))}, where)
+    for key in BATCH_KEYS:
+        if isinstance(config.get(key), str) and config[key] != "auto":
+            raise FincheckError(f'{where}: {key} is {config[key]!r}, not a number or "auto"')
+    zero = config.get("zero_optimization") or {}
+    if zero.get("stage", 0) not in (0, 1, 2, 3):
+        raise FincheckError(f"{where}: zero_optimization.stage is {zero['stage']}, not 0-3")
+    if importlib.util.find_spec("deepspeed") is not None:  # its own model of the ZeRO options
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+        with library_errors_as_one_line(f"{where}: zero_optimization", "see DeepSpeed's docs"):
+            DeepSpeedZeroConfig(**zero)
+
+
+# The batch keys a DeepSpeed config may set (to a number, or "auto": the recipe's)
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
 def check_evaluation_keys(values: dict[str, Any]) -> None:

@@ -17,13 +17,14 @@ from typing import Any
 
 from fincheck.errors import FincheckError
 from fincheck.io.config import read_yaml_mapping
-from fincheck.io.jsonl import read_json_object
+from fincheck.io.jsonl import read_bytes, read_json_object
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 from fincheck.io.runs import (
     RECIPE_FILE,
     check_listed_files,
     checkpoint_dirs,
     checkpoint_files,
+    read_run_record,
 )
 from fincheck.train.checkpoints import guard_output_dir, is_complete, last_complete_checkpoint
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults
@@ -50,7 +51,7 @@ def resolve_resume(requested: str | None, output_dir: Path) -> Path | None:
             f"resume_from_checkpoint: {path} is incomplete (no {COMPLETE_MARKER}: the save was "
             "interrupted); use an earlier checkpoint or 'auto'"
         )
-    marker = read_json_object(path / COMPLETE_MARKER)
+    marker = read_run_record(path / COMPLETE_MARKER)
     check_listed_files(
         path, COMPLETE_MARKER, marker, checkpoint_files(path), "use an earlier checkpoint or 'auto'"
     )
@@ -152,8 +153,8 @@ def check_checkpoint_layout(checkpoint: Path) -> None:
                 "link; a checkpoint written by this trainer has none. Nothing was loaded."
             )
     latest = checkpoint / "latest"
-    if latest.exists():
-        tag = latest.read_text(encoding="utf-8", errors="replace").strip()
+    if latest.exists() or latest.is_symlink():  # a FIFO or a folder there: one line
+        tag = read_bytes(latest).decode("utf-8", errors="replace").strip()
         if not DEEPSPEED_TAG.fullmatch(tag) or not (checkpoint / tag).is_dir():
             raise FincheckError(
                 f"cannot resume from {checkpoint}: its 'latest' file names {tag[:80]!r}, not a "
@@ -203,7 +204,7 @@ def check_resume_compatible(
     """Stop before resuming a checkpoint made with another base model, recipe, prepared data
     (re-prepared in place: the pairs and their order differ) or number of processes (each
     process saved its own share of the optimizer state and its RNG state)."""
-    info = read_json_object(checkpoint / COMPLETE_MARKER)
+    info = read_run_record(checkpoint / COMPLETE_MARKER)
     saved_by = info.get("world_size")
     if world_size is not None and saved_by not in (None, world_size):
         raise FincheckError(
@@ -257,7 +258,7 @@ def resume_history(resume_from: Path | None) -> list[dict[str, Any]]:
     step and when), carried from checkpoint to checkpoint; [] for a run that never stopped."""
     if resume_from is None:
         return []
-    earlier = read_json_object(resume_from / COMPLETE_MARKER).get("resumes")
+    earlier = read_run_record(resume_from / COMPLETE_MARKER).get("resumes")
     state = resume_from / "trainer_state.json"  # a checkpoint may be named anything
     step = read_json_object(state).get("global_step") if state.is_file() else None
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

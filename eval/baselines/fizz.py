@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fincheck.data.sentences import split_sentences
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
 from fincheck.inference.generation import computed_scores, default_device
 from fincheck.inference.llm import CachedLLM
@@ -84,8 +84,11 @@ class NLIScorer:
         self.device = device or default_device()
         base_config(model_name, model_name, what="the NLI model")  # before its tokenizer
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_name)
-            self.model = AutoModelForSequenceClassification.from_pretrained(model_name)
+            with library_errors_as_one_line(
+                f"the NLI model {model_name}", "give a model that loads"
+            ):
+                self.tokenizer = AutoTokenizer.from_pretrained(model_name)
+                self.model = AutoModelForSequenceClassification.from_pretrained(model_name)
         except OSError as e:
             raise FincheckError(f"cannot load the NLI model {model_name!r}: {e}") from None
         self.model.to(self.device).eval()

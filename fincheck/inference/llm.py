@@ -24,7 +24,7 @@ from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
 from fincheck.io.safe_files import append_line, read_own_text
-from fincheck.io.secrets import redacted_value
+from fincheck.io.secrets import redact, redacted_value
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,11 @@ def as_completion(answer: str | Completion) -> Completion:
 
 class LLMCallError(Exception):
     """A call that failed for good (after the client's retries): recorded and not cached, so a
-    rerun asks again."""
+    rerun asks again. Its words are redacted: they quote an endpoint's reply, which may echo a
+    held key, and they are written where the failed example is recorded."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(str(message)))
 
 
 class ChatClient(ABC):

@@ -32,7 +32,7 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
-from fincheck.io.jsonl import read_json_object
+from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.io.out_lock import folder_kind
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -162,6 +162,34 @@ class RunArtifacts:
         return DEFAULT_TRAINING_WINDOW if self.recipe else None
 
 
+# What the commands read of a run's (or a checkpoint's) record, as training writes it
+_TEXT = (str, type(None))
+RUN_RECORD_SHAPE = {
+    "base_model": _TEXT,
+    "base_model_id": _TEXT,
+    "base_fingerprint": _TEXT,
+    "recipe_fingerprint": _TEXT,
+    "data_fingerprint": _TEXT,
+    "tasks": [str],
+    "max_length": (int, type(None)),
+    "prompt_hashes": {str: str},
+    "chat_template_hash": _TEXT,
+    "chat_template_kwargs": dict,
+    "data": dict,
+    "world_size": int,
+    "resumes": [dict],
+    "final_adapter": dict,
+    LISTED_FILES: {str: str},
+}
+
+
+def read_run_record(path: Path) -> dict[str, Any]:
+    """A run's or a checkpoint's record, of the shape its readers rely on (or one line)."""
+    record = read_json_object(path)
+    check_shape(record, RUN_RECORD_SHAPE, str(path))
+    return record
+
+
 def load_run(path: str | Path) -> RunArtifacts:
     """Read a run folder (or a bare adapter folder); stop with a clear message if it is not one."""
     path = Path(path)
@@ -185,10 +213,10 @@ def load_run(path: str | Path) -> RunArtifacts:
         run.manifest = read_json_object(run.manifest_path)
     run.root = path
     if (path / RUN_METADATA).is_file():
-        run.metadata = read_json_object(path / RUN_METADATA)
+        run.metadata = read_run_record(path / RUN_METADATA)
         check_listed_files(path, RUN_METADATA, run.metadata, run_save_files(path), RERUN_FINAL_SAVE)
     elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
-        run.metadata = read_json_object(path / CHECKPOINT_METADATA)
+        run.metadata = read_run_record(path / CHECKPOINT_METADATA)
         check_listed_files(
             path,
             CHECKPOINT_METADATA,
@@ -248,7 +276,8 @@ def changed_files(folder: Path, record: dict[str, Any], present: list[str]) -> l
     """Both ways: the files a record lists (`LISTED_FILES`) that are missing or differ from
     their sha256, and the files of `present` (what the folder holds now, of the kinds the
     record covers) that it does not list (added since); [] for a record from before fincheck
-    listed them."""
+    listed them. (The list guards against damage, not against whoever rewrites the record: they
+    could rewrite the list as well.)"""
     listed = record.get(LISTED_FILES)
     if not isinstance(listed, dict):
         return []

@@ -13,8 +13,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from fincheck.errors import FincheckError
 from fincheck.io.cache import cache_root
 from fincheck.io.checksums import FETCH_RECORD
+from fincheck.io.jsonl import check_shape, read_json_object
 
 MODEL_INFO = FETCH_RECORD
 
@@ -104,6 +106,12 @@ def portable_base(base: str) -> str:
 def read_model_info(folder: str | Path) -> ModelInfo | None:
     """The origin record of a fetched folder, None for any other folder."""
     path = Path(folder) / MODEL_INFO
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    return ModelInfo(**json.loads(path.read_text(encoding="utf-8")))
+    record = read_json_object(path)  # the one reader: a FIFO, bad bytes, no object: one line
+    shape = {name: str for name in ("name", "hub_id", "package", "wheel_url", "wheel_sha256")}
+    check_shape(record, {**shape, "members": {str: str}, "files": {str: list}}, str(path))
+    try:
+        return ModelInfo(**record)
+    except TypeError as e:  # a key missing or unknown
+        raise FincheckError(f"{path}: not a record fincheck wrote ({e})") from None

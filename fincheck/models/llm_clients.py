@@ -558,6 +558,8 @@ def declared_penalties(client: Any, base_url: str) -> dict[str, float]:
         declared = schema["components"]["schemas"][name]["properties"]
     except Exception:  # no schema, another shape, a slow or odd server: nothing to neutralize
         return {}
+    if not isinstance(declared, dict):  # properties of another shape: nothing declared
+        return {}
     return {
         name: neutral
         for name, neutral in NEUTRAL_PENALTIES.items()

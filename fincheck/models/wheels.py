@@ -187,7 +187,7 @@ def _changed_file(final: Path) -> str | None:
             path = final / relative
             if not path.is_file() or path.stat().st_size != size or _content_sha256(path) != sha256:
                 return relative
-    except (ValueError, TypeError, OSError):  # no JSON, fields of another shape, unreadable
+    except (FincheckError, OSError):  # no JSON, fields of another shape, unreadable
         return MODEL_INFO
     return None
 

@@ -18,7 +18,7 @@ from typing import Any
 from fincheck.data.pairs import Pair, read_pairs
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
-from fincheck.io.jsonl import read_json_object
+from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"
@@ -71,7 +71,7 @@ def check_recorded_sha256(
             "again with this task"
         )
     recorded = (files or {}).get(key)
-    if isinstance(recorded, dict) and recorded.get("sha256") not in (None, sha256_file(path)):
+    if isinstance(recorded, dict) and recorded.get("sha256") != sha256_file(path):
         raise FincheckError(
             f"{path} changed after `fincheck prepare` wrote it: its sha256 is not the one "
             f"{manifest_path} records (data fingerprint {manifest.get('fingerprint', '?')[:12]}). "
@@ -86,14 +86,23 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
         log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
         return {}
     manifest = read_json_object(path)  # a FIFO, a folder or a dangling link: one line
-    files, recorded = manifest.get("files"), manifest.get("fingerprint")
-    if isinstance(files, dict) and recorded is not None and files_fingerprint(files) != recorded:
+    # what it vouches for: every split file's sha256, and the fingerprint they make
+    check_shape(manifest, MANIFEST_SHAPE, str(path), required=("files", "fingerprint"))
+    files, recorded = manifest["files"], manifest["fingerprint"]
+    if files_fingerprint(files) != recorded:
         # results and runs name the data by this fingerprint: it must be the files' own
         raise FincheckError(
             f"{path}: its fingerprint is not the one its files' sha256 make (the manifest was "
             "edited after `fincheck prepare` wrote it): prepare the data again"
         )
     return manifest
+
+
+MANIFEST_SHAPE = {
+    "files": {str: {"sha256": str, "pairs": int}},
+    "fingerprint": str,
+    "prompt_hashes": {str: str},
+}
 
 
 def files_fingerprint(files: dict[str, Any]) -> str:
