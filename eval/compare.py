@@ -435,8 +435,8 @@ def check_replaceable(markdown_path: Path) -> None:
     if not present:
         return
     recorded = None
-    with contextlib.suppress(OSError, ValueError, AttributeError, FincheckError):
-        recorded = jsonl.loads(jsonl.read_utf8_text(json_path)).get(MARKDOWN_SHA256)
+    with contextlib.suppress(OSError, FincheckError):  # no JSON object: not compare's own
+        recorded = read_json_object(json_path).get(MARKDOWN_SHA256)
     if recorded is not None and present == [json_path]:
         return
     with contextlib.suppress(OSError, FincheckError):  # a FIFO or a folder: not an earlier output

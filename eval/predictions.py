@@ -25,7 +25,7 @@ from fincheck.data.pairs import CUT_KINDS, Pair, Prediction
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
 from fincheck.io.checksums import folder_sha256, sha256_file
-from fincheck.io.jsonl import check_shape, iter_json_objects, read_json_object
+from fincheck.io.jsonl import iter_json_objects, read_json_record
 from fincheck.io.safe_files import open_own_file, open_regular_file, write_text
 from fincheck.io.secrets import redacted_value
 from fincheck.tasks import task_names
@@ -156,12 +156,7 @@ def _write_json(path: Path, record: dict[str, Any]) -> None:
 
 def read_eval_config(predictions_dir: Path) -> dict[str, Any]:
     """What produced the predictions in this folder ({} when another tool wrote them)."""
-    path = Path(predictions_dir) / EVAL_CONFIG
-    if not path.exists() and not path.is_symlink():  # anything else there: read, or one line
-        return {}
-    config = read_json_object(path)
-    check_shape(config, EVAL_CONFIG_SHAPE, str(path))
-    return config
+    return read_json_record(Path(predictions_dir) / EVAL_CONFIG, EVAL_CONFIG_SHAPE) or {}
 
 
 # What a resume, score and publish read of eval_config.json and eval_summary.json (`check_shape`)
@@ -260,12 +255,7 @@ def _sample_by(config: dict[str, Any], task: str) -> str:
 
 
 def read_eval_summary(predictions_dir: Path) -> dict[str, Any]:
-    path = Path(predictions_dir) / EVAL_SUMMARY
-    if not path.exists() and not path.is_symlink():  # anything else there: read, or one line
-        return {}
-    summary = read_json_object(path)
-    check_shape(summary, EVAL_SUMMARY_SHAPE, str(path))
-    return summary
+    return read_json_record(Path(predictions_dir) / EVAL_SUMMARY, EVAL_SUMMARY_SHAPE) or {}
 
 
 def record_generation(predictions_dir: Path, task: str, counts: dict[str, int]) -> None:

@@ -193,6 +193,20 @@ def check_shape(value: Any, shape: Any, where: str, required: tuple[str, ...] = 
             stack += [(v, shape[0], f"{at}[{i}]") for i, v in enumerate(value)]
 
 
+def read_json_record(
+    path: str | Path, shape: Any, required: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """A record fincheck wrote and reads back: None when nothing is at `path`; else the JSON
+    object it holds, of `shape` (`check_shape`). Whatever else is there (a FIFO, a folder, a
+    dangling link, bad JSON, another shape) is one line, never read as no record."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return None
+    record = read_json_object(path)
+    check_shape(record, shape, str(path), required)
+    return record
+
+
 def strict_json(value: Any) -> Any:
     """NaN (an undefined figure) -> null, recursively: `json.dumps` would write `NaN`, which
     is not JSON and breaks strict readers (jq, JavaScript, other languages)."""

@@ -32,7 +32,7 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
-from fincheck.io.jsonl import check_shape, read_json_object
+from fincheck.io.jsonl import read_json_object, read_json_record
 from fincheck.io.out_lock import folder_kind
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -185,8 +185,9 @@ RUN_RECORD_SHAPE = {
 
 def read_run_record(path: Path) -> dict[str, Any]:
     """A run's or a checkpoint's record, of the shape its readers rely on (or one line)."""
-    record = read_json_object(path)
-    check_shape(record, RUN_RECORD_SHAPE, str(path))
+    record = read_json_record(path, RUN_RECORD_SHAPE)
+    if record is None:
+        raise FincheckError(f"{path}: not found")
     return record
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.cache import cache_root
 from fincheck.io.checksums import FETCH_RECORD
-from fincheck.io.jsonl import check_shape, read_json_object
+from fincheck.io.jsonl import read_json_record
 
 MODEL_INFO = FETCH_RECORD
 
@@ -103,14 +103,19 @@ def portable_base(base: str) -> str:
     return base
 
 
+MODEL_INFO_SHAPE = {
+    **{name: str for name in ("name", "hub_id", "package", "wheel_url", "wheel_sha256")},
+    "members": {str: str},
+    "files": {str: list},
+}
+
+
 def read_model_info(folder: str | Path) -> ModelInfo | None:
     """The origin record of a fetched folder, None for any other folder."""
     path = Path(folder) / MODEL_INFO
-    if not path.exists() and not path.is_symlink():
+    record = read_json_record(path, MODEL_INFO_SHAPE)  # the one reader: a FIFO, bad bytes: one line
+    if record is None:
         return None
-    record = read_json_object(path)  # the one reader: a FIFO, bad bytes, no object: one line
-    shape = {name: str for name in ("name", "hub_id", "package", "wheel_url", "wheel_sha256")}
-    check_shape(record, {**shape, "members": {str: str}, "files": {str: list}}, str(path))
     try:
         return ModelInfo(**record)
     except TypeError as e:  # a key missing or unknown

@@ -18,7 +18,7 @@ from typing import Any
 from fincheck.data.pairs import Pair, read_pairs
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
-from fincheck.io.jsonl import check_shape, read_json_object
+from fincheck.io.jsonl import read_json_record
 from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"
@@ -82,12 +82,11 @@ def check_recorded_sha256(
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
     """The manifest, or {} (with a warning) for a folder that has none."""
     path = Path(dataset_dir) / MANIFEST
-    if not path.exists() and not path.is_symlink():
+    # what it vouches for: every split file's sha256, and the fingerprint they make
+    manifest = read_json_record(path, MANIFEST_SHAPE, required=("files", "fingerprint"))
+    if manifest is None:
         log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
         return {}
-    manifest = read_json_object(path)  # a FIFO, a folder or a dangling link: one line
-    # what it vouches for: every split file's sha256, and the fingerprint they make
-    check_shape(manifest, MANIFEST_SHAPE, str(path), required=("files", "fingerprint"))
     files, recorded = manifest["files"], manifest["fingerprint"]
     if files_fingerprint(files) != recorded:
         # results and runs name the data by this fingerprint: it must be the files' own
@@ -115,7 +114,7 @@ def prepared_tasks(dataset_dir: str | Path) -> list[str]:
     holds (the tasks its manifest counts; all registered ones for a folder without a
     manifest), so a new task's package is trained on and evaluated without naming it."""
     path = Path(dataset_dir) / MANIFEST
-    return tasks_held(dataset_dir, read_json_object(path) if path.is_file() else None)
+    return tasks_held(dataset_dir, read_json_record(path, MANIFEST_SHAPE))
 
 
 def tasks_held(dataset_dir: str | Path, manifest: dict[str, Any] | None) -> list[str]:
