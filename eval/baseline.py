@@ -144,6 +144,8 @@ class PaperMethod(Answerer):
         if trace_path.exists() or trace_path.is_symlink():  # a FIFO there: one line
             for line_no, record in iter_json_objects(trace_path):
                 check_shape(record, TRACE_SHAPE, f"{trace_path}:{line_no}", ("id", "calls"))
+                if record["calls"] < 0:
+                    raise FincheckError(f"{trace_path}:{line_no}: calls is {record['calls']}")
                 if record.get("id") in wanted:
                     per_id[record["id"]] = record["calls"]
                     counts_per_id[record["id"]] = record.get("counts") or {}

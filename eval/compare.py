@@ -75,7 +75,11 @@ def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
 
 # What every task's scored record holds for compare to pair and group it (its figures' own
 # fields are read by the task: a record of another shape there is one line, `compare_command`)
-SCORED_SHAPE = {"id": (str, int), "units": {str: (str, int, float, type(None))}}
+SCORED_SHAPE = {
+    "id": (str, int),
+    "units": {str: (str, int, float, type(None))},
+    "score": (int, float, type(None)),
+}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import jinja2
 import yaml
 from markupsafe import Markup
 
-from fincheck.errors import FincheckError
+from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io.jsonl import check_shape, read_json_object
 from fincheck.io.runs import RunArtifacts
 from fincheck.serve.llama_cpp_converter import gguf_name
@@ -424,6 +424,9 @@ def read_results(path: str | Path) -> dict[str, Any]:
         raise FincheckError(f"results file not found: {path} (written by `fincheck score`)")
     data = read_json_object(path)
     check_shape(data, RESULTS_SHAPE, str(path))
-    if not metrics_from_results(data):
+    redo = "give the results.json `fincheck score` wrote"
+    with library_errors_as_one_line(f"{path}: a figure of another shape", redo):
+        rows = metrics_from_results(data)  # every value the card will show, read once here
+    if not rows:
         raise FincheckError(f"{path}: no metrics found under any of the tasks {list(all_tasks())}")
     return data

@@ -406,7 +406,8 @@ def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_pa
         assert _eval(out, server, "pipeline", "--tasks", "final") == 0
         trace_file = out / "predictions" / "final.trace.jsonl"
         written = trace_file.read_text()
-        for damaged in ("[1]", '{"id": "x"}', '{"id": "x", "calls": "2"}'):  # edited, resumed
+        damages = ("[1]", '{"id": "x"}', '{"id": "x", "calls": "2"}', '{"id": "x", "calls": -7}')
+        for damaged in (*damages, '{"id": "x", "calls": 1' + "0" * 400 + "}"):  # edited, resumed
             trace_file.write_text(written + damaged + "\n")
             capsys.readouterr()
             assert _eval(out, server, "pipeline", "--tasks", "final") == 1

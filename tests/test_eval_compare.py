@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -157,6 +158,7 @@ def test_scored_runs_edited_into_another_shape_are_one_line(tmp_path, capsys):
         "tasks-a-list": ("results.json", json.dumps({"tasks": ["qasem"]})),
         "no-gold": ("scored/qasem.jsonl", '{"id": "x"}\n'),
         "units-a-number": ("scored/qasem.jsonl", json.dumps({**examples[0], "units": 5}) + "\n"),
+        "score-nan": ("scored/qasem.jsonl", json.dumps({**examples[0], "score": math.nan}) + "\n"),
     }
     for name, (file, text) in edits.items():
         _write_run(tmp_path / name, examples, 0.5)

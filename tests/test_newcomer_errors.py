@@ -4,6 +4,7 @@ no traceback (unless --debug)."""
 from __future__ import annotations
 
 import errno
+import math
 import re
 from pathlib import Path
 
@@ -1175,6 +1176,11 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         ("manifest.json", {"files": [1]}, "files is a list, not an object"),
         ("fincheck_run.json", {"data": "x"}, "data is a text, not an object"),
         ("fincheck_run.json", {"prompt_hashes": 5}, "prompt_hashes is an integer"),
+        (
+            "fincheck_run.json",
+            {"chat_template_kwargs": {"x": math.nan}},
+            r"chat_template_kwargs\.x is nan, not a finite",
+        ),
     ],
 )
 def test_a_record_edited_into_another_shape_is_one_line(

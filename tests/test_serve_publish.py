@@ -572,6 +572,11 @@ def test_results_of_another_adapter_or_of_no_adapter_are_refused(run_dir, result
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     shapes = {"tasks": ["final"], "run": 5, "counts.final": {"final": "x"}}
     shapes |= {"run.adapter_sha256": {**results["run"], "adapter_sha256": 12345}}
+    final = results["tasks"]["final"]
+    for bad in ({"ci95": {"f1": ["a", 1]}}, {"f1": 10**400}):  # a figure the card reads
+        other.write_text(json.dumps({**results, "tasks": {"final": {**final, **bad}}}))
+        with pytest.raises(FincheckError, match=r"other\.json: a figure of another shape"):
+            publish(PublishOptions(run_dir, "me/tiny", results=other, dry_run=tmp_path / "c"))
     for where, value in shapes.items():
         edited = {where.split(".")[0]: value}
         other.write_text(json.dumps({**results, **edited}))  # of another shape: one line

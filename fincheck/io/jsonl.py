@@ -163,8 +163,9 @@ def check_shape(value: Any, shape: Any, where: str, required: tuple[str, ...] = 
     """A record read back (fincheck wrote it; a user may have edited it) has the shape its
     readers rely on, or one line naming `where` and the place in it. `shape`: a type or a tuple
     of types; {key: shape} for an object whose listed keys, where present, have theirs; {str:
-    shape} for an object of any keys; [shape] for a list. A bool is no number here. `required`:
-    the top-level keys it must have."""
+    shape} for an object of any keys; [shape] for a list. A bool is no number here, and a number
+    is a finite one (no NaN, no infinity, no integer past a float's range). `required`: the
+    top-level keys it must have."""
     missing = [key for key in required if not isinstance(value, dict) or key not in value]
     if missing:
         raise FincheckError(f"{where}: no {', '.join(missing)} (edited or damaged since written)")
@@ -178,6 +179,16 @@ def check_shape(value: Any, shape: Any, where: str, required: tuple[str, ...] = 
         else:
             expected = shape
         number = expected in (int, float) or (isinstance(expected, tuple) and float in expected)
+        if number and not isinstance(value, bool) and isinstance(value, (int, float)):
+            try:
+                finite = math.isfinite(float(value))
+            except OverflowError:  # an integer of 400 digits
+                finite = False
+            if not finite:
+                raise FincheckError(
+                    f"{where}: {at.lstrip('.') or 'the whole'} is {value!r:.40}, not a finite "
+                    "number (edited or damaged since fincheck wrote it)"
+                )
         if not isinstance(value, expected) or (number and isinstance(value, bool)):
             names = expected if isinstance(expected, tuple) else (expected,)
             kind = " or ".join(_JSON_KINDS[t] for t in names)

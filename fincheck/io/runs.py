@@ -174,7 +174,7 @@ RUN_RECORD_SHAPE = {
     "max_length": (int, type(None)),
     "prompt_hashes": {str: str},
     "chat_template_hash": _TEXT,
-    "chat_template_kwargs": dict,
+    "chat_template_kwargs": {str: (str, int, float, bool, type(None), list, dict)},
     "data": dict,
     "world_size": int,
     "resumes": [dict],
