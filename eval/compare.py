@@ -32,7 +32,13 @@ from pathlib import Path
 from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io import jsonl
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
-from fincheck.io.jsonl import check_shape, iter_json_objects, read_json_object, strict_json
+from fincheck.io.jsonl import (
+    check_shape,
+    iter_json_objects,
+    read_json_object,
+    read_json_record,
+    strict_json,
+)
 from fincheck.io.safe_files import one_writer, write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,
@@ -57,11 +63,9 @@ class ScoredRun:
 def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
     """A `fincheck score --out` folder: results.json and the scored example records."""
     path = Path(path)
-    results_path = path / "results.json"
-    if not results_path.is_file():
+    results = read_json_record(path / "results.json", {"tasks": {str: dict}})
+    if results is None:
         raise FincheckError(f"{path}: no results.json (run `fincheck score --out {path}` first)")
-    results = read_json_object(results_path)
-    check_shape(results, {"tasks": {str: dict}}, str(results_path))
     run = ScoredRun(name or path.name, path, results)
     for task in results.get("tasks", {}):
         scored = path / "scored" / f"{task}.jsonl"
@@ -399,19 +403,13 @@ def compare_command(args: argparse.Namespace) -> int:
     names = args.names or [None] * len(args.runs)
     if len(names) != len(args.runs):
         raise FincheckError(f"--names gives {len(names)} names for {len(args.runs)} runs")
-    scored = f"the scored runs {', '.join(map(str, args.runs))}"
-    redo = "each must be a `fincheck score --out` folder as it wrote it: score it again"
     if not args.out:
-        with library_errors_as_one_line(scored, redo):  # a figure or field of another shape
-            runs = load_runs(args.runs, names)
-            print(compare_runs(runs, args.bootstrap, args.seed, args.unit)[0])
+        print(compared(args, names)[0])
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with one_writer(args.out, "--out"):  # from the check to the second write: one pair
         check_replaceable(args.out)  # before the runs are read and bootstrapped
-        with library_errors_as_one_line(scored, redo):
-            runs = load_runs(args.runs, names)
-            markdown, data = compare_runs(runs, args.bootstrap, args.seed, args.unit)
+        markdown, data = compared(args, names)
         print(markdown)
         data = {**data, MARKDOWN_SHA256: hashlib.sha256(markdown.encode("utf-8")).hexdigest()}
         # The JSON first: it claims the pair (it holds the markdown's sha256), so a compare cut
@@ -419,6 +417,15 @@ def compare_command(args: argparse.Namespace) -> int:
         write_text(args.out.with_suffix(".json"), json.dumps(strict_json(data), indent=2), "--out")
         write_text(args.out, markdown, "--out")
     return 0
+
+
+def compared(args: argparse.Namespace, names: list[str | None]) -> tuple[str, dict]:
+    """The runs read and compared; a figure or field of another shape than `fincheck score`
+    writes, met anywhere in them, is one line naming the runs."""
+    scored = f"the scored runs {', '.join(map(str, args.runs))}"
+    redo = "each must be a `fincheck score --out` folder as it wrote it: score it again"
+    with library_errors_as_one_line(scored, redo):
+        return compare_runs(load_runs(args.runs, names), args.bootstrap, args.seed, args.unit)
 
 
 def load_runs(paths: list[Path], names: list[str | None]) -> list[ScoredRun]:

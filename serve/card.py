@@ -21,7 +21,7 @@ import yaml
 from markupsafe import Markup
 
 from fincheck.errors import FincheckError, library_errors_as_one_line
-from fincheck.io.jsonl import check_shape, read_json_object
+from fincheck.io.jsonl import read_json_record
 from fincheck.io.runs import RunArtifacts
 from fincheck.serve.llama_cpp_converter import gguf_name
 from fincheck.tasks import all_tasks, get_task, task_names
@@ -420,10 +420,9 @@ RESULTS_SHAPE = {
 
 def read_results(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
+    data = read_json_record(path, RESULTS_SHAPE)
+    if data is None:
         raise FincheckError(f"results file not found: {path} (written by `fincheck score`)")
-    data = read_json_object(path)
-    check_shape(data, RESULTS_SHAPE, str(path))
     redo = "give the results.json `fincheck score` wrote"
     with library_errors_as_one_line(f"{path}: a figure of another shape", redo):
         rows = metrics_from_results(data)  # every value the card will show, read once here
