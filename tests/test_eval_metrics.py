@@ -517,6 +517,9 @@ GROWTH_SHAPES = [
     "- the x is not ",
     "factual ",
     "major ",
+    "a.",  # a URL's scheme, tried from every "."
+    "a-",
+    "key",  # a query name holding a secret's word, after the "?" below
 ]
 # a run of one unit between two words: white space that a pattern may try at every start
 WRAPPED_SHAPES = [
@@ -525,6 +528,9 @@ WRAPPED_SHAPES = [
     ("A. ", " \n", "B"),
     ("```json", " ", "```"),
     ("A. no ", "factual ", ""),
+    ("?", "key", ""),
+    ("?", "?a", ""),
+    ("", "a-", ":"),
 ]
 
 
@@ -537,6 +543,7 @@ def test_the_answer_readers_take_linear_time_on_model_output(head, unit, tail):
     """A model's answer is untrusted input: four times the text may not take eight times the
     time (a quadratic reader takes sixteen; one 60 KB answer of '✅' lines took 29 s before, one
     of 100 KB holding a run of spaces 22 s)."""
+    from fincheck.io.secrets import public_url, redact
     from fincheck.tasks.fhsumbench.metrics import lenient_judgement
     from fincheck.tasks.final.judge import parse_matching
 
@@ -544,6 +551,9 @@ def test_the_answer_readers_take_linear_time_on_model_output(head, unit, tail):
         "final": read_descriptions,
         "fhsumbench": lenient_judgement,
         "judge": lambda text: parse_matching(text, ["a", "b"], ["c"]),
+        # every served reply and every printed line goes through the secrets filter
+        "redact": redact,
+        "public_url": public_url,
     }
     for name, read in readers.items():
         small, large = (head + (unit * (n // len(unit) + 1))[:n] + tail for n in (20_000, 80_000))

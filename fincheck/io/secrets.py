@@ -23,22 +23,29 @@ TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})"
 )
-# Credentials a URL carries: user:password@ before the host, and keys in its query string.
+# Credentials a URL carries: user:password@ before the host, and keys in its query string (a
+# name of at most 64 characters each side of the word: "?keykeykey…" would be rescanned from
+# every "key"; a held value is redacted by value whatever its name).
 # (the scheme's slashes may have been normalised away: a URL passed where a path was expected)
 # (up to the last "@" before the path, as a URL reader takes it: a password may hold an "@")
-URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*:/{1,2})[^/\s]*@", re.IGNORECASE)
+# (a scheme starts only where a run of scheme characters starts, and is at most 32 long: from
+# every "." of "a.a.a…" a scheme would be scanned to the run's end, quadratic on model output)
+URL_USERINFO = re.compile(
+    r"(?P<scheme>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}:/{1,2})[^/\s]*@", re.IGNORECASE
+)
 # (a value runs to "&" or "#", as an HTTP client sends it: a ";" is part of it; never over a
 # quote, a backslash or a bracket, which a URL holds only percent-encoded: the text around
 # a URL written into JSON or markdown stays whole)
 _QUERY_VALUE = r"[^&#\s\"'`<>\\]+"  # (not empty: "key=<redacted>" is left as it is)
 URL_SECRET_QUERY = re.compile(
-    r"(?P<key>[?&][\w.~-]*(?:key|token|auth|password|passwd|secret|sig|signature|code"
-    rf"|credential|session)[\w.~-]*=){_QUERY_VALUE}",
+    r"(?P<key>[?&][\w.~-]{0,64}(?:key|token|auth|password|passwd|secret|sig|signature|code"
+    rf"|credential|session)[\w.~-]{{0,64}}=){_QUERY_VALUE}",
     re.IGNORECASE,
 )
 # Every value of a URL's query string or fragment (what an endpoint URL may be recorded and
 # shown with).
-URL_QUERY_VALUE = re.compile(rf"(?P<key>[?&#][^=&#\s\"'`<>\\]+=){_QUERY_VALUE}")
+# (a name holds no "?": from every "?" of "?a?a?a…" a name would be scanned to the end)
+URL_QUERY_VALUE = re.compile(rf"(?P<key>[?&#][^=&#?\s\"'`<>\\]+=){_QUERY_VALUE}")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
