@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fincheck.errors import FincheckError, library_errors_as_one_line
+from fincheck.errors import FincheckError
 from fincheck.io import jsonl
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import (
@@ -39,6 +39,7 @@ from fincheck.io.jsonl import (
     read_json_record,
     strict_json,
 )
+from fincheck.io.messages import library_errors_as_one_line
 from fincheck.io.safe_files import one_writer, write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -53,19 +51,3 @@ def free_on_disk(path: object) -> tuple[Path, float] | None:
         return where, shutil.disk_usage(where).free / 2**30
     except OSError:
         return None
-
-
-@contextlib.contextmanager
-def library_errors_as_one_line(subject: str, what_to_do: str) -> Iterator[None]:
-    """At a load or setup boundary (a base, an adapter, PEFT, attention): any library error
-    becomes one FincheckError, "SUBJECT: what failed (its class and words); WHAT_TO_DO". An OS
-    error (a full disk, a missing file) is left to the commands' own file-error lines;
-    `--debug` still shows the original traceback (chained)."""
-    try:
-        yield
-    except (FincheckError, OSError):
-        raise
-    except Exception as e:
-        words = " ".join(str(e).split()) or type(e).__name__
-        words = words if len(words) <= 300 else words[:299] + "…"
-        raise FincheckError(f"{subject}: {type(e).__name__}: {words}; {what_to_do}") from e

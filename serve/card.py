@@ -20,8 +20,9 @@ import jinja2
 import yaml
 from markupsafe import Markup
 
-from fincheck.errors import FincheckError, library_errors_as_one_line
+from fincheck.errors import FincheckError
 from fincheck.io.jsonl import read_json_record
+from fincheck.io.messages import library_errors_as_one_line
 from fincheck.io.runs import RunArtifacts
 from fincheck.serve.llama_cpp_converter import gguf_name
 from fincheck.tasks import all_tasks, get_task, task_names

@@ -492,7 +492,7 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
         (["--backend", "openai", "--window", "512"], "--window needs --tokenizer"),
         (["--backend", "openai", "--max-input-tokens", "512"], "--max-input-tokens needs --tokenizer"),
         # a misspelt flag gets the closest one; a baseline's flag says where it went
-        (["--bach-size", "4"], "--bach-size (did you mean --batch-size?)"),
+        (["--bach-size", "4"], "--bach-size … (did you mean --batch-size?)"),
         (["--method", "e2e"], "fincheck baseline --method"),
         (["--method=e2e"], "fincheck baseline --method"),
         (["--window", "0x800"], "--window: expected an integer, got '0x800'"),

@@ -658,6 +658,15 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
 
     # an endpoint's error body quoting the key: the failure recorded beside the example
     assert "5566778899" not in str(LLMCallError("HTTP 400: bad key echoed-key-5566778899"))
+    # ... past the 300 characters a library error's words are cut to, and spread over lines:
+    # redacted before they are cut or made one line, so no part of the key is left
+    from fincheck.io.messages import library_errors_as_one_line, one_line
+
+    words = "invalid request:\n" + "x" * 270 + " echoed-key-5566778899 was refused"
+    with pytest.raises(FincheckError) as refused, library_errors_as_one_line("base", "fix it"):
+        raise ValueError(words)
+    for line in (str(refused.value), one_line(ValueError(words))):
+        assert "echoed-key" not in line and "<redacted>" in line
     cache = RequestCache(tmp_path / "cache.jsonl")  # and what a cache is given: written redacted
     cache.put("k", "echoed-key-5566778899", served="echoed-key-5566778899")
     assert "5566778899" not in (tmp_path / "cache.jsonl").read_text()

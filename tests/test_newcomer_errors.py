@@ -1211,3 +1211,67 @@ def test_a_record_edited_into_another_shape_is_one_line(
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
     with pytest.raises(FincheckError, match=f"{record}: {said}"):
         read(folder)
+
+
+def test_every_line_a_command_prints_is_redacted_from_its_first(capsys):
+    """The redacting streams stand before the command line is parsed, so a usage error quoting
+    a token (an option misspelt) is redacted; a library's logging handler made before, holding
+    the stream of its import (huggingface_hub's), prints through them; an option spelt in part
+    is not taken for a longer one (`--api-key` for `--api-key-env`, with the key as a variable's
+    name)."""
+    import logging
+    import sys
+
+    from fincheck.io.secrets import _HELD, hold_secret, redacted_output
+
+    token = "hf_" + "abcdefghij" * 3
+    with pytest.raises(SystemExit) as usage:
+        main(["publish", "--checkpoint", "c", "--repo-id", "a/b", "--hub-token", token])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "--hub-token …" in err and token not in err
+    with pytest.raises(SystemExit):
+        main(["eval", "--data", "d", "--out", "o", "--backend", "openai", "--model", "m",
+              "--api-key=no-known-shape-0123456789", "--api-token", "k3y-of-no-shape"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --api-key=… (did you mean --api-key-env?) --api-token …" in err
+    assert "no-known-shape" not in err and "k3y" not in err
+    library = logging.getLogger("a_library_imported_before")
+    handler = logging.StreamHandler(sys.stderr)  # as huggingface_hub makes its own, on import
+    library.addHandler(handler)
+    try:
+        hold_secret("held-value-4455667788")
+        with redacted_output():
+            library.warning("retrying https://mirror/api?k=held-value-4455667788")
+        assert handler.stream is sys.stderr  # given back as it was
+    finally:
+        library.removeHandler(handler)
+        _HELD.discard("held-value-4455667788")
+    assert "held-value" not in capsys.readouterr().err
+
+
+def test_a_command_line_value_that_is_no_utf8_is_one_line(tmp_path, capsys):
+    """A file name or value of bytes that are not UTF-8 (Python carries them as lone
+    surrogates) is refused as the command starts, naming the argument, not written into a
+    report as a traceback."""
+    with pytest.raises(SystemExit) as usage:
+        main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x\udcff,y"])
+    assert usage.value.code == 2
+    assert "argument 5 ('x\\\\udcff,y') holds bytes that are not UTF-8 text" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_launchers_entry_point_prints_errors_as_fincheck_train_does(monkeypatch, capsys):
+    """`deepspeed train/sft.py --config ...` (the multi-node route): a file system error is the
+    same one line as under `fincheck train`, not a traceback on every rank."""
+    from fincheck.train import sft
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", "/readonly/run")
+
+    monkeypatch.setattr(sft, "load_training_recipe", refused)
+    assert sft.main(["--config", "recipe.yaml"]) == 1
+    assert "train/sft.py: error: Permission denied: /readonly/run (not writable" in (
+        capsys.readouterr().err
+    )

@@ -71,7 +71,7 @@ def test_a_misspelt_command_flag_names_the_closest(capsys):
 
     with pytest.raises(SystemExit):
         main(["score", "--data", "d", "--predictions", "p", "--out", "o", "--judge-modle", "m"])
-    assert "--judge-modle (did you mean --judge-model?)" in capsys.readouterr().err
+    assert "--judge-modle … (did you mean --judge-model?)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import FincheckError, library_errors_as_one_line
+from fincheck.errors import FincheckError
 from fincheck.inference.generation import parse_dtype
 from fincheck.io.jsonl import check_shape, read_json_object
+from fincheck.io.messages import library_errors_as_one_line
 from fincheck.io.secrets import secret_places
 from fincheck.tasks import check_task_names, get_task
 

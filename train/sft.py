@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fincheck.errors import FincheckError, library_errors_as_one_line
 from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import build_config, describe_config
+from fincheck.io.messages import check_command_line, error_line, library_errors_as_one_line
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
-from fincheck.io.secrets import redact
+from fincheck.io.secrets import redacted_output
 from fincheck.models.loading import resolve_model
 from fincheck.tasks.prepared import PreparedFolder
 from fincheck.train import checkpoints, launch, model, resume
@@ -258,23 +258,30 @@ HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        print(HELP + describe_config(SFTRecipe))
-        return 0
-    config, rest = launch.split_config_arg(argv)
-    if config is None:
-        print(launch.USAGE, file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    bound_hub_replies()  # every hub reply of this process read with bounds
-    try:
-        status = train_and_save(build_trainer(load_training_recipe(config, rest)))
-    except FincheckError as e:
-        print(f"train/sft.py: error: {redact(str(e))}", file=sys.stderr)
-        return 1
-    launch.leave_process_group()
-    return status
+    """The launcher's entry point (`deepspeed train/sft.py --config ...`), with the errors and
+    the redacted output of `fincheck train`."""
+    with redacted_output():
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if "-h" in argv or "--help" in argv:
+            print(HELP + describe_config(SFTRecipe))
+            return 0
+        config, rest = launch.split_config_arg(argv)
+        if config is None:
+            print(launch.USAGE, file=sys.stderr)
+            return 2
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        bound_hub_replies()  # every hub reply of this process read with bounds
+        try:
+            check_command_line(argv)
+            status = train_and_save(build_trainer(load_training_recipe(config, rest)))
+        except Exception as e:
+            said = error_line(e, "then rerun with --resume_from_checkpoint=auto")
+            if said is None:
+                raise
+            print(f"train/sft.py: error: {said[0]}", file=sys.stderr)
+            return said[1]
+        launch.leave_process_group()
+        return status
 
 
 if __name__ == "__main__":

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fincheck.data.sentences import split_sentences
-from fincheck.errors import FincheckError, library_errors_as_one_line
+from fincheck.errors import FincheckError
 from fincheck.eval.baselines.methods import Example, Method, MethodOutput, ask, run_examples
 from fincheck.inference.generation import computed_scores, default_device
 from fincheck.inference.llm import CachedLLM
+from fincheck.io.messages import library_errors_as_one_line
 from fincheck.metrics.classification import balanced_accuracy
 from fincheck.models.loading import base_config
 from fincheck.tasks import all_tasks, get_task

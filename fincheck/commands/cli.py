@@ -8,20 +8,16 @@ prints as one clean line (what happened, what to do); `--debug` shows the traceb
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import importlib
-import json
-import os
 import sys
 
-import yaml
-
 from fincheck import __version__
-from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
+from fincheck.errors import UsageError
 from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import close_flags
-from fincheck.io.secrets import RedactingStream, redact
+from fincheck.io.messages import check_command_line, error_line
+from fincheck.io.secrets import redact, redacted_output
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -48,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter  # descriptions and examples laid out as written
     parser = argparse.ArgumentParser(
         prog="fincheck",
+        allow_abbrev=False,
         description=(
             "Train and evaluate compact hallucination detectors.\n\n"
             "Pipeline: fincheck prepare -> fincheck train -> fincheck eval -> fincheck score\n"
@@ -57,109 +54,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fincheck {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
-    commands = functools.partial(argparse.ArgumentParser, formatter_class=raw)  # each as this one
+    # each as this one; an option spelt in part is no abbreviation of another (`--api-key`
+    # would be taken for `--api-key-env`, and its value for a variable's name)
+    commands = functools.partial(argparse.ArgumentParser, formatter_class=raw, allow_abbrev=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=commands)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
-# What to do about a file system error, by errno (the path and the system's words come first).
-_OS_HINTS = {
-    errno.EACCES: "not writable (or readable) by this user: point --out, FINCHECK_CACHE_DIR or "
-    "HF_HOME at a folder you own",
-    errno.EPERM: "not permitted for this user: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
-    "folder you own",
-    errno.EROFS: "a read-only file system: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
-    "writable disk",
-    errno.ENOTDIR: "a part of this path is a file, not a folder: choose another path",
-    errno.EISDIR: "a folder where a file was expected: choose another path",
-    errno.EEXIST: "a file is in the way of a folder of that name: choose another path",
-    errno.ENOENT: "no such file or folder",
-}
-
-
-def free_space(path: str | os.PathLike) -> str:
-    """ " (N GiB free on its disk)" for the disk that holds `path`, "" where the system cannot
-    say."""
-    disk = free_on_disk(path)
-    return f" ({disk[1]:.1f} GiB free on its disk)" if disk else ""
-
-
-def os_error_line(e: OSError, command: str) -> str:
-    """One line for a file system error: what, which path, what to do."""
-    where = f" {e.filename}" if e.filename else ""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        rerun = RERUN_AFTER_FULL_DISK.get(command, "then rerun")
-        free = free_space(e.filename) if e.filename else ""
-        return (
-            f"out of disk space{' writing' + where if where else ''}{free}. Free some space or point "
-            f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}."
-        )
-    what = e.strerror or type(e).__name__
-    hint = _OS_HINTS.get(e.errno)
-    return f"{what}:{where}" + (f" ({hint})" if hint else "")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    if extra and not getattr(args, "accepts_overrides", False):
-        command = parser._subparsers._group_actions[0].choices[args.command]
-        given = {arg.split("=", 1)[0] for arg in extra}
-        moved = [hint for flag, hint in getattr(args, "moved_flags", {}).items() if flag in given]
-        command.error(
-            f"unrecognized arguments: {close_flags(command, extra)}"
-            + "".join(f"; {hint}" for hint in moved)
-        )
-    args.overrides = extra
-    bound_hub_replies()  # every hub reply of the command read with bounds, whichever route
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
-    try:
+    with redacted_output():  # every line the command prints, its usage errors' included
+        argv = sys.argv[1:] if argv is None else argv
+        try:
+            check_command_line(argv)
+        except UsageError as e:
+            build_parser().error(str(e))
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if extra and not getattr(args, "accepts_overrides", False):
+            command = parser._subparsers._group_actions[0].choices[args.command]
+            given = {arg.split("=", 1)[0] for arg in extra}
+            moved = [
+                hint for flag, hint in getattr(args, "moved_flags", {}).items() if flag in given
+            ]
+            command.error(
+                f"unrecognized arguments: {close_flags(command, extra)}"
+                + "".join(f"; {hint}" for hint in moved)
+            )
+        args.overrides = extra
+        bound_hub_replies()  # every hub reply of the command read with bounds, whichever route
         return _run(args)
-    finally:
-        sys.stdout, sys.stderr = streams
 
 
 def _run(args) -> int:
     """The command, its errors as one line each (printed through the redacting streams)."""
     try:
         return int(args.func(args) or 0)
-    except FincheckError as e:
-        if args.debug:
-            raise
-        print(f"fincheck {args.command}: error: {redact(str(e))}", file=sys.stderr)
-        return 2 if isinstance(e, UsageError) else 1
-    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as e:
-        if args.debug:
-            raise
-        # The readers of fincheck's own files name the file and line; this is a library's.
-        what = {UnicodeDecodeError: "UTF-8 text", json.JSONDecodeError: "JSON"}.get(type(e), "YAML")
-        print(
-            f"fincheck {args.command}: error: a file is damaged or not {what} "
-            f"({redact(' '.join(str(e).split()))}); "
-            "--debug shows which",
-            file=sys.stderr,
-        )
-        return 1
-    except Exception as e:
-        os_error = wrapped_os_error(e)  # an OSError, or one a library wrapped (safetensors)
-        if (
-            args.debug
-            or os_error is None
-            or (os_error.filename is None and os_error.errno not in (errno.ENOSPC, errno.EDQUOT))
-        ):
-            raise  # no path to name (a socket, a library's own): the traceback says more
-        line = os_error_line(os_error, args.command)
-        print(f"fincheck {args.command}: error: {redact(line)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"fincheck {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        said = (
+            None
+            if args.debug
+            else error_line(e, RERUN_AFTER_FULL_DISK.get(args.command, "then rerun"))
+        )
+        if said is None:
+            raise
+        print(f"fincheck {args.command}: error: {said[0]}", file=sys.stderr)
+        return said[1]
 
 
 def redacting_excepthook(kind: type[BaseException], value: BaseException, tb) -> None:

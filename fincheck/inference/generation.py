@@ -185,12 +185,6 @@ class LoadedModel:
         return now
 
 
-def one_line(error: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line, shortened: library errors span paragraphs."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 # ------------------------------------------------------------------------ prompts
 
 

@@ -595,11 +595,19 @@ def read_options(cls: type[T], args: argparse.Namespace) -> T:
 
 
 def close_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-    """'--bach-size (did you mean --batch-size?)' for each unknown flag: argparse only lists them."""
+    """'--bach-size (did you mean --batch-size?)' for each unknown flag: argparse only lists them.
+    An unknown flag's value is not repeated ('--api-key=…'): it may be a key of no known shape."""
     known = [s for s in parser._option_string_actions if s.startswith("--")]
     out = []
+    after_flag = False
     for arg in unknown:
-        flag = arg.split("=", 1)[0]
+        flag, has_value, _ = arg.partition("=")
+        if after_flag and not arg.startswith("-"):
+            out[-1] = out[-1].replace(" (", " … (", 1) if " (" in out[-1] else f"{out[-1]} …"
+            after_flag = False
+            continue
+        shown = f"{flag}=…" if has_value and flag.startswith("-") else arg
         close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") else []
-        out.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+        out.append(f"{shown} (did you mean {close[0]}?)" if close else shown)
+        after_flag = flag.startswith("-") and not has_value
     return " ".join(out)

@@ -8,8 +8,11 @@ whose recorded recipe does (a run trained before that check, a recipe.yaml edite
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 # A key named like a secret, anywhere in the recipe (`hub_token`, `model_init_kwargs: {token:
@@ -191,3 +194,29 @@ class RedactingStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def redacted_output() -> Iterator[None]:
+    """stdout and stderr through `redact` while a command runs, from its first line (a usage
+    error quoting an option's value included): `sys.stdout` and `sys.stderr`, and every logging
+    handler already holding one of them (a library's own handler, such as huggingface_hub's,
+    keeps the stream of the moment it was imported, and would print around the filter)."""
+    raw = sys.stdout, sys.stderr
+    wrapped = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    handlers = {h for lg in loggers if isinstance(lg, logging.Logger) for h in lg.handlers}
+    rebound = []
+    for handler in handlers:
+        stream = getattr(handler, "stream", None)
+        dynamic = isinstance(getattr(type(handler), "stream", None), property)  # reads sys.stderr
+        if isinstance(handler, logging.StreamHandler) and not dynamic and stream in raw:
+            handler.setStream(wrapped[raw.index(stream)])
+            rebound.append((handler, stream))
+    sys.stdout, sys.stderr = wrapped
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = raw
+        for handler, stream in rebound:
+            handler.setStream(stream)

@@ -31,13 +31,14 @@ from urllib.parse import urlsplit
 
 from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
-from fincheck.inference.generation import PromptDoesNotFit, one_line
+from fincheck.inference.generation import PromptDoesNotFit
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.io.bounded_http import UnreadableReply, bounded_http_client
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.jsonl import without_lone_surrogates
+from fincheck.io.messages import one_line, shortened
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url, redact
 from fincheck.models.loading import LoadOptions, load_model, resolve_model
 
@@ -424,7 +425,7 @@ def reply_problem(response, asked_logprobs: bool) -> str | None:
     without them) or the first token's top logprobs as a list of tokens with finite
     log-probabilities. The one place a reply is checked: what passes is read without checks."""
     if not hasattr(response, "choices"):  # a 200 whose body is no chat completion (HTML)
-        return f"a 200 reply that began {' '.join(str(response).split())[:80]!r}"
+        return f"a 200 reply that began {shortened(str(response), 80)!r}"
     if not isinstance(response.choices, list) or not response.choices:
         return "a reply with no choices"
     choice = response.choices[0]

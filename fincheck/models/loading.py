@@ -25,7 +25,6 @@ from fincheck.errors import FincheckError, wrapped_os_error
 from fincheck.inference.generation import (
     LoadedModel,
     default_device,
-    one_line,
     parse_dtype,
     torch_dtype,
 )
@@ -34,6 +33,7 @@ from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.checksums import MODEL_FILES
 from fincheck.io.config import config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
+from fincheck.io.messages import one_line
 from fincheck.io.runs import ADAPTER_CONFIG, RunArtifacts, load_run, looks_like_hub_id
 from fincheck.models.known import KNOWN, portable_base
 from fincheck.models.wheels import fetch

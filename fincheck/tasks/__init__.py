@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from fincheck.data.prompting import Prompt
 from fincheck.errors import FincheckError
+from fincheck.io.messages import one_line
 from fincheck.tasks.base import Task
 
 _registry: dict[str, Task] = {}
@@ -56,7 +57,7 @@ def _load_task(name: str) -> tuple[Task | None, str]:
     try:
         module = importlib.import_module(f"{__name__}.{name}")
     except Exception as e:  # any error of a task's own code: the folder is named, not crashed on
-        return None, f"importing it raised {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        return None, f"importing it raised {type(e).__name__}: {one_line(e, 200)}"
     task = getattr(module, "TASK", None)
     if not isinstance(task, Task):
         got = type(task).__name__
