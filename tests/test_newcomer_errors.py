@@ -634,9 +634,14 @@ def test_one_writer_per_folder_for_every_writing_command(tmp_path):
 DEEP = "[" * 200_000  # past Python's recursion limit
 HUGE = '{"n": ' + "1" * 5_000 + "}"  # past its integer digit limit
 LONE = '{"id": "b", "output": "x\\udc80y"}'  # a lone surrogate: JSON allows it, no character
+# valid JSON 600 deep, which Python reads, and which crashed the recursive helpers after it
+# (a FINAL item's `origin` copied into a pair's meta, the redaction of a record)
+NESTED = '{"id": "c", "origin": ' + '{"a": ' * 600 + "1" + "}" * 601
 
 
-@pytest.mark.parametrize("text", [DEEP, HUGE, LONE], ids=["deep", "huge-int", "lone-surrogate"])
+@pytest.mark.parametrize(
+    "text", [DEEP, HUGE, LONE, NESTED], ids=["deep", "huge-int", "lone-surrogate", "nested"]
+)
 def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     """One JSON reader for text fincheck did not write: nesting 200,000 deep, a 5,000-digit
     integer or a lone surrogate escape is an unreadable answer or a one-line error naming the file, never a traceback --

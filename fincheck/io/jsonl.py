@@ -19,9 +19,10 @@ def loads(text: str, **kwargs: Any) -> Any:
     """`json.loads` for text fincheck did not write (a model's reply, a user's file, a cache
     line): whatever makes it unreadable is a `json.JSONDecodeError`, the one error callers
     handle, never a crash. Beyond syntax that is nesting past Python's recursion limit
-    (`[[[[...` 200,000 deep), integers past its digit limit (4,301 digits), and a lone
-    surrogate escape (`"\\ud800"`): JSON allows it, but it is no character, and it would crash
-    the first write or tokenizer it reached."""
+    (`[[[[...` 200,000 deep) or past `MAX_DEPTH` (what fincheck's recursive helpers, such as
+    the redaction of a record, take: 600 deep crashed them), integers past its digit limit
+    (4,301 digits), and a lone surrogate escape (`"\\ud800"`): JSON allows it, but it is no
+    character, and it would crash the first write or tokenizer it reached."""
     try:
         value = json.loads(text, **kwargs)
     except json.JSONDecodeError:
@@ -30,12 +31,35 @@ def loads(text: str, **kwargs: Any) -> Any:
         raise json.JSONDecodeError("nested deeper than can be read", str(text)[:200], 0) from None
     except ValueError as e:  # an integer past sys.get_int_max_str_digits()
         raise json.JSONDecodeError(" ".join(str(e).split())[:120], str(text)[:200], 0) from None
+    if _nested_past(value, MAX_DEPTH, text):
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", str(text)[:200], 0)
     if isinstance(text, str) and _SURROGATE_ESCAPE.search(text) and _holds_surrogate(value):
         lone = _LONE_ESCAPE.search(text)
         at = lone.start() if lone else 0
         escape = text[at : at + 6] if lone else "\\ud800"
         raise json.JSONDecodeError(f"a lone surrogate escape ({escape}), no character", text, at)
     return value
+
+
+# As a recipe's YAML: no record fincheck reads is nested half as deep.
+MAX_DEPTH = 64
+
+
+def _nested_past(value: Any, limit: int, text: str | bytes) -> bool:
+    """Whether `value` nests lists and objects more than `limit` deep. Only text holding that
+    many brackets is walked (without recursion)."""
+    opening = (b"[", b"{") if isinstance(text, bytes) else ("[", "{")
+    if sum(text.count(o) for o in opening) <= limit:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            inner = item.values() if isinstance(item, dict) else item
+            stack += [(v, depth + 1) for v in inner if isinstance(v, (dict, list))]
+    return False
 
 
 # Only text holding a surrogate escape is walked: a valid pair ("\\ud83d\\ude00") decodes to
