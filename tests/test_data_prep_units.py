@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,18 @@ def test_pair_roundtrip_and_schema_errors(tmp_path: Path):
     )
     with pytest.raises(FincheckError, match=r"bad.jsonl:1: task: 'nope' not in"):
         list(read_pairs(tmp_path / "bad.jsonl", task_names()))
+    # a folder laid out by hand (no manifest vouches for it): every field its readers take apart
+    good = json.loads(pair.to_json())
+    for field, value, said in [
+        ("messages", ["x", *good["messages"]], r"messages\[0\]: needs a role"),
+        ("meta", [], "meta: expected an object"),
+        ("meta", {"grounding_span": "0:5"}, "meta.grounding_span: expected"),
+        ("meta", {"grounding_span": [0, 10**6]}, "meta.grounding_span: expected"),
+        ("meta", {"grounding_span": [True, 1]}, "meta.grounding_span: expected"),
+    ]:
+        (tmp_path / "bad.jsonl").write_text(json.dumps({**good, field: value}) + "\n")
+        with pytest.raises(FincheckError, match=rf"bad.jsonl:1: {said}"):
+            list(read_pairs(tmp_path / "bad.jsonl", task_names()))
 
 
 def test_the_sentence_splitter_looks_back_a_bounded_window(monkeypatch):

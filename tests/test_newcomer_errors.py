@@ -1179,6 +1179,10 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
     [
         ("manifest.json", {"files": None}, "files is null, not an object"),
         ("manifest.json", {"files": [1]}, "files is a list, not an object"),
+        ("manifest.json", {"counts": 5}, "counts is an integer, not an object"),
+        ("fincheck_run.json", {"data": {"train_examples": ["q"]}}, r"data\.train_examples is a"),
+        ("data_manifest.json", {"prompt_hashes": "abc"}, "prompt_hashes is a text"),
+        ("adapter_config.json", {"base_model_name_or_path": 5}, "base_model_name_or_path is an"),
         ("fincheck_run.json", {"data": "x"}, "data is a text, not an object"),
         ("fincheck_run.json", {"prompt_hashes": 5}, "prompt_hashes is an integer"),
         (

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, free_on_disk
-from fincheck.io.jsonl import read_json_object, strict_json
+from fincheck.io.jsonl import read_json_record, strict_json
 from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
     ADAPTER_CONFIG,
@@ -207,10 +207,27 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, main
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
+# What fincheck reads of the trainer's state file (transformers writes it into a checkpoint).
+TRAINER_STATE_SHAPE = {
+    "global_step": int,
+    "max_steps": int,
+    "best_model_checkpoint": (str, type(None)),
+    "best_metric": (int, float, type(None)),
+}
+
+
+def trainer_state(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json, of the shape fincheck reads (or one line)."""
+    state = read_json_record(checkpoint / "trainer_state.json", TRAINER_STATE_SHAPE)
+    if state is None:
+        raise FincheckError(f"{checkpoint / 'trainer_state.json'}: not found")
+    return state
+
+
 def finished_at(checkpoint: Path, max_steps: int) -> int | None:
     """The checkpoint's step when its run has nothing left to train (it reached `max_steps`, or
     without one the step count the run derived from its epochs), else None."""
-    state = read_json_object(checkpoint / "trainer_state.json")
+    state = trainer_state(checkpoint)
     target = max_steps if max_steps > 0 else state.get("max_steps")
     step = int(state.get("global_step", 0))
     return step if target and step >= target else None
@@ -231,7 +248,7 @@ def best_checkpoint(checkpoint: Path) -> Path | None:
     state_file = checkpoint / "trainer_state.json"
     if not state_file.is_file():
         return None
-    best = read_json_object(state_file).get("best_model_checkpoint")
+    best = trainer_state(checkpoint).get("best_model_checkpoint")
     if not best:
         return None
     found = checkpoint.parent / Path(best).name
@@ -293,7 +310,7 @@ def finish_completed_run(
     checkpoint's step (`finished_at`)."""
     best = recipe.final_adapter_from_best and best_checkpoint(checkpoint)
     if best:
-        value = read_json_object(checkpoint / "trainer_state.json").get("best_metric")
+        value = trainer_state(checkpoint).get("best_metric")
         metadata["final_adapter"] = final_adapter_record(best, recipe.metric_for_best_model, value)
     # the final save is complete when its last file, the run record, was written and the files
     # it lists match: a kill during it (the adapter half-written, the run files missing) or a

@@ -99,15 +99,33 @@ def validate_pair_dict(
     if record["split"] not in SPLITS:
         raise InvalidRecordError(where, line, "split", f"{record['split']!r} not in {SPLITS}")
     messages = record["messages"]
-    if not messages or messages[-1].get("role") != "assistant":
-        raise InvalidRecordError(
-            where, line, "messages", "the last message must be the assistant target"
-        )
     for i, message in enumerate(messages):
-        if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ROLES
+            or not isinstance(message.get("content"), str)
+        ):
             raise InvalidRecordError(
                 where, line, f"messages[{i}]", f"needs a role in {ROLES} and a string content"
             )
+    if not messages or messages[-1]["role"] != "assistant":
+        raise InvalidRecordError(
+            where, line, "messages", "the last message must be the assistant target"
+        )
+    meta = record.get("meta", {})
+    if not isinstance(meta, dict):
+        raise InvalidRecordError(where, line, "meta", "expected an object")
+    span, user = meta.get("grounding_span"), [m["content"] for m in messages if m["role"] == "user"]
+    if span is not None and not (
+        isinstance(span, list)
+        and len(span) == 2
+        and all(type(end) is int for end in span)
+        and user
+        and 0 <= span[0] <= span[1] <= len(user[0])
+    ):
+        raise InvalidRecordError(
+            where, line, "meta.grounding_span", "expected [start, end] inside the user message"
+        )
 
 
 def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:

@@ -175,12 +175,23 @@ RUN_RECORD_SHAPE = {
     "prompt_hashes": {str: str},
     "chat_template_hash": _TEXT,
     "chat_template_kwargs": {str: (str, int, float, bool, type(None), list, dict)},
-    "data": dict,
+    "data": {"train_examples": {str: int}},
+    "base_origin": _TEXT,
+    "base_model_revision": _TEXT,
     "world_size": int,
     "resumes": [dict],
     "final_adapter": dict,
     LISTED_FILES: {str: str},
 }
+# A prepared folder's manifest.json (also copied into a run folder): what its readers take.
+MANIFEST_SHAPE = {
+    "files": {str: {"sha256": str, "pairs": int}},
+    "fingerprint": str,
+    "prompt_hashes": {str: str},
+    "counts": {str: {str: {"pairs": int, "labels": {str: int}}}},  # task, split
+}
+# An adapter's config: its base, as the run names it when its record does not.
+ADAPTER_CONFIG_SHAPE = {"base_model_name_or_path": _TEXT}
 
 
 def read_run_record(path: Path) -> dict[str, Any]:
@@ -206,12 +217,14 @@ def load_run(path: str | Path) -> RunArtifacts:
         pickled = (path / "adapter_model.bin").is_file()
         hint = " (found adapter_model.bin: pickle files are not loaded)" if pickled else ""
         raise FincheckError(f"{path}: no {ADAPTER_WEIGHTS}{hint}")
-    run = RunArtifacts(path=path, adapter_config=read_json_object(config_path))
+    run = RunArtifacts(
+        path=path, adapter_config=read_json_record(config_path, ADAPTER_CONFIG_SHAPE)
+    )
     if (path / RECIPE_FILE).is_file():
         run.recipe = read_yaml_mapping(path / RECIPE_FILE)
     if (path / MANIFEST_FILE).is_file():
         run.manifest_path = path / MANIFEST_FILE
-        run.manifest = read_json_object(run.manifest_path)
+        run.manifest = read_json_record(run.manifest_path, MANIFEST_SHAPE)
     run.root = path
     if (path / RUN_METADATA).is_file():
         run.metadata = read_run_record(path / RUN_METADATA)

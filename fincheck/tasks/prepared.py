@@ -19,6 +19,7 @@ from fincheck.data.pairs import Pair, read_pairs
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.jsonl import read_json_record
+from fincheck.io.runs import MANIFEST_SHAPE
 from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"
@@ -95,13 +96,6 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
             "edited after `fincheck prepare` wrote it): prepare the data again"
         )
     return manifest
-
-
-MANIFEST_SHAPE = {
-    "files": {str: {"sha256": str, "pairs": int}},
-    "fingerprint": str,
-    "prompt_hashes": {str: str},
-}
 
 
 def files_fingerprint(files: dict[str, Any]) -> str:
