@@ -190,13 +190,13 @@ def score_command(args: argparse.Namespace) -> int:
     with hold_out_dir(opts.out_dir, "fincheck score"):  # eval's folder, or a new one
         opts.judge = build_judge(opts)
         results, _ = run_score(opts)
-    for task, figures in results["tasks"].items():
-        print(f"{task}: {get_task(task).headline_text(figures)}")
-    print(f"report: {opts.out_dir / 'report.md'}")
-    if opts.report_to == "wandb":
-        from fincheck.eval.wandb_report import log_to_wandb
+        for task, figures in results["tasks"].items():
+            print(f"{task}: {get_task(task).headline_text(figures)}")
+        print(f"report: {opts.out_dir / 'report.md'}")
+        if opts.report_to == "wandb":  # its files are written under the folder's lock too
+            from fincheck.eval.wandb_report import log_to_wandb
 
-        log_to_wandb(results, opts.out_dir, opts.wandb_project)
+            log_to_wandb(results, opts.out_dir, opts.wandb_project)
     return judge_exit_status(results.get("judge"), opts.max_judge_failure_rate)
 
 

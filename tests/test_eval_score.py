@@ -394,6 +394,12 @@ def test_report_to_wandb_offline(prepared_dir, tmp_path, monkeypatch, fresh_wand
     assert code == 0
     offline_runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert offline_runs, "wandb wrote no offline run"
+    assert list(offline_runs[0].glob("*.wandb")), "no run file for `wandb sync`"
+    # wandb links its logs: none of them is left in OUT, whose next command would refuse it
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_symlink()]
+    again = ["score", "--data", str(prepared_dir), "--predictions",
+             str(tmp_path / "run" / "predictions"), "--out", str(tmp_path / "run"), "--bootstrap", "0"]  # fmt: skip
+    assert main(again) == 0
 
 
 def test_crosscheck_script_agrees(scored_run, prepared_dir):
