@@ -108,7 +108,9 @@ class PaperMethod(Answerer):
         return sorted(self.client.served_models) or None
 
     def expect_served(self, models: list[str]) -> None:
-        self.client.expected_served = frozenset(models)
+        """The folder's record and the models kept with each cached answer: a record lost to a
+        kill still leaves them in the cache."""
+        self.client.expected_served = frozenset({*models, *self.llm.cache.served_names()})
 
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter

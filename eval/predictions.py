@@ -243,8 +243,10 @@ def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
             f"{predictions_dir} holds predictions of a different run ({', '.join(changed)} "
             f"differ: {was} before, {now} now); use another --out"
         )
-    # what the model loaded turned out to be stays until `record_loaded` compares it
-    kept = {k: previous[k] for k in SAME_LOADED_KEYS if k in previous}
+    # what the model loaded turned out to be stays until `record_loaded` compares it, and what
+    # an endpoint said served the predictions stays while they do (a rerun that asks nothing
+    # adds no name: it had erased the record, and the next resume took any model)
+    kept = {k: previous[k] for k in (*SAME_LOADED_KEYS, "served_models") if k in previous}
     _write_json(Path(predictions_dir) / EVAL_CONFIG, {**kept, **config})
 
 

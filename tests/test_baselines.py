@@ -389,9 +389,21 @@ def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path
         assert predictions.read_text() == "".join(lines[:2])
         server.script = {"QA pair supported": [("raw", _completion(None), "always")]}
         assert _eval(out, server, "e2e", "--tasks", "qasem") == 0
-    assert len(predictions.read_text().splitlines()) == len(lines)
-    config = json.loads((out / "predictions" / "eval_config.json").read_text())
-    assert config["served_models"] == ["served-7b"]
+        assert len(predictions.read_text().splitlines()) == len(lines)
+        config_file = out / "predictions" / "eval_config.json"
+        assert json.loads(config_file.read_text())["served_models"] == ["served-7b"]
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 0  # nothing left to ask
+        config = json.loads(config_file.read_text())
+        assert config["served_models"] == ["served-7b"], "a rerun that asked nothing erased it"
+        # a run killed before its record was written: each cached answer keeps who served it
+        del config["served_models"]
+        config_file.write_text(json.dumps(config))
+        predictions.write_text("".join(lines[:2]))
+        cached = (out / "llm_cache.jsonl").read_text().splitlines(keepends=True)
+        (out / "llm_cache.jsonl").write_text("".join(cached[:2]))
+        server.script = {"QA pair supported": [("raw", other, "always")]}
+        assert _eval(out, server, "e2e", "--tasks", "qasem") == 1
+        assert predictions.read_text() == "".join(lines[:2])
 
 
 def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path, capsys):
@@ -742,9 +754,13 @@ def test_an_unreachable_endpoint_is_named_with_the_callers_own_options(tmp_path,
     assert "check --base-url" in err and "--timeout" in err and "--judge" not in err
 
 
-def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
+@pytest.mark.parametrize(
+    ("stop", "code", "said"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")]
+)
+def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path, stop, code, said):
     """An endpoint that holds every call: Ctrl-C ends the command within seconds (no wait for
-    the calls in flight), exit 130, and nothing answered is lost."""
+    the calls in flight), exit 130, and nothing answered is lost; SIGTERM (`kill`, `timeout`)
+    the same way, through the command's own way out, exit 143."""
     import signal
     import subprocess
     import sys
@@ -766,10 +782,10 @@ def test_ctrl_c_stops_at_once_with_a_call_in_flight(tmp_path):
             time.sleep(0.1)
         assert server.requests, "no call reached the server"
         started = time.time()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, stop))
         _, err = process.communicate(timeout=20)
         assert time.time() - started < 10
-    assert process.returncode == 130 and "interrupted" in err
+    assert process.returncode == code and f"fincheck baseline: {said}" in err
 
 
 def test_a_served_detector_fits_its_prompts_with_the_tokenizer_as_a_local_eval_does(

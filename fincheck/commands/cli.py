@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import signal
 import sys
 
 from fincheck import __version__
@@ -94,9 +95,10 @@ def _run(args) -> int:
     """The command, its errors as one line each (printed through the redacting streams)."""
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"fincheck {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"fincheck {args.command}: {stopped}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except Exception as e:
         said = (
             None
@@ -107,6 +109,16 @@ def _run(args) -> int:
             raise
         print(f"fincheck {args.command}: error: {said[0]}", file=sys.stderr)
         return said[1]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, a scheduler) stops a command as Ctrl-C does, so what it
+    records on its way out is written (the models an endpoint served an eval's predictions,
+    the calls in flight given up); exit 143, a terminated process's code."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def redacting_excepthook(kind: type[BaseException], value: BaseException, tb) -> None:
@@ -125,6 +137,8 @@ def console() -> None:
     import threading
 
     sys.excepthook = redacting_excepthook  # a traceback (--debug) is printed after main returns
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # (one ignored by the caller stays so)
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         code = main()
     except BrokenPipeError:  # `fincheck models list | head`: the reader has all it wanted

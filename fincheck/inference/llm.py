@@ -83,6 +83,10 @@ class ChatClient(ABC):
         """P(Yes)/(P(Yes)+P(No)) at the first answer token (None: not available)."""
         return None
 
+    def last_served(self) -> str | None:
+        """The model an endpoint said answered this thread's last call (None: unnamed)."""
+        return None
+
 
 class RequestCache:
     """Append-only JSONL of {key, response[, cut]}: one line per completed call, flushed at once,
@@ -147,6 +151,11 @@ class RequestCache:
         """Whether the cached answer hit its token budget (None: not recorded)."""
         with self._lock:
             return self._cut.get(key)
+
+    def served_names(self) -> set[str]:
+        """Every model an endpoint said answered a cached request."""
+        with self._lock:
+            return set(self._served.values())
 
     def served(self, key: str) -> str | None:
         """The model an endpoint said answered (None: not recorded, or a local model)."""
@@ -216,7 +225,7 @@ class CachedLLM:
             self._calls.cut = self.cache.cut(key)
             return cached
         answer = as_completion(self.client.complete(messages, sampling, span))
-        self.cache.put(key, answer.text, answer.cut)
+        self.cache.put(key, answer.text, answer.cut, answer.served)  # who answered, kept with it
         self._calls.cut = answer.cut
         return answer.text
 
@@ -239,7 +248,7 @@ class CachedLLM:
         if cached is None:
             value = self.client.p_yes(messages, span, share)
             cached = "none" if value is None else repr(float(value))
-            self.cache.put(key, cached)
+            self.cache.put(key, cached, served=self.client.last_served())
         return None if cached == "none" else self._share(cached)
 
     def _share(self, cached: str) -> float:

@@ -166,6 +166,7 @@ class OpenAIChatClient(ChatClient):
         # The model names the replies carry (a router or a proxy may serve another model than
         # the one asked for): recorded beside the predictions and in results.json.
         self.served_models: set[str] = set()
+        self._last = threading.local()  # this thread's last reply's served model
         self._lock = threading.Lock()
 
     def complete(
@@ -294,11 +295,15 @@ class OpenAIChatClient(ChatClient):
                 f"folder were answered by {', '.join(sorted(self.expected_served))}: resuming "
                 "would mix two models' answers; use another --out (this answer was not written)"
             )
+        self._last.served = served
         with self._lock:
             self._in_a_row.clear()
             if served is not None:
                 self.served_models.add(served)
         return response
+
+    def last_served(self) -> str | None:
+        return getattr(self._last, "served", None)
 
     def _call(self, messages: list[dict[str, str]], sampling: dict, end: float):
         """The HTTP call after the openai client's retries: the reply, a `_NotJSON`, or the
