@@ -62,6 +62,19 @@ def test_bad_final_record_names_file_line_field(tmp_path, data_dir, bad_line, ex
     assert manifest["counts"]["final"]["test"]["pairs"] == 2
 
 
+def test_final_items_are_named_by_the_ids_their_pairs_get(tmp_path, data_dir):
+    """Items without an id are each their own (named by their line), never "duplicates of
+    None" that --skip-invalid would drop; an id given as 1 and as "1" names one pair twice."""
+    no_id = {k: v for k, v in GOOD.items() if k != "id"}
+    final = write_final_file(tmp_path / "final.jsonl", [json.dumps(no_id)] * 3)
+    assert prepare_final(tmp_path, data_dir, final)["counts"]["final"]["test"]["pairs"] == 3
+    final = write_final_file(
+        tmp_path / "final.jsonl", [json.dumps({**GOOD, "id": 1}), json.dumps({**GOOD, "id": "1"})]
+    )
+    with pytest.raises(FincheckError, match=r":2: id: duplicate record '1' \(first at line 1\)"):
+        prepare_final(tmp_path, data_dir, final)
+
+
 def test_a_final_file_not_in_utf8_names_its_line_and_one_with_a_bom_is_read(tmp_path, data_dir):
     """A byte that is no UTF-8 (Latin-1 text, a raw surrogate) names the file and the line, as
     JSONL or as a JSON array; a byte-order mark an editor put at the start is not a record's."""

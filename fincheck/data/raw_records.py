@@ -146,38 +146,44 @@ class RecordStream:
         self,
         label: str,
         raws: Iterable[RawRecord],
-        key: Callable[[dict], Any],
+        key: Callable[[dict], Any] | None,
         convert: Callable[[RawRecord], Pair | list[Pair]],
     ) -> Iterator[Pair]:
-        """Convert each record; a bad or duplicate record stops the run (or is skipped)."""
+        """Convert each record; a bad record, a record whose `key` (what names it in its
+        source, if it has such a name) an earlier one had, or one whose pairs' ids an earlier
+        record's took (an id given as 1 and as "1", or none twice), stops the run (or is
+        skipped)."""
         seen: dict[Any, int] = {}
         for raw in raws:
             try:
                 if raw.error is not None:
                     raise raw.error
                 converted = convert(raw)
-                record_key = key(raw.value)
-                if record_key in seen:
-                    raise InvalidRecordError(
-                        raw.path,
-                        raw.line,
-                        "id",
-                        f"duplicate record {record_key!r} (first at line {seen[record_key]})",
-                    )
-                seen[record_key] = raw.line
+                pairs = converted if isinstance(converted, list) else [converted]
+                keys = [("record", key(raw.value))] if key else []
+                keys += [("pair", p.id) for p in pairs]
+                for taken in keys:
+                    if taken in seen:
+                        raise InvalidRecordError(
+                            raw.path,
+                            raw.line,
+                            "id",
+                            f"duplicate record {taken[1]!r} (first at line {seen[taken]})",
+                        )
+                seen.update(dict.fromkeys(keys, raw.line))
             except InvalidRecordError as e:
                 if not self.skip_invalid:
                     raise FincheckError(f"{e} (use --skip-invalid to skip such records)") from None
                 self.skipped[label] += 1
                 self.first_error.setdefault(label, str(e))
                 continue
-            yield from (converted if isinstance(converted, list) else [converted])
+            yield from pairs
 
     def convert_file(
         self,
         label: str,
         path: Path,
-        key: Callable[[dict], Any],
+        key: Callable[[dict], Any] | None,
         convert: Callable[[RawRecord], Pair | list[Pair]],
     ) -> list[Pair]:
         """`convert` over every record of the file at `path` (`iter_records`)."""

@@ -155,7 +155,7 @@ class FinalTask(Task):
             pairs += stream.convert_file(
                 FINAL_FILE,
                 files[FINAL_FILE],
-                lambda r: r.get("id"),
+                None,  # named by its pairs' ids: an item without an id is named by its line
                 lambda raw: convert_final_item(raw, prompt),
             )
         return Collected(pairs, {"defacto_explanations": explanation_stats})
