@@ -228,10 +228,32 @@ def test_final_release_dev_items_stay_out_of_test(tmp_path, data_dir):
     assert manifest["counts"]["final"]["dev"]["pairs"] == 486 + 1
 
 
+def test_a_reply_body_that_drips_is_stopped_as_stalled(monkeypatch):
+    """Every reply body read with bounds (an LLM endpoint's, each of the model hub's, whichever
+    library asks) stops as a download does when a window brings fewer bytes than the floor: a
+    hub dripping a byte at a time would otherwise hold a command for years."""
+    import time
+
+    from fincheck.io import bounded_http
+
+    def dripped():
+        while True:
+            time.sleep(0.05)
+            yield b"x"
+
+    monkeypatch.setattr(bounded_http, "STALLED_WINDOW_S", 0.3)
+    body = bounded_http._BoundedBody(dripped(), compressed=False, cap=2**20)
+    start = time.monotonic()
+    with pytest.raises(bounded_http.UnreadableReply, match=r"stalled: \d+ bytes in the last"):
+        b"".join(body)
+    assert time.monotonic() - start < 2
+
+
 def test_a_download_that_drips_is_stopped_as_stalled(tmp_path, monkeypatch):
     """A server that sends a few bytes at a time never trips a socket's read timeout: a window
     that brings fewer bytes than the floor stops the download (the same copy serves the data
     sources and the models' wheels), and nothing is left in the cache."""
+    import contextlib
     import dataclasses
     import threading
     import time
@@ -244,6 +266,13 @@ def test_a_download_that_drips_is_stopped_as_stalled(tmp_path, monkeypatch):
             pass
 
         def do_GET(self) -> None:
+            if self.path.endswith("headers.jsonl"):  # its status line and headers dripped
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n" * 20:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(0.02)
+                return
             self.send_response(200)
             self.send_header("Content-Length", "1000000")
             self.end_headers()
@@ -266,6 +295,11 @@ def test_a_download_that_drips_is_stopped_as_stalled(tmp_path, monkeypatch):
         with pytest.raises(FincheckError, match=r"the download stalled: .* bytes in the last"):
             resolve_source(source, None, cache_dir=tmp_path / "cache")
         assert time.monotonic() - start < 5  # the drip alone would take 10 s
+        source = dataclasses.replace(qasem.TEST, url=url.replace("test.jsonl", "headers.jsonl"))
+        start = time.monotonic()
+        with pytest.raises(FincheckError, match=r"the download stalled: no status line"):
+            resolve_source(source, None, cache_dir=tmp_path / "cache")
+        assert time.monotonic() - start < 5  # the headers' drip alone takes 15 s
     finally:
         server.shutdown()
         server.server_close()

@@ -44,10 +44,13 @@ class _BoundedBody(httpx.SyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         received = inflated = 0
+        window = _StallWindow()
         for chunk in self.raw:
             received += len(chunk)
             if received > self.cap:
                 raise UnreadableReply(f"a reply of more than {self.cap:,} bytes")
+            if window.stalled(len(chunk)):  # a body dripped: a read timeout never trips
+                raise UnreadableReply(window.said)
             if self.inflate is None:
                 yield chunk
                 continue
@@ -218,23 +221,54 @@ class DownloadStalled(OSError):
     """A download slower than `STALLED_BYTES` in `STALLED_WINDOW_S`."""
 
 
+def open_download(url: str) -> Any:
+    """`urllib.request.urlopen(url)` whose status line and headers come within a stall window:
+    a server that drips its headers never trips a read timeout either, and `copy_download`'s
+    window starts at the body."""
+    import urllib.request
+
+    from fincheck.io.deadline import CallDeadline, within_deadline
+
+    try:
+        return within_deadline(lambda: urllib.request.urlopen(url, timeout=60), STALLED_WINDOW_S)
+    except CallDeadline:
+        raise DownloadStalled(
+            f"the download stalled: no status line and headers in {STALLED_WINDOW_S:.0f} s"
+        ) from None
+
+
+class _StallWindow:
+    """Bytes counted by windows of `STALLED_WINDOW_S`: a whole window that brings fewer than
+    `STALLED_BYTES` has stalled (`said` says so)."""
+
+    def __init__(self) -> None:
+        self.start, self.bytes, self.said = time.monotonic(), 0, ""
+
+    def stalled(self, received: int) -> bool:
+        self.bytes += received
+        now = time.monotonic()
+        if now - self.start < STALLED_WINDOW_S:
+            return False
+        if self.bytes < STALLED_BYTES:
+            self.said = (
+                f"the download stalled: {self.bytes} bytes in the last {now - self.start:.0f} s "
+                f"(fewer than {STALLED_BYTES:,})"
+            )
+            return True
+        self.start, self.bytes = now, 0
+        return False
+
+
 def copy_download(response: Any, out: Any, chunk: int = 1 << 20) -> int:
     """`response` (a file-like HTTP reply) copied into `out`, stopped with `DownloadStalled`
     when a whole window brings fewer than `STALLED_BYTES`: a bounded time for any download,
     whatever its size. Returns the bytes copied."""
-    total, window_start, window_bytes = 0, time.monotonic(), 0
+    total, window = 0, _StallWindow()
     while True:
         data = response.read1(chunk) if hasattr(response, "read1") else response.read(chunk)
         if not data:
             return total
         out.write(data)
         total += len(data)
-        window_bytes += len(data)
-        now = time.monotonic()
-        if now - window_start >= STALLED_WINDOW_S:
-            if window_bytes < STALLED_BYTES:
-                raise DownloadStalled(
-                    f"the download stalled: {window_bytes} bytes in the last "
-                    f"{now - window_start:.0f} s (fewer than {STALLED_BYTES:,})"
-                )
-            window_start, window_bytes = now, 0
+        if window.stalled(len(data)):
+            raise DownloadStalled(window.said)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.io.bounded_http import copy_download
+from fincheck.io.bounded_http import copy_download, open_download
 from fincheck.io.cache import cache_root
 from fincheck.io.checksums import sha256_file
 from fincheck.io.safe_files import replaced_file
@@ -79,7 +79,7 @@ def resolve_source(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:  # put in place only once its sha256 is the pinned one (else nothing is left)
         with (
-            urllib.request.urlopen(source.url, timeout=60) as response,
+            open_download(source.url) as response,
             replaced_file(path, binary=True) as f,
         ):
             digest = hashlib.sha256()

