@@ -10,7 +10,6 @@ and calls beside the predictions. `fincheck score` then scores them like any mod
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -22,7 +21,7 @@ from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity, record_loaded
 from fincheck.eval.runner import Answerer, answer_tasks
 from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
-from fincheck.io.jsonl import check_shape, drop_torn_last_line, iter_json_objects
+from fincheck.io.jsonl import check_shape, drop_torn_last_line, iter_json_objects, record_json
 from fincheck.io.safe_files import append_line
 from fincheck.models.llm_clients import METHOD, build_client
 
@@ -128,7 +127,7 @@ class PaperMethod(Answerer):
             prediction = Prediction(pair.id, task, output.output, output.p_yes, **answer)
             writer.write_batch([prediction])
             record = {"id": pair.id, "calls": n_calls, **output.trace}
-            append_line(trace_path, json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            append_line(trace_path, record_json(record) + "\n")  # redacted, as every record
 
         failures = run_examples(
             method.run,

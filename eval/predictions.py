@@ -25,7 +25,7 @@ from fincheck.data.pairs import CUT_KINDS, Pair, Prediction
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
 from fincheck.io.checksums import folder_sha256, sha256_file
-from fincheck.io.jsonl import iter_json_objects, read_json_record, strict_json
+from fincheck.io.jsonl import iter_json_objects, read_json_record, record_json
 from fincheck.io.safe_files import open_own_file, open_regular_file, write_text
 from fincheck.io.secrets import redacted_value
 from fincheck.tasks import task_names
@@ -151,7 +151,7 @@ class PredictionWriter:
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(redacted_value(strict_json(record)), indent=2) + "\n")  # no NaN
+    write_text(path, record_json(record, indent=2) + "\n")  # no NaN, no held secret
 
 
 def read_eval_config(predictions_dir: Path) -> dict[str, Any]:

@@ -8,7 +8,6 @@ FINAL judge failures are recorded per example; above --max-judge-failure-rate th
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,9 +22,9 @@ from fincheck.eval.predictions import (
     read_predictions,
 )
 from fincheck.eval.report import render_report
-from fincheck.io.jsonl import strict_json
+from fincheck.io.jsonl import record_json
 from fincheck.io.safe_files import replaced_file, write_text
-from fincheck.io.secrets import redact, redacted_value
+from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
 from fincheck.tasks.prepared import read_manifest, read_split, split_path
@@ -107,7 +106,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     write_text(
         opts.out_dir / "results.json",
-        json.dumps(redacted_value(strict_json(results)), indent=2, ensure_ascii=False) + "\n",
+        record_json(results, indent=2) + "\n",
     )
     write_text(opts.out_dir / "report.md", redact(render_report(results, plot_paths, examples)))
     return results, judge["errors"]
@@ -156,4 +155,4 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_file(path) as f:
         for record in records:
-            f.write(json.dumps(redacted_value(strict_json(record)), ensure_ascii=False) + "\n")
+            f.write(record_json(record) + "\n")

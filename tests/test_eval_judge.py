@@ -667,6 +667,11 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
         raise ValueError(words)
     for line in (str(refused.value), one_line(ValueError(words))):
         assert "echoed-key" not in line and "<redacted>" in line
+    from fincheck.io.jsonl import record_json  # every record fincheck writes (a trace's too)
+
+    assert record_json({"trace": ["echoed-key-5566778899"], "x": float("nan")}) == (
+        '{"trace": ["<redacted>"], "x": null}'
+    )
     cache = RequestCache(tmp_path / "cache.jsonl")  # and what a cache is given: written redacted
     cache.put("k", "echoed-key-5566778899", served="echoed-key-5566778899")
     assert "5566778899" not in (tmp_path / "cache.jsonl").read_text()

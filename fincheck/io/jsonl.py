@@ -13,6 +13,7 @@ from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io.safe_files import open_own_file, open_regular_file
+from fincheck.io.secrets import redacted_value
 
 
 def loads(text: str, **kwargs: Any) -> Any:
@@ -252,6 +253,12 @@ def strict_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def record_json(value: Any, indent: int | None = None) -> str:
+    """A record as fincheck writes it: strict JSON (`strict_json`), every string redacted as a
+    value before it is serialised (`redacted_value`: a held secret is found unescaped)."""
+    return json.dumps(redacted_value(strict_json(value)), ensure_ascii=False, indent=indent)
 
 
 def drop_torn_last_line(path: str | Path) -> bool:
