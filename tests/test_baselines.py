@@ -384,7 +384,7 @@ def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path
         capsys.readouterr()
         assert _eval(out, server, "e2e", "--tasks", "qasem") == 1
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "answered as 'served-70b', but the predictions already" in err[0]
+        assert len(err) == 1 and "answered as 'served-70b', but the answers this run" in err[0]
         assert "answered by served-7b" in err[0] and "use another --out" in err[0]
         assert predictions.read_text() == "".join(lines[:2])
         server.script = {"QA pair supported": [("raw", _completion(None), "always")]}

@@ -647,13 +647,18 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
             "name": [("raw", json.dumps(served), "always")],
             "": [("ok", "Yes. (auth: echoed-key-5566778899)")],
         }
-        client = OpenAIChatClient(
-            "m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY", max_retries=0, caller=METHOD
-        )
-        answer = client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
-        named = client.complete([{"role": "user", "content": "name"}], {"max_tokens": 8})
+
+        def client() -> OpenAIChatClient:  # (one client takes one served model)
+            return OpenAIChatClient(
+                "m", base_url=server.base_url, api_key_env="ECHO_TEST_KEY", max_retries=0,
+                caller=METHOD,
+            )  # fmt: skip
+
+        answer = client().complete([{"role": "user", "content": "hi"}], {"max_tokens": 8})
+        naming = client()
+        named = naming.complete([{"role": "user", "content": "name"}], {"max_tokens": 8})
     assert answer.text == "Yes. (auth: <redacted>)"
-    assert named.served == "served-by-<redacted>" and named.served in client.served_models
+    assert named.served == "served-by-<redacted>" and named.served in naming.served_models
     from fincheck.inference.llm import LLMCallError
 
     # an endpoint's error body quoting the key: the failure recorded beside the example
@@ -677,7 +682,7 @@ def test_an_answer_echoing_the_held_key_is_redacted_before_it_is_written(monkeyp
     assert "5566778899" not in (tmp_path / "cache.jsonl").read_text()
 
 
-def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge):
+def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge, tmp_path):
     """What the judge endpoint said it served is kept with each cached answer: a rerun whose
     endpoint now serves another model, beside answers cached from the first, stops instead of
     scoring with two judges; the served model is named in the judge's identity."""
@@ -688,10 +693,12 @@ def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge
     served_b = {**completion('{"A": "A"}'), "model": "judge-b"}
     server.script["S-two"] = [("raw", json.dumps(served_b), "always")]
     requests = [("S-one", ["p"], ["g"]), ("S-two", ["p"], ["g"])]
+    cache = (tmp_path / "judge_cache.jsonl").read_text()
     with pytest.raises(
-        FincheckError, match=r"judge's answers came from 2 models \(fake-judge, judge-b"
+        FincheckError, match=r"answered as 'judge-b', but .* were answered by fake-judge"
     ):
         make_judge().match_many(requests, concurrency=1, progress=False)
+    assert (tmp_path / "judge_cache.jsonl").read_text() == cache  # judge-b's answer not cached
 
 
 def _chat_schema(**defaults: float) -> dict:

@@ -289,11 +289,15 @@ class OpenAIChatClient(ChatClient):
         )
         response, _ = retrying(checked)
         served = served_model(response)
+        with self._lock:  # the first model named answers the whole run, when nothing did before
+            if not self.expected_served and served is not None:
+                self.expected_served = frozenset({served})
         if self.expected_served and served not in self.expected_served:  # None: unnamed
             raise FincheckError(
-                f"{self.where} answered as {served!r}, but the predictions already in this "
-                f"folder were answered by {', '.join(sorted(self.expected_served))}: resuming "
-                "would mix two models' answers; use another --out (this answer was not written)"
+                f"{self.where} answered as {served!r}, but the answers this run keeps "
+                f"(predictions, cached answers) were answered by "
+                f"{', '.join(sorted(self.expected_served))}: going on would mix two models' "
+                "answers; use another --out (this answer was not written)"
             )
         self._last.served = served
         with self._lock:

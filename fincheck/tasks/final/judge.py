@@ -160,6 +160,10 @@ class MatchingJudge:
 
     served: list[str] = field(default_factory=list)  # what the endpoint said it served
 
+    def __post_init__(self) -> None:
+        # a reply from another model than the cached answers' is refused before it is cached
+        self.client.expected_served = frozenset(self.cache.served_names())
+
     @property
     def identity(self) -> dict[str, Any]:
         """The client, the prompt and its version, and the model the endpoint said served the
