@@ -81,7 +81,7 @@ def run_baseline(opts: BaselineOptions) -> dict[str, dict[str, Any]]:
         "method": method.name,
         "method_source": method.source,
         "max_tokens": opts.max_tokens,
-        "nli_model": opts.nli_model,
+        "nli_model": path_identity(opts.nli_model),  # a local NLI model by its content
         "nli_labels": list(opts.nli_labels) if opts.nli_labels else None,
         "step1": path_identity(opts.step1) if opts.method == "two-step" else None,
         "step2": opts.step2 if opts.method == "two-step" else None,

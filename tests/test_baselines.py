@@ -540,6 +540,8 @@ def test_fizz_reads_each_label_style_of_a_saved_nli_model(
     assert main(args) == 0
     config_seen = json.loads((out / "predictions" / "eval_config.json").read_text())
     assert config_seen["nli_labels"] == (list(labels) if labels else None)
+    # the NLI model by its content: the same folder changed in place is another run's
+    assert config_seen["nli_model"].startswith(f"{folder.name} sha256:")
 
 
 def test_an_nli_model_that_scores_nan_is_one_line_not_a_label(tiny_nli, tmp_path):
