@@ -194,6 +194,10 @@ def test_resuming_on_re_prepared_data_is_refused(tmp_path):
         json.dumps({"base_fingerprint": "b", "data_fingerprint": "a" * 64, "world_size": 1})
     )
     check_resume_compatible(checkpoint, [], "b", 1, "a" * 64)  # the same data: resumes
+    # a checkpoint recorded its base by its config.json before its files: still resumes
+    check_resume_compatible(checkpoint, [], "b" * 64, 1, "a" * 64, base_config_fp="b")
+    with pytest.raises(FincheckError, match="the base model's files differ"):
+        check_resume_compatible(checkpoint, [], "b" * 64, 1, "a" * 64, base_config_fp="x")
     with pytest.raises(FincheckError, match="the prepared data differs"):
         check_resume_compatible(checkpoint, [], "b", 1, "c" * 64)
 

@@ -318,7 +318,17 @@ def test_resume_on_another_base_model_stops_clearly(
     config["intermediate_size"] = 256
     (copy / "base" / "config.json").write_text(json.dumps(config))
     recipe = tiny_recipe(prepared_dir, small_mixture, copy, "--resume_from_checkpoint=auto")
-    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model differs"):
+    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model's files"):
+        build_trainer(recipe)
+    # the same config.json over other weights (a fine-tune put in place) is another base too
+    from safetensors.torch import load_file, save_file
+
+    (copy / "base" / "config.json").write_text(
+        (finished.output_dir / "base" / "config.json").read_text()
+    )
+    weights = load_file(copy / "base" / "model.safetensors")
+    save_file({k: v * 1.01 for k, v in weights.items()}, copy / "base" / "model.safetensors")
+    with pytest.raises(FincheckError, match=r"cannot resume .*checkpoint-6.*base model's files"):
         build_trainer(recipe)
 
 

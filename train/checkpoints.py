@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, free_on_disk
+from fincheck.io.checksums import folder_sha256
 from fincheck.io.jsonl import read_json_record, strict_json
 from fincheck.io.out_lock import LOCK_FILE
 from fincheck.io.runs import (
@@ -97,7 +98,15 @@ def rotate_checkpoints(output_dir: Path, limit: int | None, keep: str | None = N
 
 
 def base_fingerprint(base_path: str) -> str:
-    """sha256 of the base's config.json (local folder) or its name (hub id not downloaded yet)."""
+    """The base as a checkpoint records it, and its resume compares: a local folder's model
+    files by content (`folder_sha256`: other weights under the same config.json, a fine-tune
+    put in place, are another base), a hub id by its name."""
+    return folder_sha256(base_path) or hashlib.sha256(base_path.encode()).hexdigest()[:16]
+
+
+def config_fingerprint(base_path: str) -> str:
+    """What checkpoints recorded before `base_fingerprint` read the weights: the sha256 of the
+    base's config.json (or of its name), which such a checkpoint's resume still compares."""
     config = Path(base_path) / "config.json"
     data = config.read_bytes() if config.is_file() else base_path.encode()
     return hashlib.sha256(data).hexdigest()[:16]

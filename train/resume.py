@@ -200,6 +200,7 @@ def check_resume_compatible(
     base_fp: str,
     world_size: int | None = None,
     data_fp: str | None = None,
+    base_config_fp: str | None = None,
 ) -> None:
     """Stop before resuming a checkpoint made with another base model, recipe, prepared data
     (re-prepared in place: the pairs and their order differ) or number of processes (each
@@ -214,9 +215,12 @@ def check_resume_compatible(
             "a new run in another output_dir"
         )
     problems = list(recipe_diffs)
-    if info.get("base_fingerprint") not in (None, base_fp):
+    # (a checkpoint saved before the base was fingerprinted by its files recorded its config's)
+    if info.get("base_fingerprint") not in (None, base_fp, base_config_fp):
         problems.insert(
-            0, f"base model differs (config fingerprint {info['base_fingerprint']} -> {base_fp})"
+            0,
+            f"the base model's files differ (fingerprint {info['base_fingerprint'][:16]} -> "
+            f"{base_fp[:16]})",
         )
     if data_fp is not None and info.get("data_fingerprint") not in (None, data_fp):
         problems.append(
@@ -231,7 +235,9 @@ def check_resume_compatible(
         )
 
 
-def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | None) -> Path | None:
+def resume_point(
+    recipe: Any, output_dir: Path, base_fp: str, data_fp: str | None, base_config_fp: str | None
+) -> Path | None:
     """The resume policy: a fresh start never replaces a run (`guard_output_dir`); with
     `resume_from_checkpoint` (auto: the last complete checkpoint) the checkpoint must have been
     trained with the same recipe keys, base, processes and prepared data, and its state files
@@ -247,7 +253,12 @@ def resume_point(recipe: Any, output_dir: Path, base_fp: str, data_fp: str | Non
         saved = resume_from / RECIPE_FILE
         old = read_yaml_mapping(saved) if saved.is_file() else {}
         check_resume_compatible(
-            resume_from, recipe_differences(old, recipe), base_fp, recipe.world_size, data_fp
+            resume_from,
+            recipe_differences(old, recipe),
+            base_fp,
+            recipe.world_size,
+            data_fp,
+            base_config_fp,
         )
         check_state_files(resume_from)
     return resume_from

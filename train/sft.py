@@ -137,7 +137,8 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         }
     )
     launch.check_each_saving_node_has_its_own_disk(recipe, output_dir)
-    resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp)
+    legacy_fp = checkpoints.config_fingerprint(base_path)  # what older checkpoints recorded
+    resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp, legacy_fp)
     if resume_from is not None and "wandb" in recipe.report_to:
         callbacks.continue_wandb_run(output_dir)
 
