@@ -213,3 +213,18 @@ def test_the_sentence_splitter_looks_back_a_bounded_window(monkeypatch):
         "Then xyzMr.",
         "Ok.",
     ]
+
+
+def test_a_folder_without_a_manifest_is_fingerprinted_by_its_files(tmp_path: Path):
+    """A prepared folder laid out by hand names its data by its split files as they are: a
+    file changed since is another fingerprint, so an eval or a training resume refuses to mix
+    the two (without one, both recorded None, and None == None passed)."""
+    from fincheck.data.pairs import write_pairs
+    from fincheck.tasks.prepared import read_manifest
+
+    write_pairs(tmp_path / "qasem" / "test.jsonl", [make_pair(0, "g"), make_pair(1, "g")])
+    first = read_manifest(tmp_path)
+    assert first["files"]["qasem/test.jsonl"]["pairs"] == 2 and len(first["fingerprint"]) == 64
+    write_pairs(tmp_path / "qasem" / "test.jsonl", [make_pair(0, "g")])
+    assert read_manifest(tmp_path)["fingerprint"] != first["fingerprint"]
+    assert read_manifest(tmp_path / "empty") == {}

@@ -81,13 +81,13 @@ def check_recorded_sha256(
 
 
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
-    """The manifest, or {} (with a warning) for a folder that has none."""
+    """The manifest; for a folder that has none (with a warning), its files' (`files_manifest`)."""
     path = Path(dataset_dir) / MANIFEST
     # what it vouches for: every split file's sha256, and the fingerprint they make
     manifest = read_json_record(path, MANIFEST_SHAPE, required=("files", "fingerprint"))
     if manifest is None:
-        log.warning("%s not found: the data fingerprint and prompt hashes are not recorded", path)
-        return {}
+        log.warning("%s not found: the data is fingerprinted by its files as they are now", path)
+        return files_manifest(dataset_dir)
     files, recorded = manifest["files"], manifest["fingerprint"]
     if files_fingerprint(files) != recorded:
         # results and runs name the data by this fingerprint: it must be the files' own
@@ -96,6 +96,21 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
             "edited after `fincheck prepare` wrote it): prepare the data again"
         )
     return manifest
+
+
+def files_manifest(dataset_dir: str | Path) -> dict[str, Any]:
+    """For a folder without a manifest (laid out by hand): its split files' sha256 and pair
+    counts and the fingerprint they make, as prepare would record them, so a run or a resume
+    names these very pairs and a folder changed since is another data set."""
+    files = {
+        path.relative_to(dataset_dir).as_posix(): {
+            "sha256": sha256_file(path),
+            "pairs": sum(1 for line in path.read_bytes().splitlines() if line.strip()),
+        }
+        for path in sorted(Path(dataset_dir).glob("*/*.jsonl"))
+        if path.is_file()
+    }
+    return {"files": files, "fingerprint": files_fingerprint(files)} if files else {}
 
 
 def files_fingerprint(files: dict[str, Any]) -> str:
