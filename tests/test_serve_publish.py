@@ -1018,6 +1018,21 @@ def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     assert secrets.public_url(url) == "http://<redacted>@127.0.0.1:9/v1"
     secrets.hold_url_secrets("http://127.0.0.1:9/v1?api_key=abc%2Fdefghi")
     assert secrets.redact("key abc/defghi") == "key <redacted>"
+    # a value as a server reads it ("+" a space) and as a client sends it again (its escapes
+    # in either case); a key given bare, without a name, is a value too, and is not recorded
+    bare = "http://127.0.0.1:9/v1?access=ab+cdefgh9&k=abc*defgh1&Zq8Xv2Lm9Pw4Rt6"
+    secrets.hold_url_secrets(bare)
+    for echoed in (
+        "'ab cdefgh9'",
+        "abc%2Adefgh1",
+        "abc%2adefgh1",
+        "ab%20cdefgh9",
+        "Zq8Xv2Lm9Pw4Rt6",
+    ):
+        assert secrets.redact(echoed).strip("'") == "<redacted>", echoed
+    assert secrets.public_url(bare) == (
+        "http://127.0.0.1:9/v1?access=<redacted>&k=<redacted>&<redacted>"
+    )
     secrets.hold_secret("Zq9x7")
     said = 'got authorization: bearer Zq9x7, {"Proxy-Authorization": "Zq9x7"}; a Zq9x7 word'
     expected = (

@@ -45,10 +45,6 @@ URL_SECRET_QUERY = re.compile(
     rf"|credential|session)[\w.~-]{{0,64}}=){_QUERY_VALUE}",
     re.IGNORECASE,
 )
-# Every value of a URL's query string or fragment (what an endpoint URL may be recorded and
-# shown with).
-# (a name holds no "?": from every "?" of "?a?a?a…" a name would be scanned to the end)
-URL_QUERY_VALUE = re.compile(rf"(?P<key>[?&#][^=&#?\s\"'`<>\\]+=){_QUERY_VALUE}")
 REDACTED = "<redacted>"
 # Keys whose names match SECRET_KEY but hold no secret (token counts, special tokens).
 NOT_SECRET_KEYS = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "sep_token",
@@ -140,10 +136,33 @@ def hold_url_secrets(url: str | None) -> None:
             hold_secret(part)
         basic = f"{unquote(user)}:{unquote(password)}".encode()
         hold_secret(base64.b64encode(basic).decode())
-    for match in URL_QUERY_VALUE.finditer(url):
-        value = url[match.end("key") : match.end()]
-        hold_secret(value)
-        hold_secret(unquote(value))
+    for value in url_query_values(url):
+        for form in url_value_forms(value):
+            hold_secret(form)
+
+
+def url_query_values(url: str) -> list[str]:
+    """The values of a URL's query string and fragment, as written: each component's value,
+    or the whole component where it has no "=" (`?Zq8Xv2…` is a key given bare)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    components = [c for c in f"{parts.query}&{parts.fragment}".split("&") if c]  # ";" is a value's
+    return [value if eq else name for name, eq, value in (c.partition("=") for c in components)]
+
+
+def url_value_forms(value: str) -> set[str]:
+    """A URL value in every form it travels in: as written, decoded (as a server reads it:
+    "+" a space), and encoded again as a client sends it (escapes in either case)."""
+    from urllib.parse import quote, quote_plus, unquote, unquote_plus
+
+    decoded = {unquote(value), unquote_plus(value)}
+    sent = {quote(d, safe="") for d in decoded} | {quote_plus(d, safe="") for d in decoded}
+    forms = {value, *decoded, *sent}
+    for form in list(forms):  # "%2f" and "%2F" are one character
+        forms.add(re.sub(r"%[0-9a-fA-F]{2}", lambda m: m.group().upper(), form))
+        forms.add(re.sub(r"%[0-9a-fA-F]{2}", lambda m: m.group().lower(), form))
+    return forms
 
 
 def redact(text: str) -> str:
@@ -177,8 +196,12 @@ def public_url(url: str | None) -> str | None:
     fragment (which no request sends)."""
     if url is None:
         return None
-    url = str(url).partition("#")[0]
-    return URL_QUERY_VALUE.sub(lambda m: f"{m.group('key')}{REDACTED}", redact(url))
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(redact(str(url)))
+    components = (c.partition("=") for c in parts.query.split("&") if c)
+    query = "&".join(f"{name}={REDACTED}" if eq else REDACTED for name, eq, _ in components)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
 
 
 class RedactingStream:
