@@ -317,6 +317,26 @@ def test_one_deadline_covers_a_call_s_re_asks_and_backoff(monkeypatch, tmp_path)
     assert result.status == "error" and time.monotonic() - start < 2.0
 
 
+def test_a_call_abandoned_at_its_deadline_sends_nothing_more(monkeypatch):
+    """The openai client retries inside the call's thread, which the deadline abandons but
+    cannot stop: its next attempts are not sent (each request asks whether its call's deadline
+    has passed), so a server that holds its replies gets no more requests than were in time."""
+    from fincheck.inference.llm import LLMCallError
+
+    monkeypatch.setenv("FINCHECK_TEST_JUDGE_KEY", "k")
+    with FakeJudgeServer() as server:
+        server.script = {"": [("sleep", 1, "late")]}  # each attempt's read times out at 0.3 s
+        client = OpenAIChatClient(
+            "m", server.base_url, "FINCHECK_TEST_JUDGE_KEY", timeout_s=0.3, max_retries=8
+        )
+        client.deadline_s = 0.5
+        with pytest.raises(LLMCallError, match=r"no complete answer within 0\.5 s"):
+            client.complete([{"role": "user", "content": "hi"}], {"max_tokens": 4})
+        in_time = len(server.requests)
+        time.sleep(2)  # the abandoned thread's retries, had they been sent (backoff 0.4-1 s)
+        assert len(server.requests) == in_time == 1
+
+
 def test_parse_matching_validation():
     assert parse_matching('{"a": "c", "B": "None"}', ["A", "B"], ["A", "B", "C"]) == {
         "A": "C",

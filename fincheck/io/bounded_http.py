@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from fincheck.errors import FincheckError
+from fincheck.io.deadline import CallDeadline, past_deadline, within_deadline
 
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
@@ -78,6 +79,13 @@ class _BoundedBody(httpx.SyncByteStream):
         self.raw.close()
 
 
+def _not_past_deadline(request: Any) -> None:
+    """A request of a call abandoned at its deadline (the openai client's own retry, in the
+    call's thread) is not sent."""
+    if past_deadline():
+        raise httpx.TimeoutException("the call's deadline has passed", request=request)
+
+
 def _ask_for_what_is_read(request: httpx.Request) -> None:
     request.headers["Accept-Encoding"] = "gzip, deflate"
 
@@ -101,7 +109,7 @@ def bounded_http_client(cap: int = MAX_REPLY_BYTES, **client_options: Any) -> ht
     """An `httpx.Client` (the openai client takes one as `http_client`) whose replies are
     capped at `cap` bytes as received and as inflated, whatever transport or proxy carries
     them."""
-    hooks = {"request": [_ask_for_what_is_read], "response": [_bound(cap)]}
+    hooks = {"request": [_not_past_deadline, _ask_for_what_is_read], "response": [_bound(cap)]}
     return httpx.Client(event_hooks=hooks, limits=LIMITS, follow_redirects=True, **client_options)
 
 
@@ -173,6 +181,8 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
                 raise hub_error(self.where, e, self.capped) from None
 
     def ask(request: Any) -> None:
+        if past_deadline():  # a retry of a hub call abandoned at its deadline (publish's)
+            raise UnreadableReply("the call's deadline has passed")
         if _is_file_download(request):
             _ask_only_for_what_is_inflated(request)
         else:
@@ -226,8 +236,6 @@ def open_download(url: str) -> Any:
     a server that drips its headers never trips a read timeout either, and `copy_download`'s
     window starts at the body."""
     import urllib.request
-
-    from fincheck.io.deadline import CallDeadline, within_deadline
 
     try:
         return within_deadline(lambda: urllib.request.urlopen(url, timeout=60), STALLED_WINDOW_S)

@@ -6,8 +6,11 @@ included)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+_CALL = threading.local()  # the end of the call this thread runs for `within_deadline`
 
 
 class CallDeadline(Exception):
@@ -20,8 +23,10 @@ def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
     if seconds <= 0:
         raise CallDeadline(seconds)
     box: dict[str, Any] = {}
+    end = time.monotonic() + seconds
 
     def run() -> None:
+        _CALL.end = end
         try:
             box["result"] = call()
         except BaseException as e:  # handed to the caller's thread
@@ -35,3 +40,11 @@ def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def past_deadline() -> bool:
+    """Whether this thread runs a call abandoned at its deadline: a retry the library behind it
+    would still make is not sent (the HTTP clients' request hooks ask), so nothing more reaches
+    a misbehaving server, and the thread ends."""
+    end = getattr(_CALL, "end", None)
+    return end is not None and time.monotonic() >= end
