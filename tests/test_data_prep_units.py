@@ -228,3 +228,17 @@ def test_a_folder_without_a_manifest_is_fingerprinted_by_its_files(tmp_path: Pat
     write_pairs(tmp_path / "qasem" / "test.jsonl", [make_pair(0, "g")])
     assert read_manifest(tmp_path)["fingerprint"] != first["fingerprint"]
     assert read_manifest(tmp_path / "empty") == {}
+
+
+def test_a_json_file_s_records_are_found_by_its_structure_not_its_text(tmp_path: Path):
+    """A JSON object's `data` array is found by decoding its members: spelled with escapes,
+    or after another member holding a "data" of its own, each record still names its line
+    (a search for the text '"data"' raised, or read the wrong array as broken JSON)."""
+    from fincheck.data.raw_records import iter_json_array
+
+    for text, lines in [
+        ('{"\\u0064ata": [\n{"id": 1},\n{"id": 2}]}', [2, 3]),
+        ('{"meta": {"data": [1, 2]},\n "data": [\n{"id": 1}]}', [3]),
+    ]:
+        (tmp_path / "final.json").write_text(text)
+        assert [r.line for r in iter_json_array(tmp_path / "final.json")] == lines

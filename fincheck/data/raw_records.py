@@ -85,9 +85,7 @@ def iter_json_array(path: Path) -> Iterator[RawRecord]:
 def _element_lines(text: str, count: int) -> list[int]:
     """Start line of each top-level array element, found by decoding them one after another."""
     decoder = json.JSONDecoder()
-    start = (
-        text.index("[") if text.lstrip().startswith("[") else text.index("[", text.index('"data"'))
-    )
+    start = _array_start(text, decoder)
     lines: list[int] = []
     pos, last, line = start + 1, 0, 1  # `line` is the line of text[last]
     for _ in range(count):
@@ -98,6 +96,25 @@ def _element_lines(text: str, count: int) -> list[int]:
         last = pos
         _, pos = decoder.raw_decode(text, pos)
     return lines
+
+
+def _array_start(text: str, decoder: json.JSONDecoder) -> int:
+    """Where the records' array starts: the document, or its top-level `data` member's value
+    (the last one, as a JSON reader keeps it), found by decoding the object's members in turn,
+    never by searching the text ("data" may be spelled with escapes, or stand in a value)."""
+    pos = len(text) - len(text.lstrip())
+    if text[pos] == "[":
+        return pos
+    found, pos = pos, pos + 1
+    while True:
+        pos = len(text) - len(text[pos:].lstrip(" \t\r\n,"))
+        if text[pos] == "}":
+            return found
+        key, pos = decoder.raw_decode(text, pos)
+        pos = len(text) - len(text[pos:].lstrip(" \t\r\n:"))
+        if key == "data":
+            found = pos
+        _, pos = decoder.raw_decode(text, pos)
 
 
 def iter_records(path: Path) -> Iterator[RawRecord]:
