@@ -123,12 +123,14 @@ class PredictionWriter:
 
     def _recover(self) -> None:
         good: list[str] = []
-        with open(open_regular_file(self.path), encoding="utf-8") as f:  # a FIFO: one line
-            for line_no, line in enumerate(f, start=1):
+        with open(open_regular_file(self.path), "rb") as f:  # a FIFO: one line
+            for line_no, raw in enumerate(f, start=1):
+                line = raw.removeprefix(b"\xef\xbb\xbf") if line_no == 1 else raw  # a BOM
                 try:
-                    prediction = _validate(jsonl.loads(line), str(self.path), line_no, self.task)
-                except (json.JSONDecodeError, InvalidRecordError):
-                    if line.endswith("\n"):  # damage in the middle is not a crash artefact
+                    record = jsonl.loads(line.decode("utf-8"))  # a torn line may end mid-character
+                    prediction = _validate(record, str(self.path), line_no, self.task)
+                except (json.JSONDecodeError, InvalidRecordError, UnicodeDecodeError):
+                    if line.endswith(b"\n"):  # damage in the middle is not a crash artefact
                         raise FincheckError(
                             f"{self.path}:{line_no}: unreadable prediction; fix or delete the file"
                         ) from None

@@ -1097,3 +1097,23 @@ def test_a_rerun_whose_identity_holds_a_secret_is_the_same_run(tmp_path, monkeyp
     generate_predictions.record_loaded(tmp_path, base="mymodel42secret")
     with pytest.raises(FincheckError, match="different run"):
         generate_predictions.check_eval_config(tmp_path, {**config, "model": "openai/other/x"})
+
+
+def test_a_predictions_file_is_resumed_line_by_line_from_its_bytes(tmp_path):
+    """A resumed predictions file is read as bytes, line by line: a byte-order mark an editor
+    put first is no damage, a torn last line cut inside a character is dropped as any torn
+    line, and a byte that is no UTF-8 further up names the file and its line."""
+    from fincheck.errors import FincheckError
+    from fincheck.eval.predictions import PredictionWriter
+
+    path = tmp_path / "final.jsonl"
+    lines = [json.dumps({"id": f"f{i}", "task": "final", "output": "None"}) for i in range(2)]
+    path.write_bytes(
+        b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n" + '{"id": "é'.encode()[:-1]
+    )
+    writer = PredictionWriter(path, "final")
+    writer.close()
+    assert writer.done == {"f0", "f1"} and path.read_text() == "\n".join(lines) + "\n"
+    path.write_bytes(lines[0].encode() + b"\n" + b'{"id": "caf\xe9"}\n' + lines[1].encode() + b"\n")
+    with pytest.raises(FincheckError, match=r"final\.jsonl:2: unreadable prediction"):
+        PredictionWriter(path, "final")

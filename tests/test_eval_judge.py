@@ -189,8 +189,10 @@ def test_a_cache_record_of_another_shape_is_a_damaged_line(tmp_path, response):
     RequestCache(path).put("k1", "answer one")
     with path.open("a") as f:
         f.write(json.dumps({"key": "k2", "response": response}) + "\n")
+    with path.open("ab") as f:  # a byte damaged since: no UTF-8, never a replaced answer
+        f.write(b'{"key": "k3", "response": "caf\xe9"}\n')
     cache = RequestCache(path)
-    assert cache.get("k1") == "answer one" and cache.get("k2") is None
+    assert cache.get("k1") == "answer one" and cache.get("k2") is None and cache.get("k3") is None
 
 
 @pytest.mark.parametrize("cached", ["abc", "nan", "inf", "1.5", "-0.1"])

@@ -23,7 +23,7 @@ from typing import ClassVar
 from fincheck.data.prompting import YES_NO, FirstWordShare
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
-from fincheck.io.safe_files import append_line, read_own_text
+from fincheck.io.safe_files import append_line, read_own_bytes
 from fincheck.io.secrets import redact, redacted_value
 
 
@@ -99,10 +99,12 @@ class RequestCache:
         self._served: dict[str, str] = {}  # the model an endpoint said answered
         self._lock = threading.Lock()
         if self.path and (self.path.exists() or self.path.is_symlink()):
-            text = read_own_text(self.path, "the request cache")
-            for number, line in enumerate(text.splitlines(), start=1):
+            text = read_own_bytes(self.path, "the request cache")
+            for number, raw in enumerate(text.splitlines(), start=1):
+                line = raw.decode("utf-8", errors="replace")
                 try:
-                    record = jsonl.loads(line)
+                    # a line that is no UTF-8 was damaged since it was written: never an answer
+                    record = jsonl.loads(raw.decode("utf-8"))
                     key, response = record["key"], record["response"]
                     if not (isinstance(key, str) and isinstance(response, str)):
                         raise TypeError("a record's key and response are texts")  # else damaged
@@ -111,7 +113,7 @@ class RequestCache:
                         self._cut[record["key"]] = bool(record["cut"])
                     if isinstance(record.get("served"), str):
                         self._served[record["key"]] = record["served"]
-                except (json.JSONDecodeError, KeyError, TypeError):
+                except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
                     # a line torn by a crash is skipped; a file that does not start as a
                     # cache record does (json.dumps of {"key": ...}) is someone else's
                     # (`--judge-cache notes.jsonl`): never appended to
@@ -124,7 +126,7 @@ class RequestCache:
                     continue
             # End a torn line so appends start clean; never truncate: another run sharing the
             # cache (--judge-cache) may be appending to it right now.
-            if text and not text.endswith("\n"):
+            if text and not text.endswith(b"\n"):
                 append_line(self.path, "\n")
         self.hits = 0
         self.misses = 0

@@ -286,12 +286,12 @@ def copy_file(source: str | Path, target: str | Path, what: str = "") -> None:
         shutil.copyfileobj(src, f, 1 << 20)
 
 
-def read_own_text(path: str | Path, what: str = "") -> str:
-    """The text of a file fincheck wrote and reads back (a cache, a log), refused as
-    `open_own_file` refuses (a FIFO would block the read for ever)."""
+def read_own_bytes(path: str | Path, what: str = "") -> bytes:
+    """The bytes of a file fincheck wrote and reads back (a cache), refused as `open_own_file`
+    refuses (a FIFO would block the read for ever)."""
     fd = open_own_file(path, os.O_RDONLY, what)
     with os.fdopen(fd, "rb") as f:
-        return f.read().decode("utf-8", errors="replace")
+        return f.read()
 
 
 def append_line(path: str | Path, line: str) -> None:
