@@ -1152,7 +1152,12 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
     def waited(signum, frame):
         raise AssertionError("waited on a FIFO")
 
-    for name in ("qasem.jsonl", "eval_config.json", "eval_summary.json", "latest", "token"):
+    from fincheck.data.raw_records import iter_records
+    from fincheck.io.checksums import sha256_file
+    from fincheck.io.safe_files import copy_file
+
+    names = ("qasem.jsonl", "eval_config.json", "eval_summary.json", "latest", "token")
+    for name in (*names, "final.jsonl", "weights", "source"):
         os.mkfifo(tmp_path / name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -1162,6 +1167,10 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "eval_summary.json": lambda: read_eval_summary(tmp_path),
         "latest": lambda: check_checkpoint_layout(tmp_path),
         "token": held_token,
+        # a FINAL file, a file's digest, a file copied (each opened where it was checked)
+        "final.jsonl": lambda: list(iter_records(tmp_path / "final.jsonl")),
+        "weights": lambda: sha256_file(tmp_path / "weights"),
+        "source": lambda: copy_file(tmp_path / "source", tmp_path / "copied"),
     }
     previous = signal.signal(signal.SIGALRM, waited)
     signal.alarm(30)

@@ -13,7 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
-from fincheck.io.safe_files import write_text
+from fincheck.io.safe_files import read_regular_bytes, write_text
 from fincheck.train.checkpoints import (
     in_turn,
     is_complete,
@@ -186,7 +186,7 @@ def continue_wandb_run(output_dir: Path) -> None:
     the user chose one with WANDB_RUN_ID), so one training run stays one wandb run."""
     path = output_dir / WANDB_RUN_ID_FILE
     if "WANDB_RUN_ID" not in os.environ and path.is_file():
-        os.environ["WANDB_RUN_ID"] = path.read_text(encoding="utf-8").strip()
+        os.environ["WANDB_RUN_ID"] = read_regular_bytes(path).decode("utf-8").strip()
         os.environ.setdefault("WANDB_RESUME", "allow")
 
 

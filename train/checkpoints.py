@@ -44,6 +44,7 @@ from fincheck.io.safe_files import (
     copy_file,
     fresh_folder,
     move_files_into,
+    read_regular_bytes,
     refuse_foreign_entries,
     write_text,
 )
@@ -108,7 +109,7 @@ def config_fingerprint(base_path: str) -> str:
     """What checkpoints recorded before `base_fingerprint` read the weights: the sha256 of the
     base's config.json (or of its name), which such a checkpoint's resume still compares."""
     config = Path(base_path) / "config.json"
-    data = config.read_bytes() if config.is_file() else base_path.encode()
+    data = read_regular_bytes(config) if config.is_file() else base_path.encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fincheck.errors import FincheckError, InvalidRecordError
 from fincheck.io import jsonl
 from fincheck.io.jsonl import decode_object_line
+from fincheck.io.safe_files import open_regular_file
 
 if TYPE_CHECKING:
     from fincheck.data.pairs import Pair
@@ -34,7 +35,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     """One record per non-blank line; a line that is not a JSON object (or not UTF-8) is an
     error record naming the file and line."""
     n = 0
-    with Path(path).open("rb") as f:
+    with open(open_regular_file(path), "rb") as f:  # a FIFO is one line, never a wait
         for line_no, raw in enumerate(f, start=1):
             if line_no == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no record
@@ -120,7 +121,7 @@ def _array_start(text: str, decoder: json.JSONDecoder) -> int:
 def iter_records(path: Path) -> Iterator[RawRecord]:
     """JSONL or JSON array, by content: a file whose first character is '[' is a JSON array."""
     path = Path(path)
-    with path.open("rb") as f:  # only to tell the two apart: the readers check the encoding
+    with open(open_regular_file(path), "rb") as f:  # only to tell the two apart (and a FIFO)
         head = f.read(4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if head.startswith("[") or (head.startswith("{") and path.suffix == ".json"):
         return iter_json_array(path)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from fincheck.io.safe_files import open_regular_file
+
 
 def sha256_file(path: str | Path) -> str:
     digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
+    with open(open_regular_file(path), "rb") as f:  # a FIFO is one line, never a wait
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -29,6 +29,7 @@ from fincheck.io.safe_files import (
     hold_claimed_folder,
     is_temporary,
     open_own_file,
+    read_regular_bytes,
     write_text,
 )
 
@@ -48,7 +49,7 @@ def folder_kind(out: Path) -> str | None:
     marker = out / OWN_MARKER
     if marker.is_symlink() or not marker.is_file():
         return None
-    kind = marker.read_text(encoding="utf-8", errors="replace").strip()
+    kind = read_regular_bytes(marker).decode("utf-8", errors="replace").strip()
     return kind if kind in KINDS else None
 
 

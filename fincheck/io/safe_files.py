@@ -59,6 +59,12 @@ def open_own_file(path: str | Path, flags: int, what: str = "") -> int:
     return fd
 
 
+def read_regular_bytes(path: str | Path) -> bytes:
+    """The bytes of a regular file (`open_regular_file`: a FIFO is one line, never a wait)."""
+    with open(open_regular_file(path), "rb") as f:
+        return f.read()
+
+
 def open_regular_file(path: str | Path) -> int:
     """A descriptor for reading `path`, refused in one line unless it is a regular file (a link
     to one is followed): a FIFO would wait for a writer forever, a device never ends. Checked
@@ -282,7 +288,10 @@ def write_bytes(path: str | Path, data: bytes, what: str = "") -> None:
 
 def copy_file(source: str | Path, target: str | Path, what: str = "") -> None:
     """`replaced_file` holding a copy of `source`'s bytes (its metadata is not copied)."""
-    with Path(source).open("rb") as src, replaced_file(target, what, binary=True) as f:
+    with (
+        open(open_regular_file(source), "rb") as src,
+        replaced_file(target, what, binary=True) as f,
+    ):
         shutil.copyfileobj(src, f, 1 << 20)
 
 
