@@ -1293,3 +1293,18 @@ def test_the_launchers_entry_point_prints_errors_as_fincheck_train_does(monkeypa
     assert "train/sft.py: error: Permission denied: /readonly/run (not writable" in (
         capsys.readouterr().err
     )
+
+
+def test_a_folder_of_the_user_s_is_refused_for_what_it_is_before_it_is_walked(tmp_path):
+    """`--out ~` (a folder of the user's, holding links deep inside: a virtual environment's
+    python) is refused as a folder of files fincheck did not write, at once, not after a walk
+    of the whole tree that names some link found there."""
+    from fincheck.errors import FincheckError
+    from fincheck.io.out_lock import claim_out_dir
+
+    home = tmp_path / "home"
+    (home / "project" / ".venv" / "bin").mkdir(parents=True)
+    (home / "project" / ".venv" / "bin" / "python").symlink_to("/usr/bin/python3")
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(FincheckError, match="holds files fincheck did not write"):
+        claim_out_dir(home, "--out", "eval")

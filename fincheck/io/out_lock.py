@@ -81,7 +81,6 @@ def claim_out_dir(
     out = Path(out_dir)
     real = out.resolve()  # `new/../..` is its parent's parent, checked as such
     if real.is_dir():
-        refuse_links(real, flag)
         recorded = folder_kind(real)
         if recorded is not None and recorded != kind:
             raise FincheckError(
@@ -101,6 +100,7 @@ def claim_out_dir(
                 f"{flag} {out} holds files fincheck did not write ({shown}): choose a new or "
                 "empty folder (nothing in it is overwritten)"
             )
+        refuse_links(real, flag)  # walked only once the folder is fincheck's (`--out ~`)
     out.mkdir(parents=True, exist_ok=True)
     hold_claimed_folder(out)  # no link followed inside it from now on
     if folder_kind(out) != kind:
