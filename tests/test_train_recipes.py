@@ -267,8 +267,10 @@ def test_a_hub_token_in_a_recipe_is_refused_before_it_is_written_anywhere(where,
         ("learning_rate: .nan\n", "learning_rate: expected a finite number"),
         ("learning_rate: -1.0e-4\n", "learning_rate: must be above 0"),
         ("learning_rate: 1" + "0" * 400 + "\n", "learning_rate: expected a finite number"),
+        # a logger that would write its own files into the run folder by name
+        ("report_to: [tensorboard]\n", "report_to[0]: 'tensorboard' is not one of"),
     ],
-    ids=["batch", "dropout", "nan", "negative", "too-large-for-a-float"],
+    ids=["batch", "dropout", "nan", "negative", "too-large-for-a-float", "a-logger"],
 )
 def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said, tmp_path):
     path = tmp_path / "r.yaml"
@@ -276,7 +278,7 @@ def test_a_recipe_value_out_of_its_range_names_the_file_and_key(yaml_text, said,
     with pytest.raises(FincheckError, match=re.escape(f"{path}: {said}")):
         load_recipe(path)
     key = yaml_text.split(":")[0]
-    with pytest.raises(FincheckError, match=re.escape(f"--{key}: ")):
+    with pytest.raises(FincheckError, match=re.escape(f"--{key}") + r"(\[0\])?: "):
         load_recipe(None, [f"--{key}={yaml_text.split(': ')[1].strip()}"])
 
 

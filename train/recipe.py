@@ -189,8 +189,10 @@ class SFTRecipe(SFTConfig):
     save_total_limit: int | None = config_field(
         3, "keep at most N checkpoints (oldest removed)", at_least=1
     )
-    report_to: list[str] = config_field(
-        ["none"], "loggers: none, wandb, tensorboard (wandb honours WANDB_MODE=offline)"
+    # (the loggers fincheck keeps its promises with: another library's logger writes its own
+    # files by name into the run folder)
+    report_to: list[Literal["none", "wandb"]] = config_field(
+        ["none"], "loggers: none or wandb (wandb honours WANDB_MODE=offline)"
     )
     disable_tqdm: bool | None = config_field(False, "no progress bar")
     completion_only_loss: bool | None = config_field(
