@@ -44,7 +44,7 @@ def route(record: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def read_inputs(path: Path) -> list[dict[str, Any]]:
     """Validate every line up front, so a typo on line 900 fails before any model work."""
-    if not path.is_file():
+    if not path.exists():  # (a FIFO or a folder there is refused by the reader, as such)
         raise FincheckError(f"input file not found: {path}")
     records = []
     first_line: dict[str, int] = {}
@@ -141,7 +141,7 @@ def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | No
 
 def _read_text(path: str) -> str:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise FincheckError(f"file not found: {p}")
     text = read_utf8_text(p).strip()
     if not text:

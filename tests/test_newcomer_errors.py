@@ -1157,7 +1157,18 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
     from fincheck.io.safe_files import copy_file
 
     names = ("qasem.jsonl", "eval_config.json", "eval_summary.json", "latest", "token")
-    for name in (*names, "final.jsonl", "weights", "source"):
+    from fincheck.serve.detect_cli import _read_text, read_inputs
+    from fincheck.tasks.final.judge_sanity import read_sanity_set
+
+    for name in (
+        *names,
+        "final.jsonl",
+        "weights",
+        "source",
+        "input.jsonl",
+        "text.txt",
+        "check.jsonl",
+    ):
         os.mkfifo(tmp_path / name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -1171,6 +1182,10 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "final.jsonl": lambda: list(iter_records(tmp_path / "final.jsonl")),
         "weights": lambda: sha256_file(tmp_path / "weights"),
         "source": lambda: copy_file(tmp_path / "source", tmp_path / "copied"),
+        # detect's input and text files and the judge-check set: a FIFO, not "not found"
+        "input.jsonl": lambda: read_inputs(tmp_path / "input.jsonl"),
+        "text.txt": lambda: _read_text(str(tmp_path / "text.txt")),
+        "check.jsonl": lambda: read_sanity_set(tmp_path / "check.jsonl"),
     }
     previous = signal.signal(signal.SIGALRM, waited)
     signal.alarm(30)

@@ -32,7 +32,7 @@ def read_sanity_set(path: Path = SANITY_SET) -> list[dict[str, Any]]:
     an expected matching with one entry per predicted letter (a gold letter or null)."""
     from fincheck.tasks.final.lettering import letters
 
-    if not Path(path).is_file():
+    if not Path(path).exists():  # (a FIFO there is refused by the reader, as such)
         raise FincheckError(f"judge check set not found: {path}")
     items = []
     for number, item in iter_json_objects(path):  # the one reader: bounded, text checked once
