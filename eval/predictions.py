@@ -215,10 +215,17 @@ SAME_RUN_KEYS = (
 def path_identity(value: str | None) -> str | None:
     """An option that names a folder or a name (a tokenizer, two-step's step 1), as a run's
     identity records it: an existing folder by its content (the same model wherever it lies,
-    and another one once changed in place), another path made absolute, a name as given."""
+    and another one once changed in place), another path made absolute, a hub id by the
+    snapshot the hub cache holds, a name as given."""
     if value and Path(value).is_dir():
         return f"{Path(value).name} sha256:{folder_sha256(value)}"
-    return str(Path(value).resolve()) if value and Path(value).exists() else value
+    if value and Path(value).exists():
+        return str(Path(value).resolve())
+    from fincheck.io.runs import looks_like_hub_id
+    from fincheck.models.loading import model_content  # (torch's and the hub's imports: here)
+
+    content = model_content(value) if value and looks_like_hub_id(value) else None
+    return f"{value} sha256:{content}" if content else value  # a hub id by its cached snapshot
 
 
 def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:

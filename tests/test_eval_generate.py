@@ -1117,3 +1117,27 @@ def test_a_predictions_file_is_resumed_line_by_line_from_its_bytes(tmp_path):
     path.write_bytes(lines[0].encode() + b"\n" + b'{"id": "caf\xe9"}\n' + lines[1].encode() + b"\n")
     with pytest.raises(FincheckError, match=r"final\.jsonl:2: unreadable prediction"):
         PredictionWriter(path, "final")
+
+
+def test_a_hub_model_is_identified_by_the_snapshot_the_cache_holds(tmp_path, monkeypatch):
+    """A model named by a hub id (a baseline's --model, the judge's, FIZZ's NLI model, a
+    tokenizer) is identified by the files of the snapshot its load used, not by its name: the
+    repo updated since, the same name is another model."""
+    import huggingface_hub.constants
+
+    from fincheck.eval.predictions import path_identity
+    from fincheck.models.loading import model_content
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (cache / "models--org--tiny" / "refs").mkdir()
+    (cache / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    (snapshot / "config.json").write_text('{"model_type": "llama"}')
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = model_content("org/tiny")
+    assert first and path_identity("org/tiny") == f"org/tiny sha256:{first}"
+    (snapshot / "config.json").write_text('{"model_type": "llama", "vocab_size": 9}')
+    assert model_content("org/tiny") != first
+    assert model_content("org/not-cached") is None and path_identity("org/x") == "org/x"

@@ -35,12 +35,11 @@ from fincheck.inference.generation import PromptDoesNotFit
 from fincheck.inference.llm import ChatClient, Completion, LLMCallError
 from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.io.bounded_http import UnreadableReply, bounded_http_client
-from fincheck.io.checksums import folder_sha256
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.jsonl import without_lone_surrogates
 from fincheck.io.messages import one_line, shortened
 from fincheck.io.secrets import hold_secret, hold_url_secrets, public_url, redact
-from fincheck.models.loading import LoadOptions, load_model, resolve_model
+from fincheck.models.loading import LoadOptions, load_model, model_content
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 LOCAL_REMEDY = "a model with a longer window, or a smaller answer budget"
@@ -647,7 +646,7 @@ class TransformersChatClient(ChatClient):
             self.identity["dtype"] = dtype
         # the model by its content, not its path: another model at the same path (a folder
         # replaced, a name fetched again) is another identity, for the cache and for a rerun
-        content = folder_sha256(resolve_model(model_path, log=lambda _: None))
+        content = model_content(model_path)
         if content:
             self.identity["content"] = content[:16]
         # A fast tokenizer's padding state is shared: the worker's padded batches and the

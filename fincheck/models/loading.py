@@ -30,7 +30,7 @@ from fincheck.inference.generation import (
 )
 from fincheck.io import jsonl
 from fincheck.io.bounded_http import bound_hub_replies
-from fincheck.io.checksums import MODEL_FILES
+from fincheck.io.checksums import MODEL_FILES, folder_sha256
 from fincheck.io.config import config_field
 from fincheck.io.deadline import CallDeadline, within_deadline
 from fincheck.io.messages import one_line
@@ -479,6 +479,21 @@ def resolve_base(run: RunArtifacts, override: str | None = None) -> str:
 def resolve_model(name_or_path: str, log=print) -> str:
     """A known name -> its fetched folder (fetched on first use); anything else unchanged."""
     return str(fetch_model(name_or_path, log=log)) if name_or_path in KNOWN else name_or_path
+
+
+def model_content(name_or_path: str) -> str | None:
+    """A model's files as one digest (`folder_sha256`) wherever they lie: a folder, a known
+    name's fetched folder, or a hub id's snapshot in the local hub cache (the one its load
+    used: a repo updated since is another model); None where this machine holds none."""
+    folder = resolve_model(name_or_path, log=lambda _: None)
+    if not Path(folder).is_dir() and looks_like_hub_id(folder):
+        from huggingface_hub import snapshot_download
+
+        try:
+            folder = snapshot_download(folder, local_files_only=True)
+        except Exception:  # not in the cache (nothing loaded it yet): no content to name
+            return None
+    return folder_sha256(folder)
 
 
 def convert_gguf(gguf_path: Path, out: Path) -> None:
