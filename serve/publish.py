@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -205,12 +206,18 @@ def upload_text(path: Path) -> str:
 
 
 def _json_strings(text: str) -> list[str]:
-    """Every string (keys too) of `text` read as JSON, or as JSON lines; [] for other text."""
-    values: list = []
-    for chunk in [text, *text.splitlines()] if text.lstrip()[:1] in "[{" else []:
+    """Every JSON string literal in `text` (keys too), each decoded on its own, whatever the
+    file around it: nested past what a reader takes, holding a lone surrogate escape, or no
+    JSON at all (a file the one reader refuses was left unscanned)."""
+    strings = []
+    for literal in _JSON_STRING.finditer(text):
         with contextlib.suppress(ValueError):
-            values.append(jsonl.loads(chunk))
-    return list(jsonl.strings_in(values))
+            strings.append(json.loads(literal.group()))
+    return strings
+
+
+# A JSON string literal on one line: linear (each character is one of the two branches).
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 
 
 def copy_regular_file(source: Path, target: Path, root: Path) -> None:

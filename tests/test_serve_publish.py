@@ -970,6 +970,16 @@ def test_a_token_is_found_after_decoding_json_escapes_and_in_safetensors_metadat
     save_file(load_file(weights), weights, metadata={"format": "pt", "note": token})
     with pytest.raises(FincheckError, match=r"adapter_model\.safetensors of the upload holds"):
         publish(PublishOptions(copy, "me/tiny", dry_run=tmp_path / "dry2"))
+    # ... in a JSON file the one reader refuses (nested 65 deep, a lone surrogate beside it)
+    from fincheck.serve.publish import check_upload_holds_no_secret
+
+    for name, text in [
+        ("deep.json", "[" * 65 + f'"{escaped}"' + "]" * 65),
+        ("lone.json", f'{{"a": "\\ud800", "b": "{escaped}"}}'),
+    ]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(FincheckError, match=f"{name} of the upload holds a secret"):
+            check_upload_holds_no_secret(tmp_path, [tmp_path / name])
 
 
 def test_secrets_are_redacted_in_whatever_fincheck_writes_or_prints(tmp_path, capsys):
