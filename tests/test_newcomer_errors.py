@@ -982,18 +982,23 @@ def test_a_base_whose_config_is_a_folder_is_one_line_naming_it(
 
 def test_a_traceback_printed_with_debug_holds_no_held_secret(tmp_path):
     """`--debug` prints Python's traceback after main has put its redacting streams back: the
-    process's excepthook redacts it too, so an endpoint's credentials in the error never show."""
+    process's excepthook redacts it too, so an endpoint's credentials in the error never show;
+    on the launcher's route as under `fincheck`."""
     import subprocess
     import sys
 
     url = "http://user:pw-7766554433@127.0.0.1:9/v1?subscription-key=QUERYSECRET-1234"
+    # the launcher's entry point (`deepspeed train/sft.py`) re-raises what it cannot say in
+    # one line: its traceback goes through the same hook
     script = (
         "import sys\n"
-        "from fincheck.commands import cli\n"
+        "from fincheck.train import sft\n"
         "from fincheck.io.secrets import hold_url_secrets\n"
         f"hold_url_secrets({url!r})\n"
-        "sys.excepthook = cli.redacting_excepthook\n"
-        f"raise RuntimeError('could not reach ' + {url!r})\n"
+        "def unreachable(*a, **k):\n"
+        f"    raise RuntimeError('could not reach ' + {url!r})\n"
+        "sft.load_training_recipe = unreachable\n"
+        "sys.exit(sft.main(['--config', 'recipe.yaml']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 1 and "RuntimeError: could not reach http://" in proc.stderr
@@ -1323,3 +1328,20 @@ def test_a_folder_of_the_user_s_is_refused_for_what_it_is_before_it_is_walked(tm
     (home / "notes.txt").write_text("mine")
     with pytest.raises(FincheckError, match="holds files fincheck did not write"):
         claim_out_dir(home, "--out", "eval")
+
+
+def test_a_command_terminated_as_it_starts_exits_143_in_one_line():
+    """SIGTERM (or Ctrl-C) before the command itself runs, while its parser is being built:
+    one line and exit 143, as later, not a traceback and exit 1."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys\n"
+        "from fincheck.commands import cli\n"
+        "cli.check_command_line = lambda argv: os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.argv = ['fincheck', 'models', 'list']\n"
+        "cli.console()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (143, "fincheck: terminated\n")

@@ -28,7 +28,12 @@ from typing import Any
 
 from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import build_config, describe_config
-from fincheck.io.messages import check_command_line, error_line, library_errors_as_one_line
+from fincheck.io.messages import (
+    check_command_line,
+    error_line,
+    library_errors_as_one_line,
+    redacting_excepthook,
+)
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA
 from fincheck.io.secrets import redacted_output
@@ -261,6 +266,7 @@ HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"
 def main(argv: list[str] | None = None) -> int:
     """The launcher's entry point (`deepspeed train/sft.py --config ...`), with the errors and
     the redacted output of `fincheck train`."""
+    sys.excepthook = redacting_excepthook  # a traceback is printed after the streams are back
     with redacted_output():
         argv = list(sys.argv[1:] if argv is None else argv)
         if "-h" in argv or "--help" in argv:

@@ -17,8 +17,8 @@ from fincheck import __version__
 from fincheck.errors import UsageError
 from fincheck.io.bounded_http import bound_hub_replies
 from fincheck.io.config import close_flags
-from fincheck.io.messages import check_command_line, error_line
-from fincheck.io.secrets import redact, redacted_output
+from fincheck.io.messages import check_command_line, error_line, redacting_excepthook
+from fincheck.io.secrets import redacted_output
 
 # Stage modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -121,14 +121,6 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
-def redacting_excepthook(kind: type[BaseException], value: BaseException, tb) -> None:
-    """Python's report of an uncaught exception, with every secret the run held redacted: it is
-    printed after `main` has put back the streams it redacts through."""
-    import traceback
-
-    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
-
-
 def console() -> None:
     """The `fincheck` executable: `main`, then exit at once. Calls still in flight on worker
     threads (an endpoint that does not answer, after Ctrl-C or a stopped run) would otherwise
@@ -144,6 +136,10 @@ def console() -> None:
     except BrokenPipeError:  # `fincheck models list | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         os._exit(0)
+    except KeyboardInterrupt as e:  # before a command ran (while the parser was being built)
+        terminated = isinstance(e, Terminated)
+        print(f"fincheck: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        code = 143 if terminated else 130
     stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if stuck:
         sys.stdout.flush()

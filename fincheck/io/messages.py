@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 from collections.abc import Iterator
 
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
@@ -110,3 +111,11 @@ def check_command_line(argv: list[str]) -> None:
                 f"argument {position} ({redact(shown)!r}) holds bytes that are not UTF-8 text: "
                 "give file names and values in UTF-8"
             ) from None
+
+
+def redacting_excepthook(kind: type[BaseException], value: BaseException, tb) -> None:
+    """Python's report of an uncaught exception, with every secret the run held redacted: it is
+    printed after `main` has put back the streams it redacts through."""
+    import traceback
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
