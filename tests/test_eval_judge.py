@@ -721,6 +721,14 @@ def test_judge_answers_from_two_served_models_are_never_mixed(server, make_judge
     ):
         make_judge().match_many(requests, concurrency=1, progress=False)
     assert (tmp_path / "judge_cache.jsonl").read_text() == cache  # judge-b's answer not cached
+    # another judge (another --judge-model) sharing the cache is pinned to its own answers'
+    other = OpenAIChatClient(
+        "other-judge", server.base_url, "FINCHECK_TEST_JUDGE_KEY", timeout_s=5, max_retries=2
+    )
+    result = MatchingJudge(other, RequestCache(tmp_path / "judge_cache.jsonl")).match_many(
+        [("S-two", ["p"], ["g"])], concurrency=1, progress=False
+    )
+    assert result[0].served == "judge-b"
 
 
 def _chat_schema(**defaults: float) -> dict:

@@ -97,6 +97,7 @@ class RequestCache:
         self._entries: dict[str, str] = {}
         self._cut: dict[str, bool] = {}  # answers known to have hit their token budget
         self._served: dict[str, str] = {}  # the model an endpoint said answered
+        self._asked: dict[str, str] = {}  # which client was asked (`asked_of`), per key
         self._lock = threading.Lock()
         if self.path and (self.path.exists() or self.path.is_symlink()):
             text = read_own_bytes(self.path, "the request cache")
@@ -113,6 +114,8 @@ class RequestCache:
                         self._cut[record["key"]] = bool(record["cut"])
                     if isinstance(record.get("served"), str):
                         self._served[record["key"]] = record["served"]
+                    if isinstance(record.get("asked"), str):
+                        self._asked[record["key"]] = record["asked"]
                 except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
                     # a line torn by a crash is skipped; a file that does not start as a
                     # cache record does (json.dumps of {"key": ...}) is someone else's
@@ -154,10 +157,11 @@ class RequestCache:
         with self._lock:
             return self._cut.get(key)
 
-    def served_names(self) -> set[str]:
-        """Every model an endpoint said answered a cached request."""
+    def served_names(self, asked: str) -> set[str]:
+        """Every model an endpoint said answered a request cached from the client `asked`
+        (`asked_of`: a cache shared by two judges pins each to its own)."""
         with self._lock:
-            return set(self._served.values())
+            return {m for k, m in self._served.items() if self._asked.get(k) == asked}
 
     def served(self, key: str) -> str | None:
         """The model an endpoint said answered (None: not recorded, or a local model)."""
@@ -165,7 +169,12 @@ class RequestCache:
             return self._served.get(key)
 
     def put(
-        self, key: str, response: str, cut: bool | None = None, served: str | None = None
+        self,
+        key: str,
+        response: str,
+        cut: bool | None = None,
+        served: str | None = None,
+        asked: str | None = None,
     ) -> None:
         with self._lock:
             self._entries[key] = response
@@ -176,10 +185,19 @@ class RequestCache:
             if served is not None:
                 self._served[key] = served
                 record["served"] = served
+            if asked is not None:
+                self._asked[key] = asked
+                record["asked"] = asked
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 line = json.dumps(redacted_value(record), ensure_ascii=False)  # held keys: nowhere
                 append_line(self.path, line + "\n")
+
+
+def asked_of(client: ChatClient) -> str:
+    """The client a cached answer was asked of, as its record keeps it: its identity's digest."""
+    canonical = json.dumps(client.identity, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 class _ThreadCalls(threading.local):
@@ -227,7 +245,8 @@ class CachedLLM:
             self._calls.cut = self.cache.cut(key)
             return cached
         answer = as_completion(self.client.complete(messages, sampling, span))
-        self.cache.put(key, answer.text, answer.cut, answer.served)  # who answered, kept with it
+        # who answered, kept with it, and whom it was asked of
+        self.cache.put(key, answer.text, answer.cut, answer.served, asked_of(self.client))
         self._calls.cut = answer.cut
         return answer.text
 
@@ -250,7 +269,9 @@ class CachedLLM:
         if cached is None:
             value = self.client.p_yes(messages, span, share)
             cached = "none" if value is None else repr(float(value))
-            self.cache.put(key, cached, served=self.client.last_served())
+            self.cache.put(
+                key, cached, served=self.client.last_served(), asked=asked_of(self.client)
+            )
         return None if cached == "none" else self._share(cached)
 
     def _share(self, cached: str) -> float:

@@ -31,6 +31,7 @@ from fincheck.inference.llm import (
     LLMCallError,
     RequestCache,
     as_completion,
+    asked_of,
     run_concurrently,
 )
 from fincheck.io import jsonl
@@ -162,7 +163,7 @@ class MatchingJudge:
 
     def __post_init__(self) -> None:
         # a reply from another model than the cached answers' is refused before it is cached
-        self.client.expected_served = frozenset(self.cache.served_names())
+        self.client.expected_served = frozenset(self.cache.served_names(asked_of(self.client)))
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -183,7 +184,7 @@ class MatchingJudge:
             return cached
         result.calls += 1
         response = as_completion(self.client.complete(messages, self.sampling))
-        self.cache.put(key, response.text, response.cut, response.served)
+        self.cache.put(key, response.text, response.cut, response.served, asked_of(self.client))
         result.served = response.served
         return response.text
 
