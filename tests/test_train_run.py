@@ -242,7 +242,10 @@ def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
 ):
     secret = "sk-fincheck-test-secret-0123456789"
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.setenv("FINCHECK_CACHE_DIR", str(tmp_path))  # wandb's files go under it
+    (tmp_path / "wb-cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "wb-cwd")  # wandb's default folder: the working one
     monkeypatch.setenv("WANDB_API_KEY", secret)
     monkeypatch.setenv("HF_TOKEN", secret)
     monkeypatch.setenv("OPENAI_API_KEY", secret)
@@ -274,6 +277,9 @@ def test_wandb_offline_run_config_has_recipe_fingerprint_hashes_and_no_secrets(
     for path in (tmp_path / "wandb").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), f"secret leaked into {path}"
+    # nothing in the working folder (wandb's default) nor in the run folder
+    assert list((tmp_path / "wb-cwd").iterdir()) == []
+    assert not [p for p in (tmp_path / "wb").rglob("*") if p.is_symlink()]
 
 
 def test_sigterm_saves_a_complete_checkpoint_and_exits(prepared_dir, small_mixture, tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.io.bounded_http import bound_hub_replies
+from fincheck.io.cache import cache_root
 from fincheck.io.config import build_config, describe_config
 from fincheck.io.messages import (
     check_command_line,
@@ -115,6 +116,10 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         # wandb's default console capture wraps sys.stdout.write and sees the text before
         # fincheck's redacting stream does; "redirect" reads the file descriptor, after it
         os.environ.setdefault("WANDB_CONSOLE", "redirect")
+        # wandb writes its files by name and links its logs: under fincheck's cache, never in
+        # the working folder (its default) nor the run folder, whose resume refuses a link
+        cache_root().mkdir(parents=True, exist_ok=True)  # (wandb writes its wandb/ in it)
+        os.environ.setdefault("WANDB_DIR", str(cache_root()))
     folder = PreparedFolder.open(recipe.dataset_dir)  # the one entry to the prepared data
     output_dir = Path(recipe.output_dir)  # claimed by load_training_recipe
     # one writer per run folder: the first process holds its lock until it ends (another
