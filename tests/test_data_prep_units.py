@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,28 @@ def test_a_json_file_s_records_are_found_by_its_structure_not_its_text(tmp_path:
     ]:
         (tmp_path / "final.json").write_text(text)
         assert [r.line for r in iter_json_array(tmp_path / "final.json")] == lines
+
+
+def test_a_prompt_s_fields_are_read_back_around_the_grounding_span():
+    """A baseline reads a pair's document and summary back from its user message: the document
+    is the grounding span, taken whole even when it holds the template's own separators (a
+    search split it at the first), and the reading takes linear time on such a document."""
+    import time
+
+    from fincheck.tasks import load_prompt
+
+    for task in ("fhsumbench", "qasem", "final"):
+        prompt = load_prompt(task)
+        literals = "".join(re.split(r"\{[a-z_]+\}", prompt.user))
+        values = {name: f"the {name}" for name in prompt.fields}
+        values["text"] = "Doc." + literals + " more" + literals
+        _, user, span = prompt.render(**values)
+        assert prompt.fields_of(user, span) == values, task
+    timings = []
+    for n in (500, 2000):  # 4 x the separators may not take 8 x the time
+        values["text"] = literals * n
+        _, user, span = prompt.render(**values)
+        start = time.process_time()
+        prompt.fields_of(user, span)
+        timings.append(time.process_time() - start)
+    assert timings[1] < 8 * timings[0] + 0.05

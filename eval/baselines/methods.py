@@ -65,7 +65,8 @@ class Example:
 
     @classmethod
     def of(cls, pair: Pair) -> Example:
-        return cls(pair, load_prompt(pair.task).fields_of(pair.user_content))
+        span = pair.meta.get("grounding_span")  # (checked when the pair was read)
+        return cls(pair, load_prompt(pair.task).fields_of(pair.user_content, span))
 
 
 @cache

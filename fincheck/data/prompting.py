@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -66,23 +67,43 @@ class Prompt:
             parts[i] = value
         return self.system, "".join(parts), span
 
-    def fields_of(self, user: str) -> dict[str, str]:
+    def fields_of(self, user: str, span: Sequence[int] | None = None) -> dict[str, str]:
         """The values this prompt was rendered with, read back from its user message (how a
-        baseline with its own prompt gets a prepared pair's document, summary or QA)."""
-        pattern, named = _PLACEHOLDER.split(self.user), set()  # as in `render`
+        baseline with its own prompt gets a prepared pair's document, summary or QA). With the
+        grounding `span` the document is taken from it, never searched for: a document holding
+        the template's own separator ("\n\nSummary:\n") is read whole, and the rest is
+        matched around it (a search from every separator was quadratic)."""
+        pieces = _PLACEHOLDER.split(self.user)  # literal, name, literal, ..., name, literal
+        if span is None or GROUNDING_FIELD not in pieces[1::2]:
+            return self._matched(pieces, user)
+        at = pieces.index(GROUNDING_FIELD, 1)
+        start, end = span
+        before, after = (
+            self._matched(pieces[:at], user[:start]),
+            self._matched(pieces[at + 1 :], user[end:]),
+        )
+        if any(before[k] != v for k, v in after.items() if k in before):
+            raise self._not_rendered()
+        return {**before, GROUNDING_FIELD: user[start:end], **after}
+
+    def _matched(self, pieces: list[str], text: str) -> dict[str, str]:
+        pattern, named = list(pieces), set()
         for i, piece in enumerate(pattern):
             if i % 2 == 0:
                 pattern[i] = re.escape(piece)
             else:
                 pattern[i] = f"(?P={piece})" if piece in named else f"(?P<{piece}>.*?)"
                 named.add(piece)
-        found = re.fullmatch("".join(pattern), user, flags=re.DOTALL)
+        found = re.fullmatch("".join(pattern), text, flags=re.DOTALL)
         if found is None:
-            raise FincheckError(
-                f"the message was not rendered from {self.path}: re-run `fincheck prepare` with "
-                "the installed prompts"
-            )
+            raise self._not_rendered()
         return found.groupdict()
+
+    def _not_rendered(self) -> FincheckError:
+        return FincheckError(
+            f"the message was not rendered from {self.path}: re-run `fincheck prepare` with "
+            "the installed prompts"
+        )
 
     def messages(self, **values: str) -> tuple[list[dict[str, str]], tuple[int, int]]:
         """Chat messages (system, user) for these values, and the grounding span."""
