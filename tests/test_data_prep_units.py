@@ -229,6 +229,16 @@ def test_a_folder_without_a_manifest_is_fingerprinted_by_its_files(tmp_path: Pat
     write_pairs(tmp_path / "qasem" / "test.jsonl", [make_pair(0, "g")])
     assert read_manifest(tmp_path)["fingerprint"] != first["fingerprint"]
     assert read_manifest(tmp_path / "empty") == {}
+    (tmp_path / "notes").mkdir()  # only the registered tasks' split files are its data
+    (tmp_path / "notes" / "mine.jsonl").write_text("{}\n")
+    assert list(read_manifest(tmp_path)["files"]) == ["qasem/test.jsonl"]
+    # a split changed after the folder was opened is refused when it is read
+    from fincheck.tasks.prepared import PreparedFolder
+
+    folder = PreparedFolder.open(tmp_path)
+    write_pairs(tmp_path / "qasem" / "test.jsonl", [make_pair(1, "g")])
+    with pytest.raises(FincheckError, match="changed after"):
+        folder.split("qasem", "test")
 
 
 def test_a_json_file_s_records_are_found_by_its_structure_not_its_text(tmp_path: Path):

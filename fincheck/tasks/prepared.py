@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fincheck.data.pairs import Pair, read_pairs
+from fincheck.data.pairs import SPLITS, Pair, read_pairs
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.jsonl import read_json_record
 from fincheck.io.runs import MANIFEST_SHAPE
+from fincheck.io.safe_files import read_regular_bytes
 from fincheck.tasks import task_names
 
 MANIFEST = "manifest.json"
@@ -60,11 +61,21 @@ def check_recorded_sha256(
     these very pairs. A file edited by hand, or a folder re-prepared under a kept manifest,
     stops here."""
     manifest_path = Path(dataset_dir) / MANIFEST
-    if not manifest_path.is_file():
+    if manifest is None and not manifest_path.is_file():
         return
     key = path.relative_to(dataset_dir).as_posix()
+    # (a folder without one: the manifest its files made when it was opened)
     manifest = read_manifest(dataset_dir) if manifest is None else manifest
     files = manifest.get("files")
+    if not manifest_path.is_file():  # no manifest: the folder as this command first read it
+        recorded = (files or {}).get(key)
+        if recorded is None or recorded.get("sha256") != sha256_file(path):
+            raise FincheckError(
+                f"{path} changed after this command read {dataset_dir} (a folder without a "
+                "manifest is named by its files as they were then): leave it as it is while a "
+                "command reads it, or prepare it with `fincheck prepare`"
+            )
+        return
     if isinstance(files, dict) and key not in files:
         raise FincheckError(
             f"{path} is not among the files {manifest_path} records (it was not written by "
@@ -102,14 +113,15 @@ def files_manifest(dataset_dir: str | Path) -> dict[str, Any]:
     """For a folder without a manifest (laid out by hand): its split files' sha256 and pair
     counts and the fingerprint they make, as prepare would record them, so a run or a resume
     names these very pairs and a folder changed since is another data set."""
-    files = {
-        path.relative_to(dataset_dir).as_posix(): {
-            "sha256": sha256_file(path),
-            "pairs": sum(1 for line in path.read_bytes().splitlines() if line.strip()),
-        }
-        for path in sorted(Path(dataset_dir).glob("*/*.jsonl"))
-        if path.is_file()
-    }
+    files = {}
+    for task in task_names():  # the registered tasks' split files, nothing else found there
+        for split in SPLITS:
+            path = split_path(dataset_dir, task, split)
+            if path.is_file():
+                data = read_regular_bytes(path)  # hashed and counted from the same bytes
+                pairs = sum(1 for line in data.splitlines() if line.strip())
+                digest = hashlib.sha256(data).hexdigest()
+                files[f"{task}/{split}.jsonl"] = {"sha256": digest, "pairs": pairs}
     return {"files": files, "fingerprint": files_fingerprint(files)} if files else {}
 
 
