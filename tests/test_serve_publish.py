@@ -1043,6 +1043,15 @@ def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     assert secrets.public_url(bare) == (
         "http://127.0.0.1:9/v1?access=<redacted>&k=<redacted>&<redacted>"
     )
+    # a path segment's parameters (";api_key=…"), and a key held with white space around it
+    params = "http://127.0.0.1:9/v1;api_key=Zq8Xv2Lm9Pw4/chat"
+    secrets.hold_url_secrets(params)
+    assert secrets.public_url(params) == "http://127.0.0.1:9/v1;<redacted>/chat"
+    assert secrets.redact("echo Zq8Xv2Lm9Pw4 and ;token=abcdefgh9") == (
+        "echo <redacted> and ;token=<redacted>"
+    )
+    secrets.hold_secret(" spaced-key-778899\n")
+    assert secrets.redact("got spaced-key-778899.") == "got <redacted>."
     secrets.hold_secret("Zq9x7")
     said = 'got authorization: bearer Zq9x7, {"Proxy-Authorization": "Zq9x7"}; a Zq9x7 word'
     expected = (

@@ -41,7 +41,7 @@ URL_USERINFO = re.compile(
 # a URL written into JSON or markdown stays whole)
 _QUERY_VALUE = r"[^&#\s\"'`<>\\]+"  # (not empty: "key=<redacted>" is left as it is)
 URL_SECRET_QUERY = re.compile(
-    r"(?P<key>[?&][\w.~-]{0,64}(?:key|token|auth|password|passwd|secret|sig|signature|code"
+    r"(?P<key>[?&;][\w.~-]{0,64}(?:key|token|auth|password|passwd|secret|sig|signature|code"
     rf"|credential|session)[\w.~-]{{0,64}}=){_QUERY_VALUE}",
     re.IGNORECASE,
 )
@@ -95,9 +95,9 @@ def hold_secret(value: str | None) -> None:
     process's own command line is redacted too (the options were parsed already): a library
     that records it (wandb stores `sys.argv` with every run) never sees the secret, and neither
     does anyone listing the machine's processes (`hide_from_process_list`)."""
-    if not value or len(value) < MIN_HELD_LENGTH:
+    if not value or len(value.strip()) < MIN_HELD_LENGTH:
         return
-    _HELD.add(value)
+    _HELD.update({value, value.strip()})  # a server echoes a key as it read it: stripped
     sys.argv[:] = [redact(arg) for arg in sys.argv]
     hide_from_process_list()
 
@@ -142,12 +142,14 @@ def hold_url_secrets(url: str | None) -> None:
 
 
 def url_query_values(url: str) -> list[str]:
-    """The values of a URL's query string and fragment, as written: each component's value,
+    """The values of a URL's query string, fragment and path parameters (`;k=v`), as written:
+    each component's value,
     or the whole component where it has no "=" (`?Zq8Xv2…` is a key given bare)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     components = [c for c in f"{parts.query}&{parts.fragment}".split("&") if c]  # ";" is a value's
+    components += [p for segment in parts.path.split("/") for p in segment.split(";")[1:] if p]
     return [value if eq else name for name, eq, value in (c.partition("=") for c in components)]
 
 
@@ -201,7 +203,8 @@ def public_url(url: str | None) -> str | None:
     parts = urlsplit(redact(str(url)))
     components = (c.partition("=") for c in parts.query.split("&") if c)
     query = "&".join(f"{name}={REDACTED}" if eq else REDACTED for name, eq, _ in components)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+    path = re.sub(r";[^/]*", f";{REDACTED}", parts.path)  # a path segment's parameters too
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
 
 
 class RedactingStream:
