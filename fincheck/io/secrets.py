@@ -143,8 +143,8 @@ def hold_url_secrets(url: str | None) -> None:
 
 def url_query_values(url: str) -> list[str]:
     """The values of a URL's query string, fragment and path parameters (`;k=v`), as written:
-    each component's value,
-    or the whole component where it has no "=" (`?Zq8Xv2…` is a key given bare)."""
+    each component's value, or the whole component where it has no "=" (`?Zq8Xv2…` is a key
+    given bare)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
