@@ -1162,6 +1162,7 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
     from fincheck.io.safe_files import copy_file
 
     names = ("qasem.jsonl", "eval_config.json", "eval_summary.json", "latest", "token")
+    from fincheck.io.jsonl import drop_torn_last_line
     from fincheck.serve.detect_cli import _read_text, read_inputs
     from fincheck.tasks.final.judge_sanity import read_sanity_set
 
@@ -1173,6 +1174,7 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "input.jsonl",
         "text.txt",
         "check.jsonl",
+        "trace.jsonl",
     ):
         os.mkfifo(tmp_path / name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
@@ -1191,12 +1193,13 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "input.jsonl": lambda: read_inputs(tmp_path / "input.jsonl"),
         "text.txt": lambda: _read_text(str(tmp_path / "text.txt")),
         "check.jsonl": lambda: read_sanity_set(tmp_path / "check.jsonl"),
+        "trace.jsonl": lambda: drop_torn_last_line(tmp_path / "trace.jsonl"),  # a resumed log
     }
     previous = signal.signal(signal.SIGALRM, waited)
     signal.alarm(30)
     try:
         for name, route in routes.items():
-            with pytest.raises(FincheckError, match=f"{name}: not a regular file"):
+            with pytest.raises(FincheckError, match=f"{name}: (not a|no) regular file"):
                 route()
     finally:
         signal.alarm(0)

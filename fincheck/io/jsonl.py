@@ -265,13 +265,14 @@ def drop_torn_last_line(path: str | Path) -> bool:
     """Remove a last line that a crash or a full disk left without its newline (an append-only
     log's partial write), so the next append starts on a line of its own. True if one was."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return False
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return False
-    fd = open_own_file(path, os.O_WRONLY)
+    fd = open_own_file(path, os.O_RDWR)  # read and cut through one descriptor: no link, no FIFO
     try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        if not data or data.endswith(b"\n"):
+            return False
         os.ftruncate(fd, data.rfind(b"\n") + 1)
     finally:
         os.close(fd)
