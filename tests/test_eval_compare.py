@@ -66,9 +66,9 @@ def test_paired_differences_resample_whole_sources_and_name_them(tmp_path, capsy
     def plain(examples):  # records scored before units were recorded
         return [{k: v for k, v in ex.items() if k != "units"} for ex in examples]
 
-    by_qa = paired_difference("qasem", plain(first), plain(other), "bacc", n_resamples=1000)
+    by_qa = paired_difference("qasem", plain(first), plain(other), "bacc", n_resamples=300)
     assert by_qa.unit == "example" and by_qa.ci95.high - by_qa.ci95.low < 0.12
-    by_response = paired_difference("qasem", first, other, "bacc", 1000, unit="response")
+    by_response = paired_difference("qasem", first, other, "bacc", 50, unit="response")
     assert (by_response.unit, by_response.n_units) == ("response", 80)
     # the CLI: the unit and its count stand in the report; --unit picks another of the task's
     for name, examples in (("a", first), ("b", other)):

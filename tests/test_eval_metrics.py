@@ -534,6 +534,7 @@ WRAPPED_SHAPES = [
 ]
 
 
+@pytest.mark.slow  # timings of 150 parses a case: `make test` runs them, as benchmarks
 @pytest.mark.parametrize(
     "head, unit, tail",
     [("", unit, "") for unit in GROWTH_SHAPES] + WRAPPED_SHAPES,
