@@ -247,6 +247,12 @@ def test_a_reply_body_that_drips_is_stopped_as_stalled(monkeypatch):
     with pytest.raises(bounded_http.UnreadableReply, match=r"stalled: \d+ bytes in the last"):
         b"".join(body)
     assert time.monotonic() - start < 2
+    # dripped just above the floor: a reply read into memory has a whole budget too
+    monkeypatch.setattr(bounded_http, "STALLED_BYTES", 1)
+    monkeypatch.setattr(bounded_http, "MAX_REPLY_SECONDS", 0.5)
+    body = bounded_http._BoundedBody(dripped(), compressed=False, cap=2**20)
+    with pytest.raises(bounded_http.UnreadableReply, match=r"not read whole within 0\.5 s"):
+        b"".join(body)
 
 
 def test_a_download_that_drips_is_stopped_as_stalled(tmp_path, monkeypatch):

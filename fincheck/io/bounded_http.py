@@ -24,6 +24,9 @@ from fincheck.io.deadline import CallDeadline, past_deadline, within_deadline
 
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
+# ... read whole within ten minutes (16 MiB at 28 kB/s): a reply dripped just above the stall
+# floor would otherwise take hours. A file (`MAX_HUB_FILE_BYTES`) has the stall floor alone.
+MAX_REPLY_SECONDS = 600.0
 # A file the hub sends (`/resolve/`), as sent and as inflated: the hub's own ceiling for a plain
 # download (huggingface_hub's MAX_HTTP_DOWNLOAD_SIZE).
 MAX_HUB_FILE_BYTES = 50 * 10**9
@@ -46,10 +49,13 @@ class _BoundedBody(httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         received = inflated = 0
         window = _StallWindow()
+        budget = MAX_REPLY_SECONDS if self.cap <= MAX_REPLY_BYTES else None  # a reply in memory
         for chunk in self.raw:
             received += len(chunk)
             if received > self.cap:
                 raise UnreadableReply(f"a reply of more than {self.cap:,} bytes")
+            if budget is not None and time.monotonic() - window.began > budget:
+                raise UnreadableReply(f"a reply not read whole within {budget:g} s")
             if window.stalled(len(chunk)):  # a body dripped: a read timeout never trips
                 raise UnreadableReply(window.said)
             if self.inflate is None:
@@ -251,6 +257,7 @@ class _StallWindow:
 
     def __init__(self) -> None:
         self.start, self.bytes, self.said = time.monotonic(), 0, ""
+        self.began = self.start
 
     def stalled(self, received: int) -> bool:
         self.bytes += received
