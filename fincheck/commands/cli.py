@@ -67,11 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     with redacted_output():  # every line the command prints, its usage errors' included
         argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser()
         try:
             check_command_line(argv)
         except UsageError as e:
-            build_parser().error(str(e))
-        parser = build_parser()
+            parser.error(str(e))
         args, extra = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
@@ -96,9 +96,7 @@ def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as e:
-        stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"fincheck {args.command}: {stopped}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        return _stopped(e, f"fincheck {args.command}")
     except Exception as e:
         said = (
             None
@@ -115,6 +113,13 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, `timeout`, a scheduler) stops a command as Ctrl-C does, so what it
     records on its way out is written (the models an endpoint served an eval's predictions,
     the calls in flight given up); exit 143, a terminated process's code."""
+
+
+def _stopped(e: KeyboardInterrupt, who: str) -> int:
+    """One line for a command stopped by Ctrl-C (exit 130) or SIGTERM (exit 143)."""
+    terminated = isinstance(e, Terminated)
+    print(f"{who}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+    return 143 if terminated else 130
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -137,9 +142,7 @@ def console() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         os._exit(0)
     except KeyboardInterrupt as e:  # before a command ran (while the parser was being built)
-        terminated = isinstance(e, Terminated)
-        print(f"fincheck: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        code = 143 if terminated else 130
+        code = _stopped(e, "fincheck")
     stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if stuck:
         sys.stdout.flush()
