@@ -20,7 +20,7 @@ from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity, record_loaded
 from fincheck.eval.runner import Answerer, answer_tasks
-from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache, asked_of
+from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache, expect_served
 from fincheck.io.jsonl import check_shape, drop_torn_last_line, iter_json_objects, record_json
 from fincheck.io.safe_files import append_line
 from fincheck.models.llm_clients import METHOD, build_client
@@ -109,8 +109,7 @@ class PaperMethod(Answerer):
     def expect_served(self, models: list[str]) -> None:
         """The folder's record and the models kept with each cached answer: a record lost to a
         kill still leaves them in the cache."""
-        cached = self.llm.cache.served_names(asked_of(self.client))
-        self.client.expected_served = frozenset({*models, *cached})
+        expect_served(self.client, self.llm.cache, models)
 
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter

@@ -43,7 +43,7 @@ from fincheck.inference.generation import (
     generate_batch,
     template_fingerprint,
 )
-from fincheck.inference.llm import CachedLLM, RequestCache, run_concurrently
+from fincheck.inference.llm import CachedLLM, RequestCache, expect_served, run_concurrently
 from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256
@@ -295,7 +295,8 @@ class EndpointBackend(Backend):
         return sorted(self.client.served_models)
 
     def expect_served(self, models: list[str]) -> None:
-        self.client.expected_served = frozenset(models)
+        """The folder's record and the models kept with each cached answer, as a baseline's."""
+        expect_served(self.client, self.llm.cache, models)
 
 
 def tokenizer_identity(fitter: LoadedModel) -> str:

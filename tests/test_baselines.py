@@ -406,6 +406,37 @@ def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path
         assert predictions.read_text() == "".join(lines[:2])
 
 
+def test_a_served_detector_killed_before_its_record_refuses_another_served_model(tmp_path):
+    """`eval --backend openai` keeps who served each answer in its request cache, as a baseline
+    does: a run killed before its folder's record was written (no `served_models`) still
+    refuses a resume answered by another model, writing nothing."""
+    top = [{"token": "Yes", "logprob": -0.1}, {"token": "No", "logprob": -2.4}]
+    served = _completion(top)
+    out = tmp_path / "served"
+    args = ["eval", "--backend", "openai", "--base-url", "", "--model", "served", "--data",
+            str(SMALL), "--out", str(out), "--tasks", "qasem", "--no-progress"]  # fmt: skip
+    with FakeJudgeServer() as server:
+        args[4] = server.base_url
+        server.script = {"": [("raw", served, "always")]}
+        assert main(args) == 0
+        predictions = out / "predictions" / "qasem.jsonl"
+        config_file = out / "predictions" / "eval_config.json"
+        lines = predictions.read_text().splitlines(keepends=True)
+        config = json.loads(config_file.read_text())
+        assert config["served_models"] == ["served-7b"] and len(lines) > 2
+        del config["served_models"]  # killed before the record: its answers in the cache only
+        config_file.write_text(json.dumps(config))
+        predictions.write_text("".join(lines[:2]))
+        cached = (out / "llm_cache.jsonl").read_text().splitlines(keepends=True)
+        (out / "llm_cache.jsonl").write_text("".join(cached[:2]))
+        server.script = {"": [("raw", served.replace("served-7b", "served-70b"), "always")]}
+        assert main(args) == 1
+        assert predictions.read_text() == "".join(lines[:2])
+        server.script = {"": [("raw", served, "always")]}
+        assert main(args) == 0  # the same model finishes it
+        assert len(predictions.read_text().splitlines()) == len(lines)
+
+
 def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path, capsys):
     out = tmp_path / "pipe"
     with FakeJudgeServer() as server:

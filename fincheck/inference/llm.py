@@ -15,7 +15,7 @@ import json
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -198,6 +198,13 @@ def asked_of(client: ChatClient) -> str:
     """The client a cached answer was asked of, as its record keeps it: its identity's digest."""
     canonical = json.dumps(client.identity, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def expect_served(client: ChatClient, cache: RequestCache, recorded: Iterable[str] = ()) -> None:
+    """A reply from another model than those that answered before stops the run: the models a
+    folder's record names (`recorded`) and those kept with each answer the cache holds from
+    this client (a record lost to a kill still leaves them there)."""
+    client.expected_served = frozenset({*recorded, *cache.served_names(asked_of(client))})
 
 
 class _ThreadCalls(threading.local):

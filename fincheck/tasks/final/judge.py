@@ -32,6 +32,7 @@ from fincheck.inference.llm import (
     RequestCache,
     as_completion,
     asked_of,
+    expect_served,
     run_concurrently,
 )
 from fincheck.io import jsonl
@@ -163,7 +164,7 @@ class MatchingJudge:
 
     def __post_init__(self) -> None:
         # a reply from another model than the cached answers' is refused before it is cached
-        self.client.expected_served = frozenset(self.cache.served_names(asked_of(self.client)))
+        expect_served(self.client, self.cache)
 
     @property
     def identity(self) -> dict[str, Any]:
