@@ -49,6 +49,7 @@ class FakeHub:
         self.requests: list[Recorded] = []
         self.failures: dict[str, list[int]] = {}  # endpoint name -> statuses to answer first
         self.silent: set[str] = set()  # endpoints that accept the request and never answer
+        self.dripped: set[str] = set()  # endpoints whose status line comes a byte at a time
         # endpoint name -> (body, headers) sent as its reply, as is (a reply too large)
         self.raw: dict[str, tuple[bytes, dict[str, str]]] = {}
         # a file's content sent from a path of its own ("/cdn/..."), as the hub redirects
@@ -138,6 +139,14 @@ class FakeHub:
                 return self._send(h, 401, {"error": "Invalid credentials in Authorization header"})
             if name in self.silent:
                 self._stopping.wait(120)
+                return None
+            if name in self.dripped:  # never a whole line: a read timeout never trips
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    for byte in b"HTTP/1.1 200 OK\r\n" * 1000:
+                        if self._stopping.wait(0.05):
+                            break
+                        h.wfile.write(bytes([byte]))
+                        h.wfile.flush()
                 return None
             if name in self.moved:  # answered elsewhere, out of /api/: "/moved/..." sends raw
                 return self._send(h, 302, (b"", {"Location": f"/moved{path}"}))

@@ -321,6 +321,29 @@ def test_a_hub_that_never_answers_is_given_up_on_at_the_deadline(
     assert f"{what}: no answer from the hub within 1.5 s" in err[0] and "--hub-timeout" in err[0]
 
 
+def test_a_hub_that_drips_its_status_line_is_given_up_on_in_one_line(
+    run_dir: Path, hub: FakeHub, capsys, monkeypatch
+):
+    """A status line sent a byte at a time never trips a read timeout: every hub call (this
+    route as a model's download, whichever library asks) waits for a reply's head at most
+    `MAX_REPLY_SECONDS` (1 s here) after its request is sent, then stops in one line."""
+    import time
+
+    from fincheck.io import bounded_http
+
+    monkeypatch.setattr(bounded_http, "MAX_REPLY_SECONDS", 1.0)
+    hub.dripped.add("info")
+    start = time.monotonic()
+    code = main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"])
+    assert time.monotonic() - start < 8  # the drip alone: 18 bytes of a line, 1,000 times over
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("fincheck publish: error: the model hub's reply to GET http://")
+    assert "/api/models/me/tiny: no status line and headers within 1 s" in err[0]
+    hub.dripped.clear()  # a hub that answers in time: the same publish goes through
+    assert main(["publish", "--checkpoint", str(run_dir), "--repo-id", "me/tiny"]) == 0
+
+
 @pytest.mark.parametrize(
     "body, headers, said",
     [

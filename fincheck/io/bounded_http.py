@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from fincheck.errors import FincheckError
-from fincheck.io.deadline import CallDeadline, past_deadline, within_deadline
+from fincheck.io.deadline import CallDeadline, abandoned_when, past_deadline, within_deadline
 
 # A chat completion with 20 top logprobs for each of 512 tokens is about 1.5 MB of JSON.
 MAX_REPLY_BYTES = 16 * 2**20
@@ -213,8 +213,49 @@ def bound_hub_replies(cap: int = MAX_REPLY_BYTES) -> None:
 
     hooks = template.event_hooks
 
+    class HubClient(httpx2.Client):
+        """A status line and headers dripped never trip a read timeout either: each hop's come
+        within `MAX_REPLY_SECONDS` of its request's last byte (an upload's body takes what it
+        takes), or the call is abandoned in one line. The body is then read here, bounded."""
+
+        def send(self, request: Any, *, stream: bool = False, **options: Any) -> Any:
+            waiting: dict[str, float] = {}
+            traced = request.extensions.get("trace")
+
+            def trace(event: str, info: dict) -> None:  # httpcore's trace, in the sending thread
+                if event.endswith("receive_response_headers.started"):
+                    waiting["since"] = time.monotonic()
+                elif event.endswith("receive_response_headers.complete"):
+                    waiting.pop("since", None)
+                if traced is not None:
+                    traced(event, info)
+
+            def too_long() -> str | None:
+                since = waiting.get("since")
+                if since is not None and time.monotonic() - since > MAX_REPLY_SECONDS:
+                    return f"no status line and headers within {MAX_REPLY_SECONDS:g} s"
+                return None
+
+            request.extensions["trace"] = trace  # carried through redirects
+            send = super().send
+            try:
+                response = abandoned_when(lambda: send(request, stream=True, **options), too_long)
+            except CallDeadline:
+                if (late := too_long()) is None:  # the call's own deadline: its caller says so
+                    raise
+                where = f"{request.method} {request.url.copy_with(query=None)}"
+                problem = UnreadableReply(late)
+                raise hub_error(where, problem, "reply's head must come in time") from None
+            if not stream:
+                try:
+                    response.read()
+                except BaseException:
+                    response.close()
+                    raise
+            return response
+
     def bounded_client() -> Any:
-        client = httpx2.Client(
+        client = HubClient(
             event_hooks={
                 "request": [*hooks["request"], ask],
                 "response": [*hooks["response"], bound],

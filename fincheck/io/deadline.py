@@ -18,12 +18,23 @@ class CallDeadline(Exception):
 
 
 def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
-    """`call()` in a daemon thread, waited for at most `seconds`: past them `CallDeadline`, and
-    the thread is left to finish on its own."""
+    """`call()` in a daemon thread, waited for at most `seconds` (and never past the deadline of
+    the call this thread runs for): past them `CallDeadline`, and the thread is left to finish
+    on its own."""
     if seconds <= 0:
         raise CallDeadline(seconds)
+    return abandoned_when(call, lambda: None, time.monotonic() + seconds)
+
+
+def abandoned_when(
+    call: Callable[[], Any], give_up: Callable[[], str | None], end: float | None = None
+) -> Any:
+    """`call()` in a daemon thread, waited for until it returns, its end (`time.monotonic()`)
+    passes, or `give_up()` (asked every tenth of a second) says why it is abandoned: then
+    `CallDeadline`. The thread runs under the earlier of `end` and this thread's own deadline."""
+    outer = getattr(_CALL, "end", None)
+    end = outer if end is None else end if outer is None else min(end, outer)
     box: dict[str, Any] = {}
-    end = time.monotonic() + seconds
 
     def run() -> None:
         _CALL.end = end
@@ -34,9 +45,15 @@ def within_deadline(call: Callable[[], Any], seconds: float) -> Any:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise CallDeadline(seconds)
+    while True:
+        left = 0.1 if end is None else min(0.1, end - time.monotonic())
+        thread.join(max(left, 0))
+        if not thread.is_alive():
+            break
+        if end is not None and time.monotonic() >= end:
+            raise CallDeadline(end)
+        if why := give_up():
+            raise CallDeadline(why)
     if "error" in box:
         raise box["error"]
     return box["result"]
