@@ -392,6 +392,14 @@ A. The summary says the library opens in 2025; the text says 2027."""
         # a verdict of nothing before a list, or a JSON object that disagrees with itself
         ("None\nA. The summary says the fire was in Leeds; the text says Bradford.", [], False),
         ("No inconsistencies.\n- The year is wrong.", [], False),
+        ("Answer: None\n\nExplanation:\n1. The summary says Hull; the text says Hull.", [], False),
+        # an item that affirms what it compared; a title before an inline marker ("Sen. B.")
+        ("A. The summary says Monday; the text says Monday. This is consistent.", [], False),
+        ("A. The summary says Sen. B. Harris sponsored it; the text says Sen. C. Ortiz.", [], False),
+        ("A. The summary says 2030; the text says 2035. B. It says vans; the text says cars.",
+         ["The summary says 2030; the text says 2035.", "It says vans; the text says cars."], True),
+        ("A. The summary says 2030; the text says 2035.\n\nOtherwise, there are no "
+         "inconsistencies.", ["The summary says 2030; the text says 2035."], True),
         ('{"consistent": true, "issues": ["The year is wrong."]}', [], False),
         ('{"has_errors": "yes", "errors": []}', [], False),
         ('{"consistent": true, "issues": []}', [], True),

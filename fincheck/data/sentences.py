@@ -23,6 +23,12 @@ _CAPITAL_NEXT = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-
 _ANY_NEXT = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(]?[A-Za-z0-9])")
 
 
+def ends_in_abbreviation(text: str) -> bool:
+    """Whether `text` ends in an abbreviation or an initial ("Sen.", "U.S."): a period that
+    ends no sentence."""
+    return bool(_ABBREVIATION.search(text, max(0, len(text) - ABBREVIATION_WINDOW)))
+
+
 def split_sentences(
     text: str, min_chars: int = 0, *, lowercase_starts: bool = False, keep_quotes: bool = False
 ) -> list[str]:

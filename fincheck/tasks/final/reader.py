@@ -9,6 +9,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from fincheck.data.sentences import ends_in_abbreviation
 from fincheck.data.sentences import split_sentences as _split_sentences
 from fincheck.io import jsonl
 
@@ -31,7 +32,9 @@ from fincheck.io import jsonl
 #     report is a negation governing a word that names an error ("I couldn't spot a single
 #     inconsistency") may deny it: the answer is counted apart, never flagged. A list none of
 #     whose items names a problem or the texts compared is read but counted as not in the
-#     asked-for format.
+#     asked-for format. An item whose last sentence affirms what it said ("... This is
+#     consistent.") is counted apart, as is a list under a verdict of nothing (a heading line
+#     such as "Explanation:" between them is no part of the verdict).
 #  5. Unmarked prose: its sentences that report no problem (an omission remarked on included:
 #     leaving something out is not unsupported information; a claim the next sentence affirms)
 #     are dropped; if nothing else is left the answer is "nothing to report" ("None. The
@@ -44,7 +47,8 @@ from fincheck.io import jsonl
 # list, check-marked items (✅ ✓, anywhere in the item) are affirmations, crossed ones (❌ ✗)
 # reports, an arrowed verdict ("→ Supported") is a clause of its own, indented sub-items and
 # (in a lettered or numbered list) markers of another kind continue their item, and "A. ...
-# B. ..." or "1) ... 2) ..." on one line are two items.
+# B. ..." or "1) ... 2) ..." on one line are two items (counted apart when the next marker
+# follows an abbreviation: "Sen. B. Harris").
 
 # "A. text", "A) text", "(A) text", "- A. text", "**A.** text", "1. text", "ii. text", "- text",
 # "### 1. text", "Inconsistency 1: text"; a marker alone on its line ("A.") opens an item whose
@@ -358,8 +362,13 @@ def _closing_says_none(text: str) -> bool:
     closing = paragraphs[-1] if len(paragraphs) > 1 else ""
     if not closing or any(_ITEM.match(line) for line in closing.splitlines()):
         return False
-    further = re.search(r"\b(?:other|further|more|additional|else|remaining)\b", closing, re.I)
+    further = re.search(
+        r"\b(?:other|further|more|additional|else|remaining|otherwise)\b", closing, re.I
+    )
     return bool(re.search(_PROBLEM, closing, re.I)) and not further and says_nothing(closing)
+
+
+_HEADING = re.compile(r"[ \t#*]*\w+(?:[ \t]+\w+){0,2}[ \t*]*:[ \t*]*")  # "**Explanation:**"
 
 
 def _opening_says_none(text: str) -> bool:
@@ -369,7 +378,8 @@ def _opening_says_none(text: str) -> bool:
     for line in text.splitlines():
         if _ITEM.match(line):
             break
-        opening.append(line)
+        if not _HEADING.fullmatch(line):  # "Explanation:" introduces the list; no verdict
+            opening.append(line)
     opening_text = " ".join(" ".join(opening).split())
     named = _leads_with_none(opening_text + "\n") or re.search(_PROBLEM, opening_text, re.I)
     return bool(opening_text and named and says_nothing(opening_text))
@@ -455,6 +465,20 @@ def _may_only_deny_an_error(item: str) -> bool:
     item = _ANSWER_WORD.sub("", item)
     denied = _DENIAL.sub("", _DOUBLE_NEGATIVE.sub("", item))
     return denied != item and not (_NAMES_AN_ERROR.search(denied) or _REPORTS.search(denied))
+
+
+def _ends_affirmed(item: str) -> bool:
+    """An item whose last sentence affirms what it said ("The summary says Monday; the text says
+    Monday. This is consistent."), with no error named or contrast drawn before it: a check
+    written out, or a report withdrawn; not "... the text says 5. Overall it is accurate."."""
+    sentences = split_sentences(" ".join(item.split()))
+    before = " ".join(sentences[:-1])
+    return bool(
+        before
+        and _REFERS_BACK.match(_plain(sentences[-1]))
+        and _sentence_says_nothing(sentences[-1])
+        and not (_REPORTS.search(before) or _CONTRAST.search(before))
+    )
 
 
 def _names_a_problem(item: str) -> bool:
@@ -629,7 +653,9 @@ def _clean(item: str) -> str:
     return " ".join(item.replace("**", "").split())
 
 
-def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[str] | None:
+def _marked_items(
+    lines: list[str], first_indent_unknown: bool = False, trusted: bool = False
+) -> list[str] | None:
     """The items of a lettered, numbered or bulleted answer (None when no line is marked): a line
     without a marker continues the item before it until a blank line; after a blank line it is
     a closing remark; before the first marker, a preamble. A sub-item continues its item: a
@@ -637,13 +663,15 @@ def _marked_items(lines: list[str], first_indent_unknown: bool = False) -> list[
     "2." after "1.", the same bullet where the first item's indentation is unknown) and no
     sub-list of its depth is open; and, in a lettered or numbered list, a marker of another
     kind ("- Summary: 43" or "a)" under "1.") when the list's next marker comes after it, its
-    item ends with a colon, or the list's items took such sub-items before."""
+    item ends with a colon, or the list's items took such sub-items before. `trusted`: a gold
+    list, whose "A. ... B. ..." on one line is always two items (else `_Ambiguous` may say that
+    it holds a name's initial)."""
     items: list[str] = []
     open_item = False
     top = None  # the indentation of the list's own markers; deeper ones are sub-items
     last = None  # the marker of the list's last own item
     sub_list: tuple[int, tuple] | None = None  # (indentation, marker) of the open sub-list's last
-    lines = _split_inline_items(lines)
+    lines = _split_inline_items(lines, trusted)
     folded = False  # the list's items have taken sub-items of another kind
     last_seen = {_marker(line): k for k, line in enumerate(lines) if _ITEM.match(line)}
     for k, line in enumerate(lines):
@@ -749,7 +777,11 @@ _INLINE_NEXT = "(?<=[.!?\"')])\\s+(?=\\(?{marker}[.)]\\s)"
 _INLINE_FIRST = re.compile(r"\s*\(?([A-Ya-y]|\d{1,2})[.)]\s")
 
 
-def _split_inline_items(lines: list[str]) -> list[str]:
+class _Ambiguous(Exception):
+    """A line that reads as two items or as one with a name's initial in it: counted apart."""
+
+
+def _split_inline_items(lines: list[str], trusted: bool = False) -> list[str]:
     """A line that opens with "A." (or "1.") and holds "B.", "C." ... ("2.", "3." ...) after
     sentence ends, as lines."""
     out = []
@@ -761,6 +793,8 @@ def _split_inline_items(lines: list[str]) -> list[str]:
             cut = re.search(_INLINE_NEXT.format(marker=after), line)
             if cut is None:
                 break
+            if not trusted and ends_in_abbreviation(line[: cut.start()]):
+                raise _Ambiguous(line)  # "Sen. B. Harris": "B." may be a name's initial
             out.append(line[: cut.start()])
             line = line[cut.end() :]
             first = _INLINE_FIRST.match(line)
@@ -810,7 +844,10 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
     if listed is False:
         return APART  # a verdict as true or false: not read by these rules with confidence
     if listed is None:
-        listed = _marked_items(text.splitlines(), inline_first)
+        try:
+            listed = _marked_items(text.splitlines(), inline_first)
+        except _Ambiguous:
+            return APART
     if listed is not None:
         if listed and not any(item.strip(_DECORATION + ".") for item in listed):
             return APART  # markers with no text ("A.\nB.\nC."): content-free, not "none"
@@ -824,6 +861,8 @@ def read_descriptions(text: str, reasoning: bool = False) -> ParsedDescriptions:
             return APART  # "- Total inconsistencies: 2" and no description
         if any(map(_may_only_deny_an_error, items)):
             return APART  # an item that may deny an error ("The date isn't wrong"): not guessed
+        if any(map(_ends_affirmed, items)):
+            return APART  # "... the text says Monday. This is consistent.": a check, not a report
         # items none of which names a problem or the texts compared ("The co-pilot was Andreas
         # Lubitz."): a list of facts, not of inconsistencies; no description, counted apart
         return (
@@ -862,4 +901,4 @@ def listed_descriptions(text: str) -> list[str]:
     text = (text or "").strip()
     if not text or _NONE.fullmatch(text.strip(_DECORATION + ".")):
         return []
-    return _marked_items(text.splitlines()) or [" ".join(text.split())]
+    return _marked_items(text.splitlines(), trusted=True) or [" ".join(text.split())]
