@@ -637,10 +637,14 @@ LONE = '{"id": "b", "output": "x\\udc80y"}'  # a lone surrogate: JSON allows it,
 # valid JSON 600 deep, which Python reads, and which crashed the recursive helpers after it
 # (a FINAL item's `origin` copied into a pair's meta, the redaction of a record)
 NESTED = '{"id": "c", "origin": ' + '{"a": ' * 600 + "1" + "}" * 601
+# a key given twice: which value counts is no reader's to guess (the last, in Python's reader)
+REPEATED = '{"id": "d", "Faithfulness": true, "p_yes": 0.5, "Faithfulness": false, "p_yes": 0.99}'
 
 
 @pytest.mark.parametrize(
-    "text", [DEEP, HUGE, LONE, NESTED], ids=["deep", "huge-int", "lone-surrogate", "nested"]
+    "text",
+    [DEEP, HUGE, LONE, NESTED, REPEATED],
+    ids=["deep", "huge-int", "lone-surrogate", "nested", "repeated-key"],
 )
 def test_json_that_cannot_be_read_is_one_error_in_every_reader(text, tmp_path):
     """One JSON reader for text fincheck did not write: nesting 200,000 deep, a 5,000-digit

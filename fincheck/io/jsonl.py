@@ -23,11 +23,15 @@ def loads(text: str, **kwargs: Any) -> Any:
     (`[[[[...` 200,000 deep) or past `MAX_DEPTH` (what fincheck's recursive helpers, such as
     the redaction of a record, take: 600 deep crashed them), integers past its digit limit
     (4,301 digits), and a lone surrogate escape (`"\\ud800"`): JSON allows it, but it is no
-    character, and it would crash the first write or tokenizer it reached."""
+    character, and it would crash the first write or tokenizer it reached. A key given twice in
+    one object is refused too: which of its values counts is no reader's to guess (Python's
+    keeps the last, others the first)."""
     try:
-        value = json.loads(text, **kwargs)
+        value = json.loads(text, object_pairs_hook=_without_repeated_keys, **kwargs)
     except json.JSONDecodeError:
         raise
+    except RepeatedKey as e:
+        raise json.JSONDecodeError(str(e), str(text)[:200], 0) from None
     except RecursionError:
         raise json.JSONDecodeError("nested deeper than can be read", str(text)[:200], 0) from None
     except ValueError as e:  # an integer past sys.get_int_max_str_digits()
@@ -39,6 +43,21 @@ def loads(text: str, **kwargs: Any) -> Any:
         at = lone.start() if lone else 0
         escape = text[at : at + 6] if lone else "\\ud800"
         raise json.JSONDecodeError(f"a lone surrogate escape ({escape}), no character", text, at)
+    return value
+
+
+class RepeatedKey(ValueError):
+    """A JSON object that gives one key twice."""
+
+
+def _without_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"the key {json.dumps(key)[:80]} given twice in one object")
+            seen.add(key)
     return value
 
 
