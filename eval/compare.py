@@ -53,6 +53,11 @@ from fincheck.tasks import all_tasks, get_task, per_task_values
 from fincheck.tasks.base import Task
 
 
+def md(name: str) -> str:
+    """A run's name as markdown text: one line, its "|" no table's column."""
+    return " ".join(name.split()).replace("|", "\\|")
+
+
 @dataclass
 class ScoredRun:
     name: str
@@ -64,7 +69,7 @@ class ScoredRun:
 def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
     """A `fincheck score --out` folder: results.json and the scored example records."""
     path = Path(path)
-    results = read_json_record(path / "results.json", {"tasks": {str: dict}})
+    results = read_json_record(path / "results.json", RESULTS_SHAPE)
     if results is None:
         raise FincheckError(f"{path}: no results.json (run `fincheck score --out {path}` first)")
     run = ScoredRun(name or path.name, path, results)
@@ -72,12 +77,28 @@ def load_scored_run(path: str | Path, name: str | None = None) -> ScoredRun:
         scored = path / "scored" / f"{task}.jsonl"
         if scored.is_file():
             run.examples[task] = []
+            seen: set = set()
             for line_no, record in iter_json_objects(scored):
                 check_shape(record, SCORED_SHAPE, f"{scored}:{line_no}")
+                if record["id"] in seen:
+                    raise FincheckError(f"{scored}:{line_no}: id {record['id']!r} again")
+                seen.add(record["id"])
                 run.examples[task].append(record)
+            n_scored = results.get("counts", {}).get(task, {}).get("n_scored")
+            if n_scored is not None and n_scored != len(seen):
+                raise FincheckError(
+                    f"{scored}: {len(seen)} scored examples, where results.json counts "
+                    f"{n_scored} (the folder was edited): score it again"
+                )
     return run
 
 
+# What compare reads of results.json beside each task's figures
+RESULTS_SHAPE = {
+    "tasks": {str: dict},
+    "counts": {str: {"n_scored": int}},
+    "run": {"split_sha256": {str: (str, type(None))}},
+}
 # What every task's scored record holds for compare to pair and group it (its figures' own
 # fields are read by the task: a record of another shape there is one line, `compare_command`)
 SCORED_SHAPE = {
@@ -205,7 +226,7 @@ def compare_runs(
     if not tasks:
         raise FincheckError("no task is scored by two of the runs")
     lines = ["# fincheck comparison", ""]
-    lines += [f"- **{run.name}**: `{run.path}`" for run in runs]
+    lines += [f"- **{md(run.name)}**: `{run.path}`" for run in runs]
     lines += [
         "",
         f"Differences are against the first run listed in each task's table, on the example ids "
@@ -216,6 +237,7 @@ def compare_runs(
     data: dict = {"runs": [run.name for run in runs], "tasks": {}}
     for name in tasks:
         scored = scoring[name]  # the runs that scored this task, in the order given
+        check_same_inputs(name, scored)
         task = get_task(name)
         metrics = [  # a figure no run recorded (a subset none scored) gets no column
             (key, label)
@@ -250,7 +272,7 @@ def compare_runs(
                 fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
                 for value, ci in values.values()
             ]
-            lines.append(f"| {run.name} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
+            lines.append(f"| {md(run.name)} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
             data["tasks"][name]["runs"][run.name] = {
                 "n": n,
                 "unreadable": n_bad,
@@ -264,14 +286,14 @@ def compare_runs(
             }
         missing = [run.name for run in runs if run not in scored]
         if missing:
-            lines += ["", f"Not scored on this task: {', '.join(missing)}."]
+            lines += ["", f"Not scored on this task: {', '.join(map(md, missing))}."]
         lines += ["", resampling_note(unit, resampled)]
         what = task.unreadable_outputs(scored[0].results["tasks"][name])[2]
         lines += ["", f"Unreadable: {what}.", ""]
         lines += shuffle_floor_lines(name, scored, data["tasks"][name], n_resamples, seed)
         for run in scored[1:]:
             if name not in run.examples or name not in scored[0].examples:
-                lines.append(f"- {run.name}: no scored examples to pair (scored/{name}.jsonl)")
+                lines.append(f"- {md(run.name)}: no scored examples to pair (scored/{name}.jsonl)")
                 continue
             diffs = [
                 paired_difference(
@@ -293,7 +315,9 @@ def compare_runs(
                 else:
                     parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
             shared = f"{diffs[0].n} shared, {diffs[0].n_units} {diffs[0].unit}s" if diffs else "0"
-            lines.append(f"- **{run.name}** vs {scored[0].name} ({shared}): " + "; ".join(parts))
+            lines.append(
+                f"- **{md(run.name)}** vs {md(scored[0].name)} ({shared}): " + "; ".join(parts)
+            )
             data["tasks"][name]["differences"][run.name] = {
                 d.metric: {
                     "delta": d.delta,
@@ -309,6 +333,22 @@ def compare_runs(
             lines += ["", f"With the papers: {task.comparability}"]
         lines.append("")
     return "\n".join(lines), data
+
+
+def check_same_inputs(task: str, runs: Sequence[ScoredRun]) -> None:
+    """Paired figures need the runs to have answered the same inputs: those whose results.json
+    records its task's split file (by sha256) must agree."""
+    inputs = {
+        run.name: sha
+        for run in runs
+        if (sha := run.results.get("run", {}).get("split_sha256", {}).get(task))
+    }
+    if len(set(inputs.values())) > 1:
+        named = ", ".join(f"{name}: {sha[:12]}" for name, sha in inputs.items())
+        raise FincheckError(
+            f"{task}: the runs were scored on different inputs ({named}; a folder prepared "
+            "again, trimmed or split anew): pair runs made on the same prepared split"
+        )
 
 
 def resampling_note(unit: str, resampled: dict[str, tuple[str, int]]) -> str:
@@ -342,7 +382,7 @@ def shuffle_floor_lines(
             figure = data["runs"][run.name].get(metric)
             verdict = "above" if figure > band.high else "within or below"
             parts.append(
-                f"{run.name} {fmt(figure)} vs {fmt(mean)} [{fmt(band.low)}, {fmt(band.high)}]: "
+                f"{md(run.name)} {fmt(figure)} vs {fmt(mean)} [{fmt(band.low)}, {fmt(band.high)}]: "
                 f"{verdict}"
             )
             data["runs"][run.name][f"{metric}_shuffle_floor"] = [mean, band.low, band.high]
@@ -430,7 +470,14 @@ def compared(args: argparse.Namespace, names: list[str | None]) -> tuple[str, di
 
 
 def load_runs(paths: list[Path], names: list[str | None]) -> list[ScoredRun]:
-    return [load_scored_run(path, name) for path, name in zip(paths, names, strict=True)]
+    runs = [load_scored_run(path, name) for path, name in zip(paths, names, strict=True)]
+    taken = [run.name for run in runs]
+    if again := sorted({name for name in taken if taken.count(name) > 1}):
+        raise FincheckError(
+            f"two runs are named {again[0]!r} (their folders' names): each run needs its own "
+            "name for its row and its figures; give --names"
+        )
+    return runs
 
 
 # Recorded in NAME.json: the markdown beside it is compare's own, unedited, when this matches.

@@ -167,6 +167,8 @@ EVAL_CONFIG_SHAPE = {
     "served_models": [str],
     "limit": (dict, int, type(None)),
     "sample_by": (dict, type(None)),
+    "data_fingerprint": (str, type(None)),
+    "split_sha256": {str: (str, type(None))},
 }
 EVAL_SUMMARY_SHAPE = {
     str: {

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fincheck.data.pairs import Pair
+from fincheck.errors import FincheckError
 from fincheck.eval.options import BaselineOptions, EvalOptions
 from fincheck.eval.predictions import (
     PredictionWriter,
@@ -26,7 +27,7 @@ from fincheck.eval.predictions import (
     served_before,
     unlist_task,
 )
-from fincheck.tasks.prepared import read_manifest
+from fincheck.tasks.prepared import read_manifest, split_sha256
 
 
 class Answerer(ABC):
@@ -62,7 +63,14 @@ def answer_tasks(
 ) -> dict[str, dict[str, Any]]:
     """Predictions for every task of `tasks`; returns per-task counts (total, resumed,
     generated, failed and the answerer's own). `identity`: what else identifies the run."""
+    unread = sorted(set(opts.limit) - set(tasks)) if isinstance(opts.limit, dict) else []
+    if unread:  # a cap meant for a task this run does not answer: its own task runs whole
+        raise FincheckError(
+            f"--limit names {', '.join(unread)}, which this run does not answer (its tasks: "
+            f"{', '.join(tasks)}); name only those, or add them to --tasks"
+        )
     earlier = served_before(opts.predictions_dir)  # before the config is written again
+    manifest = read_manifest(opts.data_dir)
     check_eval_config(
         opts.predictions_dir,
         {
@@ -72,7 +80,9 @@ def answer_tasks(
             "sample_seed": opts.sample_seed,
             "tasks": list(tasks),
             "sample_by": opts.sample_by(tasks),
-            "data_fingerprint": read_manifest(opts.data_dir).get("fingerprint"),
+            "data_fingerprint": manifest.get("fingerprint"),
+            # each task's inputs, which score and compare check: another folder may share them
+            "split_sha256": {task: split_sha256(manifest, task, opts.split) for task in tasks},
             "requested_window": opts.window,
             **identity,
         },

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fincheck.errors import FincheckError
@@ -27,7 +28,7 @@ from fincheck.io.safe_files import replaced_file, write_text
 from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
-from fincheck.tasks.prepared import read_manifest, read_split, split_path
+from fincheck.tasks.prepared import read_manifest, read_split, split_path, split_sha256
 
 
 def run_score(opts: ScoreOptions) -> tuple[dict, int]:
@@ -51,6 +52,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
         thresholds=opts.thresholds,
     )
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
+    # each task's inputs (its split file's sha256), checked against those its predictions were
+    # made on: `compare` pairs only runs scored on the same
+    results["run"]["split_sha256"] = _checked_inputs(opts, tasks)
     # what the intervals resample whole, per task (its coarsest unit)
     results["run"]["resampled"] = {name: get_task(name).resample_units[0] for name in tasks}
     examples: dict[str, list[dict]] = {}
@@ -122,6 +126,31 @@ def model_label(run: dict) -> str | None:
     return base
 
 
+def _checked_inputs(opts: ScoreOptions, tasks: Sequence[str]) -> dict[str, str | None]:
+    """Each task's split file in --data, by sha256, refused in one line when the eval recorded
+    another for it (a folder prepared again: trimmed, split anew); predictions from before the
+    eval recorded them are checked by the whole folder's fingerprint, with a note."""
+    manifest, config = read_manifest(opts.data_dir), read_eval_config(opts.predictions_dir)
+    inputs = {task: split_sha256(manifest, task, opts.split) for task in tasks}
+    made_on = config.get("split_sha256") or {}
+    for task, sha in inputs.items():
+        if made_on.get(task) and sha and made_on[task] != sha:
+            raise FincheckError(
+                f"{opts.predictions_dir}: its {task} predictions were made on inputs "
+                f"{made_on[task][:12]}, but {split_path(opts.data_dir, task, opts.split)} is "
+                f"{sha[:12]} (prepared again since, or another folder): score them with the "
+                "--data they were made on, or run the eval again on this one"
+            )
+    fingerprint = config.get("data_fingerprint")
+    if not made_on and fingerprint and fingerprint != manifest.get("fingerprint"):
+        print(
+            f"note: {opts.predictions_dir} was made on other prepared data ({fingerprint[:12]}) "
+            "and does not record its split files, so they could not be checked against --data",
+            file=sys.stderr,
+        )
+    return inputs
+
+
 def _run_info(opts: ScoreOptions) -> dict:
     info: dict = {
         "data_dir": str(opts.data_dir),
@@ -136,6 +165,7 @@ def _run_info(opts: ScoreOptions) -> dict:
         info["data_fingerprint"] = manifest.get("fingerprint")
         info["prompt_hashes"] = manifest.get("prompt_hashes")
     config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`; else {}
+
     for key in ("model", "base", "adapter", "adapter_sha256", "chat_template_hash"):
         if config.get(key) is not None:
             info[key] = config[key]

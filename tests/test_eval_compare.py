@@ -168,6 +168,51 @@ def test_scored_runs_edited_into_another_shape_are_one_line(tmp_path, capsys):
         assert len(err) == 1 and name in err[0], err
 
 
+def test_runs_that_cannot_be_paired_honestly_are_refused_in_one_line(tmp_path, capsys):
+    """Runs scored on different inputs (results.json's split_sha256 of the task), two runs of
+    one name (one row and one figure would be lost), scored records cut or repeated since
+    results.json counted them: each one line, nothing written. A name holding "|" or a line
+    break stays one table cell."""
+    rng = random.Random(3)
+    gold = ["Yes" if i % 2 else "No" for i in range(40)]
+
+    def run(name: str, inputs: str | None = "a" * 64, folder: str = "") -> Path:
+        path = tmp_path / folder / name
+        _write_run(path, qasem_examples([rng.random() for _ in gold], gold), 0.5)
+        results = json.loads((path / "results.json").read_text())
+        results["counts"] = {"qasem": {"n_scored": len(gold)}}
+        results["run"] = {"split_sha256": {"qasem": inputs}}
+        (path / "results.json").write_text(json.dumps(results))
+        return path
+
+    base, other = run("base"), run("trimmed", inputs="b" * 64)
+    out = tmp_path / "cmp.md"
+    assert main(["compare", str(base), str(other), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "qasem: the runs were scored on different inputs" in err[0], err
+    assert "base: aaaaaaaaaaaa, trimmed: bbbbbbbbbbbb" in err[0]
+    unrecorded = run("old", inputs=None)  # scored before the inputs were recorded: paired
+    assert main(["compare", str(base), str(unrecorded), "--bootstrap", "10"]) == 0
+    twin = run("base", folder="elsewhere")
+    capsys.readouterr()
+    assert main(["compare", str(base), str(twin), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "two runs are named 'base'" in err[0] and "--names" in err[0]
+    assert main(["compare", str(base), str(twin), "--names", "a|b,c\nd", "--bootstrap", "10"]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a")]
+    assert table[0].startswith("| a\\|b | 40 |"), table
+    for edit, said in (("cut", "39 scored examples, where results.json counts 40"),
+                       ("repeated", "id 'q0' again")):  # fmt: skip
+        edited = run(edit)
+        lines = (edited / "scored" / "qasem.jsonl").read_text().splitlines(keepends=True)
+        lines = lines[1:] if edit == "cut" else [*lines, lines[0]]
+        (edited / "scored" / "qasem.jsonl").write_text("".join(lines))
+        assert main(["compare", str(base), str(edited), "--out", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
+    assert not out.exists()
+
+
 def test_undefined_figures_are_null_in_the_json_and_out_names_the_markdown(tmp_path, capsys):
     """`NaN` is not JSON (strict readers refuse it): an undefined difference is written null."""
     from fincheck.io.jsonl import strict_json

@@ -3,6 +3,7 @@ prediction files fail with file:line, judge failures make the command exit non-z
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -256,6 +257,35 @@ def test_unknown_and_duplicate_ids_fail_with_file_and_line(prepared_dir, tmp_pat
     _write(path, [{"id": first.id, "task": "fhsumbench", "output": "Yes"}])
     with pytest.raises(FincheckError, match=r"qasem.jsonl:1: task"):
         run_score(opts)
+
+
+def test_predictions_made_on_other_inputs_are_refused(prepared_dir, tmp_path, capsys):
+    """An eval records each task's inputs (its split file's sha256); scoring its predictions
+    against another folder's, or the same folder prepared again (trimmed, split anew), would
+    pair answers with inputs they were not made on: one line, nothing written. Another folder
+    with the same split file (only its other splits differ) scores them, and results.json
+    records the inputs, which compare checks."""
+    out = tmp_path / "run"
+    args = ["--data", str(prepared_dir), "--no-progress"]
+    assert main(["baseline", "--method", "overlap", "--tasks", "qasem", "--limit", "20",
+                 "--out", str(out), *args]) == 0  # fmt: skip
+    config_file = out / "predictions" / "eval_config.json"
+    config = json.loads(config_file.read_text())
+    sha = config["split_sha256"]["qasem"]
+    assert sha == hashlib.sha256((prepared_dir / "qasem" / "test.jsonl").read_bytes()).hexdigest()
+    config["data_fingerprint"] = "f" * 64  # another folder, the same test split
+    config_file.write_text(json.dumps(config))
+    score = ["score", "--predictions", str(out / "predictions"), "--bootstrap", "0", *args]
+    assert main([*score, "--out", str(tmp_path / "scored")]) == 0
+    results = json.loads((tmp_path / "scored" / "results.json").read_text())
+    assert results["run"]["split_sha256"] == {"qasem": sha}
+    config["split_sha256"]["qasem"] = "0" * 64  # made on other inputs
+    config_file.write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main([*score, "--out", str(tmp_path / "scored-again")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "predictions were made on inputs 000000000000, but" in err[0], err
+    assert not (tmp_path / "scored-again").exists()
 
 
 def test_cli_exits_non_zero_with_the_judge_error_count(prepared_dir, tmp_path, monkeypatch, capsys):

@@ -38,6 +38,12 @@ def split_path(dataset_dir: str | Path, task: str, split: str) -> Path:
     return Path(dataset_dir) / task / f"{split}.jsonl"
 
 
+def split_sha256(manifest: dict[str, Any], task: str, split: str) -> str | None:
+    """The sha256 of one task's split file as the prepared folder's manifest records it (the
+    inputs a run read: two folders may share it, and a folder prepared again may not)."""
+    return (manifest.get("files", {}).get(f"{task}/{split}.jsonl") or {}).get("sha256")
+
+
 def read_split(
     dataset_dir: str | Path, task: str, split: str, manifest: dict[str, Any] | None = None
 ) -> list[Pair]:
