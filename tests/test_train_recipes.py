@@ -393,6 +393,21 @@ def test_a_data_config_s_mapping_values_are_checked_like_its_keys(value, tmp_pat
         ('{"zero_optimization": []}', r"ds\.json: zero_optimization is a list"),
         ('{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}', r"ds\.json: zero_opt"),
         ('{"train_micro_batch_size_per_gpu": "lots"}', r"ds\.json: train_micro_batch_size_per_gpu"),
+        # keys that write files of their own outside the run folder, or hold a token
+        (
+            '{"flops_profiler": {"enabled": true, "output_file": "/tmp/x"}}',
+            r"ds\.json: flops_profiler: not read by fincheck's DeepSpeed runs",
+        ),
+        ('{"csv_monitor": {"enabled": false}, "wandb": {}}', r"ds\.json: csv_monitor, wandb: not"),
+        (
+            '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/"'
+            "}}}",
+            r"ds\.json: zero_optimization\.offload_param offloads to 'nvme'",
+        ),
+        (
+            '{"optimizer": {"type": "AdamW", "params": {"name": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"}}}',
+            r"ds\.json: optimizer\.params\.name: a token in a DeepSpeed config",
+        ),
     ],
 )
 def test_the_deepspeed_config_a_recipe_names_is_read_before_deepspeed_reads_it(

@@ -89,12 +89,28 @@ def check_deepspeed_config(config: str | dict) -> None:
             raise FincheckError(f"deepspeed config not found: {config}")
         config = read_json_object(config)
     check_shape(config, {"zero_optimization": dict, **dict.fromkeys(BATCH_KEYS, (int, str))}, where)
+    if others := sorted(set(config) - DEEPSPEED_KEYS):
+        raise FincheckError(
+            f"{where}: {', '.join(others)}: not read by fincheck's DeepSpeed runs (they may set "
+            f"{', '.join(sorted(DEEPSPEED_KEYS))}); monitors, profilers and the like write files "
+            "of their own outside the run folder: drop them"
+        )
+    if places := secret_places(config):
+        raise FincheckError(f"{where}: {', '.join(places)}: a token in a DeepSpeed config")
     for key in BATCH_KEYS:
         if isinstance(config.get(key), str) and config[key] != "auto":
             raise FincheckError(f'{where}: {key} is {config[key]!r}, not a number or "auto"')
     zero = config.get("zero_optimization") or {}
     if zero.get("stage", 0) not in (0, 1, 2, 3):
         raise FincheckError(f"{where}: zero_optimization.stage is {zero['stage']}, not 0-3")
+    for offload in ("offload_optimizer", "offload_param"):  # NVMe: files at a path of its own
+        placed = zero.get(offload) if isinstance(zero.get(offload), dict) else {}
+        device = placed.get("device", "none")
+        if device not in ("none", "cpu") or "nvme_path" in placed:
+            raise FincheckError(
+                f"{where}: zero_optimization.{offload} offloads to {device!r}: fincheck's runs "
+                'offload to "cpu" or "none" (an NVMe offload writes outside the run folder)'
+            )
     if importlib.util.find_spec("deepspeed") is not None:  # its own model of the ZeRO options
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
@@ -104,6 +120,14 @@ def check_deepspeed_config(config: str | dict) -> None:
 
 # The batch keys a DeepSpeed config may set (to a number, or "auto": the recipe's)
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+# What a DeepSpeed config may set: the numerics, the batch and ZeRO, the optimizer and schedule.
+DEEPSPEED_KEYS = {
+    *BATCH_KEYS,
+    *("zero_optimization", "bf16", "fp16", "gradient_clipping", "optimizer", "scheduler"),
+    *("steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer"),
+    *("zero_force_ds_cpu_optimizer", "communication_data_type", "prescale_gradients"),
+    "gradient_predivide_factor",
+}
 
 
 def check_evaluation_keys(values: dict[str, Any]) -> None:
