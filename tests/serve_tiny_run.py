@@ -21,6 +21,7 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from fincheck.io.checksums import folder_sha256
     from fincheck.tasks import prompt_hashes
     from fincheck.train.tiny_model import save_tiny_base
 
@@ -64,7 +65,7 @@ def build_tiny_run(root: Path, seed: int = 0, max_length: int = 1024) -> Path:
     (run / "data_manifest.json").write_text(json.dumps(manifest, indent=2))
     metadata = {
         "base_model": "base",
-        "base_fingerprint": "cd" * 8,
+        "base_fingerprint": folder_sha256(run / "base"),  # the base inside the run, by content
         "recipe_fingerprint": "ef" * 8,
         "data_fingerprint": manifest["fingerprint"],
         "prompt_hashes": hashes,

@@ -76,6 +76,36 @@ def test_merged_bf16_by_default_via_cli(run_dir: Path, tmp_path: Path, capsys):
     assert diff < BF16_ATOL
 
 
+def test_a_base_inside_the_run_edited_since_training_is_refused(run_dir: Path, tmp_path, capsys):
+    """A small base saved inside the run is the one its record names, by content: edited since
+    (another rms_norm_eps), merge, detect and publish would use it under the card's old
+    fingerprint. Through the run folder and through a checkpoint of it (whose record lists its
+    own files only) alike: one line."""
+    import json
+    import shutil
+
+    from fincheck.io.runs import CHECKPOINT_METADATA
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    checkpoint = run / "checkpoint-1"
+    checkpoint.mkdir()
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        shutil.copy(run / name, checkpoint / name)
+    record = json.loads((run / "fincheck_run.json").read_text())
+    (checkpoint / CHECKPOINT_METADATA).write_text(json.dumps(record))
+    assert main(["merge", "--adapter", str(checkpoint), "--out", str(tmp_path / "m0")]) == 0
+    config = json.loads((run / "base" / "config.json").read_text())
+    config["rms_norm_eps"] = 0.5
+    (run / "base" / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    for given in (run, checkpoint):
+        assert main(["merge", "--adapter", str(given), "--out", str(tmp_path / "m1")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "the base's files differ from those" in err[0], err
+    assert not (tmp_path / "m1").exists()
+
+
 def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path: Path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "f").write_text("x")

@@ -162,7 +162,8 @@ def test_card_metadata_is_yaml_and_model_index_matches_results(run_dir: Path):
     assert all(e.dataset_split == "test" for e in parsed)
     # Training facts and anchors appear in the prose.
     assert "sha256:" + "ab" * 32 in card
-    assert "Base fingerprint: `" + "cd" * 8 in card
+    recorded = json.loads((run_dir / "fincheck_run.json").read_text())["base_fingerprint"]
+    assert "Base fingerprint: `" + recorded[:16] in card
     for task, digest in load_run(run_dir).prompt_hashes.items():
         assert f"`{task}`: `{digest}`" in card
     assert (
@@ -636,6 +637,16 @@ def test_an_invalid_repo_id_is_refused_before_anything_is_built(run_dir, tmp_pat
     assert not (tmp_path / "repo").exists()
 
 
+def _trained_with_base_as_it_is(run: Path) -> None:
+    """The run's record names its base/ as it is now (as if trained with the files planted in
+    it): what publish then ships of it is what is tested."""
+    from fincheck.io.checksums import folder_sha256
+
+    record = json.loads((run / "fincheck_run.json").read_text())
+    record["base_fingerprint"] = folder_sha256(run / "base")
+    (run / "fincheck_run.json").write_text(json.dumps(record))
+
+
 def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
     import shutil
 
@@ -653,6 +664,7 @@ def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
     (run / "tokenizer_config.json").unlink()
     shutil.copy2(run_dir / "tokenizer_config.json", run / "tokenizer_config.json")
     (run / "base" / "notes.txt").symlink_to(secret)  # inside the shipped base: skipped
+    _trained_with_base_as_it_is(run)
     publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo2"))
     uploaded = [p for p in (tmp_path / "repo2").rglob("*") if p.is_file()]
     assert all("hf_SECRET" not in p.read_text(errors="ignore") for p in uploaded)
@@ -831,6 +843,7 @@ def test_a_shipped_base_uploads_only_a_models_files(run_dir, tmp_path, caplog):
     outside.write_text('{"secret": 1}')
     (base / "generation_config.json").unlink(missing_ok=True)
     os.link(outside, base / "generation_config.json")  # an allowed name, but a hard link
+    _trained_with_base_as_it_is(run)
     out = tmp_path / "repo"
     with caplog.at_level(logging.WARNING):
         publish(PublishOptions(run, "me/tiny", dry_run=out))

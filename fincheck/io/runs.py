@@ -24,16 +24,18 @@ Eval, detect, merge and publish all start from `load_run(path)`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.io.checksums import sha256_file
+from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.config import read_yaml_mapping
 from fincheck.io.jsonl import read_json_object, read_json_record
 from fincheck.io.out_lock import folder_kind
+from fincheck.io.safe_files import read_regular_bytes
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -258,7 +260,23 @@ def load_run(path: str | Path) -> RunArtifacts:
     inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
     if run.base_name and inside and (base / "config.json").is_file():
         run.local_base = base
+        check_base_recorded(run, base)
     return run
+
+
+def check_base_recorded(run: RunArtifacts, base: Path) -> None:
+    """A base saved inside the run (a small random-init one) is the one its record names: its
+    model files by content (a checkpoint's record lists its own files only, not the run's
+    base/). Records from before the files were read name the base's config.json instead."""
+    recorded = run.metadata.get("base_fingerprint")
+    if not recorded:
+        return
+    config = hashlib.sha256(read_regular_bytes(base / "config.json")).hexdigest()[:16]
+    if recorded not in (folder_sha256(base), config):
+        raise FincheckError(
+            f"{base}: the base's files differ from those {run.path} was trained on (its record's "
+            f"base_fingerprint {recorded[:16]}): edited since; train again, or restore the base"
+        )
 
 
 def files_record(folder: Path, names: list[str]) -> dict[str, str]:
