@@ -161,6 +161,30 @@ def test_resume_with_another_recipe_stops_clearly(finished, prepared_dir, small_
         build_trainer(recipe)
 
 
+def test_resume_after_a_named_file_changed_in_place_stops_clearly(
+    finished, prepared_dir, small_mixture, tmp_path
+):
+    """The mixture (a file the recipe names, as its DeepSpeed config and chat template) edited
+    in place keeps its path: the checkpoint's record names it by content, so the resume would
+    train its second half on other pairs; it stops in one line naming the file."""
+    copy = tmp_path / "copy"
+    shutil.copytree(finished.output_dir, copy)
+    recorded = json.loads((copy / "checkpoint-6" / COMPLETE_MARKER).read_text())
+    assert set(recorded["recipe_files"]) == {"data_config"}
+    original = small_mixture.read_text()
+    try:
+        small_mixture.write_text(original.replace("final: 8", "final: 2"))
+        recipe = tiny_recipe(
+            prepared_dir, small_mixture, copy, "--resume_from_checkpoint=auto", "--max_steps=8"
+        )
+        with pytest.raises(
+            FincheckError, match=r"cannot resume .*data_config: .*mix\.yaml's content"
+        ):
+            build_trainer(recipe)
+    finally:
+        small_mixture.write_text(original)
+
+
 def poison_after_step(step: int):
     """A callback that turns one LoRA weight into NaN at the end of `step`, as a divergence would."""
     import torch

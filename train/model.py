@@ -248,7 +248,7 @@ def run_metadata(
     from fincheck.io.runs import relative_base
     from fincheck.models.known import KNOWN
     from fincheck.tasks import prompt_hashes
-    from fincheck.train.resume import recipe_fingerprint
+    from fincheck.train.resume import recipe_files, recipe_fingerprint
 
     return {
         "fincheck_version": __version__,
@@ -259,6 +259,7 @@ def run_metadata(
         **base_identity(recipe, base_path, base),
         "base_fingerprint": base_fp,
         "recipe_fingerprint": recipe_fingerprint(recipe),
+        "recipe_files": recipe_files(recipe),  # what a resume compares by content
         "data_fingerprint": manifest.get("fingerprint"),
         # the mixture's tasks, not every task of the prepared folder: the card and eval read them
         "tasks": list(tasks),

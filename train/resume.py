@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
+from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
 from fincheck.io.jsonl import read_bytes, read_json_object
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
@@ -254,7 +255,7 @@ def resume_point(
         old = read_yaml_mapping(saved) if saved.is_file() else {}
         check_resume_compatible(
             resume_from,
-            recipe_differences(old, recipe),
+            recipe_differences(old, recipe) + file_differences(resume_from, recipe),
             base_fp,
             recipe.world_size,
             data_fp,
@@ -314,6 +315,26 @@ def _same_file(value: Any) -> Any:
             inside = found.is_relative_to(PROJECT_ROOT)
             return found.relative_to(PROJECT_ROOT).as_posix() if inside else str(found)
     return value
+
+
+def recipe_files(recipe: SFTRecipe) -> dict[str, str]:
+    """The files a recipe names (a DeepSpeed config, the data mixture, a chat template) by
+    content: edited in place, a file keeps its path, which is all `recipe_differences` sees."""
+    named = {key: getattr(recipe, key, None) for key in PROJECT_PATH_KEYS}
+    return {k: sha256_file(v) for k, v in named.items() if isinstance(v, str) and Path(v).is_file()}
+
+
+def file_differences(checkpoint: Path, recipe: SFTRecipe) -> list[str]:
+    """`key: its file changed` for each file the checkpoint's record names by content that now
+    holds another (records from before they were named compare paths only)."""
+    recorded = read_run_record(checkpoint / COMPLETE_MARKER).get("recipe_files") or {}
+    now = recipe_files(recipe)
+    return [
+        f"{key}: {recipe.declared.get(key) or key}'s content changed since (sha256 "
+        f"{sha[:12]} -> {(now.get(key) or 'none')[:12]})"
+        for key, sha in recorded.items()
+        if now.get(key) != sha
+    ]
 
 
 def recipe_fingerprint(recipe: SFTRecipe) -> str:

@@ -171,6 +171,7 @@ RUN_RECORD_SHAPE = {
     "base_model_id": _TEXT,
     "base_fingerprint": _TEXT,
     "recipe_fingerprint": _TEXT,
+    "recipe_files": {str: str},
     "data_fingerprint": _TEXT,
     "tasks": [str],
     "max_length": (int, type(None)),
