@@ -1169,6 +1169,7 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
     from fincheck.io.jsonl import drop_torn_last_line
     from fincheck.serve.detect_cli import _read_text, read_inputs
     from fincheck.tasks.final.judge_sanity import read_sanity_set
+    from fincheck.train.recipe import read_recipe_values
 
     for name in (
         *names,
@@ -1179,6 +1180,7 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "text.txt",
         "check.jsonl",
         "trace.jsonl",
+        "accelerate.json",
     ):
         os.mkfifo(tmp_path / name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
@@ -1198,6 +1200,10 @@ def test_a_fifo_on_every_other_read_route_is_one_line_not_a_wait(tmp_path, monke
         "text.txt": lambda: _read_text(str(tmp_path / "text.txt")),
         "check.jsonl": lambda: read_sanity_set(tmp_path / "check.jsonl"),
         "trace.jsonl": lambda: drop_torn_last_line(tmp_path / "trace.jsonl"),  # a resumed log
+        # a trainer key naming a JSON file transformers would open itself
+        "accelerate.json": lambda: read_recipe_values(
+            None, [f"--accelerator_config={tmp_path / 'accelerate.json'}"]
+        ),
     }
     previous = signal.signal(signal.SIGALRM, waited)
     signal.alarm(30)

@@ -33,6 +33,7 @@ from fincheck.io.config import (
     parse_overrides,
     plain_value,
 )
+from fincheck.io.jsonl import read_json_object
 from fincheck.io.runs import DEFAULT_TRAINING_WINDOW
 from fincheck.train.machine import adapt_to_machine
 from fincheck.train.recipe_checks import validate_recipe
@@ -300,8 +301,15 @@ def read_recipe_values(
     for key in PROJECT_PATH_KEYS:
         if isinstance(values[key], str):
             values[key] = resolve_project_path(values[key], path)
+    for key in JSON_FILE_KEYS:  # read here, by the one reader (a FIFO is one line, no wait)
+        if isinstance(values.get(key), str) and values[key]:
+            values[key] = read_json_object(values[key])
     validate_recipe(values)
     return values
+
+
+# Trainer keys that may name a JSON file, which transformers would otherwise open itself
+JSON_FILE_KEYS = ("accelerator_config", "fsdp_config")
 
 
 def recipe_to_yaml(recipe: SFTRecipe) -> str:
