@@ -185,6 +185,28 @@ def test_resume_after_a_named_file_changed_in_place_stops_clearly(
         small_mixture.write_text(original)
 
 
+def test_a_recipe_value_a_library_refuses_mid_setup_is_one_line(
+    prepared_dir, small_mixture, tmp_path
+):
+    """Values only the libraries check, when the trainer builds its scheduler, or a chat
+    template file that raises when rendered: one FincheckError naming what failed (the command
+    prints it as one line), not a traceback from inside trainer.train() or the data."""
+    kwargs = '--lr_scheduler_kwargs={"num_cycles": "x"}'
+    scheduler = "--lr_scheduler_type=cosine_with_restarts"
+    recipe = tiny_recipe(
+        prepared_dir, small_mixture, tmp_path / "a", "--max_steps=2", scheduler, kwargs
+    )
+    with pytest.raises(FincheckError, match=r"training .*/a: \w+Error: .*resume_from_checkpoint"):
+        train_and_save(build_trainer(recipe))
+    template = tmp_path / "raises.jinja"
+    template.write_text("{{ raise_exception('no system turn here') }}")
+    recipe = tiny_recipe(
+        prepared_dir, small_mixture, tmp_path / "b", f"--chat_template_path={template}"
+    )
+    with pytest.raises(FincheckError, match=r"raises\.jinja: its chat template does not render"):
+        build_trainer(recipe)
+
+
 def poison_after_step(step: int):
     """A callback that turns one LoRA weight into NaN at the end of `step`, as a divergence would."""
     import torch

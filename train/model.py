@@ -16,6 +16,7 @@ from fincheck.io.runs import looks_like_hub_id
 from fincheck.models.known import read_model_info
 from fincheck.models.loading import (
     base_config,
+    check_template_renders,
     remote_code_explained,
     resolve_model,
 )
@@ -94,6 +95,7 @@ def load_tokenizer(recipe: SFTRecipe, base_path: str):
         tokenizer = load_tokenizer_files(source, recipe.trust_remote_code)
     if recipe.chat_template_path:
         tokenizer.chat_template = read_utf8_text(recipe.chat_template_path)
+        check_template_renders(tokenizer, recipe.chat_template_path)
     if not tokenizer.chat_template:
         raise FincheckError(
             f"{base_path}: the tokenizer has no chat template; set chat_template_path to the "

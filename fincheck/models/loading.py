@@ -325,6 +325,13 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
             f"{where}: its tokenizer files do not load ({type(e).__name__}: {one_line(e)})"
         ) from None
     check_encodes(tokenizer, where)
+    check_template_renders(tokenizer, where)
+    return tokenizer
+
+
+def check_template_renders(tokenizer: Any, where: str) -> None:
+    """The tokenizer's chat template (its folder's, or a recipe's template file) renders a
+    message: jinja2's syntax errors and a template's own raise are one line naming it."""
     if tokenizer.chat_template:
         try:
             tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
@@ -332,7 +339,6 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
             raise FincheckError(
                 f"{where}: its chat template does not render ({type(e).__name__}: {one_line(e)})"
             ) from None
-    return tokenizer
 
 
 def check_encodes(tokenizer: Any, where: str) -> None:
