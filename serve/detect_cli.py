@@ -9,13 +9,12 @@ and a hallucination class (FHSumBench).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 from fincheck.errors import FincheckError, InvalidRecordError, UsageError
-from fincheck.io.jsonl import iter_json_objects, read_utf8_text
+from fincheck.io.jsonl import iter_json_objects, read_utf8_text, record_json
 from fincheck.io.safe_files import claimed_output_file
 from fincheck.tasks import all_tasks, load_prompt
 
@@ -56,6 +55,9 @@ def read_inputs(path: Path) -> list[dict[str, Any]]:
         if not tasks:
             raise InvalidRecordError(str(path), n, missing[0], "missing or not a non-empty string")
         record.setdefault("id", str(n))
+        if not isinstance(record["id"], str) and type(record["id"]) is not int:
+            # (NaN and Infinity, which Python's JSON reads, would be written back as no JSON)
+            raise InvalidRecordError(str(path), n, "id", "expected a string or an integer")
         key = str(record["id"])
         if key in first_line:
             raise InvalidRecordError(
@@ -129,9 +131,9 @@ def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | No
     results = detect_records(detector, records)
     if single:
         del results[0]["id"]
-        print(json.dumps(results[0], indent=2, ensure_ascii=False))
+        print(record_json(results[0], indent=2))
         return 0
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
+    lines = "".join(record_json(r) + "\n" for r in results)
     if out is not None:
         out.write(lines)
     else:

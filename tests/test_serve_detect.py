@@ -251,6 +251,19 @@ def test_cli_duplicate_ids_are_refused_with_both_lines(run_dir: Path, tmp_path: 
     assert f"{src}:3: id: 'a1' repeats line 1: ids must be unique" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("id_text", ["NaN", "1e999", "-Infinity", "1.5", "true", "[1]"])
+def test_an_input_id_that_is_no_string_or_integer_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys, id_text
+):
+    """An id is written back with each result: NaN or Infinity (which Python's JSON reads)
+    would make the output no JSON, a float or a list no id a reader can match."""
+    src = tmp_path / "ids.jsonl"
+    body = json.dumps({"text": TEXT, "summary": SUMMARY})[1:]
+    src.write_text('{"id": ' + id_text + ", " + body + "\n")
+    assert main(["detect", "--adapter", str(run_dir), "--input", str(src)]) == 1
+    assert f"{src}:1: id: expected a string or an integer" in capsys.readouterr().err
+
+
 def test_cli_needs_one_input_form(run_dir: Path, capsys):
     assert main(["detect", "--adapter", str(run_dir)]) == 1
     assert "either --text FILE --summary FILE, or --input" in capsys.readouterr().err
