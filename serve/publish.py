@@ -50,7 +50,12 @@ from fincheck.io.runs import (
     files_record,
     load_run,
 )
-from fincheck.io.safe_files import copy_file, open_regular_file, write_text
+from fincheck.io.safe_files import (
+    copy_file,
+    open_regular_file,
+    refuse_inside_a_claimed_folder,
+    write_text,
+)
 from fincheck.io.secrets import has_secret, hold_secret, secret_places
 from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
@@ -114,6 +119,7 @@ def build_upload_folder(
     if results is not None:
         check_results_provenance(run, results)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    refuse_inside_a_claimed_folder(out_dir, "--dry-run")
     partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
         files = _write_upload_files(run, repo_id, partial, results, license, base)

@@ -106,6 +106,63 @@ def test_a_base_inside_the_run_edited_since_training_is_refused(run_dir: Path, t
     assert not (tmp_path / "m1").exists()
 
 
+def test_no_output_goes_inside_a_folder_another_command_claimed(run_dir: Path, tmp_path, capsys):
+    """A training run's folder, or prepared data, holds what its command wrote: detect's --out,
+    merge's --out (a "checkpoint-99"), publish's --dry-run folder and an eval's --out put
+    inside it would be taken for its own files (a resume listed detect's output as a run file;
+    then every command refused the run). One line each, nothing written there."""
+    import json
+    import shutil
+
+    from fincheck.io.out_lock import OWN_MARKER
+
+    run, prepared = tmp_path / "run", tmp_path / "prepared"
+    shutil.copytree(run_dir, run)
+    (run / OWN_MARKER).write_text("train\n")  # as `fincheck train` marks its folder
+    (prepared / "qasem").mkdir(parents=True)
+    (prepared / OWN_MARKER).write_text("prepare\n")
+    pairs = tmp_path / "in.jsonl"
+    pairs.write_text(json.dumps({"text": "It met on Monday.", "summary": "It met."}) + "\n")
+    commands = {
+        "detect": [
+            "detect",
+            "--adapter",
+            str(run),
+            "--input",
+            str(pairs),
+            "--out",
+            str(run / "special_tokens_map.json"),
+        ],
+        "merge": ["merge", "--adapter", str(run), "--out", str(run / "checkpoint-99")],
+        "publish": [
+            "publish",
+            "--checkpoint",
+            str(run),
+            "--repo-id",
+            "me/x",
+            "--dry-run",
+            str(prepared / "qasem" / "x"),
+        ],
+        "eval": [
+            "baseline",
+            "--method",
+            "overlap",
+            "--data",
+            str(prepared),
+            "--out",
+            str(run / "evals"),
+        ],
+    }
+    before = sorted(p.name for p in run.iterdir())
+    for name, argv in commands.items():
+        capsys.readouterr()
+        assert main(argv) == 1, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "a folder `fincheck " in err[0] and "writes" in err[0], err
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert list((prepared / "qasem").iterdir()) == []
+
+
 def test_merge_refuses_non_empty_out_and_missing_adapter(run_dir: Path, tmp_path: Path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "f").write_text("x")

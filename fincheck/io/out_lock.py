@@ -26,31 +26,21 @@ from typing import IO
 
 from fincheck.errors import FincheckError
 from fincheck.io.safe_files import (
+    KINDS,
+    OWN_MARKER,
+    folder_kind,
     hold_claimed_folder,
     is_temporary,
     open_own_file,
-    read_regular_bytes,
+    refuse_inside_a_claimed_folder,
     write_text,
 )
 
 LOCK_FILE = ".fincheck.lock"
-# Written into every output folder fincheck claims, holding the kind of command that writes it.
-OWN_MARKER = ".fincheck-out"
-KINDS = ("prepare", "train", "eval", "merge")
 # What eval, baseline and score write at the top of their --out (score may share eval's).
 EVAL_OUTPUTS = (LOCK_FILE, "predictions", "results.json", "report.md", "scored", "plots",
                 "judge_cache.jsonl", "llm_cache.jsonl", "wandb", "eval_config.json",
                 "eval_summary.json")  # fmt: skip
-
-
-def folder_kind(out: Path) -> str | None:
-    """The kind a folder is marked with; None when unmarked (or marked by a fincheck that
-    wrote an empty mark: then only its contents can say whose it is)."""
-    marker = out / OWN_MARKER
-    if marker.is_symlink() or not marker.is_file():
-        return None
-    kind = read_regular_bytes(marker).decode("utf-8", errors="replace").strip()
-    return kind if kind in KINDS else None
 
 
 def refuse_links(out: Path, flag: str) -> None:
@@ -80,6 +70,7 @@ def claim_out_dir(
     assert kind in KINDS, kind
     out = Path(out_dir)
     real = out.resolve()  # `new/../..` is its parent's parent, checked as such
+    refuse_inside_a_claimed_folder(real, flag, kind)
     if real.is_dir():
         recorded = folder_kind(real)
         if recorded is not None and recorded != kind:

@@ -155,6 +155,35 @@ def replaced_file(path: str | Path, what: str = "", *, binary: bool = False) -> 
         os.close(folder)
 
 
+# Written into every output folder fincheck claims (`out_lock.claim_out_dir`), holding the kind
+# of command that writes it.
+OWN_MARKER = ".fincheck-out"
+KINDS = ("prepare", "train", "eval", "merge")
+
+
+def folder_kind(out: Path) -> str | None:
+    """The kind a folder is marked with; None when unmarked (or marked by a fincheck that
+    wrote an empty mark: then only its contents can say whose it is)."""
+    marker = out / OWN_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return None
+    kind = read_regular_bytes(marker).decode("utf-8", errors="replace").strip()
+    return kind if kind in KINDS else None
+
+
+def refuse_inside_a_claimed_folder(path: str | Path, flag: str, kind: str | None = None) -> None:
+    """An output is never put inside a folder another kind of command claimed (a training run,
+    prepared data): a file there is taken for one of the run's own, and a folder for one of its
+    checkpoints or tasks. `kind`: the command's own kind, whose folders it may nest in."""
+    for folder in Path(path).resolve().parents:
+        claimed = folder_kind(folder)
+        if claimed is not None and claimed != kind:
+            raise FincheckError(
+                f"{flag} {path} is inside {folder}, a folder `fincheck {claimed}` writes: "
+                "choose a path outside it (nothing was written)"
+            )
+
+
 @contextlib.contextmanager
 def new_folder(out: str | Path, what: str) -> Iterator[Path]:
     """An output folder written whole or not at all: the block fills a fresh folder made beside
@@ -165,6 +194,7 @@ def new_folder(out: str | Path, what: str) -> Iterator[Path]:
     out = Path(out)
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise FincheckError(f"{out}: not empty (or not a folder); pick a new --out folder")
+    refuse_inside_a_claimed_folder(out, f"{what} output")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.{what}-", dir=out.parent))
     try:
@@ -319,6 +349,7 @@ def claimed_output_file(path: str | Path, flag: str) -> Iterator[IO[str]]:
     path = Path(path)
     if path.exists() or path.is_symlink():
         raise FincheckError(f"{flag} {path} exists; pick a new file (nothing is overwritten)")
+    refuse_inside_a_claimed_folder(path, flag)
     partial = path.with_name(path.name + ".partial")
     fd = open_own_file(partial, os.O_RDWR | os.O_CREAT, flag)
     f = os.fdopen(fd, "r+", encoding="utf-8")
