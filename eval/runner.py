@@ -63,11 +63,12 @@ def answer_tasks(
 ) -> dict[str, dict[str, Any]]:
     """Predictions for every task of `tasks`; returns per-task counts (total, resumed,
     generated, failed and the answerer's own). `identity`: what else identifies the run."""
-    unread = sorted(set(opts.limit) - set(tasks)) if isinstance(opts.limit, dict) else []
-    if unread:  # a cap meant for a task this run does not answer: its own task runs whole
+    if isinstance(opts.limit, dict) and not set(opts.limit) & set(tasks):
+        # caps for other tasks only: read by nothing, while this run's tasks run whole (one
+        # spec shared by several commands, each reading its own tasks' caps, is fine)
         raise FincheckError(
-            f"--limit names {', '.join(unread)}, which this run does not answer (its tasks: "
-            f"{', '.join(tasks)}); name only those, or add them to --tasks"
+            f"--limit names {', '.join(sorted(opts.limit))}, none of which this run answers "
+            f"(its tasks: {', '.join(tasks)}); give its tasks' caps, or add them to --tasks"
         )
     earlier = served_before(opts.predictions_dir)  # before the config is written again
     manifest = read_manifest(opts.data_dir)

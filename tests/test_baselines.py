@@ -440,15 +440,15 @@ def test_a_served_detector_killed_before_its_record_refuses_another_served_model
 def test_a_limit_for_a_task_the_run_does_not_answer_is_refused(tmp_path, capsys):
     """`--limit final=3` where the run answers QASem alone (by --tasks, or because the method
     covers only QASem) would be read by nothing while QASem runs whole: one line, before
-    anything runs."""
+    anything runs. A spec naming QASem among others (shared by the demo's commands) is read."""
     base = ["baseline", "--method", "overlap", "--data", str(SMALL), "--no-progress"]
     for tasks in (["--tasks", "qasem"], []):
         out = tmp_path / f"run{len(tasks)}"
         assert main([*base, *tasks, "--limit", "final=3", "--out", str(out)]) == 1
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--limit names final, which this run does not answer" in err[0]
+        assert len(err) == 1 and "--limit names final, none of which this run answers" in err[0]
         assert not (out / "predictions" / "qasem.jsonl").exists()
-    assert main([*base, "--limit", "qasem=3", "--out", str(tmp_path / "ok")]) == 0
+    assert main([*base, "--limit", "qasem=3,final=2", "--out", str(tmp_path / "ok")]) == 0
 
 
 def test_the_pipeline_decomposes_checks_and_merges_with_its_calls_counted(tmp_path, capsys):

@@ -209,6 +209,8 @@ def mode_options(base, s: EvalPathSettings, mode: str, task: str, out: Path):
     from fincheck.eval.options import EvalOptions
 
     served = served_mode(mode)
+    # this task's cap alone: a cap for a task a run does not answer is refused
+    limit = base.limit.get(task) if isinstance(base.limit, dict) else base.limit
     if served:
         return EvalOptions(
             backend="openai",
@@ -217,7 +219,7 @@ def mode_options(base, s: EvalPathSettings, mode: str, task: str, out: Path):
             data_dir=s.prepared_dir,
             out_dir=out,
             tasks=(task,),
-            limit=base.limit,
+            limit=limit,
             sample_seed=s.seed,
             window=s.window,
             concurrency=1,
@@ -228,6 +230,7 @@ def mode_options(base, s: EvalPathSettings, mode: str, task: str, out: Path):
         base,
         out_dir=out,
         tasks=(task,),
+        limit=limit,
         prefix_reuse=name == "prefix-reuse",
         batch_size=1 if name == "naive" else s.batch_size,
         dtype=dtype or base.dtype,
