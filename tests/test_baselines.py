@@ -403,7 +403,8 @@ def test_a_resume_answered_by_another_served_model_stops_before_writing(tmp_path
         (out / "llm_cache.jsonl").write_text("".join(cached[:2]))
         server.script = {"QA pair supported": [("raw", other, "always")]}
         assert _eval(out, server, "e2e", "--tasks", "qasem") == 1
-        assert predictions.read_text() == "".join(lines[:2])
+        # (an example whose calls are all among the cached two may be written: served-7b's)
+        assert set(predictions.read_text().splitlines(keepends=True)) <= set(lines)
 
 
 def test_a_served_detector_killed_before_its_record_refuses_another_served_model(tmp_path):
@@ -431,7 +432,8 @@ def test_a_served_detector_killed_before_its_record_refuses_another_served_model
         (out / "llm_cache.jsonl").write_text("".join(cached[:2]))
         server.script = {"": [("raw", served.replace("served-7b", "served-70b"), "always")]}
         assert main(args) == 1
-        assert predictions.read_text() == "".join(lines[:2])
+        # (an example whose calls are all among the cached two may be written: served-7b's)
+        assert set(predictions.read_text().splitlines(keepends=True)) <= set(lines)
         server.script = {"": [("raw", served, "always")]}
         assert main(args) == 0  # the same model finishes it
         assert len(predictions.read_text().splitlines()) == len(lines)

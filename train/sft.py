@@ -250,14 +250,14 @@ def _train_and_save(r: Run) -> int:
     elif main and recipe.resume_from_checkpoint == "auto":
         log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
     with (
-        checkpoints.full_disk_as_one_line(r.output_dir, trainer),
-        resume.weights_only_loads(),
-        library_errors_as_one_line(
+        library_errors_as_one_line(  # outermost: a full disk is said as such first
             f"training {r.output_dir}",
             "check the recipe's keys and the files it names (`fincheck --debug train` shows the "
             "traceback); a run stopped after a checkpoint resumes with "
             "--resume_from_checkpoint=auto",
         ),
+        checkpoints.full_disk_as_one_line(r.output_dir, trainer),
+        resume.weights_only_loads(),
     ):
         trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
     if r.sigterm.stopped_at is not None:
