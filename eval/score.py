@@ -165,7 +165,6 @@ def _run_info(opts: ScoreOptions) -> dict:
         info["data_fingerprint"] = manifest.get("fingerprint")
         info["prompt_hashes"] = manifest.get("prompt_hashes")
     config = read_eval_config(opts.predictions_dir)  # written by `fincheck eval`; else {}
-
     for key in ("model", "base", "adapter", "adapter_sha256", "chat_template_hash"):
         if config.get(key) is not None:
             info[key] = config[key]

@@ -44,7 +44,6 @@ from fincheck.io.safe_files import (
     copy_file,
     fresh_folder,
     move_files_into,
-    read_regular_bytes,
     refuse_foreign_entries,
     write_text,
 )
@@ -103,14 +102,6 @@ def base_fingerprint(base_path: str) -> str:
     files by content (`folder_sha256`: other weights under the same config.json, a fine-tune
     put in place, are another base), a hub id by its name."""
     return folder_sha256(base_path) or hashlib.sha256(base_path.encode()).hexdigest()[:16]
-
-
-def config_fingerprint(base_path: str) -> str:
-    """What checkpoints recorded before `base_fingerprint` read the weights: the sha256 of the
-    base's config.json (or of its name), which such a checkpoint's resume still compares."""
-    config = Path(base_path) / "config.json"
-    data = read_regular_bytes(config) if config.is_file() else base_path.encode()
-    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def write_training_output_mark(folder: Path) -> None:

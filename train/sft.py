@@ -36,7 +36,7 @@ from fincheck.io.messages import (
     redacting_excepthook,
 )
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
-from fincheck.io.runs import RUN_METADATA
+from fincheck.io.runs import RUN_METADATA, config_fingerprint
 from fincheck.io.secrets import redacted_output
 from fincheck.models.loading import resolve_model
 from fincheck.tasks.prepared import PreparedFolder
@@ -147,7 +147,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         }
     )
     launch.check_each_saving_node_has_its_own_disk(recipe, output_dir)
-    legacy_fp = checkpoints.config_fingerprint(base_path)  # what older checkpoints recorded
+    legacy_fp = config_fingerprint(base_path)  # what older checkpoints recorded
     resume_from = resume.resume_point(recipe, output_dir, base_fp, data_fp, legacy_fp)
     if resume_from is not None and "wandb" in recipe.report_to:
         callbacks.continue_wandb_run(output_dir)

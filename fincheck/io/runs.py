@@ -265,15 +265,20 @@ def load_run(path: str | Path) -> RunArtifacts:
     return run
 
 
+def config_fingerprint(base_path: str) -> str:
+    """What checkpoints recorded before the base was fingerprinted by its files: the sha256 of
+    the base's config.json (or of its name), which their resume and readers still accept."""
+    config = Path(base_path) / "config.json"
+    data = read_regular_bytes(config) if config.is_file() else base_path.encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def check_base_recorded(run: RunArtifacts, base: Path) -> None:
     """A base saved inside the run (a small random-init one) is the one its record names: its
     model files by content (a checkpoint's record lists its own files only, not the run's
     base/). Records from before the files were read name the base's config.json instead."""
     recorded = run.metadata.get("base_fingerprint")
-    if not recorded:
-        return
-    config = hashlib.sha256(read_regular_bytes(base / "config.json")).hexdigest()[:16]
-    if recorded not in (folder_sha256(base), config):
+    if recorded and recorded not in (folder_sha256(base), config_fingerprint(str(base))):
         raise FincheckError(
             f"{base}: the base's files differ from those {run.path} was trained on (its record's "
             f"base_fingerprint {recorded[:16]}): edited since; train again, or restore the base"
