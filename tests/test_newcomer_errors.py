@@ -324,13 +324,13 @@ def test_a_key_given_twice_in_a_recipe_is_an_error_naming_both_lines(tmp_path):
     [
         ("? [a, b]\n: 1\n", "the key on line 1 is not a name (list)"),
         ("{a: 1}: 2\n", "is not a name (dict)"),
-        ("max_steps: 3\n2024-01-01: 3\n", "the key on line 2 is not a name (date)"),
+        ("max_steps: 3\n3.5: 3\n", "the key on line 2 is not a name (float)"),
         ("~: 3\n", "is not a name (NoneType)"),
         ('run_name: "\\ud800x"\n', "lone surrogate"),
     ],
 )
 def test_a_key_that_is_no_name_or_a_lone_surrogate_is_one_line(tmp_path, text, said):
-    """A config's keys are names: a list, mapping, date or null as a key (PyYAML builds them;
+    """A config's keys are names: a list, mapping, number or null as a key (PyYAML builds them;
     a dict refuses the unhashable ones with a traceback) and a lone surrogate escape in a
     string (which no file or terminal can encode) are one line naming the file and line."""
     from fincheck.errors import FincheckError

@@ -354,6 +354,34 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
         read_recipe_values(bomb)
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("run_name: !!binary aGVsbG8=", r"r\.yaml:2: not valid YAML: the tag !!binary is not"),
+        ("run_name: !!timestamp 2024-01-01", r"r\.yaml:2: not valid YAML: the tag !!timestamp"),
+        ("report_to: !!set {none}", r"r\.yaml:2: not valid YAML: the tag !!set is not"),
+        ("run_name: !custom x", r"r\.yaml:2: not valid YAML: the tag !custom is not"),
+    ],
+)
+def test_a_recipe_holds_only_text_numbers_booleans_null_lists_and_mappings(line, said, tmp_path):
+    """The loader constructs an allow-list of YAML types: a `!!binary` run name used to become
+    the text "b'hello'" and a `!!set` a Python set, both without a word."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"learning_rate: 1.0e-4\n{line}\n")
+    with pytest.raises(FincheckError, match=said):
+        read_recipe_values(recipe)
+
+
+def test_a_date_or_an_equals_sign_in_a_recipe_stays_the_text_written(tmp_path):
+    """YAML 1.1 reads `2024-01-01` as a date (whose str() is not always the text written) and
+    `=` as a "value" tag no loader constructs; both are plain text here."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("run_name: 2001-12-14t21:59:43.10-05:00\nhub_model_id: =\n")
+    values = read_recipe_values(recipe)
+    assert values["run_name"] == "2001-12-14t21:59:43.10-05:00"
+    assert values["hub_model_id"] == "="
+
+
 def test_the_nodes_of_a_launch_compare_the_files_a_recipe_names_by_content(tmp_path, monkeypatch):
     """Each rank's recipe identity digests the data mixture, DeepSpeed config and chat
     template by content: one path holding two mixtures on two nodes differs (both nodes once

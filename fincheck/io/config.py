@@ -302,8 +302,34 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_undefined(self, node):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"the tag {node.tag.replace('tag:yaml.org,2002:', '!!')} is not accepted here (only"
+            " text, numbers, true/false, null, lists and mappings)",
+            node.start_mark,
+        )
 
+
+# An allow-list of what a config may hold: text, numbers, true/false, null, lists and mappings.
+# Every other tag (`!!binary`, `!!set`, `!!omap`, `!!timestamp`, ...) is refused with its line,
+# where the safe loader would hand on bytes, sets or dates that a str() later turns into other
+# text; a plain `2024-01-01` or `=` stays the text it is written as.
+_YAML_TAGS = {
+    f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "seq", "map")
+}
+_UniqueKeyLoader.yaml_constructors = {
+    tag: construct
+    for tag, construct in yaml.SafeLoader.yaml_constructors.items()
+    if tag in _YAML_TAGS
+}
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag in _YAML_TAGS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor(None, _UniqueKeyLoader.construct_undefined)
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
