@@ -476,6 +476,7 @@ def test_a_rerun_with_another_sample_or_window_is_refused(tiny_base, prepared_di
     [
         (["--limit", "-5"], "--limit: expected N or task=N,... with N >= 1"),
         (["--limit", "final=0"], "N >= 1"),
+        (["--limit", "final=5,final=9"], "each task once"),
         (["--limit", "bogus=3"], "tasks: final,qasem,fhsumbench"),
         (["--tasks", "final,bogus"], "--tasks: unknown task(s) ['bogus']"),
         (["--batch-size", "four"], "--batch-size: expected an integer, got 'four'"),

@@ -811,7 +811,11 @@ def test_a_dev_threshold_is_scored_beside_the_papers_and_compared(prepared_dir, 
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(out), "--bootstrap", "50"]) == 0
     assert "BAcc at the dev threshold" in capsys.readouterr().out
-    for bad, said in (("qasem=1.5", "0 < T < 1"), ("fhsumbench=0.5", "no p_yes to threshold")):
+    for bad, said in (
+        ("qasem=1.5", "0 < T < 1"),
+        ("fhsumbench=0.5", "no p_yes to threshold"),
+        ("qasem=0.5,qasem=0.7", "qasem=0.7: qasem was already given a value"),  # not the last
+    ):
         assert main([*args, "--threshold", bad, "--out", str(tmp_path / "c")]) == 2
         assert said in capsys.readouterr().err
 

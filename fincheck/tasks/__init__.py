@@ -105,32 +105,37 @@ def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") ->
 
 
 def per_task_numbers(text: str) -> int | dict[str, int]:
-    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named); each N >= 1."""
+    """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named, each once); each
+    N >= 1."""
     try:
         if "=" not in text:
             numbers: int | dict[str, int] = int(text)
         else:
             pairs = [part.split("=") for part in text.split(",")]
             numbers = {task.strip(): int(n) for task, n in pairs}
-            if not numbers.keys() <= set(task_names()):
+            if len(numbers) < len(pairs) or not numbers.keys() <= set(task_names()):
                 raise ValueError(text)
         if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
             raise ValueError(text)
     except ValueError:
         raise FincheckError(
-            f"expected N or task=N,... with N >= 1 (tasks: {','.join(task_names())}), got {text!r}"
+            f"expected N or task=N,... with N >= 1, each task once (tasks:"
+            f" {','.join(task_names())}), got {text!r}"
         ) from None
     return numbers
 
 
 def per_task_values(text: str, option: str, convert: Callable[[Task, str], T]) -> dict[str, T]:
-    """`task=value,...` (an option's text) -> {task: convert(task, value)}; `convert` raises a
-    FincheckError, worded without the option, for a value the task cannot take."""
+    """`task=value,...` (an option's text, each task once) -> {task: convert(task, value)};
+    `convert` raises a FincheckError, worded without the option, for a value the task cannot
+    take."""
     values: dict[str, T] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = (x.strip() for x in part.partition("="))
         if not sep:
             raise FincheckError(f"{option} {part}: expected task=value")
+        if name in values:  # `qasem=0.5,qasem=0.7` would keep the last without a word
+            raise FincheckError(f"{option} {part}: {name} was already given a value")
         try:
             values[name] = convert(get_task(name), value)  # an unknown task: the registry's error
         except FincheckError as e:
