@@ -108,7 +108,7 @@ def run_detect(args) -> int:
         raise FincheckError(
             f"--out {args.out}: {Path(args.out).parent} is a file, not a folder: choose another path"
         )
-    if args.out and not Path(args.out).resolve().parent.is_dir():  # before the model runs
+    if args.out and not Path(args.out).parent.resolve().is_dir():  # before the model runs
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"
         )

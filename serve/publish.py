@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,8 +51,8 @@ from fincheck.io.runs import (
 )
 from fincheck.io.safe_files import (
     copy_file,
+    new_folder,
     open_regular_file,
-    refuse_inside_a_claimed_folder,
     write_text,
 )
 from fincheck.io.secrets import has_secret, hold_secret, secret_places
@@ -108,28 +107,15 @@ def build_upload_folder(
     license: str = "apache-2.0",
     base_model_id: str | None = None,
 ) -> list[str]:
-    """Write the repo's files to `out_dir` (empty or new); return their relative paths, sorted.
-
-    The files are built in a folder beside it and moved into place only when all are written:
-    a refusal half-way (a symlink out of the run, a full disk) leaves nothing behind."""
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FincheckError(f"{out_dir}: folder is not empty; pick a new --dry-run folder")
+    """Write the repo's files to `out_dir` (new or empty, never a link); return their relative
+    paths, sorted. They are built in a folder beside it and moved into place only when all are
+    written: a refusal half-way (a symlink out of the run, a full disk) leaves nothing behind."""
     base = published_base(run, base_model_id)
     check_no_secrets(run)
     if results is not None:
         check_results_provenance(run, results)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    refuse_inside_a_claimed_folder(out_dir, "--dry-run")
-    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
-        files = _write_upload_files(run, repo_id, partial, results, license, base)
-        if out_dir.exists():
-            out_dir.rmdir()  # empty, checked above
-        partial.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return files
+    with new_folder(out_dir, "publish", "--dry-run") as staging:
+        return _write_upload_files(run, repo_id, staging, results, license, base)
 
 
 def _write_upload_files(

@@ -140,7 +140,6 @@ WRITES_ELSEWHERE = {
         ),
     },
     "train/model.py": {"os.rename(tmp, target)": "the tiny base, built by each process"},
-    "serve/publish.py": {"partial.rename(out_dir)": "the upload folder, built in mkdtemp"},
     "fincheck/metrics/plots.py": {
         "fig.savefig(image, dpi=100, format=path.suffix.lstrip('.') or 'png')": "into memory"
     },

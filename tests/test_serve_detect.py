@@ -401,3 +401,29 @@ def test_non_utf8_input_and_a_missing_out_folder_are_one_line_before_any_model(t
     out = tmp_path / "missing" / "out.jsonl"
     assert main([*common, "--input", str(good), "--out", str(out)]) == 1
     assert "does not exist; create it first" in capsys.readouterr().err
+
+    dangling = tmp_path / "dangling.jsonl"  # a link to a file in a folder that does not exist
+    dangling.symlink_to(tmp_path / "missing" / "out.jsonl")
+    assert main([*common, "--input", str(good), "--out", str(dangling)]) == 1
+    assert f"--out {dangling} exists; pick a new file" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_command_prints_fincheck_s_progress_and_only_a_library_s_warnings():
+    """The commands' log set-up shows fincheck's own INFO lines but a library's only from
+    WARNING up: torch's FakeTensor cache statistics (INFO, at exit) used to follow a detect
+    interrupted during torch's import."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging\n"
+        "from fincheck.io.messages import show_progress_lines\n"
+        "show_progress_lines('%(name)s: %(message)s')\n"
+        "logging.getLogger('torch._subclasses.fake_tensor').info('FakeTensor cache stats:')\n"
+        "logging.getLogger('fincheck.train').info('step 1')\n"
+        "logging.getLogger('httpx').warning('a warning')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "fincheck.train: step 1\nhttpx: a warning\n"

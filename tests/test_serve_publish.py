@@ -247,6 +247,15 @@ def test_dry_run_refuses_a_non_empty_folder(run_dir: Path, tmp_path: Path):
         publish(PublishOptions(run_dir, "me/tiny", dry_run=tmp_path))
 
 
+def test_dry_run_into_a_dangling_link_names_the_link_and_writes_nothing(run_dir, tmp_path):
+    """The link's target is never made; the error names the link, not a staging folder that
+    is gone by the time the user reads it."""
+    (tmp_path / "repo").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FincheckError, match=rf"^{tmp_path / 'repo'}: not empty \(or not a folder"):
+        publish(PublishOptions(run_dir, "me/tiny", dry_run=tmp_path / "repo"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
+
+
 def test_publish_to_fake_hub_then_republish_changes_nothing(
     run_dir: Path, results_file: Path, hub: FakeHub
 ):
@@ -660,7 +669,7 @@ def test_symlinks_out_of_the_run_are_never_uploaded(run_dir, tmp_path):
         publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     # refused half-way (the weights were already copied): nothing is left behind
     assert not (tmp_path / "repo").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.")]
     (run / "tokenizer_config.json").unlink()
     shutil.copy2(run_dir / "tokenizer_config.json", run / "tokenizer_config.json")
     (run / "base" / "notes.txt").symlink_to(secret)  # inside the shipped base: skipped
@@ -884,7 +893,7 @@ def test_a_hard_linked_file_of_the_run_is_refused(run_dir, tmp_path):
         publish(PublishOptions(run, "me/tiny", dry_run=tmp_path / "repo"))
     assert "hf_SECRET" not in str(error.value)
     assert not (tmp_path / "repo").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.partial-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".repo.")]
 
 
 @pytest.mark.parametrize(

@@ -185,16 +185,17 @@ def refuse_inside_a_claimed_folder(path: str | Path, flag: str, kind: str | None
 
 
 @contextlib.contextmanager
-def new_folder(out: str | Path, what: str) -> Iterator[Path]:
+def new_folder(out: str | Path, what: str, flag: str = "--out") -> Iterator[Path]:
     """An output folder written whole or not at all: the block fills a fresh folder made beside
     OUT (mkdtemp: new, fincheck's own), which is renamed onto OUT when the block ends; on any
     error, and afterwards in any case, the fresh folder is removed. A kill or a full disk leaves
     no half-written OUT (a rerun just works), and two writers cannot mix: the second rename finds
-    OUT taken and says so. OUT must be new or an empty folder; `what` names the writer."""
+    OUT taken and says so. OUT must be new or an empty folder (never a link, dangling or not);
+    `what` names the writer, `flag` the option that named OUT."""
     out = Path(out)
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
-        raise FincheckError(f"{out}: not empty (or not a folder); pick a new --out folder")
-    refuse_inside_a_claimed_folder(out, f"{what} output")
+        raise FincheckError(f"{out}: not empty (or not a folder); pick a new {flag} folder")
+    refuse_inside_a_claimed_folder(out, flag)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.{what}-", dir=out.parent))
     try:
