@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from fincheck.errors import UsageError
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
+from fincheck.io.messages import show_progress_lines
 from fincheck.model_options import ModelOptions
 from fincheck.serve.export import ExportOptions, export_gguf
 from fincheck.serve.merge import MergeOptions, merge_adapter
@@ -137,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    show_progress_lines("%(levelname)s %(name)s: %(message)s")
 
 
 def _detect(args: argparse.Namespace) -> int:

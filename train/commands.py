@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from dataclasses import dataclass
 
 from fincheck.io.config import REQUIRED, add_options, config_field, describe_config, read_options
+from fincheck.io.messages import show_progress_lines
 
 EPILOG = """\
 examples:
@@ -50,5 +50,5 @@ def handle_train(args: argparse.Namespace) -> int:
         print(describe_config(SFTRecipe))
         return 0
     recipe = load_training_recipe(args.config, args.overrides)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    show_progress_lines("%(asctime)s %(name)s: %(message)s")
     return train_and_save(build_trainer(recipe))

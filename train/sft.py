@@ -34,6 +34,7 @@ from fincheck.io.messages import (
     error_line,
     library_errors_as_one_line,
     redacting_excepthook,
+    show_progress_lines,
 )
 from fincheck.io.out_lock import claim_out_dir, lock_out_dir
 from fincheck.io.runs import RUN_METADATA, config_fingerprint
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if config is None:
             print(launch.USAGE, file=sys.stderr)
             return 2
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        show_progress_lines("%(asctime)s %(name)s: %(message)s")
         bound_hub_replies()  # every hub reply of this process read with bounds
         try:
             check_command_line(argv)

@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import sys
 from collections.abc import Iterator
 
 from fincheck.errors import FincheckError, UsageError, free_on_disk, wrapped_os_error
 from fincheck.io.secrets import redact
+
+
+def show_progress_lines(line_format: str) -> None:
+    """fincheck's own log lines from INFO up on stderr, a library's only from WARNING up. With
+    the root logger at INFO, whatever a library logs there was printed too: torch's cache
+    statistics, at exit after an interrupt during its import, followed "interrupted"."""
+    logging.basicConfig(level=logging.WARNING, format=line_format)
+    logging.getLogger("fincheck").setLevel(logging.INFO)
 
 
 def shortened(text: str, limit: int = 300) -> str:

@@ -225,6 +225,8 @@ def load_adapter_model(
     try:
         with warnings.catch_warnings():  # PEFT only warns: the base alone would answer
             warnings.filterwarnings("error", message="Found missing adapter keys")
+            # PEFT reads a property this transformers renamed: a notice for PEFT, not the user
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
             model = PeftModel.from_pretrained(model, str(run.path), is_trainable=False)
     except FincheckError:
         raise
