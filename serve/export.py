@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +58,14 @@ def export_gguf(opts: ExportOptions) -> dict[str, Any]:
         raise FincheckError(f"--type {kind}: choose one of {', '.join(llama_cpp.GGUF_TYPES)}")
     run = load_run(adapter)  # one line for a folder that holds no adapter
     base_path = resolve_base(run, base)
+    # named as the user named the adapter: a hub id's last part (not its snapshot's hash), a
+    # local folder's own name (`.` and `..` by the folder they stand for, never "")
+    named = Path(os.path.abspath(adapter) if Path(adapter).is_dir() else adapter.rstrip("/")).name
     with new_folder(out, "export") as staging:
-        merged = staging / run.root.name  # the GGUF's general.name
+        merged = staging / Path(os.path.abspath(run.root)).name  # the GGUF's general.name
         trusted = opts.trust_remote_code
         merge_adapter(MergeOptions(str(run.path), merged, base, "fp32", trusted))
-        # named as the user named the adapter (a hub id's last part, not its snapshot's hash)
-        name = llama_cpp.gguf_name(Path(str(adapter).rstrip("/")).name, kind)
+        name = llama_cpp.gguf_name(named, kind)
         if kind in llama_cpp.FULL_TYPES:
             llama_cpp.convert(merged, staging / name, kind)
         else:

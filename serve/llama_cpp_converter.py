@@ -85,9 +85,13 @@ def convert(model_dir: Path, outfile: Path, outtype: str) -> None:
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise FincheckError(
-            f"llama.cpp's converter ({RELEASE}) cannot convert this base: {_reason(result.stderr)}"
-        )
+        reason = _reason(result.stderr)
+        if reason.startswith("ModuleNotFoundError"):  # this Python lacks one of its imports
+            raise FincheckError(
+                f"llama.cpp's converter ({RELEASE}) needs a package this Python lacks ({reason}):"
+                " pip install 'fincheck[llama-cpp]' (or `make install-llama-cpp`), then rerun"
+            )
+        raise FincheckError(f"llama.cpp's converter ({RELEASE}) cannot convert this base: {reason}")
 
 
 def _reason(stderr: str) -> str:

@@ -140,15 +140,18 @@ def served_export(request, f32_export, tmp_path_factory):
         yield url, str(f32_export)
 
 
-def test_the_export_records_the_adapter_and_base_it_came_from(smol_run, tmp_path):
-    """The default export: f16, one file and its record."""
+def test_the_export_records_the_adapter_and_base_it_came_from(smol_run, tmp_path, monkeypatch):
+    """The default export: f16, one file and its record, named after the run's folder also when
+    the adapter is given as `.` (it was named "-f16.gguf", and then not found)."""
     from gguf import GGUFReader
     from transformers import AutoTokenizer
 
     from fincheck.io.checksums import sha256_file
     from fincheck.io.runs import adapter_sha256
 
-    gguf = export(smol_run, tmp_path / "f16")
+    monkeypatch.chdir(smol_run)
+    gguf = export(Path("."), tmp_path / "f16")
+    assert gguf.name == f"{smol_run.resolve().name}-f16.gguf"
     record = json.loads((gguf.parent / "fincheck_export.json").read_text())
     assert sorted(p.name for p in gguf.parent.iterdir()) == ["fincheck_export.json", gguf.name]
     assert record["type"] == "f16" and record["file_sha256"] == sha256_file(gguf)
@@ -243,3 +246,27 @@ def test_the_cards_cpu_serving_snippet_runs_as_written(smol_run, tmp_path):
         assert main([*args, "--tasks", "qasem", "--no-progress"]) == 0
     lines = (tmp_path / "served" / "predictions" / "qasem.jsonl").read_text().splitlines()
     assert len(lines) == 6 and all(json.loads(line)["p_yes"] is not None for line in lines)
+
+
+def test_a_converter_import_this_python_lacks_says_what_to_install(monkeypatch, tmp_path):
+    """The converter runs in this Python: a package it imports that is not installed (the
+    tokenizer library of SentencePiece bases) is named with the extra that holds it, rather
+    than called a base the converter cannot convert."""
+    import subprocess
+
+    from fincheck.serve import llama_cpp_converter
+
+    failed = subprocess.CompletedProcess(
+        [],
+        1,
+        "",
+        "Traceback (most recent call last):\n  ...\n"
+        "ModuleNotFoundError: No module named 'sentencepiece'\n",
+    )
+    monkeypatch.setattr(llama_cpp_converter, "converter_dir", lambda: tmp_path)
+    monkeypatch.setattr(llama_cpp_converter.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(FincheckError) as error:
+        llama_cpp_converter.convert(tmp_path / "model", tmp_path / "m.gguf", "f16")
+    assert "No module named 'sentencepiece'" in str(error.value)
+    assert "pip install 'fincheck[llama-cpp]'" in str(error.value)
+    assert "cannot convert this base" not in str(error.value)

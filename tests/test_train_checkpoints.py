@@ -433,3 +433,18 @@ def test_a_training_output_without_its_record_is_not_read_as_a_bare_adapter(tmp_
                 load_run(given)
     (run / OWN_MARKER).unlink()  # a bare PEFT folder: nothing says it is a training output
     assert load_run(run).adapter_config == {"r": 4}
+
+
+def test_a_checkpoint_given_as_dot_belongs_to_its_run(tmp_path, monkeypatch):
+    """`--adapter .` inside checkpoint-<step>/ reads the run it belongs to (a base saved in the
+    run is found there), not "." again: Path(".").parent is "."."""
+    from fincheck.io.runs import load_run
+
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"x")
+    (checkpoint / "adapter_config.json").write_text('{"r": 4}')
+    mark_complete(checkpoint, {"step": 4}, "max_steps: 10\n")
+    monkeypatch.chdir(checkpoint)
+    assert load_run(".").root == run

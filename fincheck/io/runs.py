@@ -25,6 +25,7 @@ Eval, detect, merge and publish all start from `load_run(path)`.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,7 @@ def load_run(path: str | Path) -> RunArtifacts:
             checkpoint_files(path),
             "use another checkpoint",
         )
-        run.root = path.parent
+        run.root = Path(os.path.abspath(path)).parent  # `.` inside a checkpoint: its run
     elif (
         (path / TRAINING_OUTPUT_MARK).exists()
         or folder_kind(path.resolve()) == "train"
