@@ -58,11 +58,10 @@ def export_gguf(opts: ExportOptions) -> dict[str, Any]:
         raise FincheckError(f"--type {kind}: choose one of {', '.join(llama_cpp.GGUF_TYPES)}")
     run = load_run(adapter)  # one line for a folder that holds no adapter
     base_path = resolve_base(run, base)
-    # named as the user named the adapter: a hub id's last part (not its snapshot's hash), a
-    # local folder's own name (`.` and `..` by the folder they stand for, never "")
-    named = Path(os.path.abspath(adapter) if Path(adapter).is_dir() else adapter.rstrip("/")).name
+    # named after the adapter's folder (`.` and `..` by the folder they stand for, never "")
+    named = Path(os.path.abspath(adapter)).name
     with new_folder(out, "export") as staging:
-        merged = staging / Path(os.path.abspath(run.root)).name  # the GGUF's general.name
+        merged = staging / run.root.name  # the GGUF's general.name
         trusted = opts.trust_remote_code
         merge_adapter(MergeOptions(str(run.path), merged, base, "fp32", trusted))
         name = llama_cpp.gguf_name(named, kind)

@@ -229,7 +229,7 @@ def load_run(path: str | Path) -> RunArtifacts:
     if (path / MANIFEST_FILE).is_file():
         run.manifest_path = path / MANIFEST_FILE
         run.manifest = read_json_record(run.manifest_path, MANIFEST_SHAPE)
-    run.root = path
+    run.root = Path(os.path.abspath(path))  # `.` stands for a folder with a name
     if (path / RUN_METADATA).is_file():
         run.metadata = read_run_record(path / RUN_METADATA)
         check_listed_files(path, RUN_METADATA, run.metadata, run_save_files(path), RERUN_FINAL_SAVE)
@@ -242,7 +242,7 @@ def load_run(path: str | Path) -> RunArtifacts:
             checkpoint_files(path),
             "use another checkpoint",
         )
-        run.root = Path(os.path.abspath(path)).parent  # `.` inside a checkpoint: its run
+        run.root = run.root.parent  # `.` inside a checkpoint: its run
     elif (
         (path / TRAINING_OUTPUT_MARK).exists()
         or folder_kind(path.resolve()) == "train"

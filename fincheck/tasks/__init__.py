@@ -107,22 +107,21 @@ def check_task_names(names: list[str] | tuple[str, ...], what: str = "tasks") ->
 def per_task_numbers(text: str) -> int | dict[str, int]:
     """'256' (every task) or 'final=512,fhsumbench=128' (only the tasks named, each once); each
     N >= 1."""
+
+    def at_least_one(value: str) -> int:
+        if (number := int(value)) < 1:
+            raise ValueError(value)
+        return number
+
     try:
-        if "=" not in text:
-            numbers: int | dict[str, int] = int(text)
-        else:
-            pairs = [part.split("=") for part in text.split(",")]
-            numbers = {task.strip(): int(n) for task, n in pairs}
-            if len(numbers) < len(pairs) or not numbers.keys() <= set(task_names()):
-                raise ValueError(text)
-        if min(numbers.values() if isinstance(numbers, dict) else [numbers]) < 1:
-            raise ValueError(text)
-    except ValueError:
+        if "=" in text:  # an unknown task or one named twice: a FincheckError
+            return per_task_values(text, "", lambda _task, value: at_least_one(value))
+        return at_least_one(text)
+    except (ValueError, FincheckError):
         raise FincheckError(
             f"expected N or task=N,... with N >= 1, each task once (tasks:"
             f" {','.join(task_names())}), got {text!r}"
         ) from None
-    return numbers
 
 
 def per_task_values(text: str, option: str, convert: Callable[[Task, str], T]) -> dict[str, T]:
