@@ -402,6 +402,20 @@ def test_the_nodes_of_a_launch_compare_the_files_a_recipe_names_by_content(tmp_p
     assert identity(node0, "configs/mix.yaml") == identity(node1, str(node0 / "configs/mix.yaml"))
 
 
+def test_a_recipe_with_an_inline_deepspeed_mapping_has_an_identity():
+    """A DeepSpeed config given inline is a mapping, not a file: the identity every rank
+    compares takes it as written (it raised a TypeError in every run that gave one)."""
+    from types import SimpleNamespace
+
+    from fincheck.train.launch import recipe_identity
+
+    def identity(stage: int) -> str:
+        inline = {"zero_optimization": {"stage": stage}}
+        return recipe_identity(SimpleNamespace(declared={"deepspeed": inline}, deepspeed=inline))
+
+    assert identity(2) == identity(2) != identity(3)
+
+
 @pytest.mark.parametrize("value", [".nan", "1.5", "x", "[3]", "true"])
 def test_a_data_config_s_mapping_values_are_checked_like_its_keys(value, tmp_path):
     """A mapping's values are checked against its type as any key's value is (`max_examples`

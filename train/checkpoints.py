@@ -352,19 +352,14 @@ def save_final_adapter(
     if best is None:
         trainer.save_model(str(staging))  # every process: ZeRO-3 gathers the adapter here
     for _ in in_turn(trainer.args.should_save):
-        _finish_final_save(trainer, recipe, output_dir, best, manifest, metadata)
-
-
-def _finish_final_save(
-    trainer: Any, recipe: Any, output_dir: Path, best: str | None, manifest: dict, metadata: dict
-) -> None:
-    staging = output_dir / FINAL_SAVE
-    if best is not None:
-        copy_adapter(Path(best), staging)
-        trainer.processing_class.save_pretrained(str(staging))  # as save_model does
-        metric, value = recipe.metric_for_best_model, trainer.state.best_metric
-        metadata["final_adapter"] = final_adapter_record(best, metric, value)
-    move_files_into(staging, output_dir, "the final save")
-    write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
-    where = f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
-    print(f"adapter saved to {output_dir}{where}", file=sys.stderr)
+        if best is not None:
+            copy_adapter(Path(best), staging)
+            trainer.processing_class.save_pretrained(str(staging))  # as save_model does
+            metric, value = recipe.metric_for_best_model, trainer.state.best_metric
+            metadata["final_adapter"] = final_adapter_record(best, metric, value)
+        move_files_into(staging, output_dir, "the final save")
+        write_run_files(output_dir, recipe_to_yaml(recipe), manifest, metadata)
+        where = (
+            f" (from {Path(best).name}, the best by {recipe.metric_for_best_model})" if best else ""
+        )
+        print(f"adapter saved to {output_dir}{where}", file=sys.stderr)

@@ -1,16 +1,7 @@
-"""Prepared pairs -> the training mixture TRL consumes.
-
-Stages, each a small function:
-  1. `load_mixture_config`: which tasks, their weights, caps (configs/data/*.yaml).
-  2. `fincheck.tasks.prepared.read_split`: `<dataset_dir>/<task>/<split>.jsonl`, validated.
-  3. `fit_pair`: a pair longer than `max_length` tokens is trimmed on its grounding text
-     (`meta["grounding_span"]`, by `fincheck.inference.generation.fit_messages`), never on the
-     instructions or the target; a pair that cannot fit is dropped. Both are counted per task.
-  4. `mix_pairs`: weights (fractions of each task; > 1 repeats) and caps, shuffled with the seed.
-  5. `tokenize_pair`: token ids and labels, rendered with the chat template the way evaluation
-     renders (`fincheck.inference.generation.render_chat`); the loss covers the target and the token that
-     ends its turn, nothing else (TRL takes the pre-tokenized rows as they are).
-"""
+"""Prepared pairs -> the training mixture TRL consumes: the mixture file (`load_mixture_config`),
+its tasks' pairs weighted, capped and shuffled (`mix_pairs`), each fitted to max_length on its
+grounding text, never the instructions or the target (`fit_pair`), and tokenized as evaluation
+renders, the loss on the target and its end of turn only (`tokenize_pair`)."""
 
 from __future__ import annotations
 
@@ -285,18 +276,11 @@ def balance_labels(pairs: list[Pair], task: str) -> list[Pair]:
     return out
 
 
-@dataclass
-class PreparedData:
-    train_rows: list[dict[str, Any]]
-    eval_rows: list[dict[str, Any]]
-    stats: dict[str, Any]
-
-
 def build_training_data(
     recipe: SFTRecipe, mixture: DataMixture, tokenizer: Any, prepared: PreparedFolder
-) -> PreparedData:
-    """Read, fit, mix, tokenize: the rows for SFTTrainer (dev rows for the eval loss when the
-    recipe evaluates) plus counts for the log and the run metadata."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Read, fit, mix, tokenize: (the rows for SFTTrainer, dev rows for the eval loss when the
+    recipe evaluates, counts for the log and the run metadata)."""
     eval_max_examples = recipe.eval_max_examples if recipe.eval_steps else 0
     row_of = functools.partial(
         training_row,
@@ -346,7 +330,7 @@ def build_training_data(
         "train_examples": dict(Counter(row["task"] for row in train_rows)),
         "eval_examples": len(eval_rows),
     }
-    return PreparedData(train_rows, eval_rows, stats)
+    return train_rows, eval_rows, stats
 
 
 def check_prompt_hashes(manifest: dict[str, Any], tasks: list[str]) -> None:

@@ -25,11 +25,9 @@ def _malloc_trim():
 
 
 def release_freed_memory() -> bool:
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
+    if (trim := _malloc_trim()) is not None:
+        trim(0)
+    return trim is not None
 
 
 def remove_shared_allreduce_buffer() -> None:
@@ -37,16 +35,9 @@ def remove_shared_allreduce_buffer() -> None:
     in /dev/shm (RAM) and never unlinks it, so every 2-process CPU run left 132 MB of memory
     behind until reboot (11 GB after a day of test runs). Called at exit: the ranks still
     running keep their mappings; only the name goes."""
-    name = "_".join(
-        (
-            "deepspeed_allreduce_buffer",
-            str(os.getuid()),
-            os.environ.get("MASTER_ADDR", ""),
-            os.environ.get("MASTER_PORT", ""),
-            os.environ.get("RANK", "0"),
-        )
-    )
-    Path("/dev/shm", name).unlink(missing_ok=True)
+    env = os.environ.get
+    group = f"{env('MASTER_ADDR', '')}_{env('MASTER_PORT', '')}_{env('RANK', '0')}"
+    Path("/dev/shm", f"deepspeed_allreduce_buffer_{os.getuid()}_{group}").unlink(missing_ok=True)
 
 
 def _mapped_paths(proc: Path = Path("/proc")) -> set[str]:

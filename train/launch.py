@@ -12,14 +12,13 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError
-from fincheck.io.checksums import folder_sha256, sha256_file
 from fincheck.io.safe_files import write_text
-from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe
+from fincheck.train.recipe import SFTRecipe
+from fincheck.train.resume import recipe_files
 
 USAGE = "usage: train/sft.py --config RECIPE.yaml [--key=value ...]  (--help)"
 
@@ -39,25 +38,21 @@ def share_cpu_threads() -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def single_process_group_env() -> None:
     """DeepSpeed outside a launcher (`fincheck train`, `python train/sft.py`): describe a
     one-process group in the environment, otherwise DeepSpeed goes looking for MPI."""
     if "WORLD_SIZE" in os.environ:
         return
+    with socket.socket() as s:  # a TCP port nothing listens on now: the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     os.environ.update(
         RANK="0",
         LOCAL_RANK="0",
         WORLD_SIZE="1",
         LOCAL_WORLD_SIZE="1",
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
+        MASTER_PORT=str(port),
     )
 
 
@@ -105,33 +100,20 @@ def recipe_identity(recipe: SFTRecipe) -> str:
     (a node started with another learning rate or another max_steps trains another run). The
     files it names (data mixture, DeepSpeed config, chat template) count by their content: two
     nodes may reach the same file by two paths, never hold two mixtures under one path."""
-    values = dict(recipe.declared)
-    for key in PROJECT_PATH_KEYS:
-        if values.get(key) and Path(values[key]).is_file():
-            values[key] = "sha256:" + sha256_file(values[key])
-    text = json.dumps(values, sort_keys=True, default=str)
+    files = {key: f"sha256:{sha}" for key, sha in recipe_files(recipe).items()}
+    text = json.dumps({**recipe.declared, **files}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def base_identity(base_path: str) -> str:
-    """The base as the nodes of a launch compare it: its model files by content (weights,
-    config, tokenizer: `folder_sha256`) for a local folder, else its name. Two nodes holding
-    other weights under the same config.json (a re-converted or fine-tuned copy at the same
-    path) differ; one base at two paths does not."""
-    return folder_sha256(base_path) or base_path
-
-
-def check_one_run_on_every_rank(identity: dict[str, str | Callable[[], str]]) -> None:
+def check_one_run_on_every_rank(identity: dict[str, str]) -> None:
     """All processes of a launch, on every node, were started with the same recipe, prepared
     data and base: each rank compares its own with every other's, and each one that differs
     from rank 0's stops every rank before the first step (a node launched with another recipe
-    or data would train a mix of two runs, or hang at the first collective). A value may be a
-    function, computed only when there are other ranks to compare with (`base_identity`)."""
+    or data would train a mix of two runs, or hang at the first collective)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
-    identity = {key: value() if callable(value) else value for key, value in identity.items()}
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, identity)
     differ = sorted(

@@ -5,12 +5,8 @@
 `neftune_noise_alpha`, `lr_scheduler_kwargs`, ...) is a recipe key with no code change; fincheck
 adds only what TRL does not know (the base model and tokenizer, LoRA, the prepared data and its
 mixture, a precision switch) and sets its own defaults for a few TRL keys. Keys are checked
-against the dataclass: an unknown key or a wrong type stops with the file, the key and a
-did-you-mean (`fincheck train --list-keys` lists all of them with their help).
-
-The recipe adapts itself to the machine when it is built (`fincheck.train.machine`), is checked
-beyond its types by `fincheck.train.recipe_checks`, and what a resume may change is decided next
-to the checkpoints (`fincheck.train.checkpoints`).
+against the dataclass (`fincheck train --list-keys` lists them); `recipe_checks` checks them
+together, `machine` adapts the recipe to this machine, `resume` says what a resume may change.
 """
 
 from __future__ import annotations
@@ -222,10 +218,8 @@ class SFTRecipe(SFTConfig):
             self.remove_unused_columns = False
         if self.data_seed is None:
             self.data_seed = self.seed
-        if self.activation_checkpointing is None:
-            self.activation_checkpointing = (
-                True if self.gradient_checkpointing is None else self.gradient_checkpointing
-            )
+        if self.activation_checkpointing is None:  # on unless the older key turns it off
+            self.activation_checkpointing = self.gradient_checkpointing is not False
         if self.activation_checkpointing_kwargs is None:
             self.activation_checkpointing_kwargs = {"use_reentrant": False}
         adapt_to_machine(self)

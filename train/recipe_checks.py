@@ -33,8 +33,6 @@ def validate_recipe(values: dict[str, Any]) -> None:
         )
     if values["max_length"] is None or values["max_length"] < 64:
         raise FincheckError(f"max_length={values['max_length']}: too short for prompt + target")
-    if values["lora_r"] <= 0:
-        raise FincheckError(f"lora_r={values['lora_r']}: must be positive")
     if values["deepspeed"]:
         check_deepspeed_config(values["deepspeed"])
     if values["chat_template_path"] and not Path(values["chat_template_path"]).is_file():

@@ -18,6 +18,7 @@ max_length) -> model + LoRA -> train -> final adapter + recipe + manifest + run 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -144,7 +145,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         {
             "recipe": launch.recipe_identity(recipe),
             "prepared data": str(data_fp),
-            "base": lambda: launch.base_identity(base_path),
+            "base": base_fp,  # the model files by content (a local folder), else the name
         }
     )
     launch.check_each_saving_node_has_its_own_disk(recipe, output_dir)
@@ -154,14 +155,14 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         callbacks.continue_wandb_run(output_dir)
 
     tokenizer = model.load_tokenizer(recipe, base_path)
-    prepared = data.build_training_data(recipe, mixture, tokenizer, folder)
-    train_rows, eval_rows, collator = prepared.train_rows, prepared.eval_rows, None
+    train_rows, eval_rows, stats = data.build_training_data(recipe, mixture, tokenizer, folder)
+    collator = None
     if recipe.tree_packing:
-        train_rows, eval_rows, prepared.stats["tree_packing"] = tree_layout.pack_splits(
+        train_rows, eval_rows, stats["tree_packing"] = tree_layout.pack_splits(
             train_rows, eval_rows, recipe.tree_budget
         )
     if recipe.process_index == 0:
-        log.info("data: %s", json.dumps(prepared.stats))
+        log.info("data: %s", json.dumps(stats))
         if recipe.attention_note:
             log.info(recipe.attention_note)
 
@@ -186,7 +187,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
     dev_figures = None
     if recipe.dev_figures:
         dev_figures = dev_eval.DevFigures(recipe, mixture.eval_split, tokenizer, folder)
-        prepared.stats["dev_figures"] = dev_figures.sizes()
+        stats["dev_figures"] = dev_figures.sizes()
     lora = f"lora_target_modules {recipe.lora_target_modules}"
     with library_errors_as_one_line(
         f"the LoRA setup on {base_path} ({lora})",
@@ -218,7 +219,7 @@ def build_trainer(recipe: SFTRecipe) -> Run:
         base,
         tokenizer,
         manifest,
-        prepared.stats,
+        stats,
         mixture.tasks,
     )
     metadata["resumes"] = resume.resume_history(resume_from)  # how often it was restarted
@@ -229,50 +230,45 @@ def build_trainer(recipe: SFTRecipe) -> Run:
 def train_and_save(r: Run) -> int:
     """Train, then write the final adapter and the run files. Returns the exit status; the run
     folder's writer lock is released once it is written."""
-    try:
-        return _train_and_save(r)
-    finally:
-        if r.lock is not None:
-            r.lock.close()
-
-
-def _train_and_save(r: Run) -> int:
-    trainer, recipe = r.trainer, r.recipe
-    main = trainer.args.process_index == 0
-    done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
-    if done:  # resuming would train one step past the end and overwrite the adapter
-        for _ in checkpoints.in_turn(trainer.args.should_save):  # each node's disk, in turn
-            checkpoints.finish_completed_run(
-                r.resume_from, done, r.output_dir, recipe, r.manifest, r.metadata
+    with r.lock or contextlib.nullcontext():
+        trainer, recipe = r.trainer, r.recipe
+        main = trainer.args.process_index == 0
+        done = r.resume_from and checkpoints.finished_at(r.resume_from, recipe.max_steps)
+        if done:  # resuming would train one step past the end and overwrite the adapter
+            for _ in checkpoints.in_turn(trainer.args.should_save):  # each node's disk, in turn
+                checkpoints.finish_completed_run(
+                    r.resume_from, done, r.output_dir, recipe, r.manifest, r.metadata
+                )
+            return 0
+        if main and r.resume_from is not None:
+            log.info("resuming from %s", r.resume_from)
+        elif main and recipe.resume_from_checkpoint == "auto":
+            log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
+        with (
+            library_errors_as_one_line(  # outermost: a full disk is said as such first
+                f"training {r.output_dir}",
+                "check the recipe's keys and the files it names (`fincheck --debug train` shows the "
+                "traceback); a run stopped after a checkpoint resumes with "
+                "--resume_from_checkpoint=auto",
+            ),
+            checkpoints.full_disk_as_one_line(r.output_dir, trainer),
+            resume.weights_only_loads(),
+        ):
+            trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
+        if r.sigterm.stopped_at is not None:
+            if main:
+                print(
+                    f"stopped by {r.sigterm.reason} after step {r.sigterm.stopped_at}; checkpoint "
+                    f"saved. Resume with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
+                    file=sys.stderr,
+                )
+            return EXIT_PREEMPTED
+        best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
+        with checkpoints.full_disk_as_one_line(r.output_dir, trainer):
+            checkpoints.save_final_adapter(
+                trainer, recipe, r.output_dir, best, r.manifest, r.metadata
             )
         return 0
-    if main and r.resume_from is not None:
-        log.info("resuming from %s", r.resume_from)
-    elif main and recipe.resume_from_checkpoint == "auto":
-        log.info("no complete checkpoint in %s: starting from scratch", r.output_dir)
-    with (
-        library_errors_as_one_line(  # outermost: a full disk is said as such first
-            f"training {r.output_dir}",
-            "check the recipe's keys and the files it names (`fincheck --debug train` shows the "
-            "traceback); a run stopped after a checkpoint resumes with "
-            "--resume_from_checkpoint=auto",
-        ),
-        checkpoints.full_disk_as_one_line(r.output_dir, trainer),
-        resume.weights_only_loads(),
-    ):
-        trainer.train(resume_from_checkpoint=str(r.resume_from) if r.resume_from else None)
-    if r.sigterm.stopped_at is not None:
-        if main:
-            print(
-                f"stopped by {r.sigterm.reason} after step {r.sigterm.stopped_at}; checkpoint "
-                f"saved. Resume with --resume_from_checkpoint=auto --output_dir={r.output_dir}",
-                file=sys.stderr,
-            )
-        return EXIT_PREEMPTED
-    best = trainer.state.best_model_checkpoint if recipe.final_adapter_from_best else None
-    with checkpoints.full_disk_as_one_line(r.output_dir, trainer):
-        checkpoints.save_final_adapter(trainer, recipe, r.output_dir, best, r.manifest, r.metadata)
-    return 0
 
 
 HELP = __doc__ + "\nRecipe keys (YAML or --key=value):\n"

@@ -61,18 +61,6 @@ def answer_runs(labels: Any) -> Any:
     return (target & ~before).sum()
 
 
-def warmup_from_the_first_step(schedule, warmup_steps: int):
-    """transformers' warmup multiplies the learning rate by step / warmup, so the first step
-    trains at lr 0 (a wasted step, and with a ratio rounded up to one warmup step at small step
-    counts, the only warmup step). This warmup climbs (step + 1) / (warmup + 1) instead and hands
-    over to the schedule unchanged at step == warmup."""
-
-    def multiplier(step: int) -> float:
-        return (step + 1) / (warmup_steps + 1) if step < warmup_steps else schedule(step)
-
-    return multiplier
-
-
 class FincheckSFTTrainer(SFTTrainer):
     """SFTTrainer that stops on a non-finite loss, logs tokens/s and pairs/s, warms up from the
     first step, keeps counting tokens across a resume, and trains tree packs in length-grouped,
@@ -126,10 +114,7 @@ class FincheckSFTTrainer(SFTTrainer):
         self.rates_from: tuple[float, float, float, int] | None = None
         self.step_rank_tokens: Any = 0.0  # each process's real tokens in this optimizer step
         # TRL's figures of the tree batches, per mode, averaged into the next log (`log`)
-        self.tree_figures: dict[str, defaultdict[str, list[float]]] = {
-            "train": defaultdict(list),
-            "eval": defaultdict(list),
-        }
+        self.tree_figures = {mode: defaultdict(list) for mode in ("train", "eval")}
         if self.args.tree_packing:
             self.add_callback(PackEpochCallback(self))
 
@@ -140,10 +125,15 @@ class FincheckSFTTrainer(SFTTrainer):
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         warmup = self.args.get_warmup_steps(num_training_steps)
         if not built and warmup > 0 and isinstance(scheduler, LambdaLR):
-            # the same schedule on the same optimizer, its first step's lr set by the new warmup
+            # transformers' warmup (step / warmup) trains the first step at lr 0, the only warmup
+            # step when a small run rounds its ratio up to one: the same schedule on the same
+            # optimizer, warmed up by (step + 1) / (warmup + 1) instead, unchanged from `warmup` on
             self.lr_scheduler = scheduler = LambdaLR(
                 scheduler.optimizer,
-                [warmup_from_the_first_step(f, warmup) for f in scheduler.lr_lambdas],
+                [
+                    lambda s, f=f: (s + 1) / (warmup + 1) if s < warmup else f(s)
+                    for f in scheduler.lr_lambdas
+                ],
             )
         return scheduler
 

@@ -321,7 +321,7 @@ def run_train_levers(s: LeverSettings) -> LeverReport:
     tokenizer = train_model.load_tokenizer(recipe, base_path)
     folder = PreparedFolder.open(recipe.dataset_dir)
     mixture = data.load_mixture_config(recipe.data_config, folder)
-    rows = data.build_training_data(recipe, mixture, tokenizer, folder).train_rows
+    rows = data.build_training_data(recipe, mixture, tokenizer, folder)[0]
     packs = sample_packs(recipe, rows, s)
     runners, init = [], {}
     for v in variants:
