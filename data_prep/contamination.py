@@ -39,18 +39,15 @@ class EvaluationIndex:
         self.shingle_size = shingle_size
         self.docs: list[tuple[str, str, int]] = []  # (task, its first pair's id, shingle count)
         self.postings: dict[str, list[int]] = defaultdict(list)
-        seen: set[tuple[str, str]] = set()
+        # many QAs / samples share one document: indexed once per task, under its first pair's id
+        first: dict[tuple[str, str], str] = {}
         for pair in eval_pairs:
-            words = normalize_words(pair.grounding)
-            key = (pair.task, " ".join(words))
-            if key in seen:  # many QAs / samples share one document: index it once per task
-                continue
-            seen.add(key)
-            doc = len(self.docs)
-            grams = shingles(words, shingle_size)
-            self.docs.append((pair.task, pair.id, len(grams)))
+            first.setdefault((pair.task, " ".join(normalize_words(pair.grounding))), pair.id)
+        for (task, text), pair_id in first.items():
+            grams = shingles(text.split(), shingle_size)
             for gram in grams:
-                self.postings[gram].append(doc)
+                self.postings[gram].append(len(self.docs))
+            self.docs.append((task, pair_id, len(grams)))
 
     def matches(self, text: str, threshold: float) -> dict[str, tuple[str, float]]:
         """{evaluation task: (pair id, containment)} of the documents `text` overlaps."""

@@ -85,19 +85,6 @@ class PrepareConfig(*reversed(TASK_SETTINGS), PrepareGeneral):
     set of keys (`--qasem_dev_fraction=0.2`)."""
 
 
-def collect_pairs(
-    config: PrepareConfig, files: dict[str, Path], stream: RecordStream
-) -> tuple[list[Pair], dict]:
-    """Every selected task's pairs, with their split assigned; plus per-task manifest notes."""
-    pairs: list[Pair] = []
-    notes: dict[str, Any] = {}
-    for name in config.tasks:
-        collected = get_task(name).collect(config, files, stream)
-        pairs += collected.pairs
-        notes.update(collected.notes)
-    return pairs, notes
-
-
 def label_counts(pairs: list[Pair], tasks: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     counts: dict[str, dict[str, dict[str, Any]]] = {}
     for task in tasks:
@@ -219,7 +206,12 @@ def prepare_from_files(
     """Raw files (already resolved) -> pairs + manifest in `out_dir`; returns the manifest."""
     clock = clock or Stopwatch()
     stream = RecordStream(config.skip_invalid)
-    pairs, notes = collect_pairs(config, files, stream)
+    pairs: list[Pair] = []
+    notes: dict[str, Any] = {}  # per-task manifest notes
+    for name in config.tasks:  # every selected task's pairs, with their split assigned
+        collected = get_task(name).collect(config, files, stream)
+        pairs += collected.pairs
+        notes.update(collected.notes)
     clock.stage("convert + split")
     before = label_counts(pairs, config.tasks)
 

@@ -37,8 +37,8 @@ REVISION = re.compile(r"[\w.\-/]{1,200}")  # a commit hash or a branch name
 # read from a run folder or a flag is spliced into the card's markdown or its code.
 
 
-def hub_repo_id(value: str, what: str) -> str:
-    """`value` if it is a hub repo id (ORG/NAME: letters, digits, '-', '_', '.'), else a
+def hub_repo_id(value: str, what: str) -> None:
+    """Nothing if `value` is a hub repo id (ORG/NAME: letters, digits, '-', '_', '.'), else a
     one-line error naming `what` (the flag or file it came from)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -52,7 +52,6 @@ def hub_repo_id(value: str, what: str) -> str:
             f"{what} {value!r} is not a valid hub repo id (ORG/NAME or USER/NAME; letters, "
             f"digits, '-', '_', '.'): {reason}"
         ) from None
-    return value
 
 
 def code_fence(text: str) -> str:
@@ -187,9 +186,9 @@ def published_base(run: RunArtifacts, base_model_id: str | None = None) -> Publi
 MACHINE_KEYS = ("output_dir", "logging_dir", "resume_from_checkpoint", "hub_token")
 
 
-def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> dict[str, Any]:
-    """The resolved recipe as it can be shown to the world: the base as its hub id, and no
-    absolute paths of the machine that trained it."""
+def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> str:
+    """The resolved recipe as YAML that can be shown to the world: the base as its hub id, and
+    no absolute paths of the machine that trained it."""
     public: dict[str, Any] = {}
     for key, value in recipe.items():
         if key in MACHINE_KEYS:
@@ -199,7 +198,7 @@ def public_recipe(recipe: dict[str, Any], base_hub_id: str | None) -> dict[str, 
         elif isinstance(value, str) and (value.startswith(("/", "~")) or ":\\" in value):
             value = f"<local: {Path(value).name}>"
         public[key] = value
-    return public
+    return yaml.safe_dump(public, sort_keys=False)
 
 
 def build_metadata(
@@ -261,24 +260,16 @@ def render_card(
     base = published.hub_id
     revision = f" at revision `{published.revision}`" if published.revision else ""
     lora = run.adapter_config
+    layers = lora.get("layers_to_transform")
     lora_text = (
-        f" (r={code_span(lora.get('r'))}, alpha={code_span(lora.get('lora_alpha'))}, "
+        f" (r={code_span(lora['r'])}, alpha={code_span(lora.get('lora_alpha'))}, "
         f"dropout={code_span(lora.get('lora_dropout'))}, "
         f"targets={_targets(lora.get('target_modules'))}"
-        + (
-            f", layers={code_span(lora['layers_to_transform'])}"
-            if lora.get("layers_to_transform")
-            else ""
-        )
-        + ")"
+        f"{f', layers={code_span(layers)}' if layers else ''})"
         if lora.get("r")
         else ""
     )
-    recipe_yaml = (
-        yaml.safe_dump(public_recipe(run.recipe, published.hub_id), sort_keys=False)
-        if run.recipe
-        else "# not recorded\n"
-    )
+    recipe_yaml = public_recipe(run.recipe, published.hub_id) if run.recipe else "# not recorded\n"
     context = {
         "metadata_yaml": yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True),
         "model_name": repo_id.split("/")[-1],
@@ -314,10 +305,22 @@ def render_card(
             for t in dict.fromkeys(row.task for row in rows if row.threshold is not None)
             if get_task(t).card.threshold_note
         ],
-        "data_origins": Markup(
-            "; ".join(as_markdown_text(data_origin(t)) for t in (run.tasks or list(all_tasks())))
+        "data_origins": Markup(  # the registry's own text; a task no longer registered: its name
+            "; ".join(
+                get_task(t).card.data_origin
+                if t in task_names() and get_task(t).card.data_origin
+                else prose(t)
+                for t in (run.tasks or list(all_tasks()))
+            )
         ),
-        "anchor_rows": _anchor_only_rows(),
+        "anchor_rows": [
+            {"task": t, "subset": s or "all", "metric": m, "anchors": Markup(_anchor_text(t, s, m))}
+            for t, s, m in dict.fromkeys(  # in order, each once
+                (name, n.subset, n.metric)
+                for name, t in all_tasks().items()
+                for n in t.paper_numbers
+            )
+        ],
         # what differs between the card's figures and the anchors beside them (items, training
         # regime, the same-size rows), for each task the results hold
         "setting_notes": [  # the registry's own text, for registered tasks only
@@ -347,17 +350,7 @@ def as_markdown_text(value: Any) -> Any:
     """What every `{{ value }}` of the card template becomes: fincheck's own structure (a
     `Markup`, escaped for its place when built) as it is; anything else (a task name, a row of
     a results file, a note) as inert prose (`prose`: HTML and markdown escaped, one line)."""
-    if isinstance(value, Markup):
-        return value
-    return prose(value)
-
-
-def data_origin(task: str) -> str:
-    """Where a task's data comes from, as its package says (a task no longer registered: its
-    name)."""
-    if task in task_names() and get_task(task).card.data_origin:
-        return Markup(get_task(task).card.data_origin)  # the registry's own text
-    return task  # a name read from a run: the template escapes it
+    return value if isinstance(value, Markup) else prose(value)
 
 
 def vllm_lora_rank(rank: Any) -> int:
@@ -399,16 +392,6 @@ def _result_row(row: MetricRow) -> dict[str, str]:
         ),
         "anchors": Markup(_anchor_text(row.task, row.subset, row.metric)),
     }
-
-
-def _anchor_only_rows() -> list[dict[str, str]]:
-    keys = dict.fromkeys(  # in order, each once
-        (name, n.subset, n.metric) for name, t in all_tasks().items() for n in t.paper_numbers
-    )
-    return [
-        {"task": t, "subset": s or "all", "metric": m, "anchors": Markup(_anchor_text(t, s, m))}
-        for t, s, m in keys
-    ]
 
 
 # What the card and publish's provenance check read of results.json, as `fincheck score` writes it

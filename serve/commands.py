@@ -149,8 +149,7 @@ def _detect(args: argparse.Namespace) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     _setup_logging()
-    report = merge_adapter(read_options(MergeOptions, args))
-    print(json.dumps(report, indent=2))
+    print(json.dumps(merge_adapter(read_options(MergeOptions, args)), indent=2))
     return 0
 
 
@@ -161,8 +160,7 @@ def _export(args: argparse.Namespace) -> int:
         raise UsageError(
             "name the format: --gguf (the one so far; `fincheck merge` writes safetensors)"
         )
-    record = export_gguf(opts)
-    print(json.dumps(record, indent=2))
+    print(json.dumps(export_gguf(opts), indent=2))
     return 0
 
 

@@ -10,8 +10,9 @@ and a hallucination class (FHSumBench).
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.io.jsonl import iter_json_objects, read_utf8_text, record_json
@@ -112,32 +113,22 @@ def run_detect(args) -> int:
         raise FincheckError(
             f"--out {args.out}: the folder {Path(args.out).parent} does not exist; create it first"
         )
-    if not args.out:
-        return _detect_and_write(args, records, single, None)
     # claimed before the model runs: a folder that takes no file, a second writer of the same
-    # --out, a link planted there, all say so now
-    with claimed_output_file(args.out, "--out") as out:
-        code = _detect_and_write(args, records, single, out)
-    print(f"wrote {len(records)} results to {args.out}", file=sys.stderr)
-    return code
+    # --out, a link planted there, all say so now; moved into place when complete
+    with claimed_output_file(args.out, "--out") if args.out else nullcontext(sys.stdout) as out:
+        from fincheck.detector import Detector
 
-
-def _detect_and_write(args, records: list[dict], single: bool, out: IO[str] | None) -> int:
-    """Run the detector over the records; the results to `out` (--out's file, moved into
-    place when complete), else to stdout."""
-    from fincheck.detector import Detector
-
-    detector = Detector.from_pretrained(args.model, args.adapter, args, thresholds=args.thresholds)
-    results = detect_records(detector, records)
-    if single:
-        del results[0]["id"]
-        print(record_json(results[0], indent=2))
-        return 0
-    lines = "".join(record_json(r) + "\n" for r in results)
-    if out is not None:
-        out.write(lines)
-    else:
-        sys.stdout.write(lines)
+        detector = Detector.from_pretrained(
+            args.model, args.adapter, args, thresholds=args.thresholds
+        )
+        results = detect_records(detector, records)
+        if single:
+            del results[0]["id"]
+            print(record_json(results[0], indent=2))
+        else:
+            out.write("".join(record_json(r) + "\n" for r in results))
+    if args.out:
+        print(f"wrote {len(records)} results to {args.out}", file=sys.stderr)
     return 0
 
 

@@ -62,8 +62,7 @@ def export_gguf(opts: ExportOptions) -> dict[str, Any]:
     named = Path(os.path.abspath(adapter)).name
     with new_folder(out, "export") as staging:
         merged = staging / run.root.name  # the GGUF's general.name
-        trusted = opts.trust_remote_code
-        merge_adapter(MergeOptions(str(run.path), merged, base, "fp32", trusted))
+        merge_adapter(MergeOptions(str(run.path), merged, base, "fp32", opts.trust_remote_code))
         name = llama_cpp.gguf_name(named, kind)
         if kind in llama_cpp.FULL_TYPES:
             llama_cpp.convert(merged, staging / name, kind)

@@ -73,7 +73,11 @@ def build_llama_server(jobs: int, progress=None) -> Path:
             tempfile.TemporaryDirectory(prefix="llama-server-build-") as scratch,
             new_folder(final, "build") as staging,
         ):
-            source = _unpack(archive, Path(scratch) / "src")
+            into = Path(scratch) / "src"
+            with tarfile.open(archive) as tar:  # llama.cpp's source tree (vendor/llama.cpp/)
+                wanted = [m for m in tar.getmembers() if m.name.startswith(VENDORED)]
+                tar.extractall(into, members=wanted, filter="data")
+            source = into / VENDORED
             build = Path(scratch) / "build"
             _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS], None)
             _run(["cmake", "--build", str(build), "--target", BINARY, "-j", str(jobs)], progress)
@@ -84,14 +88,6 @@ def build_llama_server(jobs: int, progress=None) -> Path:
         if built_llama_server() is None:  # not another process's build, finished first
             raise
     return final / BINARY
-
-
-def _unpack(archive: Path, into: Path) -> Path:
-    """llama.cpp's source tree out of the archive (`vendor/llama.cpp/`)."""
-    with tarfile.open(archive) as tar:
-        wanted = [m for m in tar.getmembers() if m.name.startswith(VENDORED)]
-        tar.extractall(into, members=wanted, filter="data")
-    return into / VENDORED
 
 
 def _run(command: list[str], progress) -> None:

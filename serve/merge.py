@@ -41,45 +41,40 @@ def merge_adapter(opts: MergeOptions) -> dict[str, Any]:
     dtype = parse_dtype(opts.dtype)
     if dtype == "auto":
         raise FincheckError("--dtype: name the saved dtype (bf16, fp16 or fp32)")
-    out = Path(opts.out)
-    with new_folder(out, "merge") as staging:
-        summary = _merge_into(staging, opts.adapter, dtype, opts.model, opts.trust_remote_code)
-    summary["out"] = str(out)
-    return summary
-
-
-def _merge_into(
-    out: Path, adapter: str | Path, dtype: str, base: str | None, trust_remote_code: bool
-) -> dict[str, Any]:
-    run = load_run(adapter)
-    base_path = resolve_base(run, base)
-    model, tokenizer = load_adapter_model(
-        run, base_path, torch_dtype("fp32"), trust_remote_code=trust_remote_code
-    )
-    if getattr(model.config, "quantization_config", None):
-        raise FincheckError(f"{base_path}: the base is quantized; merge needs an unquantized base")
-    import torch
-
-    merged = model.merge_and_unload().to(torch_dtype(dtype))
-    not_finite = [n for n, t in merged.state_dict().items() if not bool(torch.isfinite(t).all())]
-    if not_finite:  # a merged model that would answer NaN is not written
-        raise FincheckError(
-            f"the merged weights hold NaN or inf in {len(not_finite)} tensors ({not_finite[0]}, "
-            f"...): the adapter ({adapter}) or the base ({base_path}) holds non-finite values, or "
-            f"{dtype} overflowed; nothing was written"
+    with new_folder(Path(opts.out), "merge") as out:
+        run = load_run(opts.adapter)
+        base_path = resolve_base(run, opts.model)
+        model, tokenizer = load_adapter_model(
+            run, base_path, torch_dtype("fp32"), trust_remote_code=opts.trust_remote_code
         )
-    # One pad id everywhere: the tokenizer's (training chose one distinct from EOS), not the one
-    # the base shipped in its config and generation config (often EOS itself).
-    merged.config.pad_token_id = tokenizer.pad_token_id
-    merged.generation_config.pad_token_id = tokenizer.pad_token_id
-    merged.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    files = sorted(p.name for p in out.iterdir())
+        if getattr(model.config, "quantization_config", None):
+            raise FincheckError(
+                f"{base_path}: the base is quantized; merge needs an unquantized base"
+            )
+        import torch
+
+        merged = model.merge_and_unload().to(torch_dtype(dtype))
+        not_finite = [
+            n for n, t in merged.state_dict().items() if not bool(torch.isfinite(t).all())
+        ]
+        if not_finite:  # a merged model that would answer NaN is not written
+            raise FincheckError(
+                f"the merged weights hold NaN or inf in {len(not_finite)} tensors ({not_finite[0]}, "
+                f"...): the adapter ({opts.adapter}) or the base ({base_path}) holds non-finite values, or "
+                f"{dtype} overflowed; nothing was written"
+            )
+        # One pad id everywhere: the tokenizer's (training chose one distinct from EOS), not the one
+        # the base shipped in its config and generation config (often EOS itself).
+        merged.config.pad_token_id = tokenizer.pad_token_id
+        merged.generation_config.pad_token_id = tokenizer.pad_token_id
+        merged.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        files = sorted(p.name for p in out.iterdir())
     log.info("merged %s (%s): %s", run.path, dtype, ", ".join(files))
     return {
         "adapter": str(run.path),
         "base": base_path,
-        "out": str(out),
+        "out": str(Path(opts.out)),
         "dtype": dtype,
         "parameters": sum(p.numel() for p in merged.parameters()),
         "files": files,

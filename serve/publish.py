@@ -3,7 +3,7 @@
 Stages, top to bottom:
   1. `build_upload_folder`: copy exactly what gets uploaded (adapter, tokenizer, recipe, data
      manifest, results, a random-init base when the run made one) and render README.md.
-  2. `resolve_token`: HF_TOKEN or the user's saved login; the token is passed to the client and
+  2. `held_token`: HF_TOKEN or the user's saved login; the token is passed to the client and
      never printed, logged or written anywhere.
   3. `push_folder`: create the repo (and branch), then one `create_commit` with every file, plus
      deletions of files an earlier publish wrote that this one does not (a stale results.json).
@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 from fincheck.errors import FincheckError
 from fincheck.io import jsonl
@@ -58,7 +56,6 @@ from fincheck.io.safe_files import (
 from fincheck.io.secrets import has_secret, hold_secret, secret_places
 from fincheck.models.loading import check_weights_file
 from fincheck.serve.card import (
-    PublishedBase,
     hub_repo_id,
     public_recipe,
     published_base,
@@ -71,6 +68,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+AUTH_FAILURES = {
+    401: "the hub rejected the token (401 Unauthorized). Set HF_TOKEN to a valid token or run "
+    "`hf auth login`.",
+    403: "the token has no write access to this repo (403 Forbidden). Use a token with 'write' "
+    "scope for this user/organization.",
+}
 _sleep = time.sleep  # tests replace this to retry without waiting
 # One hub call (all its attempts and waits): a 30 MB adapter goes up in seconds, a shipped
 # base of a few GB on a slow link may need --hub-timeout.
@@ -111,63 +114,56 @@ def build_upload_folder(
     paths, sorted. They are built in a folder beside it and moved into place only when all are
     written: a refusal half-way (a symlink out of the run, a full disk) leaves nothing behind."""
     base = published_base(run, base_model_id)
-    check_no_secrets(run)
+    # a secret in the recorded recipe or metadata (a run trained before training refused one, a
+    # file edited by hand) would go up in recipe.yaml and the card: named by place, not echoed
+    for name, record in ((RECIPE_FILE, run.recipe), (RUN_METADATA, run.metadata)):
+        if places := secret_places(record or {}):
+            raise FincheckError(
+                f"{run.path / name}: {', '.join(places)} holds a secret (a token, a password, an "
+                "API key) that publishing would upload in the recipe and the model card; remove "
+                "it from the run's files (and revoke it) before publishing"
+            )
     if results is not None:
         check_results_provenance(run, results)
     with new_folder(out_dir, "publish", "--dry-run") as staging:
-        return _write_upload_files(run, repo_id, staging, results, license, base)
-
-
-def _write_upload_files(
-    run: RunArtifacts,
-    repo_id: str,
-    out_dir: Path,
-    results: dict[str, Any] | None,
-    license: str,
-    base: PublishedBase,
-) -> list[str]:
-    check_weights_file(run.path / ADAPTER_WEIGHTS, "the adapter's weights")  # no pickle goes up
-    copy_regular_file(run.path / ADAPTER_WEIGHTS, out_dir / ADAPTER_WEIGHTS, run.root)
-    adapter_config = dict(run.adapter_config)
-    metadata = dict(run.metadata)
-    if base.shipped is not None:
-        # The base exists only in this run: ship it as base/ and point the adapter at the
-        # shipped copy instead of a path on this machine.
-        copy_base_files(base.shipped, out_dir / "base")
-        adapter_config["base_model_name_or_path"] = "base"
+        check_weights_file(run.path / ADAPTER_WEIGHTS, "the adapter's weights")  # no pickle goes up
+        copy_regular_file(run.path / ADAPTER_WEIGHTS, staging / ADAPTER_WEIGHTS, run.root)
+        adapter_config = dict(run.adapter_config)
+        metadata = dict(run.metadata)
+        # a base that exists only in this run is shipped as base/: never a path on this machine
+        named = "base" if base.shipped is not None else base.hub_id
+        if base.shipped is not None:
+            copy_base_files(base.shipped, staging / "base")
+        adapter_config["base_model_name_or_path"] = named
         if metadata:
-            metadata["base_model"] = "base"
-    else:
-        adapter_config["base_model_name_or_path"] = base.hub_id
+            metadata["base_model"] = named
+            if base.shipped is None:
+                metadata["base_model_id"] = named
+        write_text(staging / ADAPTER_CONFIG, json.dumps(adapter_config, indent=2) + "\n")
+        for path in run.tokenizer_files:
+            copy_regular_file(path, staging / path.name, run.root)
+        if run.recipe:
+            write_text(staging / RECIPE_FILE, public_recipe(run.recipe, base.hub_id))
+        if run.manifest_path is not None:
+            copy_regular_file(run.manifest_path, staging / MANIFEST_FILE, run.root)
         if metadata:
-            metadata["base_model"] = base.hub_id
-            metadata["base_model_id"] = base.hub_id
-    write_text(out_dir / ADAPTER_CONFIG, json.dumps(adapter_config, indent=2) + "\n")
-    for path in run.tokenizer_files:
-        copy_regular_file(path, out_dir / path.name, run.root)
-    if run.recipe:
-        write_text(
-            out_dir / RECIPE_FILE,
-            yaml.safe_dump(public_recipe(run.recipe, base.hub_id), sort_keys=False),
-        )
-    if run.manifest_path is not None:
-        copy_regular_file(run.manifest_path, out_dir / MANIFEST_FILE, run.root)
-    if metadata:
-        if isinstance(metadata.get(LISTED_FILES), dict):  # now of the uploaded files
-            metadata[LISTED_FILES] = files_record(out_dir, list(metadata[LISTED_FILES]))
-        write_text(out_dir / RUN_METADATA, json.dumps(jsonl.strict_json(metadata), indent=2) + "\n")
-    if results is not None:
-        write_text(
-            out_dir / "results.json", json.dumps(jsonl.strict_json(results), indent=2) + "\n"
-        )
-    # the task prompts, so the adapter can be used without fincheck (the card's snippet)
-    (out_dir / "prompts").mkdir()
-    for task in task_names():
-        copy_file(load_prompt(task).path, out_dir / "prompts" / f"{task}.txt")
-    write_text(out_dir / "README.md", render_card(run, repo_id, results, license, base))
-    files = sorted(p for p in out_dir.rglob("*") if p.is_file())
-    check_upload_holds_no_secret(out_dir, files)
-    return [p.relative_to(out_dir).as_posix() for p in files]
+            if isinstance(metadata.get(LISTED_FILES), dict):  # now of the uploaded files
+                metadata[LISTED_FILES] = files_record(staging, list(metadata[LISTED_FILES]))
+            write_text(
+                staging / RUN_METADATA, json.dumps(jsonl.strict_json(metadata), indent=2) + "\n"
+            )
+        if results is not None:
+            write_text(
+                staging / "results.json", json.dumps(jsonl.strict_json(results), indent=2) + "\n"
+            )
+        # the task prompts, so the adapter can be used without fincheck (the card's snippet)
+        (staging / "prompts").mkdir()
+        for task in task_names():
+            copy_file(load_prompt(task).path, staging / "prompts" / f"{task}.txt")
+        write_text(staging / "README.md", render_card(run, repo_id, results, license, base))
+        files = sorted(p for p in staging.rglob("*") if p.is_file())
+        check_upload_holds_no_secret(staging, files)
+        return [p.relative_to(staging).as_posix() for p in files]
 
 
 def check_upload_holds_no_secret(out_dir: Path, files: list[Path]) -> None:
@@ -262,19 +258,6 @@ def copy_base_files(source: Path, target: Path) -> None:
         )
 
 
-def check_no_secrets(run: RunArtifacts) -> None:
-    """A run whose recorded recipe or metadata holds a secret (trained before training refused
-    one, or a file edited by hand) is not published: the recipe goes up as recipe.yaml and into
-    the card. Named by its place, never echoed."""
-    for name, record in ((RECIPE_FILE, run.recipe), (RUN_METADATA, run.metadata)):
-        if places := secret_places(record or {}):
-            raise FincheckError(
-                f"{run.path / name}: {', '.join(places)} holds a secret (a token, a password, an "
-                "API key) that publishing would upload in the recipe and the model card; remove "
-                "it from the run's files (and revoke it) before publishing"
-            )
-
-
 def check_results_provenance(run: RunArtifacts, results: dict[str, Any]) -> None:
     """Results go up with an adapter only if they were computed with that very adapter: the
     sha256 `fincheck eval` recorded must be the sha256 of the weights being uploaded."""
@@ -309,23 +292,8 @@ def held_token() -> str | None:
     return token
 
 
-def resolve_token() -> str:
-    """The user's token (`held_token`), which an upload needs."""
-    token = held_token()
-    if not token:
-        raise FincheckError(
-            "no Hugging Face token: set HF_TOKEN to a token with write access, "
-            "or run `hf auth login` once"
-        )
-    return token
-
-
 def with_retries(
-    call: Callable[[], T],
-    what: str,
-    attempts: int = 5,
-    base_delay: float = 2.0,
-    deadline_s: float = HUB_DEADLINE_S,
+    call: Callable[[], T], what: str, attempts: int, base_delay: float, deadline_s: float
 ) -> T:
     """Run `call`, retrying transient hub failures (5xx, 408/429, the network) with tenacity's
     exponential backoff (base_delay, doubling); an auth failure, or the last attempt's failure,
@@ -335,9 +303,8 @@ def with_retries(
     from huggingface_hub.errors import HfHubHTTPError
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-    def status(e: BaseException) -> int | None:
-        response = getattr(e, "response", None)  # an HfHubHTTPError may come without one
-        return response.status_code if response is not None else None
+    def status(e: BaseException) -> int | None:  # an HfHubHTTPError may come without a response
+        return getattr(getattr(e, "response", None), "status_code", None)
 
     def transient(e: BaseException) -> bool:
         if isinstance(e, HfHubHTTPError):
@@ -375,16 +342,8 @@ def with_retries(
             "--hub-timeout (nothing more is sent)"
         ) from None
     except HfHubHTTPError as e:
-        if status(e) == 401:
-            raise FincheckError(
-                f"{what}: the hub rejected the token (401 Unauthorized). Set HF_TOKEN to a valid "
-                "token or run `hf auth login`."
-            ) from None
-        if status(e) == 403:
-            raise FincheckError(
-                f"{what}: the token has no write access to this repo (403 Forbidden). Use a token "
-                "with 'write' scope for this user/organization."
-            ) from None
+        if status(e) in AUTH_FAILURES:
+            raise FincheckError(f"{what}: {AUTH_FAILURES[status(e)]}") from None
         first = (str(e).strip() or type(e).__name__).splitlines()[0]
         raise FincheckError(f"{what} failed: HTTP {status(e)}: {first}") from None
     except ValueError as e:  # the hub rejected the card's metadata (validate-yaml)
@@ -396,24 +355,15 @@ def with_retries(
 
 
 def push_folder(
-    folder: Path,
-    repo_id: str,
-    token: str,
-    private: bool = False,
-    revision: str | None = None,
-    attempts: int = 5,
-    base_delay: float = 2.0,
-    deadline_s: float = HUB_DEADLINE_S,
+    folder: Path, repo_id: str, token: str, private: bool, revision: str | None, hub: Callable
 ) -> tuple[str | None, bool]:
     """Upload every file of `folder` in one commit. Returns (commit url, whether it changed).
-    Each hub call (create, read, list, the commit) has its own deadline of `deadline_s`."""
+    Each hub call (create, read, list, the commit) goes through `hub` (`with_retries`, its
+    retries and deadline bound)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     # HF_ENDPOINT read now: huggingface_hub reads it once, when it is first imported
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    hub = functools.partial(
-        with_retries, attempts=attempts, base_delay=base_delay, deadline_s=deadline_s
-    )
     hub(lambda: api.create_repo(repo_id, private=private, exist_ok=True), "create repo")
     if revision:
         hub(lambda: api.create_branch(repo_id, branch=revision, exist_ok=True), "create branch")
@@ -483,14 +433,20 @@ def publish(
     run = load_run(opts.checkpoint)
     results = read_results(opts.results) if opts.results else None
     rev = opts.revision or "main"
+    token = held_token()  # a dry run too: its value is searched for as the upload would
     if opts.dry_run is not None:
-        held_token()  # its value is searched for as the upload would search for it
         files = build_upload_folder(run, repo_id, Path(opts.dry_run), results, license, base_id)
         return PublishResult(repo_id, rev, None, False, files)
-    token = resolve_token()
+    if not token:
+        raise FincheckError(
+            "no Hugging Face token: set HF_TOKEN to a token with write access, "
+            "or run `hf auth login` once"
+        )
     with tempfile.TemporaryDirectory(prefix="fincheck-publish-") as tmp:
         folder = Path(tmp) / "repo"
         files = build_upload_folder(run, repo_id, folder, results, license, base_id)
-        retries = (attempts, base_delay, opts.hub_timeout)
-        url, changed = push_folder(folder, repo_id, token, opts.private, opts.revision, *retries)
+        hub = functools.partial(
+            with_retries, attempts=attempts, base_delay=base_delay, deadline_s=opts.hub_timeout
+        )
+        url, changed = push_folder(folder, repo_id, token, opts.private, opts.revision, hub)
     return PublishResult(repo_id, rev, url, changed, files)
