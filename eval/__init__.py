@@ -15,20 +15,16 @@ import inspect
 from pathlib import Path
 
 
-def evaluate_modules() -> dict[str, Path]:
-    """{module name: its folder}: every registered task's `fincheck_<task>/` that holds one."""
+def evaluate_module_path(name: str) -> str:
+    """Directory of a metric module for `evaluate.load` (a local path: no hub access): every
+    registered task's `fincheck_<task>/` that holds one."""
     from fincheck.tasks import all_tasks
 
     folders = {
-        f"fincheck_{name}": Path(inspect.getfile(type(task))).parent / f"fincheck_{name}"
-        for name, task in all_tasks().items()
+        f"fincheck_{task}": Path(inspect.getfile(type(t))).parent / f"fincheck_{task}"
+        for task, t in all_tasks().items()
     }
-    return {name: folder for name, folder in folders.items() if (folder / f"{name}.py").is_file()}
-
-
-def evaluate_module_path(name: str) -> str:
-    """Directory of a metric module for `evaluate.load` (a local path: no hub access)."""
-    modules = evaluate_modules()
+    modules = {module: f for module, f in folders.items() if (f / f"{module}.py").is_file()}
     if name not in modules:
         raise ValueError(f"unknown metric module {name!r}; choose from {tuple(modules)}")
     return str(modules[name])

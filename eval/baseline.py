@@ -20,7 +20,7 @@ from fincheck.eval.baselines.registry import ASKS_NO_LLM, METHODS
 from fincheck.eval.options import BaselineOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity, record_loaded
 from fincheck.eval.runner import Answerer, answer_tasks
-from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache, expect_served
+from fincheck.inference.llm import CachedLLM, ChatClient, RequestCache
 from fincheck.io.jsonl import check_shape, drop_torn_last_line, iter_json_objects, record_json
 from fincheck.io.safe_files import append_line
 from fincheck.models.llm_clients import METHOD, build_client
@@ -101,15 +101,6 @@ class PaperMethod(Answerer):
 
     def loaded(self) -> dict[str, Any]:
         return {"client": self.client.identity}
-
-    def served_models(self) -> list[str] | None:
-        """What the endpoint says it ran (nothing recorded when it says nothing)."""
-        return sorted(self.client.served_models) or None
-
-    def expect_served(self, models: list[str]) -> None:
-        """The folder's record and the models kept with each cached answer: a record lost to a
-        kill still leaves them in the cache."""
-        expect_served(self.client, self.llm.cache, models)
 
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter

@@ -144,7 +144,10 @@ def report_counts(opts: EvalOptions | BaselineOptions, summary: dict, command: s
         if counts.get("method_counts"):
             print(f"  {task}: " + ", ".join(f"{k} {v}" for k, v in counts["method_counts"].items()))
     if any(c["generated"] + c["resumed"] for c in summary.values()):
-        print(next_step(opts))
+        print(
+            f"next: fincheck score --data {opts.data_dir} --predictions {opts.predictions_dir} "
+            f"--out {opts.out_dir}"
+        )
     failures = [failure for counts in summary.values() for failure in counts["failed"]]
     if failures:
         print(
@@ -154,13 +157,6 @@ def report_counts(opts: EvalOptions | BaselineOptions, summary: dict, command: s
         )
         return 3
     return 0
-
-
-def next_step(opts: EvalOptions | BaselineOptions) -> str:
-    return (
-        f"next: fincheck score --data {opts.data_dir} --predictions {opts.predictions_dir} "
-        f"--out {opts.out_dir}"
-    )
 
 
 def build_judge(args: ScoreOptions):

@@ -46,11 +46,16 @@ from fincheck.metrics.bootstrap import (
     Interval,
     bootstrap_ci,
     bootstrap_cis,
+    ci95_lists,
     groups_by,
 )
 from fincheck.metrics.figures import fmt
 from fincheck.tasks import all_tasks, get_task, per_task_values
 from fincheck.tasks.base import Task
+
+
+def interval(ci: Interval | None) -> str:
+    return f" [{fmt(ci.low)}, {fmt(ci.high)}]" if ci else ""
 
 
 def md(name: str) -> str:
@@ -166,21 +171,20 @@ def paired_difference(
     ci = bootstrap_ci(
         lambda idx: delta([shared[i] for i in idx]), len(shared), n_resamples, seed, groups
     )
-    n_units = len(groups) if groups is not None else len(shared)
-    return Difference(metric, delta(shared), ci, len(shared), resampled, n_units)
+    return Difference(metric, delta(shared), ci, len(shared), resampled, len(groups or shared))
 
 
 def unit_intervals(
-    task: str, examples: Sequence[dict], metrics: Sequence[str], unit: str, n: int, seed: int
-) -> tuple[str, int, dict[str, Interval | None]]:
-    """(unit, how many, each metric's 95% interval) of one run's scored examples, whole units
+    task: Task, examples: Sequence[dict], metrics: list[str], unit: str, n: int, seed: int
+) -> tuple[dict, dict[str, list[float] | None]]:
+    """({unit, how many}, each metric's 95% interval) of one run's scored examples, whole units
     resampled as the paired differences resample them."""
     resampled, groups = unit_groups(examples, unit)
-    figures = get_task(task).example_figures
+    figures = task.example_figures
     cis = bootstrap_cis(
         lambda idx: figures([examples[i] for i in idx]), len(examples), metrics, n, seed, groups
     )
-    return resampled, len(groups) if groups is not None else len(examples), cis
+    return {"unit": resampled, "n": len(groups or examples)}, ci95_lists(cis)
 
 
 def shuffle_floor(
@@ -252,37 +256,25 @@ def compare_runs(
         header = "| run | n | " + " | ".join(label for _, label in metrics) + " | unreadable |"
         lines += [header, "|" + " --- |" * (len(metrics) + 3)]
         data["tasks"][name] = {"runs": {}, "differences": {}}
-        resampled: dict[str, tuple[str, int]] = {}  # run -> (unit its intervals drew, how many)
+        resampled: dict[str, dict] = {}  # run -> {unit its intervals drew, how many}
         for run in scored:
             figures = run.results["tasks"][name]
             n_bad, n, _ = task.unreadable_outputs(figures)
             values = {key: task.compare_figure(figures, key) for key, _ in metrics}
-            if run.examples.get(name):  # figures and intervals by unit, from the examples
-                examples = run.examples[name]
-                drawn, n_units, cis = unit_intervals(
-                    name, examples, [k for k, _ in metrics], unit, n_resamples, seed
+            if examples := run.examples.get(name):  # figures and intervals by unit, from them
+                resampled[run.name], cis = unit_intervals(
+                    task, examples, list(values), unit, n_resamples, seed
                 )
-                resampled[run.name] = drawn, n_units
                 recomputed = task.example_figures(examples)
-                values = {
-                    k: (recomputed.get(k), [cis[k].low, cis[k].high] if cis[k] else None)
-                    for k in values
-                }
-            cells = [
-                fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
-                for value, ci in values.values()
-            ]
+                values = {k: (recomputed.get(k), cis[k]) for k in values}
+            cells = [fmt(value) + interval(ci and Interval(*ci)) for value, ci in values.values()]
             lines.append(f"| {md(run.name)} | {n} | " + " | ".join(cells) + f" | {n_bad} of {n} |")
             data["tasks"][name]["runs"][run.name] = {
                 "n": n,
                 "unreadable": n_bad,
                 **{key: v for key, (v, _) in values.items()},
                 "ci95": {key: ci for key, (_, ci) in values.items()},
-                "resampled": (
-                    dict(zip(("unit", "n"), resampled[run.name], strict=True))
-                    if run.name in resampled
-                    else None  # no scored examples: results.json's intervals
-                ),
+                "resampled": resampled.get(run.name),  # None: results.json's intervals
             }
         missing = [run.name for run in runs if run not in scored]
         if missing:
@@ -307,26 +299,19 @@ def compare_runs(
                 )
                 for key, _ in metrics
             ]
-            parts = []
-            for (_, label), d in zip(metrics, diffs, strict=True):
-                interval = f" [{fmt(d.ci95.low)}, {fmt(d.ci95.high)}]" if d.ci95 else ""
-                if math.isnan(d.delta):  # e.g. FINAL F1 scored without a judge
-                    parts.append(f"{label}: {d.verdict}")
-                else:
-                    parts.append(f"{label} {d.delta:+.3f}{interval}: {d.verdict}")
+            parts = [
+                f"{label}: {d.verdict}"  # an undefined delta: e.g. FINAL F1 scored without a judge
+                if math.isnan(d.delta)
+                else f"{label} {d.delta:+.3f}{interval(d.ci95)}: {d.verdict}"
+                for (_, label), d in zip(metrics, diffs, strict=True)
+            ]
             shared = f"{diffs[0].n} shared, {diffs[0].n_units} {diffs[0].unit}s" if diffs else "0"
             lines.append(
                 f"- **{md(run.name)}** vs {md(scored[0].name)} ({shared}): " + "; ".join(parts)
             )
             data["tasks"][name]["differences"][run.name] = {
-                d.metric: {
-                    "delta": d.delta,
-                    "ci95": [d.ci95.low, d.ci95.high] if d.ci95 else None,
-                    "n": d.n,
-                    "unit": d.unit,
-                    "n_units": d.n_units,
-                    "verdict": d.verdict,
-                }
+                d.metric: {k: v for k, v in vars(d).items() if k != "metric"}
+                | {"ci95": d.ci95 and [d.ci95.low, d.ci95.high], "verdict": d.verdict}
                 for d in diffs
             }
         if task.comparability:
@@ -351,10 +336,10 @@ def check_same_inputs(task: str, runs: Sequence[ScoredRun]) -> None:
         )
 
 
-def resampling_note(unit: str, resampled: dict[str, tuple[str, int]]) -> str:
+def resampling_note(unit: str, resampled: dict[str, dict]) -> str:
     """One sentence under a task's table: what its intervals resampled whole, and how many."""
-    counts = sorted({n for drawn, n in resampled.values() if drawn == unit})
-    by_example = [run for run, (drawn, _) in resampled.items() if drawn != unit]
+    counts = sorted({r["n"] for r in resampled.values() if r["unit"] == unit})
+    by_example = [run for run, r in resampled.items() if r["unit"] != unit]
     note = f"95% intervals resample whole {unit}s ({' or '.join(map(str, counts)) or 'none'})"
     if by_example:
         note += (
@@ -374,17 +359,13 @@ def shuffle_floor_lines(
     for metric in get_task(task).shuffle_floor_metrics:
         parts = []
         for run in scored:
-            examples = run.examples.get(task)
-            floor = shuffle_floor(task, examples, metric, n_shuffles, seed) if examples else None
+            floor = shuffle_floor(task, run.examples.get(task, []), metric, n_shuffles, seed)
             if floor is None:
                 continue
             mean, band = floor
             figure = data["runs"][run.name].get(metric)
             verdict = "above" if figure > band.high else "within or below"
-            parts.append(
-                f"{md(run.name)} {fmt(figure)} vs {fmt(mean)} [{fmt(band.low)}, {fmt(band.high)}]: "
-                f"{verdict}"
-            )
+            parts.append(f"{md(run.name)} {fmt(figure)} vs {fmt(mean)}{interval(band)}: {verdict}")
             data["runs"][run.name][f"{metric}_shuffle_floor"] = [mean, band.low, band.high]
         if parts:
             lines += [
@@ -466,18 +447,14 @@ def compared(args: argparse.Namespace, names: list[str | None]) -> tuple[str, di
     scored = f"the scored runs {', '.join(map(str, args.runs))}"
     redo = "each must be a `fincheck score --out` folder as it wrote it: score it again"
     with library_errors_as_one_line(scored, redo):
-        return compare_runs(load_runs(args.runs, names), args.bootstrap, args.seed, args.unit)
-
-
-def load_runs(paths: list[Path], names: list[str | None]) -> list[ScoredRun]:
-    runs = [load_scored_run(path, name) for path, name in zip(paths, names, strict=True)]
-    taken = [run.name for run in runs]
-    if again := sorted({name for name in taken if taken.count(name) > 1}):
-        raise FincheckError(
-            f"two runs are named {again[0]!r} (their folders' names): each run needs its own "
-            "name for its row and its figures; give --names"
-        )
-    return runs
+        runs = [load_scored_run(path, name) for path, name in zip(args.runs, names, strict=True)]
+        taken = [run.name for run in runs]
+        if again := sorted({name for name in taken if taken.count(name) > 1}):
+            raise FincheckError(
+                f"two runs are named {again[0]!r} (their folders' names): each run needs its own "
+                "name for its row and its figures; give --names"
+            )
+        return compare_runs(runs, args.bootstrap, args.seed, args.unit)
 
 
 # Recorded in NAME.json: the markdown beside it is compare's own, unedited, when this matches.

@@ -2,24 +2,10 @@
 the model loaded here (`LocalBackend`), or served behind an OpenAI-compatible endpoint (vLLM,
 llama.cpp, `transformers serve`: `EndpointBackend`).
 
-    the run's identity checked against the folder's (a resume under other settings stops)
- -> the backend: the model loaded (or the endpoint's client and the tokenizer that fits for it)
- -> each task's answer budget, once (`answer_budgets`: --max-new-tokens, else the task's
-    default fitted to the window)
- -> per task: the sample (`--limit`), each prompt fitted (`LoadedModel.fit_for_answer`: its
-    grounding text cut to the window less the answer budget), the ids already predicted
-    skipped (resume), the rest answered and appended, flushed per batch.
-
 The model sees `messages[:-1]` (system + user) through the chat template with the generation
 prompt, exactly as training rendered the prompt part. A task with a `first_word_share` also gets
 its p_yes at the first answer position: QASem P(Yes)/(P(Yes)+P(No)), FINAL P(a list opens)
 against P("None").
-
-A backend (`Backend`) says what identifies it before it starts (`requested`: a resume under
-other values is refused before a model loads), what it turned out to be (`loaded`), which
-`LoadedModel` fits its prompts (`fitter`: the model itself, the served model's tokenizer, or
-None: prompts sent whole), answers fitted prompts (`answer`), and which models the answers came
-from when an endpoint says so (`served_models`).
 """
 
 from __future__ import annotations
@@ -43,7 +29,7 @@ from fincheck.inference.generation import (
     generate_batch,
     template_fingerprint,
 )
-from fincheck.inference.llm import CachedLLM, RequestCache, expect_served, run_concurrently
+from fincheck.inference.llm import CachedLLM, RequestCache, run_concurrently
 from fincheck.inference.shared_prefix import answer_prompts, leaf_batches, walk_order
 from fincheck.io.checksums import folder_sha256
 from fincheck.io.runs import ADAPTER_WEIGHTS, adapter_sha256
@@ -74,18 +60,13 @@ class DetectorPrompt(Answerer):
 
     def __init__(self, backend: Backend, opts: EvalOptions) -> None:
         self.backend, self.opts = backend, opts
+        self.llm = getattr(backend, "llm", None)  # an endpoint's
         self.window = backend.fitter and backend.fitter.window
         self.budgets = answer_budgets(all_tasks(), self.window, opts.max_new_tokens)
 
     def loaded(self) -> dict[str, Any]:
         budgets = {task: self.budgets[task] for task in self.opts.tasks}
         return {"max_new_tokens": budgets, "window": self.window, **self.backend.loaded()}
-
-    def served_models(self) -> list[str] | None:
-        return self.backend.served_models()
-
-    def expect_served(self, models: list[str]) -> None:
-        self.backend.expect_served(models)
 
     def answer_task(
         self, task: str, pairs: list[Pair], todo: list[Pair], writer: PredictionWriter
@@ -151,12 +132,9 @@ Write = Callable[[AnsweredBatch], None]
 
 
 class Backend(ABC):
-    """Where the detector runs, as `run_eval` uses it (the module docstring)."""
+    """Where the detector runs, as `DetectorPrompt` uses it."""
 
-    fitter: LoadedModel | None
-
-    @abstractmethod
-    def __init__(self, opts: EvalOptions) -> None: ...
+    fitter: LoadedModel | None  # fits its prompts: the model, the served one's tokenizer, or none
 
     @staticmethod
     @abstractmethod
@@ -172,14 +150,6 @@ class Backend(ABC):
         self, task: str, todo: list[Pair], fits: dict[str, Fit], budget: int, write: Write
     ) -> list[str]:
         """Answer `todo`, handing each batch to `write`; returns the failed examples."""
-
-    def served_models(self) -> list[str] | None:
-        """The model names an endpoint's replies carried (None: the model was loaded here)."""
-        return None
-
-    def expect_served(self, models: list[str]) -> None:
-        """See `Answerer.expect_served`."""
-        return None
 
 
 class LocalBackend(Backend):
@@ -289,14 +259,6 @@ class EndpointBackend(Backend):
             progress=False,  # the eval's own bar counts what is written
             desc=task,
         )
-
-    def served_models(self) -> list[str]:
-        """A router may serve another model than the one asked."""
-        return sorted(self.client.served_models)
-
-    def expect_served(self, models: list[str]) -> None:
-        """The folder's record and the models kept with each cached answer, as a baseline's."""
-        expect_served(self.client, self.llm.cache, models)
 
 
 def tokenizer_identity(fitter: LoadedModel) -> str:

@@ -27,11 +27,15 @@ from fincheck.eval.predictions import (
     served_before,
     unlist_task,
 )
+from fincheck.inference.llm import CachedLLM, expect_served
 from fincheck.tasks.prepared import read_manifest, split_sha256
 
 
 class Answerer(ABC):
-    """What answers a task's pairs in `answer_tasks`."""
+    """What answers a task's pairs in `answer_tasks`; `llm`: the LLM it asks, whose replies
+    may name the models that served them (None: a model loaded here)."""
+
+    llm: CachedLLM | None = None
 
     @abstractmethod
     def loaded(self) -> dict[str, Any]:
@@ -44,15 +48,17 @@ class Answerer(ABC):
         """Answer `todo` (of the task's sample `pairs`) into `writer`; returns the task's
         counts: `failed` (the examples that failed, "id: reason") and any of its own."""
 
-    @abstractmethod
     def served_models(self) -> list[str] | None:
         """The model names an endpoint's replies carried (None: nothing to record)."""
+        return sorted(self.llm.client.served_models) or None if self.llm else None
 
     def expect_served(self, models: list[str]) -> None:
-        """The models the endpoint served for the folder's earlier predictions: a reply from
-        another stops the run (a model loaded here has no say: its identity is checked
+        """The models the endpoint served for the folder's earlier predictions (and those kept
+        with each cached answer: a record lost to a kill still leaves them in the cache): a reply
+        from another stops the run (a model loaded here has no say: its identity is checked
         before it loads)."""
-        return None
+        if self.llm:
+            expect_served(self.llm.client, self.llm.cache, models)
 
 
 def answer_tasks(

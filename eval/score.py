@@ -7,10 +7,10 @@ FINAL judge failures are recorded per example; above --max-judge-failure-rate th
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from fincheck.errors import FincheckError
@@ -24,7 +24,7 @@ from fincheck.eval.predictions import (
 )
 from fincheck.eval.report import render_report
 from fincheck.io.jsonl import record_json
-from fincheck.io.safe_files import replaced_file, write_text
+from fincheck.io.safe_files import write_text
 from fincheck.io.secrets import redact
 from fincheck.tasks import get_task, task_names
 from fincheck.tasks.base import ScoreSettings
@@ -41,16 +41,8 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             f"no predictions found in {opts.predictions_dir}: expected <task>.jsonl for a task in "
             f"{task_names()} (see docs/evaluation.md for the format)"
         )
-    settings = ScoreSettings(
-        judge=opts.judge,
-        judge_concurrency=opts.judge_concurrency,
-        judge_sanity=opts.judge_sanity,
-        judge_check=opts.judge_check,
-        bootstrap_resamples=opts.bootstrap_resamples,
-        seed=opts.seed,
-        progress=opts.progress,
-        thresholds=opts.thresholds,
-    )
+    # the options scoring reads (all but `unit_keys`, set per task), under the same names
+    shared = {f.name: getattr(opts, f.name) for f in fields(ScoreSettings) if hasattr(opts, f.name)}
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     # each task's inputs (its split file's sha256), checked against those its predictions were
     # made on: `compare` pairs only runs scored on the same
@@ -76,7 +68,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             raise FincheckError(f"{name}: {pred_path} holds no predictions")
         units = {pair.id: task.resample_keys(pair) for pair, _ in joined}
         coarsest = [units[pair.id][task.resample_units[0]] for pair, _ in joined]
-        score = task.score(joined, dataclasses.replace(settings, unit_keys=coarsest))
+        score = task.score(joined, ScoreSettings(**shared, unit_keys=coarsest))
         for example in score.examples:  # what `fincheck compare` resamples whole
             example["units"] = units[example["id"]]
         for key in ("errors", "parse_failed", "asked"):
@@ -97,7 +89,9 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
                 file=sys.stderr,
             )
         examples[name] = score.examples
-        _write_jsonl(opts.out_dir / "scored" / f"{name}.jsonl", score.examples)
+        (opts.out_dir / "scored").mkdir(parents=True, exist_ok=True)
+        scored = "".join(record_json(example) + "\n" for example in score.examples)
+        write_text(opts.out_dir / "scored" / f"{name}.jsonl", scored)
         made = task.plots(score, opts.out_dir / "plots", model_label(results["run"]))
         plot_paths[name] = [str(p.relative_to(opts.out_dir)) for p in made]
     if opts.judge is not None:
@@ -107,7 +101,6 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             "cache_misses": opts.judge.cache.misses,
             **judge,
         }
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
     write_text(
         opts.out_dir / "results.json",
         record_json(results, indent=2) + "\n",
@@ -178,10 +171,3 @@ def _run_info(opts: ScoreOptions) -> dict:
         if config.get(key) is not None:
             info[key] = config[key]
     return info
-
-
-def _write_jsonl(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replaced_file(path) as f:
-        for record in records:
-            f.write(record_json(record) + "\n")

@@ -171,15 +171,6 @@ def run_two_step(example: Example, llm: CachedLLM, step1: Step1, step2: str) -> 
     return MethodOutput(answer, None, trace, cut, True)
 
 
-def two_step_method(step1_name: str, step1: Step1, step2: str) -> Method:
-    return Method(
-        f"two-step:{step1_name}+{step2}",
-        ("final",),
-        lambda example, llm: run_two_step(example, llm, step1, step2),
-        "FINAL §4.1, B.3 (E.3, E.2.3, E.2.4)",
-    )
-
-
 STEP1: dict[str, Step1] = {
     "self": self_step1,
     "oracle": lambda example, llm: (  # the gold: consistent when it lists no description
@@ -215,8 +206,13 @@ def check_step1(step1: str) -> None:
 def build_two_step(opts: Any, llm: CachedLLM) -> Method:
     """Two-step with the options' step 1 (named self, oracle, or the adapter folder's name)
     and step 2."""
-    step1 = STEP1.get(opts.step1) or adapter_step1(opts.step1, opts.device)
-    return two_step_method(Path(opts.step1).name, step1, opts.step2)
+    step1, step2 = STEP1.get(opts.step1) or adapter_step1(opts.step1, opts.device), opts.step2
+    return Method(
+        f"two-step:{Path(opts.step1).name}+{step2}",
+        ("final",),
+        lambda example, llm: run_two_step(example, llm, step1, step2),
+        "FINAL §4.1, B.3 (E.3, E.2.3, E.2.4)",
+    )
 
 
 PIPELINE = Method("pipeline", ("final",), run_pipeline, "FINAL §4.1, B.2 (E.2.5)")

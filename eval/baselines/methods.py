@@ -1,23 +1,12 @@
 """The papers' systems as methods: what one evaluation example costs and returns.
 
 A method turns one prepared pair into the text a task's scorer reads (and QASem's P(Yes)),
-asking an injected LLM (`fincheck.inference.llm.CachedLLM`: an endpoint or a local model). Methods:
-
-    e2e, e2e-fewshot, e2e-cot   every task with the prompt: the papers' end-to-end prompts
-                                (FINAL §4.1/B.1; FHSumBench vanilla, +ICL, +CoT; QASem §5.1),
-                                kept in each task's package (`Task.e2e_prompt_path`)
-    pipeline                    FINAL: FactScore-style decomposition, per-fact check, merge (B.2)
-    two-step                    FINAL: a binary step 1 (self, oracle, or a fincheck adapter),
-                                then CoT or CoT&Hint on the inconsistent ones (B.3)
-    fizz                        FINAL, FHSumBench: atomic facts + NLI with granularity expansion
-                                (FIZZ §3), thresholded on the dev split
-    overlap                     QASem: no model, the share of the answer's words found in the
-                                reference (a floor every QASem detector should clear)
-
-The other prompts are files in `eval/prompts/baselines/`; every header cites the section it
-follows. The table of methods, which `fincheck baseline --method` offers, is `registry.py`.
-Each method's `run` returns a `MethodOutput`: the output text, P(Yes) when read, and a trace of
-its intermediate answers (written beside the predictions).
+asking an injected LLM (`fincheck.inference.llm.CachedLLM`: an endpoint or a local model). The
+end-to-end prompts are kept in each task's package (`Task.e2e_prompt_path`), the other prompts
+in `eval/prompts/baselines/`; every header cites the section it follows. The table of methods,
+which `fincheck baseline --method` offers, is `registry.py`. Each method's `run` returns a
+`MethodOutput`: the output text, P(Yes) when read, and a trace of its intermediate answers
+(written beside the predictions).
 """
 
 from __future__ import annotations
