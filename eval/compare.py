@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fincheck.errors import FincheckError
-from fincheck.io import jsonl
 from fincheck.io.config import REQUIRED, add_options, config_field, read_options
 from fincheck.io.jsonl import (
     check_shape,
@@ -40,7 +39,7 @@ from fincheck.io.jsonl import (
     strict_json,
 )
 from fincheck.io.messages import library_errors_as_one_line
-from fincheck.io.safe_files import one_writer, write_text
+from fincheck.io.safe_files import one_writer, read_regular_bytes, write_text
 from fincheck.metrics.bootstrap import (
     MIN_ITEMS_FOR_CI,
     Interval,
@@ -476,7 +475,7 @@ def check_replaceable(markdown_path: Path) -> None:
     if recorded is not None and present == [json_path]:
         return
     with contextlib.suppress(OSError, FincheckError):  # a FIFO or a folder: not an earlier output
-        if recorded == hashlib.sha256(jsonl.read_bytes(markdown_path)).hexdigest():
+        if recorded == hashlib.sha256(read_regular_bytes(markdown_path)).hexdigest():
             return
     raise FincheckError(
         f"--out {markdown_path}: {' and '.join(str(p) for p in present)} exist and are not an "

@@ -18,7 +18,7 @@ from typing import Any
 from fincheck.errors import FincheckError
 from fincheck.io.checksums import sha256_file
 from fincheck.io.config import read_yaml_mapping
-from fincheck.io.jsonl import read_bytes, read_json_object
+from fincheck.io.jsonl import read_json_object
 from fincheck.io.runs import CHECKPOINT_METADATA as COMPLETE_MARKER  # written last: then complete
 from fincheck.io.runs import (
     RECIPE_FILE,
@@ -27,6 +27,7 @@ from fincheck.io.runs import (
     checkpoint_files,
     read_run_record,
 )
+from fincheck.io.safe_files import read_regular_bytes
 from fincheck.train.checkpoints import guard_output_dir, is_complete, last_complete_checkpoint
 from fincheck.train.recipe import PROJECT_PATH_KEYS, SFTRecipe, recipe_defaults
 
@@ -155,7 +156,7 @@ def check_checkpoint_layout(checkpoint: Path) -> None:
             )
     latest = checkpoint / "latest"
     if latest.exists() or latest.is_symlink():  # a FIFO or a folder there: one line
-        tag = read_bytes(latest).decode("utf-8", errors="replace").strip()
+        tag = read_regular_bytes(latest).decode("utf-8", errors="replace").strip()
         if not DEEPSPEED_TAG.fullmatch(tag) or not (checkpoint / tag).is_dir():
             raise FincheckError(
                 f"cannot resume from {checkpoint}: its 'latest' file names {tag[:80]!r}, not a "

@@ -98,12 +98,8 @@ def _run(args) -> int:
     except KeyboardInterrupt as e:
         return _stopped(e, f"fincheck {args.command}")
     except Exception as e:
-        said = (
-            None
-            if args.debug
-            else error_line(e, RERUN_AFTER_FULL_DISK.get(args.command, "then rerun"))
-        )
-        if said is None:
+        rerun = RERUN_AFTER_FULL_DISK.get(args.command, "then rerun")
+        if args.debug or (said := error_line(e, rerun)) is None:
             raise
         print(f"fincheck {args.command}: error: {said[0]}", file=sys.stderr)
         return said[1]

@@ -315,15 +315,18 @@ class _StallWindow:
         return False
 
 
-def copy_download(response: Any, out: Any, chunk: int = 1 << 20) -> int:
-    """`response` (a file-like HTTP reply) copied into `out`, stopped with `DownloadStalled`
-    when a whole window brings fewer than `STALLED_BYTES`: a bounded time for any download,
-    whatever its size. Returns the bytes copied."""
+def copy_download(response: Any, out: Any, digest: Any = None, chunk: int = 1 << 20) -> int:
+    """`response` (a file-like HTTP reply) copied into `out` (and into `digest`, a hashlib
+    object, if given), stopped with `DownloadStalled` when a whole window brings fewer than
+    `STALLED_BYTES`: a bounded time for any download, whatever its size. Returns the bytes
+    copied."""
     total, window = 0, _StallWindow()
     while True:
         data = response.read1(chunk) if hasattr(response, "read1") else response.read(chunk)
         if not data:
             return total
+        if digest is not None:
+            digest.update(data)
         out.write(data)
         total += len(data)
         if window.stalled(len(data)):

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import yaml
 
 from fincheck.errors import FincheckError, UsageError
-from fincheck.io.jsonl import read_utf8_text
+from fincheck.io.jsonl import _SURROGATE, read_utf8_text
 
 T = TypeVar("T")
 
@@ -231,6 +231,11 @@ def parse_overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
+def _refused(problem: str, mark: Any) -> yaml.MarkedYAMLError:
+    """A recipe refused at `mark`: read_yaml_mapping makes it `file:line: not valid YAML: ...`."""
+    return yaml.constructor.ConstructorError(None, None, problem, mark)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
     keeps the last silently, so a recipe's first `learning_rate:` would be ignored), and so is
@@ -242,18 +247,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"aliases (*{event.anchor}) are not accepted here", event.start_mark
-            )
+            raise _refused(f"aliases (*{event.anchor}) are not accepted here", event.start_mark)
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > self.MAX_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"nested deeper than {self.MAX_DEPTH} levels",
-                    self.peek_event().start_mark,
-                )
+                mark = self.peek_event().start_mark
+                raise _refused(f"nested deeper than {self.MAX_DEPTH} levels", mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -262,52 +261,34 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         try:
             return super().construct_yaml_int(node)
         except ValueError as e:  # past Python's integer digit limit (4,300 digits)
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"an integer that cannot be read ({' '.join(str(e).split())[:80]})",
-                node.start_mark,
-            ) from None
+            said = " ".join(str(e).split())[:80]
+            raise _refused(f"an integer that cannot be read ({said})", node.start_mark) from None
 
     def construct_scalar(self, node):
         value = super().construct_scalar(node)
-        if isinstance(value, str) and not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate written as an escape ("\ud800")
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a string holding a lone surrogate escape", node.start_mark
-                ) from None
+        if isinstance(value, str) and _SURROGATE.search(value):  # an escape such as "\ud800"
+            raise _refused("a string holding a lone surrogate escape", node.start_mark)
         return value
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
+            line, mark = key_node.start_mark.line + 1, key_node.start_mark
             if not isinstance(key, str):  # a list, a mapping, a date or null as a key
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"the key on line {line} is not a name ({type(key).__name__})",
-                    key_node.start_mark,
-                )
+                raise _refused(f"the key on line {line} is not a name ({type(key).__name__})", mark)
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key!r} on line {line} was already given on line {seen[key]}",
-                    key_node.start_mark,
+                raise _refused(
+                    f"key {key!r} on line {line} was already given on line {seen[key]}", mark
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
     def construct_undefined(self, node):
-        raise yaml.constructor.ConstructorError(
-            None,
-            None,
-            f"the tag {node.tag.replace('tag:yaml.org,2002:', '!!')} is not accepted here (only"
-            " text, numbers, true/false, null, lists and mappings)",
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise _refused(
+            f"the tag {tag} is not accepted here (only text, numbers, true/false, null, lists "
+            "and mappings)",
             node.start_mark,
         )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.errors import FincheckError, InvalidRecordError
-from fincheck.io.safe_files import open_own_file, open_regular_file
+from fincheck.io.safe_files import open_own_file, open_regular_file, read_regular_bytes
 from fincheck.io.secrets import redacted_value
 
 
@@ -142,16 +142,10 @@ def decode_object_line(path: str | Path, line_no: int, line: str) -> dict[str, A
     return record
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """A whole regular file (`open_regular_file`)."""
-    with os.fdopen(open_regular_file(path), "rb") as f:
-        return f.read()
-
-
 def read_utf8_text(path: str | Path) -> str:
     """A whole text file (without the byte-order mark an editor may open it with), or a one-line
     error naming the line with the first non-UTF-8 byte."""
-    raw = read_bytes(path)
+    raw = read_regular_bytes(path)
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import sys
 from collections.abc import Iterator
 
@@ -51,13 +50,11 @@ def library_errors_as_one_line(subject: str, what_to_do: str) -> Iterator[None]:
 
 
 # What to do about a file system error, by errno (the path and the system's words come first).
+_POINT = "point --out, FINCHECK_CACHE_DIR or HF_HOME at a"
 _OS_HINTS = {
-    errno.EACCES: "not writable (or readable) by this user: point --out, FINCHECK_CACHE_DIR or "
-    "HF_HOME at a folder you own",
-    errno.EPERM: "not permitted for this user: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
-    "folder you own",
-    errno.EROFS: "a read-only file system: point --out, FINCHECK_CACHE_DIR or HF_HOME at a "
-    "writable disk",
+    errno.EACCES: f"not writable (or readable) by this user: {_POINT} folder you own",
+    errno.EPERM: f"not permitted for this user: {_POINT} folder you own",
+    errno.EROFS: f"a read-only file system: {_POINT} writable disk",
     errno.ENOTDIR: "a part of this path is a file, not a folder: choose another path",
     errno.EISDIR: "a folder where a file was expected: choose another path",
     errno.EEXIST: "a file is in the way of a folder of that name: choose another path",
@@ -65,18 +62,12 @@ _OS_HINTS = {
 }
 
 
-def free_space(path: str | os.PathLike) -> str:
-    """ " (N GiB free on its disk)" for the disk that holds `path`, "" where the system cannot
-    say."""
-    disk = free_on_disk(path)
-    return f" ({disk[1]:.1f} GiB free on its disk)" if disk else ""
-
-
 def os_error_line(e: OSError, rerun: str = "then rerun") -> str:
     """One line for a file system error: what, which path, what to do."""
     where = f" {e.filename}" if e.filename else ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        free = free_space(e.filename) if e.filename else ""
+        disk = free_on_disk(e.filename) if e.filename else None
+        free = f" ({disk[1]:.1f} GiB free on its disk)" if disk else ""
         return (
             f"out of disk space{' writing' + where if where else ''}{free}. Free some space or point "
             f"--out (and HF_HOME / FINCHECK_CACHE_DIR) at a disk with room, {rerun}."

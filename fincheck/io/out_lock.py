@@ -43,17 +43,6 @@ EVAL_OUTPUTS = (LOCK_FILE, "predictions", "results.json", "report.md", "scored",
                 "eval_summary.json")  # fmt: skip
 
 
-def refuse_links(out: Path, flag: str) -> None:
-    """No symbolic link anywhere inside the folder (the folder itself may be one: the user's)."""
-    for path in out.rglob("*"):
-        if path.is_symlink():
-            raise FincheckError(
-                f"{flag} {out}: {path.relative_to(out)} is a symbolic link; fincheck writes no "
-                "links, and a write through it would land outside the folder. Remove it or "
-                "choose another folder (nothing was written)"
-            )
-
-
 def claim_out_dir(
     out_dir: str | Path,
     flag: str,
@@ -91,7 +80,14 @@ def claim_out_dir(
                 f"{flag} {out} holds files fincheck did not write ({shown}): choose a new or "
                 "empty folder (nothing in it is overwritten)"
             )
-        refuse_links(real, flag)  # walked only once the folder is fincheck's (`--out ~`)
+        # no link anywhere inside (the folder itself may be one: the user's); walked only once
+        # the folder is fincheck's (`--out ~`)
+        if link := next((p for p in real.rglob("*") if p.is_symlink()), None):
+            raise FincheckError(
+                f"{flag} {real}: {link.relative_to(real)} is a symbolic link; fincheck writes no "
+                "links, and a write through it would land outside the folder. Remove it or "
+                "choose another folder (nothing was written)"
+            )
     out.mkdir(parents=True, exist_ok=True)
     hold_claimed_folder(out)  # no link followed inside it from now on
     if folder_kind(out) != kind:

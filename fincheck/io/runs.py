@@ -230,19 +230,17 @@ def load_run(path: str | Path) -> RunArtifacts:
         run.manifest_path = path / MANIFEST_FILE
         run.manifest = read_json_record(run.manifest_path, MANIFEST_SHAPE)
     run.root = Path(os.path.abspath(path))  # `.` stands for a folder with a name
-    if (path / RUN_METADATA).is_file():
-        run.metadata = read_run_record(path / RUN_METADATA)
-        check_listed_files(path, RUN_METADATA, run.metadata, run_save_files(path), RERUN_FINAL_SAVE)
-    elif (path / CHECKPOINT_METADATA).is_file():  # checkpoint-<step>/ inside a run folder
-        run.metadata = read_run_record(path / CHECKPOINT_METADATA)
-        check_listed_files(
-            path,
-            CHECKPOINT_METADATA,
-            run.metadata,
-            checkpoint_files(path),
-            "use another checkpoint",
-        )
-        run.root = run.root.parent  # `.` inside a checkpoint: its run
+    records = {  # what = (its record, the files it lists, what to do when one changed)
+        "run": (RUN_METADATA, run_save_files, RERUN_FINAL_SAVE),
+        "checkpoint": (CHECKPOINT_METADATA, checkpoint_files, "use another checkpoint"),
+    }
+    found = next((what for what, kind in records.items() if (path / kind[0]).is_file()), None)
+    if found is not None:
+        record, files, fix = records[found]
+        run.metadata = read_run_record(path / record)
+        check_listed_files(path, record, run.metadata, files(path), fix)
+        if found == "checkpoint":  # checkpoint-<step>/ inside a run folder
+            run.root = run.root.parent  # `.` inside a checkpoint: its run
     elif (
         (path / TRAINING_OUTPUT_MARK).exists()
         or folder_kind(path.resolve()) == "train"
@@ -252,17 +250,19 @@ def load_run(path: str | Path) -> RunArtifacts:
         # recipe and manifest may be an earlier run's), never read as a bare adapter
         inside = folder_kind(path.resolve().parent) == "train"
         what = "checkpoint" if inside or path.resolve().name.startswith("checkpoint-") else "run"
-        record, fix = (
-            (CHECKPOINT_METADATA, "use another checkpoint")
-            if what == "checkpoint"
-            else (RUN_METADATA, RERUN_FINAL_SAVE)
-        )
+        record, _, fix = records[what]
         raise FincheckError(f"{path}: a training {what} that did not finish (no {record}); {fix}")
     base = run.root / run.base_name  # a base saved inside the run (random-init); an absolute
     inside = base.resolve().is_relative_to(run.root.resolve())  # base_name stays as it is
     if run.base_name and inside and (base / "config.json").is_file():
-        run.local_base = base
-        check_base_recorded(run, base)
+        run.local_base = base  # the one the record names, by its files (older: its config.json)
+        recorded = run.metadata.get("base_fingerprint")
+        if recorded and recorded not in (folder_sha256(base), config_fingerprint(str(base))):
+            raise FincheckError(
+                f"{base}: the base's files differ from those {run.path} was trained on (its "
+                f"record's base_fingerprint {recorded[:16]}): edited since; train again, or "
+                "restore the base"
+            )
     return run
 
 
@@ -272,18 +272,6 @@ def config_fingerprint(base_path: str) -> str:
     config = Path(base_path) / "config.json"
     data = read_regular_bytes(config) if config.is_file() else base_path.encode()
     return hashlib.sha256(data).hexdigest()[:16]
-
-
-def check_base_recorded(run: RunArtifacts, base: Path) -> None:
-    """A base saved inside the run (a small random-init one) is the one its record names: its
-    model files by content (a checkpoint's record lists its own files only, not the run's
-    base/). Records from before the files were read name the base's config.json instead."""
-    recorded = run.metadata.get("base_fingerprint")
-    if recorded and recorded not in (folder_sha256(base), config_fingerprint(str(base))):
-        raise FincheckError(
-            f"{base}: the base's files differ from those {run.path} was trained on (its record's "
-            f"base_fingerprint {recorded[:16]}): edited since; train again, or restore the base"
-        )
 
 
 def files_record(folder: Path, names: list[str]) -> dict[str, str]:

@@ -126,31 +126,20 @@ def hold_url_secrets(url: str | None) -> None:
     import base64
     from urllib.parse import unquote, urlsplit
 
-    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
     if userinfo:
         user, _, password = userinfo.partition(":")
-        hold_secret(userinfo)
-        for part in (password, unquote(password)):
-            hold_secret(part)
-        for part in (user, unquote(user)):
+        for part in (userinfo, password, unquote(password), user, unquote(user)):
             hold_secret(part)
         basic = f"{unquote(user)}:{unquote(password)}".encode()
         hold_secret(base64.b64encode(basic).decode())
-    for value in url_query_values(url):
-        for form in url_value_forms(value):
-            hold_secret(form)
-
-
-def url_query_values(url: str) -> list[str]:
-    """The values of a URL's query string, fragment and path parameters (`;k=v`), as written:
-    each component's value, or the whole component where it has no "=" (`?Zq8Xv2…` is a key
-    given bare)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
+    # and path parameters (`;k=v`); a component without "=" is a key given bare (`?Zq8Xv2…`)
     components = [c for c in f"{parts.query}&{parts.fragment}".split("&") if c]  # ";" is a value's
     components += [p for segment in parts.path.split("/") for p in segment.split(";")[1:] if p]
-    return [value if eq else name for name, eq, value in (c.partition("=") for c in components)]
+    for name, eq, value in (c.partition("=") for c in components):
+        for form in url_value_forms(value if eq else name):
+            hold_secret(form)
 
 
 def url_value_forms(value: str) -> set[str]:

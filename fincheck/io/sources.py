@@ -83,7 +83,7 @@ def resolve_source(
             replaced_file(path, binary=True) as f,
         ):
             digest = hashlib.sha256()
-            copy_download(response, _Hashing(f, digest))
+            copy_download(response, f, digest)
             if digest.hexdigest() != source.sha256:
                 raise FincheckError(
                     f"{source.url}: sha256 mismatch for {source.name} (expected {source.sha256}, "
@@ -96,14 +96,3 @@ def resolve_source(
             f"--data-dir (or set {DATA_DIR_ENV}) to a local copy laid out like ../shared/data."
         ) from None
     return path
-
-
-class _Hashing:
-    """A file that hashes what is written to it."""
-
-    def __init__(self, out, digest) -> None:
-        self.out, self.digest = out, digest
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        return self.out.write(data)
