@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import pkgutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -149,13 +148,10 @@ def per_task_thresholds(text: str) -> dict[str, float]:
     def threshold_of(task: Task, value: str) -> float:
         if not task.reads_p_yes:
             raise FincheckError(f"{task.name} has no p_yes to threshold")
-        try:
-            threshold = float(value)
-        except ValueError:
-            threshold = math.nan
-        if not 0 < threshold < 1:
-            raise FincheckError("expected task=T with 0 < T < 1")
-        return threshold
+        with suppress(ValueError):
+            if 0 < (threshold := float(value)) < 1:
+                return threshold
+        raise FincheckError("expected task=T with 0 < T < 1")
 
     return per_task_values(text, "--threshold", threshold_of)
 

@@ -27,13 +27,6 @@ MANIFEST = "manifest.json"
 log = logging.getLogger(__name__)
 
 
-def require_prepared_dir(path: str | Path) -> None:
-    """Training's dataset_dir, checked before any slow setup (DeepSpeed, model loading)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise FincheckError(f"dataset_dir {path} does not exist: run `fincheck prepare` first")
-
-
 def split_path(dataset_dir: str | Path, task: str, split: str) -> Path:
     return Path(dataset_dir) / task / f"{split}.jsonl"
 
@@ -169,8 +162,10 @@ class PreparedFolder:
 
     @classmethod
     def open(cls, path: str | Path) -> PreparedFolder:
-        require_prepared_dir(path)
-        return cls(Path(path), read_manifest(path))
+        """Checked before any slow setup of training (DeepSpeed, model loading)."""
+        if not (path := Path(path)).is_dir():
+            raise FincheckError(f"dataset_dir {path} does not exist: run `fincheck prepare` first")
+        return cls(path, read_manifest(path))
 
     @property
     def fingerprint(self) -> str | None:

@@ -60,6 +60,11 @@ _T2 = "FHSumBench paper, Table 2"
 _T7 = "FHSumBench paper, Table 7 (appendix)"
 
 
+def _prf(system: str, t: str, p: float, r: float, f: float) -> list[PaperNumber]:
+    """One system's macro P, macro R and F (t: the paper's table)."""
+    return [PaperNumber(system, m, v, t) for m, v in {"precision": p, "recall": r, "f": f}.items()]
+
+
 @dataclass
 class FhsumbenchPrepareOptions(PrepareSettings):
     fhsumbench_train_fraction: float = config_field(
@@ -95,25 +100,15 @@ class FhsumbenchTask(Task):
     # 64 tokens hold the label's JSON object five times over (the untuned base writes on)
     demo = DemoPlan(test_examples=36, answer_tokens=64, train_cap=32)
     paper_numbers = (
-        PaperNumber("GPT-4o vanilla", "precision", 0.4575, _T1),
-        PaperNumber("GPT-4o vanilla", "recall", 0.4650, _T1),
-        PaperNumber("GPT-4o vanilla", "f", 0.4612, _T1),
+        *_prf("GPT-4o vanilla", _T1, 0.4575, 0.4650, 0.4612),
         PaperNumber("GPT-4o CoT", "f", 0.4637, _T1),
-        PaperNumber("Qwen2.5-7B vanilla", "precision", 0.4587, _T7),
-        PaperNumber("Qwen2.5-7B vanilla", "recall", 0.4706, _T7),
-        PaperNumber("Qwen2.5-7B vanilla", "f", 0.4646, _T7),
+        *_prf("Qwen2.5-7B vanilla", _T7, 0.4587, 0.4706, 0.4646),
         PaperNumber("GPT-4o reflection retrieval (best of Table 2)", "f", 0.5010, _T2),
         PaperNumber("Qwen2.5-72B reflection retrieval (best overall)", "f", 0.5022, _T7),
         # the same sizes as fincheck's CPU detectors, zero-shot (vanilla judge)
-        PaperNumber("Qwen2.5-0.5B vanilla", "precision", 0.2631, _T7),
-        PaperNumber("Qwen2.5-0.5B vanilla", "recall", 0.1918, _T7),
-        PaperNumber("Qwen2.5-0.5B vanilla", "f", 0.2219, _T7),
-        PaperNumber("Qwen2.5-1.5B vanilla", "precision", 0.3609, _T7),
-        PaperNumber("Qwen2.5-1.5B vanilla", "recall", 0.3504, _T7),
-        PaperNumber("Qwen2.5-1.5B vanilla", "f", 0.3556, _T7),
-        PaperNumber("Random", "precision", 0.3185, _T1),
-        PaperNumber("Random", "recall", 0.3184, _T1),
-        PaperNumber("Random", "f", 0.3185, _T1),
+        *_prf("Qwen2.5-0.5B vanilla", _T7, 0.2631, 0.1918, 0.2219),
+        *_prf("Qwen2.5-1.5B vanilla", _T7, 0.3609, 0.3504, 0.3556),
+        *_prf("Random", _T1, 0.3185, 0.3184, 0.3185),
     )
     comparability = (
         "FHSumBench's rows are off-the-shelf LLM judges prompted without training, on all 1,336 "

@@ -33,11 +33,13 @@ def convert_fhsumbench(raw: RawRecord, split: str, prompt: Prompt) -> Pair:
         raise InvalidRecordError(raw.path, raw.line, "label", f"{label!r} not in {LABELS}")
 
     messages, span = prompt.messages(text=source, summary=summary)
+    # the answer trained on: the label's judgement as the JSON object the prompt asks for
+    target = json.dumps(dict(zip(("Faithfulness", "Factuality"), JUDGEMENTS[label], strict=True)))
     return Pair(
         id=f"fhsumbench-{sample_id}",
         task="fhsumbench",
         split=split,
-        messages=[*messages, {"role": "assistant", "content": fhsum_target(label)}],
+        messages=[*messages, {"role": "assistant", "content": target}],
         meta={
             "label": label,
             "source_id": str(sample_id),
@@ -46,8 +48,3 @@ def convert_fhsumbench(raw: RawRecord, split: str, prompt: Prompt) -> Pair:
             "grounding_span": list(span),
         },
     )
-
-
-def fhsum_target(label: str) -> str:
-    """The answer trained on: the label's judgement as the JSON object the prompt asks for."""
-    return json.dumps(dict(zip(("Faithfulness", "Factuality"), JUDGEMENTS[label], strict=True)))

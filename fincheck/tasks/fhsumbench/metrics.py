@@ -61,27 +61,17 @@ def lenient_judgement(text: str) -> tuple[bool, bool] | None:
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict):
-            parsed = _from_mapping(obj)
-            if parsed is not None:
-                return parsed
+            lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+            values = [lowered.get(key) for key in ("faithfulness", "factuality")]  # missing: None
+            words = {"true": True, "false": False}
+            values = [words.get(v.strip().lower(), v) if isinstance(v, str) else v for v in values]
+            if all(isinstance(v, bool) for v in values):
+                return values[0], values[1]
     faith = re.search(_FIELD.format(name="faithfulness"), cleaned, re.IGNORECASE)
     fact = re.search(_FIELD.format(name="factuality"), cleaned, re.IGNORECASE)
     if faith and fact:
         return faith.group(1).lower() == "true", fact.group(1).lower() == "true"
     return None
-
-
-def _from_mapping(obj: dict) -> tuple[bool, bool] | None:
-    lowered = {str(k).strip().lower(): v for k, v in obj.items()}
-    values = []
-    for key in ("faithfulness", "factuality"):
-        value = lowered.get(key)  # a missing key is None: not a bool
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            value = value.strip().lower() == "true"
-        if not isinstance(value, bool):
-            return None
-        values.append(value)
-    return values[0], values[1]
 
 
 def judgement_to_label(judgement: tuple[bool, bool] | None) -> str:

@@ -137,11 +137,13 @@ def _loads(text: str) -> Any:
 
 
 _WS = re.compile(r"[ \t\n\r]*")
-_STRING_BODY = re.compile(r'[^"\\]*')
-_DIGITS = re.compile(r"[0-9]*")
-_HEX = frozenset("0123456789abcdefABCDEF")
-_ESCAPES = frozenset('"\\/bfnrt')
-_LITERALS = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
+# a whole string: its body, each escape json reads (a string cut short or a bad escape: no match)
+_STRING = re.compile(r'"[^"\\]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\]*)*"')
+# a whole string, number or literal as json reads one (a part of one is never closable)
+_SCALAR = re.compile(
+    rf"{_STRING.pattern}|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+    r"|true|false|null|NaN|-?Infinity"
+)
 
 
 def _longest_closable(prefix: str, closers: list[str]) -> int:
@@ -157,11 +159,8 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
     full = len(closers)
     best = 0
     # states: "value" (a value is due), "first" (just after [ or {: a value/key or the closer),
-    # "key" (a key is due, after a comma in an object), "colon", "after" (a value just ended),
-    # "number" (see num), "literal" (see lit)
+    # "key" (a key is due, after a comma in an object), "colon", "after" (a value just ended)
     state = "value"
-    num = ""  # number sub-state: "-", "int", "0", ".", "frac", "e", "esign", "exp"
-    lit, lit_i = "", 0
     i = 0
 
     def closable() -> bool:
@@ -169,67 +168,6 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
 
     while i < n:
         c = prefix[i]
-        if state == "number":
-            if num in ("int", "frac", "exp") and c in "0123456789":
-                i = _DIGITS.match(prefix, i).end()
-                if closable():
-                    best = i
-                continue
-            if num == "-":
-                if c == "I":
-                    state, lit, lit_i = "literal", "-Infinity", 2
-                    i += 1
-                    continue
-                if c == "0":
-                    num = "0"
-                elif c in "123456789":
-                    num = "int"
-                else:
-                    return best
-                i += 1
-                if closable():
-                    best = i
-                continue
-            if num in ("int", "0") and c == ".":
-                num = "."
-                i += 1
-                continue
-            if num in ("int", "0", "frac") and c in "eE":
-                num = "e"
-                i += 1
-                continue
-            if num == ".":
-                if c in "0123456789":
-                    num = "frac"
-                    i += 1
-                    if closable():
-                        best = i
-                    continue
-                return best
-            if num in ("e", "esign"):
-                if c in "0123456789":
-                    num = "exp"
-                    i += 1
-                    if closable():
-                        best = i
-                    continue
-                if num == "e" and c in "+-":
-                    num = "esign"
-                    i += 1
-                    continue
-                return best
-            state = "after"  # a complete number ends; c is read after it
-            continue
-        if state == "literal":
-            if c != lit[lit_i]:
-                return best
-            lit_i += 1
-            i += 1
-            if lit_i == len(lit):
-                state = "after"
-                if closable():
-                    best = i
-            continue
         if c in " \t\n\r":
             i = _WS.match(prefix, i).end()
             if state in ("first", "after") and closable():
@@ -239,15 +177,6 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
         if state in ("value", "first") and not (state == "first" and top == "}"):
             if state == "first" and c == "]":
                 pass  # an empty array: closed below
-            elif c == '"':
-                end = _scan_string(prefix, i + 1)
-                if end < 0:
-                    return best
-                i = end
-                state = "after"
-                if closable():
-                    best = i
-                continue
             elif c in "{[":
                 closer = "}" if c == "{" else "]"
                 if match == len(stack) and len(stack) < full and closers[len(stack)] == closer:
@@ -258,14 +187,10 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
                 if closable():
                     best = i
                 continue
-            elif c == "-" or c in "0123456789":
-                state, num = "number", ("-" if c == "-" else "0" if c == "0" else "int")
-                i += 1
-                if num != "-" and closable():
+            elif token := _SCALAR.match(prefix, i):
+                i, state = token.end(), "after"
+                if closable():
                     best = i
-                continue
-            elif c in _LITERALS:
-                state, lit, lit_i = "literal", _LITERALS[c], 0
                 continue
             else:
                 return best
@@ -273,10 +198,9 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
             if state == "first" and c == "}":
                 pass
             elif c == '"':
-                end = _scan_string(prefix, i + 1)
-                if end < 0:
+                if not (string := _STRING.match(prefix, i)):
                     return best
-                i = end
+                i = string.end()
                 state = "colon"
                 continue
             else:
@@ -302,31 +226,6 @@ def _longest_closable(prefix: str, closers: list[str]) -> int:
             continue
         return best
     return best
-
-
-def _scan_string(text: str, i: int) -> int:
-    """The index after the closing quote of the string whose body starts at i, or -1 when
-    the text ends first or holds an invalid escape."""
-    n = len(text)
-    while True:
-        i = _STRING_BODY.match(text, i).end()
-        if i >= n:
-            return -1
-        if text[i] == '"':
-            return i + 1
-        # a backslash
-        if i + 1 >= n:
-            return -1
-        e = text[i + 1]
-        if e == "u":
-            hexes = text[i + 2 : i + 6]
-            if len(hexes) < 4 or any(h not in _HEX for h in hexes):
-                return -1
-            i += 6
-        elif e in _ESCAPES:
-            i += 2
-        else:
-            return -1
 
 
 def _parse(text: str) -> tuple[bool, bool]:

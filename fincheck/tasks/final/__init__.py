@@ -38,7 +38,7 @@ from fincheck.tasks.base import (
 )
 from fincheck.tasks.final.defacto import convert_defacto
 from fincheck.tasks.final.final_file import convert_final_item
-from fincheck.tasks.final.judge import JUDGE_PROMPTS, JUDGE_VARIANTS
+from fincheck.tasks.final.judge import JUDGE_PROMPTS, JUDGE_VARIANTS, JudgePrompt, MatchingJudge
 from fincheck.tasks.final.judge_sanity import judge_agreement
 from fincheck.tasks.final.lettering import final_target
 from fincheck.tasks.final.metrics import FinalItem, final_figures, score_final, true_positives
@@ -116,8 +116,6 @@ class FinalTask(Task):
     # --- prepare ---------------------------------------------------------------------------
 
     def build_judge(self, client: Any, cache: Any, prompt: str, sampling: dict) -> Any:
-        from fincheck.tasks.final.judge import JudgePrompt, MatchingJudge
-
         return MatchingJudge(client, cache, prompt=JudgePrompt.named(prompt), sampling=sampling)
 
     def sources(self, config) -> list:
@@ -196,7 +194,6 @@ class FinalTask(Task):
         items, examples = [], []
         errors = parse_failed = 0
         first_error: str | None = None
-        judge_set = set(needs_judge)
         for i, (pair, pred, predicted, gold) in enumerate(parsed):
             record: dict[str, Any] = {
                 "id": pair.id,
@@ -211,27 +208,22 @@ class FinalTask(Task):
                 record["p_yes"] = pred.p_yes
             if held_back[i]:
                 record["held_back"] = True
-            tp: int | None
+            tp: int | None = None
             failed = False
-            if i not in judge_set:
-                tp = 0
-                record["judge"] = "skipped"
-            elif i in results:
-                result = results[i]
-                record["judge"] = result.status
-                record["matching"] = result.matching
+            if not (predicted and gold):
+                tp, record["judge"] = 0, "skipped"
+            elif (result := results.get(i)) is None:
+                record["judge"] = "no_judge"
+            else:
+                record.update(judge=result.status, matching=result.matching)
                 if result.status == "ok":
                     tp = true_positives(result.matching)
                 else:
-                    tp, failed = None, True
-                    record["judge_raw"] = result.raw
-                    record["judge_error"] = result.error
+                    failed = True
+                    record.update(judge_raw=result.raw, judge_error=result.error)
                     errors += result.status == "error"
                     parse_failed += result.status == "parse_failed"
                     first_error = first_error or result.error
-            else:
-                tp = None
-                record["judge"] = "no_judge"
             record["true_positives"] = tp
             items.append(FinalItem(len(predicted), len(gold), tp, failed, pred.p_yes))
             examples.append(record)
@@ -449,12 +441,9 @@ class FinalTask(Task):
         on dev, a list whose flag score is below it is held back (`held_back`) and the summary
         called consistent, as `fincheck score --threshold final=T` scores it."""
         out = self._verdict(text)
-        if p_yes is None:
-            return out
         if held_back_by(p_yes, threshold):
-            held = {"descriptions": [], "consistent": True, "held_back": out["descriptions"]}
-            return {**held, "flag_score": p_yes}
-        return {**out, "flag_score": p_yes}
+            out = {"descriptions": [], "consistent": True, "held_back": out["descriptions"]}
+        return out if p_yes is None else {**out, "flag_score": p_yes}
 
     def _verdict(self, text: str) -> dict[str, Any]:
         """An answer not read with confidence (empty, prose, content-free) says nothing, so its

@@ -10,8 +10,8 @@ import textwrap
 from dataclasses import dataclass
 
 from fincheck.data.sentences import ends_in_abbreviation
-from fincheck.data.sentences import split_sentences as _split_sentences
 from fincheck.io import jsonl
+from fincheck.tasks.final.descriptions import split_sentences  # any letter may start one
 
 # How an answer is read (`read_descriptions`). FINAL's judge prompt (the paper's appendix E.4)
 # gives an answer that is not a list of descriptions no prediction. The reader reads more
@@ -410,11 +410,6 @@ def _claim_then_verdict(claim: str, verdict: str, says_nothing: bool) -> bool:
     )
 
 
-def split_sentences(text: str) -> list[str]:
-    """An answer's sentences (any letter may start one: small models write lower case)."""
-    return _split_sentences(text, lowercase_starts=True, keep_quotes=True)
-
-
 # What an explanation after a leading "None" may not say ("None (the summary only restates the
 # first paragraph)" is nothing to report; "None, but the year is wrong" is not).
 _NAMES_AN_ERROR = re.compile(
@@ -681,8 +676,9 @@ def _marked_items(
         indent = len(line) - len(line.lstrip())
         match = _ITEM.match(line)
         marker = _marker(line) if match else None
-        if match and items and open_item and _another_kind(last, marker):
-            own_next = last_seen.get(_next_marker(last), -1) > k
+        kind = last[0] if last else None  # a lettered or numbered list's sub-items: other kinds
+        if match and items and open_item and kind in ("letter", "number") and marker[0] != kind:
+            own_next = last_seen.get((kind, last[1] + 1), -1) > k
             if own_next or folded or items[-1].rstrip(" *").endswith(":"):
                 items[-1] = f"{items[-1]} {_item_text(match)}"  # "1. Age\n- Summary: 43\n2. ..."
                 folded = True
@@ -730,17 +726,6 @@ def _marker(line: str) -> tuple[str, int | str]:
     if found and found.group("bullet"):
         return ("bullet", found.group("bullet"))
     return ("other", 0)
-
-
-def _next_marker(marker: tuple) -> tuple:
-    return (marker[0], marker[1] + 1) if marker[0] in ("letter", "number") else marker
-
-
-def _another_kind(last: tuple | None, marker: tuple | None) -> bool:
-    """A marker of another kind than a lettered or numbered list's own: one of its sub-items."""
-    if last is None or marker is None:
-        return False
-    return last[0] in ("letter", "number") and marker[0] != last[0]
 
 
 def _follows(last: tuple | None, marker: tuple | None, same_bullet: bool) -> bool:

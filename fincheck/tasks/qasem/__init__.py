@@ -143,11 +143,8 @@ class QasemTask(Task):
             qasem_response_id,
             lambda raw: convert_qasem_response(raw, "dev", "train", prompt),
         )
-        split_by_group(
-            dev,
-            {"train": 1 - config.qasem_dev_fraction, "dev": config.qasem_dev_fraction},
-            config.seed,
-        )
+        fraction = config.qasem_dev_fraction
+        split_by_group(dev, {"train": 1 - fraction, "dev": fraction}, config.seed)
         test = stream.convert_file(
             TEST.name,
             files[TEST.name],

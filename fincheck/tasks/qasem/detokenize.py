@@ -2,29 +2,8 @@
 
 from __future__ import annotations
 
-_NO_SPACE_BEFORE = {
-    ".",
-    ",",
-    ";",
-    ":",
-    "!",
-    "?",
-    ")",
-    "]",
-    "}",
-    "%",
-    "...",
-    "'s",
-    "'S",
-    "n't",
-    "N'T",
-    "'re",
-    "'ve",
-    "'ll",
-    "'d",
-    "'m",
-    "''",
-}
+_CLITICS = ("'s", "'S", "n't", "N'T", "'re", "'ve", "'ll", "'d", "'m")
+_NO_SPACE_BEFORE = {*".,;:!?)]}%", "...", "''", *_CLITICS}
 _NO_SPACE_AFTER = {"(", "[", "{", "$", "``", "£", "#"}
 
 
