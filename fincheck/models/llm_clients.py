@@ -1,16 +1,8 @@
 """LLM clients for the judge, the baselines and a served detector: an OpenAI-compatible
-chat-completions endpoint, and a local transformers model. ("Client" here: how an LLM is asked;
-"backend" in fincheck names where `fincheck eval`'s detector runs, `eval/generate.py`.)
-
-Both satisfy `fincheck.inference.llm.ChatClient` and read P(Yes) (`p_yes`). The HTTP client leans on the
-`openai` client for the hard parts: per-request timeout, retries with exponential backoff and
-jitter on 408/409/429, 5xx and connection errors and timeouts, honouring
-`Retry-After`/`retry-after-ms`. We only set its limits and turn its final failure into an
-`LLMCallError` (recorded, never scored). A 200 is checked too (`reply_problem`, the one place):
-a malformed reply is retried the same way, then fails the call; it is never returned or cached. A 401/403 stops the run at once: retrying a wrong key
-on every example helps nobody. The local client is the project's one inference path (chat
-template, fitting the prompt to the window on its grounding text, plain greedy decoding), and
-batches the calls that arrive together from the example threads.
+chat-completions endpoint and a local transformers model, both `fincheck.inference.llm.ChatClient`s
+that read P(Yes). ("Client" here: how an LLM is asked; "backend" names where `fincheck eval`'s
+detector runs.) The HTTP client leaves timeouts and retries (backoff with jitter on 408/409/429,
+5xx and connection errors, `Retry-After` honoured) to the `openai` client.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -326,15 +318,12 @@ class OpenAIChatClient(ChatClient):
                 left,
             )
         except CallDeadline:
-            self._stop_if_tripped(
-                "unreachable",
-                self.max_consecutive_unreachable,
-                lambda n: (
+            if n := self._tripped("unreachable", self.max_consecutive_unreachable):
+                raise FincheckError(
                     f"{self.where} gave no complete answer within {self.deadline_s:g} s to {n} "
                     f"calls in a row; check {self.caller.flag('base_url')} (a slow server needs a "
                     f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
-                ),
-            )
+                ) from None
             raise LLMCallError(
                 f"no complete answer within {self.deadline_s:g} s (each attempt's "
                 f"{self.caller.flag('timeout')} and the retries between them)"
@@ -356,41 +345,32 @@ class OpenAIChatClient(ChatClient):
             ) from None
         except openai.APIError as e:  # after all retries: unreachable, 400/422, 429/5xx, other 4xx
             if isinstance(e, openai.APIConnectionError):  # also timeouts
-                self._stop_if_tripped(
-                    "unreachable",
-                    self.max_consecutive_unreachable,
-                    lambda n, e=e: (
+                if n := self._tripped("unreachable", self.max_consecutive_unreachable):
+                    raise FincheckError(
                         f"{self.where} is unreachable "
                         f"({n} calls in a row could not connect or timed out: {one_line(e)}); "
                         f"check {self.caller.flag('base_url')} and the network (a slow server needs a "
                         f"longer {self.caller.flag('timeout')}), then rerun (answers so far are cached)"
-                    ),
-                )
+                    ) from None
             elif isinstance(e, openai.RateLimitError) or getattr(e, "status_code", 0) >= 500:
                 # 429 and 5xx after all their retries (Retry-After honoured): an overloaded or
                 # broken endpoint; so many in a row stop the run instead of failing every example
-                self._stop_if_tripped(
-                    "overloaded",
-                    self.max_consecutive_unreachable,
-                    lambda n, e=e: (
+                if n := self._tripped("overloaded", self.max_consecutive_unreachable):
+                    raise FincheckError(
                         f"{self.where} answered HTTP {e.status_code} to {n} calls in a row, each "
                         f"after {self.max_retries} retries ({one_line(e)}); wait or lower "
                         f"{self.caller.flag('concurrency')}, then rerun (answers so far are cached)"
-                    ),
-                )
+                    ) from None
             elif isinstance(e, (openai.BadRequestError, openai.UnprocessableEntityError)):
                 param = refused_parameter(e, sampling)
                 if param is not None and param not in self._refused_params:
                     raise _RefusedParameter(param, e) from None
-                self._stop_if_tripped(
-                    "refused",
-                    self.max_consecutive_refused,
-                    lambda n, e=e: (
+                if n := self._tripped("refused", self.max_consecutive_refused):
+                    raise FincheckError(
                         f"{self.where} refused {n} "
                         f"requests in a row (HTTP {e.status_code}: {one_line(e)}); check the model name "
                         "and the options it accepts, then rerun (answers so far are cached)"
-                    ),
-                )
+                    ) from None
             raise LLMCallError(f"{type(e).__name__}: {one_line(e)}") from None
 
     def _malformed(self, what: str) -> NoReturn:
@@ -403,12 +383,6 @@ class OpenAIChatClient(ChatClient):
                 "rerun once it is fixed"
             ) from None
         raise LLMCallError(f"{self.where} sent {what}") from None
-
-    def _stop_if_tripped(self, breaker: str, limit: int, why: Callable[[int], str]) -> None:
-        """One more failure of this kind in a row; once `limit` are, the run stops, `why(n)`
-        saying so in one line."""
-        if n := self._tripped(breaker, limit):
-            raise FincheckError(why(n)) from None
 
     def _tripped(self, breaker: str, limit: int) -> int:
         """One more failure of this kind in a row: their number once it reaches `limit` (the
@@ -565,17 +539,15 @@ def declared_penalties(client: Any, base_url: str) -> dict[str, float]:
         body = chat["post"]["requestBody"]["content"]["application/json"]["schema"]
         name = body["$ref"].rsplit("/", 1)[-1]  # "#/components/schemas/<request>"
         declared = schema["components"]["schemas"][name]["properties"]
+        return {
+            name: neutral
+            for name, neutral in NEUTRAL_PENALTIES.items()
+            if isinstance(declared.get(name), dict)
+            and isinstance(declared[name].get("default"), (int, float))
+            and declared[name]["default"] != neutral
+        }
     except Exception:  # no schema, another shape, a slow or odd server: nothing to neutralize
         return {}
-    if not isinstance(declared, dict):  # properties of another shape: nothing declared
-        return {}
-    return {
-        name: neutral
-        for name, neutral in NEUTRAL_PENALTIES.items()
-        if isinstance(declared.get(name), dict)
-        and isinstance(declared[name].get("default"), (int, float))
-        and declared[name]["default"] != neutral
-    }
 
 
 class _RefusedParameter(Exception):
@@ -646,8 +618,7 @@ class TransformersChatClient(ChatClient):
             self.identity["dtype"] = dtype
         # the model by its content, not its path: another model at the same path (a folder
         # replaced, a name fetched again) is another identity, for the cache and for a rerun
-        content = model_content(model_path)
-        if content:
+        if content := model_content(model_path):
             self.identity["content"] = content[:16]
         # A fast tokenizer's padding state is shared: the worker's padded batches and the
         # callers' token counts must not interleave.
@@ -662,7 +633,7 @@ class TransformersChatClient(ChatClient):
         self, messages: list[dict[str, str]], sampling: dict, span: Sequence[int] | None = None
     ) -> Completion:
         max_new = min(int(sampling.get("max_tokens", self.max_new_tokens)), self.max_new_tokens)
-        return self._submit(("generate", max_new), self._prompt(messages, span, max_new))
+        return self._submit((max_new, None), self._prompt(messages, span, max_new))
 
     def p_yes(
         self,
@@ -670,7 +641,7 @@ class TransformersChatClient(ChatClient):
         span: Sequence[int] | None = None,
         share: FirstWordShare = YES_NO,
     ) -> float | None:
-        return self._submit(("p_yes", 8, share), self._prompt(messages, span, 8))
+        return self._submit((8, share), self._prompt(messages, span, 8))
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -683,7 +654,7 @@ class TransformersChatClient(ChatClient):
         self.trimmed += fit.trimmed
         return fit.text
 
-    def _submit(self, kind: tuple, prompt: str):
+    def _submit(self, kind: tuple, prompt: str):  # kind: (answer budget, share or None)
         with self._start_lock:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, daemon=True)
@@ -701,18 +672,13 @@ class TransformersChatClient(ChatClient):
                 batch.append(self._queue.get_nowait())
             for kind in dict.fromkeys(item[0] for item in batch):
                 group = [item for item in batch if item[0] == kind]
-                prompts = [item[1] for item in group]
+                prompts, (budget, share) = [item[1] for item in group], kind
                 model, tokenizer = self.loaded.model, self.loaded.tokenizer
-                want_p_yes = kind[0] == "p_yes"
-                share = kind[2] if want_p_yes else None
                 try:
                     with self._tokenizer_lock:  # prompts over one document share its prefix
-                        answers = answer_in_order(model, tokenizer, prompts, kind[1], share=share)
-                    values = (
-                        answers.p_yes
-                        if want_p_yes
-                        else [*map(Completion, answers.texts, answers.cut)]
-                    )
+                        answers = answer_in_order(model, tokenizer, prompts, budget, share=share)
+                    texts = [*map(Completion, answers.texts, answers.cut)]
+                    values = answers.p_yes if share else texts
                 except Exception as error:  # every waiting caller hears of it
                     for item in group:
                         item[2].set_exception(error)

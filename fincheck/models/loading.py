@@ -271,6 +271,7 @@ def base_config(
     that is none, is one line naming config.json. Every route to a model's tokenizer reads it
     here first: eval, detect, merge, `--tokenizer`, training (its base and its tokenizer's
     folder) and FIZZ's NLI model."""
+    import torch
     from huggingface_hub.errors import StrictDataclassError  # a mistyped config field
     from transformers import AutoConfig
 
@@ -279,8 +280,6 @@ def base_config(
             config = AutoConfig.from_pretrained(
                 where, trust_remote_code=trust_remote_code, **kwargs
             )
-    except FincheckError:
-        raise
     except OSError as e:  # no config.json, one that is no JSON, a hub that cannot be reached
         raise FincheckError(
             f"cannot load {what} {name!r}: its config.json does not load ({one_line(e)})"
@@ -291,24 +290,18 @@ def base_config(
             f"build a model from ({type(e).__name__}: {one_line(e)}); check model_type and the "
             "field types"
         ) from None
-    check_dtype_field(config, name, what)
-    return config
-
-
-def check_dtype_field(config: Any, name_or_path: str, what: str = "base model") -> None:
-    """A config's `dtype` (`torch_dtype` in older files) names a torch dtype, or is absent or
-    "auto": the model loads at the dtype asked for whatever it says, but the tokenizer reads it
-    too, and a bad value would be blamed on the tokenizer's files."""
-    import torch
-
+    # `dtype` (`torch_dtype` in older files): the tokenizer reads it too, and would take the blame
     value = getattr(config, "dtype", None)
-    if value in (None, "auto") or isinstance(value, torch.dtype):
-        return
-    if not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+    if not (
+        value in (None, "auto")
+        or isinstance(value, torch.dtype)
+        or (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype))
+    ):
         raise FincheckError(
-            f"cannot load {what} {name_or_path!r}: its config.json gives dtype "
+            f"cannot load {what} {name!r}: its config.json gives dtype "
             f"{value!r:.40}, which is no torch dtype (float32, bfloat16, float16); correct it"
         )
+    return config
 
 
 def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
@@ -326,7 +319,13 @@ def load_tokenizer(where: str, trust_remote_code: bool = False, **kwargs: Any):
         raise FincheckError(
             f"{where}: its tokenizer files do not load ({type(e).__name__}: {one_line(e)})"
         ) from None
-    check_encodes(tokenizer, where)
+    # a folder without its tokenizer files loads as an empty tokenizer: refused here, not met
+    # as an empty prompt deep in the model
+    if not tokenizer("A sentence.", add_special_tokens=False)["input_ids"]:
+        raise FincheckError(
+            f"{where}: its tokenizer turns text into no tokens (no tokenizer.json, vocabulary "
+            "or tokenizer.model there?): copy the model's tokenizer files into it"
+        )
     check_template_renders(tokenizer, where)
     return tokenizer
 
@@ -341,16 +340,6 @@ def check_template_renders(tokenizer: Any, where: str) -> None:
             raise FincheckError(
                 f"{where}: its chat template does not render ({type(e).__name__}: {one_line(e)})"
             ) from None
-
-
-def check_encodes(tokenizer: Any, where: str) -> None:
-    """A tokenizer that turns text into no tokens (a folder without its tokenizer files loads
-    as an empty one) is refused here, not met as an empty prompt deep in the model."""
-    if not tokenizer("A sentence.", add_special_tokens=False)["input_ids"]:
-        raise FincheckError(
-            f"{where}: its tokenizer turns text into no tokens (no tokenizer.json, vocabulary "
-            "or tokenizer.model there?): copy the model's tokenizer files into it"
-        )
 
 
 def load_model(
@@ -517,6 +506,3 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
         if os_error is None or os_error is e:
             raise
         raise os_error from e
-
-
-# ------------------------------------------------------------------- the options of a loaded model

