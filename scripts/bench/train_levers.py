@@ -151,12 +151,15 @@ class Runner:
 
 
 def load_recipe(s: LeverSettings):
-    """The recipe as training builds it, with `--set` applied (no output folder is claimed)."""
+    """The recipe as training builds it, with `--set` applied (no output folder is claimed), in
+    fp32: each variant sets its own precision, so a recipe written for bf16 loads on a CPU
+    without bf16 units too."""
     from fincheck.train.recipe import load_recipe as load
 
     if s.recipe is None:
         raise FincheckError("--recipe is required: a training recipe (configs/train/*.yaml)")
-    return load(s.recipe, [item if item.startswith("--") else f"--{item}" for item in s.set])
+    given = [item if item.startswith("--") else f"--{item}" for item in s.set]
+    return load(s.recipe, [*given, "--precision=fp32"])
 
 
 def sample_packs(recipe, rows: list[dict[str, Any]], s: LeverSettings) -> list[dict[str, Any]]:
