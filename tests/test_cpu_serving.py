@@ -35,7 +35,9 @@ from fincheck.errors import FincheckError
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.real_server, pytest.mark.slow]
 SMALL = Path(__file__).parent / "assets" / "prepared"
-F32_TOLERANCE = 1e-3  # |served - local| P(Yes) for an f32 export against the fp32 adapter
+# |served - local| P(Yes) for an f32 export against the fp32 adapter: below 1e-3 on CPUs with
+# avx512, 0.0018 on one with AVX2 only (llama.cpp's kernels there; the same on older code)
+F32_TOLERANCE = 5e-3
 DOC = (
     "The Riverside library opened in 1998 and lends about 40,000 books a year. Its reading "
     "room seats 120 people and stays open until 9 pm on weekdays."
@@ -166,7 +168,7 @@ def test_the_export_records_the_adapter_and_base_it_came_from(smol_run, tmp_path
 
 def test_the_served_export_scores_as_the_adapter_run_here(smol_run, served_export):
     """The same inputs through `Detector` locally (fp32) and served (an f32 export): P(Yes)
-    and FINAL's flag score within 1e-3, and the same greedy answers."""
+    and FINAL's flag score within F32_TOLERANCE, and the same greedy answers."""
     from fincheck.detector import Detector
 
     url, model = served_export
