@@ -4,7 +4,7 @@ llama_cpp.server`, with logprobs), and the same adapter run here. What a user re
 
 - the export records the adapter and base it came from, by content;
 - served from a full-precision export (f32 here: llama.cpp's arithmetic, not a rounding of
-  the weights), the detector's P(Yes) and flag score equal the local fp32 ones within 1e-3 and
+  the weights), the detector's P(Yes) and flag score equal the local fp32 ones within 2e-3 and
   its greedy answers are the local ones (an f16 export's tolerance, 2e-3, and its greedy
   agreement are measured on the 0.5B detector: docs/serving.md);
 - both servers a user may run, llama-cpp-python's (`python -m llama_cpp.server`) and
@@ -36,8 +36,8 @@ from fincheck.errors import FincheckError
 pytestmark = [pytest.mark.real_weights, pytest.mark.real_server, pytest.mark.slow]
 SMALL = Path(__file__).parent / "assets" / "prepared"
 # |served - local| P(Yes) for an f32 export against the fp32 adapter: below 1e-3 on CPUs with
-# avx512, 0.0018 on one with AVX2 only (llama.cpp's kernels there; the same on older code)
-F32_TOLERANCE = 5e-3
+# avx512, 0.0018 on one with AVX2 only (llama.cpp's kernels there); docs/serving.md's 2e-3
+F32_TOLERANCE = 2e-3
 DOC = (
     "The Riverside library opened in 1998 and lends about 40,000 books a year. Its reading "
     "room seats 120 people and stays open until 9 pm on weekdays."
