@@ -42,7 +42,7 @@ def run_score(opts: ScoreOptions) -> tuple[dict, int]:
             f"{task_names()} (see docs/evaluation.md for the format)"
         )
     # the options scoring reads (all but `unit_keys`, set per task), under the same names
-    shared = {f.name: getattr(opts, f.name) for f in fields(ScoreSettings) if hasattr(opts, f.name)}
+    shared = {f.name: getattr(opts, f.name) for f in fields(ScoreSettings) if f.name != "unit_keys"}
     results: dict = {"run": _run_info(opts), "tasks": {}, "counts": {}}
     # each task's inputs (its split file's sha256), checked against those its predictions were
     # made on: `compare` pairs only runs scored on the same
