@@ -110,7 +110,8 @@ def test_a_test_case_without_a_grounding_text_is_one_line(detector):
 
 
 def test_the_metrics_run_on_a_served_export(smol_run, detect_scores, tmp_path):
-    """The export served by llama.cpp (f32: its scores are the local ones within 1e-3)."""
+    """The export served by llama.cpp (f32: its scores are the local ones within 2e-3, the
+    tolerance docs/serving.md states; 1.5e-3 measured on an AVX2-only CPU)."""
     python = os.environ.get("FINCHECK_LLAMA_SERVER_PYTHON")
     if not python:
         pytest.skip("no Python with llama-cpp-python named by $FINCHECK_LLAMA_SERVER_PYTHON")
@@ -128,7 +129,7 @@ def test_the_metrics_run_on_a_served_export(smol_run, detect_scores, tmp_path):
         served = FincheckMetric(Detector.from_endpoint(url, str(gguf), tokenizer=smol_run))
         for answer, expected in zip(ANSWERS, detect_scores, strict=True):
             case = LLMTestCase(input="?", actual_output=answer, retrieval_context=CONTEXT)
-            assert abs(served.measure(case) - (1.0 - expected["flag_score"])) < 1e-3
+            assert abs(served.measure(case) - (1.0 - expected["flag_score"])) < 2e-3
             assert served.descriptions == expected["descriptions"]
 
 
