@@ -60,7 +60,7 @@ class DetectorPrompt(Answerer):
 
     def __init__(self, backend: Backend, opts: EvalOptions) -> None:
         self.backend, self.opts = backend, opts
-        self.llm = getattr(backend, "llm", None)  # an endpoint's
+        self.llm = backend.llm
         self.window = backend.fitter and backend.fitter.window
         self.budgets = answer_budgets(all_tasks(), self.window, opts.max_new_tokens)
 
@@ -135,6 +135,7 @@ class Backend(ABC):
     """Where the detector runs, as `DetectorPrompt` uses it."""
 
     fitter: LoadedModel | None  # fits its prompts: the model, the served one's tokenizer, or none
+    llm: CachedLLM | None = None  # an endpoint's client and cache (None: the model is here)
 
     @staticmethod
     @abstractmethod
