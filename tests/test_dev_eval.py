@@ -88,3 +88,31 @@ def test_the_dev_figures_answer_the_sample_fincheck_eval_draws(tiny_base, prepar
     opts = EvalRun(data_dir=prepared_dir, out_dir=tmp_path / "e", limit={"final": 96})
     evaluated = [pair.id for pair in opts.sample("final", "dev")]
     assert [pair.id for pair in figures.tasks[0].pairs] == evaluated and len(evaluated) == 96
+
+
+def test_the_dev_figures_show_a_progress_bar_per_task_unless_disable_tqdm(
+    tiny_base, small_prepared, tmp_path, capsys
+):
+    """An epoch's dev figures take 20-30 min on 2 cores: a bar per task says where they are,
+    as `fincheck eval`'s does; `disable_tqdm` silences it with the trainer's own bar."""
+    loaded, figures = final_and_fhsumbench_figures(tiny_base, small_prepared, tmp_path)
+    sizes = figures.sizes()
+    figures.compute(loaded.model)
+    shown = capsys.readouterr().err
+    for task, n in sizes.items():
+        assert f"dev figures {task}: 100%" in shown and f"{n}/{n}" in shown
+    figures.progress = False  # what `disable_tqdm: true` sets
+    figures.compute(loaded.model)
+    assert "dev figures" not in capsys.readouterr().err
+
+
+def test_disable_tqdm_turns_the_dev_figures_bar_off(tiny_base, small_prepared, tmp_path):
+    overrides = [f"--dataset_dir={small_prepared}", f"--output_dir={tmp_path}", "--deepspeed="]
+    overrides += ["--dev_figures=[final]", "--dev_figures_limit={}", "--eval_steps=2"]
+    tiny = REPO / "configs" / "train" / "tiny-cpu.yaml"
+    prepared = PreparedFolder.open(small_prepared)
+    tokenizer = load_model(str(tiny_base), options=LoadOptions(device="cpu")).tokenizer
+    on = dev_eval.DevFigures(load_recipe(tiny, overrides), "dev", tokenizer, prepared)
+    quiet = load_recipe(tiny, [*overrides, "--disable_tqdm=true"])
+    off = dev_eval.DevFigures(quiet, "dev", tokenizer, prepared)
+    assert on.progress and not off.progress

@@ -61,6 +61,7 @@ class DevFigures:
         """The recipe's dev_figures tasks on `split`, sampled by dev_figures_limit, fitted to
         max_length (the window) and answered per_device_eval_batch_size at a time."""
         self.tokenizer, self.batch_size = tokenizer, recipe.per_device_eval_batch_size
+        self.progress = not recipe.disable_tqdm  # a bar per task: minutes of answers on a CPU
         # the prompts fitted as `fincheck eval` fits them for a model trained to this window
         kwargs = recipe.chat_template_kwargs or {}
         fitter = LoadedModel(None, tokenizer, "", None, kwargs, window_limit=recipe.max_length)
@@ -90,8 +91,10 @@ class DevFigures:
 
     def compute(self, model: Any, rank: int = 0, world: int = 1, sharded: bool = False):
         """{f"{task}_{figure}": value} over the whole sample, for the task's headline figures
-        (`Task.compare_metrics`; NaN where undefined), and the seconds it took."""
+        (`Task.compare_metrics`; NaN where undefined), and the seconds it took. Process 0 shows
+        a progress bar of its answers per task."""
         import torch
+        from tqdm.auto import tqdm
 
         start = time.perf_counter()
         was_training = model.training
@@ -102,14 +105,23 @@ class DevFigures:
             for task in self.tasks:
                 mine = shard(task.pairs, rank, world) if sharded and world > 1 else None
                 chosen = range(len(task.pairs)) if mine is None else mine
-                ordered = answer_in_order(
-                    model,
-                    self.tokenizer,
-                    [task.prompts[i] for i in chosen],
-                    task.max_new_tokens,
-                    batch_size=self.batch_size,
-                    share=task.task.first_word_share,
-                )
+                with tqdm(
+                    total=len(chosen),
+                    desc=f"dev figures {task.name}",
+                    unit="ex",
+                    leave=False,
+                    disable=not (self.progress and rank == 0),
+                    smoothing=0.0,  # batches come in a seeded random order: the mean rate
+                ) as bar:
+                    ordered = answer_in_order(
+                        model,
+                        self.tokenizer,
+                        [task.prompts[i] for i in chosen],
+                        task.max_new_tokens,
+                        batch_size=self.batch_size,
+                        share=task.task.first_word_share,
+                        answered=bar.update,
+                    )
                 p_yes = ordered.p_yes or [None] * len(ordered.texts)
                 answers = [
                     Prediction(task.pairs[i].id, task.name, ordered.texts[k], p_yes[k])

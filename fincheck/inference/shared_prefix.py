@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +94,10 @@ def answer_in_order(
     *,
     batch_size: int = 8,
     share: FirstWordShare | None = None,
+    answered: Callable[[int], object] | None = None,
 ) -> Answers:
-    """`answer_prompts` collected in the prompts' order (`indices` 0..n-1)."""
+    """`answer_prompts` collected in the prompts' order (`indices` 0..n-1); `answered(k)` after
+    each batch of k answers (a progress bar's `update`)."""
     n = len(prompts)
     out = Answers(list(range(n)), [""] * n, [0.0] * n if share else None, [False] * n)
     for batch in answer_prompts(
@@ -105,6 +107,8 @@ def answer_in_order(
             out.texts[i], out.cut[i] = batch.texts[k], batch.cut[k]
             if out.p_yes is not None:
                 out.p_yes[i] = batch.p_yes[k]
+        if answered is not None:
+            answered(len(batch.indices))
     return out
 
 
