@@ -110,6 +110,8 @@ def test_final_folder_holds_adapter_tokenizer_recipe_manifest_and_base(finished,
     assert parse_recipe(out / "recipe.yaml").max_steps == 6  # the resolved recipe reloads as-is
     assert [p.name for p in sorted(out.glob("checkpoint-*"))] == ["checkpoint-3", "checkpoint-6"]
     assert all((p / COMPLETE_MARKER).is_file() for p in out.glob("checkpoint-*"))
+    # no library's template card (a run's card is `fincheck publish`'s)
+    assert sorted(out.rglob("README.md")) == []
 
 
 def test_saved_adapter_reloads_with_identical_logits(finished):

@@ -102,6 +102,11 @@ class FincheckSFTTrainer(SFTTrainer):
         super().__init__(*args, **kwargs)
         self.dev_figures = dev_figures
         self.pair_ids_by_row = pair_ids_by_row or {}
+        # PEFT's save_pretrained writes its template README.md (the base named by this machine's
+        # cache path) into every checkpoint and the final save: a run's card is `fincheck
+        # publish`'s, as with TRL's card above.
+        if hasattr(self.model, "create_or_update_model_card"):
+            self.model.create_or_update_model_card = lambda *args, **kwargs: None
         # Checkpoints are rotated by CompleteCheckpointCallback alone, once a new one is marked
         # complete: transformers' rotation would delete the last complete checkpoint before the
         # new one is (a kill in between left nothing to resume from), and at the end of a run
