@@ -106,6 +106,7 @@ def test_zero2_two_processes_train_and_save_a_loadable_adapter(zero2_run):
     assert last < first - 0.05, losses
     meta = json.loads((zero2_run / "fincheck_run.json").read_text())
     assert meta["world_size"] == 2
+    assert sorted(zero2_run.rglob("README.md")) == []  # no library's template card
     import torch
 
     model, _ = load_adapter_model(zero2_run, dtype=torch.float32)
