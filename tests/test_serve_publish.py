@@ -1104,6 +1104,15 @@ def test_a_url_s_credentials_are_held_in_every_form_they_travel_in(monkeypatch):
     )
     assert secrets.redact(said) == expected
     assert secrets.redact("Authorization: Zq9x7\nnext") == "Authorization: <redacted>\nnext"
+    # the scheme inside a quoted value is kept and its credentials go; a quoted key's bare
+    # number is JSON's (Qwen2.5's tokenizer.json has the word in its vocabulary) and stays
+    assert (
+        secrets.redact("{'Authorization': 'Bearer x1'}") == "{'Authorization': 'Bearer <redacted>'}"
+    )
+    assert secrets.redact("curl -H 'Authorization: k3y'") == "curl -H 'Authorization: <redacted>'"
+    assert secrets.redact('{"Authorization": "18124"}') == '{"Authorization": "<redacted>"}'
+    vocab = '{"vocab": {\n  "Authorization": 18124,\n  "x": 1}, "Authorization":7}'
+    assert secrets.redact(vocab) == vocab
     for prose in (
         "The fund holds Bearer bonds and Basic materials stocks.",
         "Share repurchase authorization: $500 million remains.",

@@ -76,10 +76,13 @@ def has_secret(text: str) -> bool:
 # The credentials of an HTTP authorization header, whatever their length (an endpoint that
 # echoes the request it refused): a scheme's value ("Authorization: Bearer k3y"), or a header
 # field's whole value where the name stands as a header (a line's start, a quoted key);
-# prose ("the buyback authorization: $500 million") is left alone.
+# prose ("the buyback authorization: $500 million") is left alone, and so is a quoted key's
+# bare number, which is JSON's, not a header's (a tokenizer's vocabulary: "Authorization": 18124).
 AUTH_HEADER = re.compile(
     r"(?P<scheme>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+"
-    r"|(?:^[ \t]*|[\"'])(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+",
+    r"|(?:^[ \t]*(?:proxy-)?authorization[\"']?\s*[:=]\s*"
+    r"|[\"'](?:proxy-)?authorization(?:[\"']\s*[:=]\s*(?!-?[0-9][0-9.eE+-]*(?:[\s,}\]]|$))"
+    r"|\s*[:=]\s*))[\"']?(?:(?:bearer|basic|token)\s+)?)[^\s\"',;]+",
     re.IGNORECASE | re.MULTILINE,
 )
 # The secret values this process holds (an endpoint's API key, a hub token, a URL's
