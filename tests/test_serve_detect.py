@@ -368,14 +368,18 @@ def test_cli_threshold_is_read_per_task(run_dir: Path, tmp_path: Path, capsys):
     assert main([*args, "--out", str(tmp_path / "a.jsonl")]) == 0
     plain = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     flag, p_yes = plain[0]["flag_score"], plain[1]["p_yes"]
-    above = f"final={min(flag + 1e-4, 0.9999)},qasem={min(p_yes + 1e-4, 0.9999)}"
-    assert main([*args, "--threshold", above, "--out", str(tmp_path / "b.jsonl")]) == 0
+    # given once a task (argparse alone would keep the last flag and drop the first unsaid)
+    above = ["--threshold", f"final={min(flag + 1e-4, 0.9999)}"]
+    above += ["--threshold", f"qasem={min(p_yes + 1e-4, 0.9999)}"]
+    assert main([*args, *above, "--out", str(tmp_path / "b.jsonl")]) == 0
     read = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
     assert read[0]["consistent"] is True and read[0]["descriptions"] == []
     assert read[0]["held_back"] == plain[0]["descriptions"] and read[0]["raw"] == plain[0]["raw"]
     assert read[1]["supported"] is False and read[1]["p_yes"] == p_yes
     assert main([*args, "--threshold", "fhsumbench=0.5"]) == 2  # no p_yes to threshold
     assert "fhsumbench has no p_yes to threshold" in capsys.readouterr().err
+    assert main([*args, "--threshold", "qasem=0.5", "--threshold", "qasem=0.6"]) == 2
+    assert "qasem=0.6: qasem was already given a value" in capsys.readouterr().err
 
 
 def test_non_utf8_input_and_a_missing_out_folder_are_one_line_before_any_model(tmp_path, capsys):

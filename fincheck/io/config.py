@@ -554,6 +554,8 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
             text += f" (default: {_shown(default)})"
         metavar = f.metadata.get("metavar") or name.split("-")[-1].upper()
         action = {"choices": choices, "metavar": None if choices else metavar}
+        if _is_per_task(annotation):
+            action["action"] = _JoinRepeats
     parser.add_argument(
         name,
         dest=f.name,
@@ -562,6 +564,21 @@ def _add_flag(parser: Any, f: dataclasses.Field, annotation: Any, cls: type) -> 
         help=text.replace("%", "%%"),
         **action,
     )
+
+
+def _is_per_task(annotation: Any) -> bool:
+    """A `task=value,...` option: its type holds a dict."""
+    return dict in {typing.get_origin(a) or a for a in (annotation, *typing.get_args(annotation))}
+
+
+class _JoinRepeats(argparse.Action):
+    """A per-task option given twice (`--threshold qasem=0.6 --threshold final=0.7`) reads as one
+    comma list, where argparse would keep the last alone and drop the others without a word; a
+    task named twice is then refused as in one list."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None):
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{before},{values}" if before else values)
 
 
 def read_options(cls: type[T], args: argparse.Namespace) -> T:
