@@ -20,7 +20,13 @@ from pathlib import Path
 from fincheck.errors import FincheckError
 from fincheck.io.runs import newest_trainer_state
 
-FIGURES = ("eval_qasem_auc", "eval_qasem_bacc", "eval_fhsumbench_f", "eval_final_binary_bacc")
+FIGURES = (
+    "eval_qasem_auc",
+    "eval_qasem_bacc",
+    "eval_fhsumbench_f",
+    "eval_final_binary_bacc",
+    "eval_final_flag_auc",  # FINAL's figure for choosing a checkpoint
+)
 
 
 def newest_state(run: Path) -> dict:
