@@ -1,4 +1,4 @@
-"""The detector the README shows is committed (docs/bench/qwen2.5-0.5b-three-tasks-cpu/detector:
+"""The detector the README shows is committed (docs/bench/qwen2.5-0.5b-three-tasks-3ep-cpu/detector:
 the LoRA weights, their config and the run's record, no tokenizer): on a fresh clone it loads
 from its base's known name, evaluates at its training window, reproduces the QASem P(Yes) its
 committed test predictions carry, and `fincheck detect` answers with it."""
@@ -15,7 +15,7 @@ from fincheck.commands.cli import main
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
-KEPT = REPO / "docs" / "bench" / "qwen2.5-0.5b-three-tasks-cpu"
+KEPT = REPO / "docs" / "bench" / "qwen2.5-0.5b-three-tasks-3ep-cpu"
 BASE = "qwen2.5-coder-0.5b-instruct"
 
 
@@ -30,7 +30,8 @@ def test_the_kept_detector_records_what_it_was_trained_on():
     meta = json.loads((KEPT / "detector" / "fincheck_run.json").read_text())
     assert meta["base_model"] == BASE and meta["max_length"] == 2048
     assert meta["tasks"] == ["final", "qasem", "fhsumbench"]
-    assert (KEPT / "detector" / "adapter_model.safetensors").stat().st_size < 30_000_000
+    folder_bytes = sum(p.stat().st_size for p in (KEPT / "detector").iterdir())
+    assert folder_bytes < 30_000_000  # the adapter, its config, the tokenizer, the run's records
 
 
 def test_the_kept_detector_reproduces_its_committed_qasem_scores(
@@ -49,7 +50,7 @@ def test_the_kept_detector_reproduces_its_committed_qasem_scores(
         "--limit",
         "8",
         "--dtype",
-        "bf16",
+        "fp32",
         "--device",
         "cpu",
         "--no-progress",
@@ -65,15 +66,14 @@ def test_the_kept_detector_reproduces_its_committed_qasem_scores(
     committed = {r["id"]: r["p_yes"] for r in map(json.loads, committed_lines)}
     assert len(fresh) >= 8 and fresh.keys() <= committed.keys()
 
-    # The same weights, prompts and dtype, but not the same batches: the full run shared each
-    # reference's prefix among more QAs. In bf16 the Yes and No logits are rounded to steps of
-    # 0.125 (between 16 and 32) or 0.25 (between 32 and 64), so P(Yes) = sigmoid(yes - no) moves
-    # by up to two steps from one batching to another (0.25 measured here). The zero-shot base's
-    # committed scores are up to 1.77 away on these QAs, the earlier two-task adapter's 1.16.
+    # The same weights, prompts and dtype (fp32, as it was trained), but not the same batches:
+    # the full run shared each reference's prefix among more QAs. Measured on these 36 QAs the
+    # logits moved by at most 8e-6; the 2-epoch adapter's committed scores are up to 0.44 away
+    # (bf16 rounding moved that adapter's by up to 0.25), so 1e-3 tells this adapter from others.
     def logit(p: float) -> float:
         return math.log(p / (1 - p))
 
-    assert max(abs(logit(fresh[i]) - logit(committed[i])) for i in fresh) <= 0.5
+    assert max(abs(logit(fresh[i]) - logit(committed[i])) for i in fresh) <= 1e-3
 
 
 def test_detect_answers_with_the_kept_detector(base_fetched, tmp_path, capsys):
@@ -89,7 +89,7 @@ def test_detect_answers_with_the_kept_detector(base_fetched, tmp_path, capsys):
         "--summary",
         str(tmp_path / "summary.txt"),
         "--dtype",
-        "bf16",
+        "fp32",
         "--device",
         "cpu",
     ]
@@ -101,3 +101,13 @@ def test_detect_answers_with_the_kept_detector(base_fetched, tmp_path, capsys):
         "non_factual_hallu",
         "invalid",
     }
+
+
+def test_the_base_s_tokenizer_passes_publish_s_secret_check(base_fetched):
+    """Qwen2.5's vocabulary holds the word "Authorization" as a JSON key with a number: publish
+    scans every file it uploads (tokenizer.json too) and must not take it for a header."""
+    from fincheck.io.secrets import has_secret
+    from fincheck.serve.publish import upload_text
+
+    text = upload_text(base_fetched / "tokenizer.json")
+    assert '"Authorization": ' in text and not has_secret(text)
