@@ -1,5 +1,5 @@
 """The detector the README shows is committed (docs/bench/qwen2.5-0.5b-three-tasks-3ep-cpu/detector:
-the LoRA weights, their config and the run's record, no tokenizer): on a fresh clone it loads
+the LoRA weights, their config, the tokenizer and the run's records): on a fresh clone it loads
 from its base's known name, evaluates at its training window, reproduces the QASem P(Yes) its
 committed test predictions carry, and `fincheck detect` answers with it."""
 
