@@ -37,6 +37,7 @@ from fincheck.io.secrets import public_url
 from fincheck.models.llm_clients import METHOD, build_client, endpoint_url
 from fincheck.models.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
+from fincheck.tasks.qasem.overlap import combined_p_yes
 
 
 def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
@@ -48,6 +49,7 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
         "model": opts.model,
         "max_input_tokens": opts.max_input_tokens,
         "requested_max_new_tokens": dict(opts.max_new_tokens),
+        "overlap_weight": opts.overlap_weight,  # QASem's combined system when not 0
         **backend_class.requested(opts),
     }
     return answer_tasks(opts, identity, tasks, lambda: DetectorPrompt(backend_class(opts), opts))
@@ -74,6 +76,12 @@ class DetectorPrompt(Answerer):
         from tqdm.auto import tqdm
 
         budget, opts = self.budgets[task], self.opts
+        prompt, weight = load_prompt(task), opts.overlap_weight
+        combine = weight != 0 and "answer" in prompt.fields
+
+        def fields(pair: Pair) -> dict[str, str]:
+            return prompt.fields_of(pair.user_content, pair.meta.get("grounding_span"))
+
         # all of them: a resumed run counts the trimmed prompts it skips
         fits = {
             p.id: fit_pair(self.backend.fitter, p, budget, opts.max_input_tokens) for p in pairs
@@ -90,6 +98,11 @@ class DetectorPrompt(Answerer):
         def write(batch: AnsweredBatch) -> None:
             n = len(batch.pairs)
             p_yes, cut = batch.p_yes or [None] * n, batch.cut or [None] * n
+            if combine:  # the combined system: the model's P(Yes) with the answer's overlap
+                p_yes = [
+                    combined_p_yes(y, fields(p), weight)
+                    for p, y in zip(batch.pairs, p_yes, strict=True)
+                ]
             rows = zip(batch.pairs, batch.texts, p_yes, cut, strict=True)
             writer.write_batch(
                 [Prediction(p.id, task, t, y, cut="answer" if c else None) for p, t, y, c in rows]

@@ -211,7 +211,10 @@ SAME_RUN_KEYS = (
     "step1",
     "step2",
     "tokenizer",  # a served detector's prompts fitted with it (or sent whole without one)
+    "overlap_weight",  # QASem's scores combined with the word overlap
 )
+# what a folder written before a key was recorded ran with: it is compared as that
+RUN_KEY_DEFAULTS = {"overlap_weight": 0.0}
 
 
 def path_identity(value: str | None) -> str | None:
@@ -234,6 +237,8 @@ def check_eval_config(predictions_dir: Path, config: dict[str, Any]) -> None:
     """Record what produces the predictions; refuse to mix two runs' outputs in one folder."""
     previous = read_eval_config(predictions_dir)
     config = redacted_value(config)  # as it was recorded: a held value is never written
+    if previous:
+        previous = {**RUN_KEY_DEFAULTS, **previous}
     changed = [
         k for k in SAME_RUN_KEYS if k in previous and k in config and previous[k] != config[k]
     ]

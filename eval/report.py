@@ -35,6 +35,11 @@ def render_report(
     ):
         if run.get(key) is not None:
             lines.append(f"- **{key}**: `{run[key]}`")
+    if run.get("overlap_weight"):
+        lines.append(
+            f"- **overlap_weight**: `{run['overlap_weight']}` (QASem's figures are the combined "
+            "system's: sigmoid(logit P(Yes) + W (word overlap - 1/2)), not the detector's alone)"
+        )
     if run.get("prompts_trimmed"):
         trimmed = ", ".join(f"{t} {n}" for t, n in run["prompts_trimmed"].items())
         lines.append(

@@ -114,9 +114,11 @@ def model_label(run: dict) -> str | None:
     base), else the model's name."""
     model, adapter = run.get("base") or run.get("model"), run.get("adapter")
     base = Path(model).name if model else None
+    combined = f" + word overlap x{run['overlap_weight']:g}" if run.get("overlap_weight") else ""
     if adapter:
-        return f"{Path(adapter).name} (on {base})" if base else Path(adapter).name
-    return base
+        name = f"{Path(adapter).name} (on {base})" if base else Path(adapter).name
+        return name + combined
+    return base and base + combined
 
 
 def _checked_inputs(opts: ScoreOptions, tasks: Sequence[str]) -> dict[str, str | None]:
@@ -170,4 +172,6 @@ def _run_info(opts: ScoreOptions) -> dict:
     for key in ("method", "method_source", "backend", "client", "served_models"):
         if config.get(key) is not None:
             info[key] = config[key]
+    if config.get("overlap_weight"):  # QASem's combined system, named as such
+        info["overlap_weight"] = config["overlap_weight"]
     return info

@@ -6,6 +6,8 @@
     detector.classify(text, summary)                     # FHSumBench: no_hallu | factual_hallu |
                                                          #   non_factual_hallu | invalid
     detector.detect("qasem", [{"text": ..., "sentence": ..., "question": ..., "answer": ...}])
+    # QASem's combined system: P(Yes) with the answer's word overlap (`fincheck.tasks.qasem.overlap`)
+    Detector.from_pretrained(adapter=..., overlap_weight=0.5)
 
     # the same detector served (`fincheck export --gguf`, then llama.cpp's server on a CPU)
     served = Detector.from_endpoint("http://127.0.0.1:8080/v1", "served",
@@ -36,6 +38,7 @@ from fincheck.inference.shared_prefix import answer_in_order
 from fincheck.model_options import ModelOptions
 from fincheck.models.loading import load_model, load_prompt_fitter
 from fincheck.tasks import all_tasks, get_task, load_prompt
+from fincheck.tasks.qasem.overlap import combined_p_yes
 
 log = logging.getLogger(__name__)
 DETECT_REMEDY = "lower --max-new-tokens, or raise --max-input-tokens up to the model's positions"
@@ -59,6 +62,7 @@ class Detector:
         max_new_tokens: dict[str, int] | None = None,
         thresholds: dict[str, float] | None = None,
         client: ChatClient | None = None,
+        overlap_weight: float = 0.0,
     ) -> None:
         self.loaded = loaded
         self.client = client  # a served detector's endpoint (`from_endpoint`); None: local
@@ -66,6 +70,8 @@ class Detector:
         # task -> a decision threshold on p_yes chosen on dev (QASem: supported at or above
         # it, not 0.5; FINAL: a list whose flag score is below it is held back)
         self.thresholds = dict(thresholds or {})
+        # QASem's combined system (`fincheck.tasks.qasem.overlap`): 0, the detector alone
+        self.overlap_weight = overlap_weight
         self.max_new_tokens = answer_budgets(all_tasks(), loaded.window, max_new_tokens)
         self.max_input_tokens = max_input_tokens  # prompt tokens at most (default: the window's)
         loaded.check_template()
@@ -116,7 +122,14 @@ class Detector:
         options = replace(options or ModelOptions(batch_size=4), **settings)
         loaded = load_model(base, adapter, options)
         budgets = options.max_new_tokens or None
-        return cls(loaded, options.max_input_tokens, options.batch_size, budgets, thresholds)
+        return cls(
+            loaded,
+            options.max_input_tokens,
+            options.batch_size,
+            budgets,
+            thresholds,
+            overlap_weight=options.overlap_weight,
+        )
 
     @classmethod
     def from_endpoint(
@@ -175,16 +188,17 @@ class Detector:
     # -- the shared path ---------------------------------------------------------------------
 
     def detect(self, task: str, records: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
-        """The task's reading of the model's answer for each record, in input order."""
-        reader = get_task(task)
-        return [
-            {
-                **reader.detect_output(o.text, o.p_yes, self.thresholds.get(task)),
-                "trimmed": o.trimmed,
-                "raw": o.text,
-            }
-            for o in self.generate(task, records)
-        ]
+        """The task's reading of the model's answer for each record, in input order. With an
+        overlap weight, QASem's p_yes is the combined score and `p_detector` the model's own."""
+        reader, weight = get_task(task), self.overlap_weight
+        results = []
+        for record, o in zip(records, self.generate(task, records), strict=True):
+            p_yes = combined_p_yes(o.p_yes, record, weight)
+            out = reader.detect_output(o.text, p_yes, self.thresholds.get(task))
+            if weight and "answer" in record:
+                out["p_detector"] = o.p_yes
+            results.append({**out, "trimmed": o.trimmed, "raw": o.text})
+        return results
 
     def generate(self, task: str, records: Sequence[dict[str, str]]) -> list[RawOutput]:
         """Render, fit, generate, in batches; outputs in input order."""

@@ -32,3 +32,10 @@ class ModelOptions(LoadOptions):
         "the task's --max-new-tokens)",
         at_least=1,
     )
+    overlap_weight: float = config_field(
+        0.0,
+        "QASem, a combined system: the score becomes sigmoid(logit P(Yes) + W * (overlap - "
+        "1/2)), overlap being the share of the answer's words found in the text; choose W on "
+        "dev and report the detector alone (W 0, the default) beside it",
+        at_least=0,
+    )

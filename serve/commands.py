@@ -33,7 +33,8 @@ input lines (JSONL): {"id"?, "text", "summary"} for descriptions + a hallucinati
 output: {"id", "descriptions": [...], "consistent": bool, "flag_score": float, "label":
   "no_hallu|factual_hallu|non_factual_hallu|invalid"} or {"id", "p_yes": float, "supported":
   bool}; "flag_score" ranks summaries by P(a list opens) against P("None") before the list is
-  written; "trimmed": true when the document was cut to fit the model's window.
+  written; "trimmed": true when the document was cut to fit the model's window. With
+  --overlap-weight W, QASem's "p_yes" is the combined score and "p_detector" the model's own.
 """
 
 MERGE_EXAMPLES = """\

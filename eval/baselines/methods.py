@@ -23,6 +23,7 @@ from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
 from fincheck.inference.llm import CachedLLM, run_concurrently
 from fincheck.tasks import all_tasks, get_task, load_prompt
+from fincheck.tasks.qasem.overlap import word_overlap
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
 
@@ -122,16 +123,6 @@ def run_e2e(variant: str, example: Example, llm: CachedLLM) -> MethodOutput:
 
 
 # ---------------------------------------------------------------------- word overlap
-
-WORD = re.compile(r"\w+")
-
-
-def word_overlap(answer: str, reference: str) -> float:
-    """The share of the answer's words (lowercased \\w+ runs, repeats counted) that occur in
-    the reference: 1.0 when every word is there, 0.0 for an answer without words."""
-    words = WORD.findall(answer.lower())
-    known = set(WORD.findall(reference.lower()))
-    return sum(w in known for w in words) / len(words) if words else 0.0
 
 
 def run_overlap(example: Example, llm: CachedLLM) -> MethodOutput:
