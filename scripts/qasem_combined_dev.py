@@ -1,22 +1,23 @@
-"""Is a QASem score that adds word overlap to the adapter's P(Yes) worth building? A dev check.
+"""Which weight should QASem's combined system use (`--overlap-weight`)? A dev check.
 
     python scripts/qasem_combined_dev.py ADAPTER_DEV/scored/qasem.jsonl OVERLAP_DEV/scored/qasem.jsonl
 
 Both files are `fincheck score --split dev` outputs (each QA's score, gold and resample units).
-The combined score is s = logit(P(Yes)) + beta * (overlap - 1/2). The script prints dev ROC-AUC
-for each beta, and then the best beta's gain over the overlap alone, with fincheck's paired
-95% interval over whole sources (none below its 30-unit minimum). Reading beta off the same QAs
-makes that gain optimistic: if even it is not established, the combination is not worth building.
+The combined score is `fincheck.tasks.qasem.overlap.with_overlap`: sigmoid(logit(P(Yes)) + beta
+* (overlap - 1/2)). The script prints dev ROC-AUC for each beta, and then the best beta's gain
+over the overlap alone, with fincheck's paired 95% interval over whole sources (none below its
+30-unit minimum). Reading beta off the same QAs makes that gain optimistic: if even it is not
+established, the combination is not worth building.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from fincheck.metrics.bootstrap import MIN_ITEMS_FOR_CI, bootstrap_ci, groups_by
 from fincheck.metrics.classification import roc_auc
+from fincheck.tasks.qasem.overlap import with_overlap
 
 BETAS = [0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 32]
 
@@ -35,12 +36,11 @@ def main() -> None:
     adapter, overlap = read(args.adapter), read(args.overlap)
     ids = sorted(adapter.keys() & overlap.keys())
     gold = [adapter[i]["gold"] == "Yes" for i in ids]
-    clip = [min(max(adapter[i]["score"], 1e-6), 1 - 1e-6) for i in ids]
-    logit = [math.log(p / (1 - p)) for p in clip]
+    p_yes = [adapter[i]["score"] for i in ids]
     words = [overlap[i]["score"] for i in ids]
 
     def combined(beta: float) -> list[float]:
-        return [x + beta * (w - 0.5) for x, w in zip(logit, words, strict=True)]
+        return [with_overlap(p, w, beta) for p, w in zip(p_yes, words, strict=True)]
 
     aucs = {b: roc_auc(gold, combined(b)) for b in BETAS}
     best = max(aucs, key=aucs.get)
