@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fincheck.data.pairs import Pair, Prediction
+from fincheck.errors import UsageError
 from fincheck.eval.options import EvalOptions
 from fincheck.eval.predictions import PredictionWriter, path_identity
 from fincheck.eval.runner import Answerer, answer_tasks
@@ -44,6 +45,11 @@ def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
     """Predictions for every task; returns per-task counts (total, resumed, generated,
     trimmed, failed)."""
     tasks = list(opts.resolve_tasks())
+    if opts.overlap_weight and not any("answer" in load_prompt(t).fields for t in tasks):
+        raise UsageError(
+            f"--overlap-weight combines a QA's P(Yes) with its answer's word overlap: none of "
+            f"this run's tasks ({', '.join(tasks)}) has QAs; add qasem to --tasks, or leave it out"
+        )
     backend_class = BACKENDS[opts.backend]
     identity = {
         "model": opts.model,

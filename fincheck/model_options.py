@@ -34,8 +34,8 @@ class ModelOptions(LoadOptions):
     )
     overlap_weight: float = config_field(
         0.0,
-        "QASem, a combined system: the score becomes sigmoid(logit P(Yes) + W * (overlap - "
-        "1/2)), overlap being the share of the answer's words found in the text; choose W on "
+        "a combined system for QAs: a QA's score becomes sigmoid(logit P(Yes) + W * (overlap "
+        "- 1/2)), overlap being the share of the answer's words found in the text; choose W on "
         "dev and report the detector alone (W 0, the default) beside it",
         at_least=0,
     )

@@ -105,6 +105,12 @@ def run_detect(args) -> int:
         records = [{"id": "1", "text": _read_text(args.text), "summary": _read_text(args.summary)}]
     else:
         records = read_inputs(Path(args.input))
+    routed = {task for record in records for task in route(record)[0]}
+    if args.overlap_weight and not any("answer" in load_prompt(t).fields for t in routed):
+        raise UsageError(
+            "--overlap-weight combines a QA's P(Yes) with its answer's word overlap, and no "
+            "input has a question and an answer: leave it out"
+        )
     if args.out and Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
         raise FincheckError(
             f"--out {args.out}: {Path(args.out).parent} is a file, not a folder: choose another path"

@@ -136,3 +136,17 @@ def test_detect_returns_the_combined_score_and_the_detectors_own(tiny_base):
         assert c["supported"] == (c["p_yes"] >= 0.5)  # the label follows the combined score
     # overlap 2/3 against 0: the combined scores are pushed apart by 4 * 2/3 in log-odds
     assert both[0]["p_yes"] > both[0]["p_detector"] and both[1]["p_yes"] < both[1]["p_detector"]
+
+
+def test_a_weight_with_no_qa_to_combine_is_refused_not_ignored(tmp_path, capsys):
+    """A weight that would change nothing says so before any model loads, in eval and detect."""
+    small = Path(__file__).parent / "assets" / "prepared"
+    args = ["eval", "--model", "none", "--data", str(small), "--out", str(tmp_path / "run")]
+    assert main([*args, "--tasks", "final,fhsumbench", "--overlap-weight", "0.5"]) == 2
+    assert "none of this run's tasks (final, fhsumbench) has QAs" in capsys.readouterr().err
+    (tmp_path / "a.txt").write_text("The text.")
+    (tmp_path / "s.txt").write_text("The summary.")
+    detect = ["detect", "--adapter", str(tmp_path / "no-adapter"), "--overlap-weight", "1"]
+    pair = ["--text", str(tmp_path / "a.txt"), "--summary", str(tmp_path / "s.txt")]
+    assert main([*detect, *pair]) == 2
+    assert "no input has a question and an answer" in capsys.readouterr().err
