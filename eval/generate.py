@@ -38,14 +38,14 @@ from fincheck.io.secrets import public_url
 from fincheck.models.llm_clients import METHOD, build_client, endpoint_url
 from fincheck.models.loading import load_model, load_prompt_fitter, resolve_model
 from fincheck.tasks import all_tasks, get_task, load_prompt
-from fincheck.tasks.qasem.overlap import combined_p_yes
+from fincheck.tasks.qasem.overlap import combined_p_yes, reads_qas
 
 
 def run_eval(opts: EvalOptions) -> dict[str, dict[str, Any]]:
     """Predictions for every task; returns per-task counts (total, resumed, generated,
     trimmed, failed)."""
     tasks = list(opts.resolve_tasks())
-    if opts.overlap_weight and not any("answer" in load_prompt(t).fields for t in tasks):
+    if opts.overlap_weight and not any(map(reads_qas, tasks)):
         raise UsageError(
             f"--overlap-weight combines a QA's P(Yes) with its answer's word overlap: none of "
             f"this run's tasks ({', '.join(tasks)}) has QAs; add qasem to --tasks, or leave it out"
@@ -83,7 +83,7 @@ class DetectorPrompt(Answerer):
 
         budget, opts = self.budgets[task], self.opts
         prompt, weight = load_prompt(task), opts.overlap_weight
-        combine = weight != 0 and "answer" in prompt.fields
+        combine = weight != 0 and reads_qas(task)
 
         def fields(pair: Pair) -> dict[str, str]:
             return prompt.fields_of(pair.user_content, pair.meta.get("grounding_span"))

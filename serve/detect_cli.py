@@ -18,6 +18,7 @@ from fincheck.errors import FincheckError, InvalidRecordError, UsageError
 from fincheck.io.jsonl import iter_json_objects, read_utf8_text, record_json
 from fincheck.io.safe_files import claimed_output_file
 from fincheck.tasks import all_tasks, load_prompt
+from fincheck.tasks.qasem.overlap import reads_qas
 
 SUPPORT_KEYS = ("question", "answer")
 
@@ -106,7 +107,7 @@ def run_detect(args) -> int:
     else:
         records = read_inputs(Path(args.input))
     routed = {task for record in records for task in route(record)[0]}
-    if args.overlap_weight and not any("answer" in load_prompt(t).fields for t in routed):
+    if args.overlap_weight and not any(map(reads_qas, routed)):
         raise UsageError(
             "--overlap-weight combines a QA's P(Yes) with its answer's word overlap, and no "
             "input has a question and an answer: leave it out"

@@ -23,7 +23,7 @@ from fincheck.data.prompting import Prompt, parse_prompt_file
 from fincheck.errors import FincheckError
 from fincheck.inference.llm import CachedLLM, run_concurrently
 from fincheck.tasks import all_tasks, get_task, load_prompt
-from fincheck.tasks.qasem.overlap import word_overlap
+from fincheck.tasks.qasem.overlap import reads_qas, word_overlap
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts" / "baselines"
 
@@ -178,7 +178,7 @@ def overlap_method() -> Method:
     """Word overlap over every registered task whose pairs have a QA's answer."""
     return Method(
         "overlap",
-        tuple(name for name, task in all_tasks().items() if "answer" in task.prompt().fields),
+        tuple(name for name in all_tasks() if reads_qas(name)),
         run_overlap,
         "not a paper's system: the share of the answer's words found in the reference",
     )

@@ -38,6 +38,14 @@ def with_overlap(p_yes: float, overlap: float, weight: float) -> float:
     return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
 
 
+def reads_qas(task: str) -> bool:
+    """Whether a task's inputs are QAs, whose answer the overlap reads (its prompt has an
+    answer field): the tasks the overlap baseline and the combined system cover."""
+    from fincheck.tasks import load_prompt  # (the registry imports this package's task)
+
+    return "answer" in load_prompt(task).fields
+
+
 def combined_p_yes(p_yes: float | None, fields: dict[str, str], weight: float) -> float | None:
     """A QA's combined score from its prompt fields (`answer`, `text`); None stays None (no
     score was read), and so does every input of a task without an answer field."""
